@@ -1,0 +1,145 @@
+"""Reading and writing a trace in whichever form its file name says: Parquet or text."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from tracefmt.errors import ParameterError
+from tracefmt.parquet import TraceWriter, iter_trace, read_trace, read_trace_metadata
+from tracefmt.schema import sort_trace
+from tracefmt.text import TextStats, iter_text_trace, write_text_trace
+
+__all__ = ["TRACE_SUFFIXES", "ConvertReport", "convert_trace", "iter_any_trace", "trace_format"]
+
+PathLike = str | os.PathLike[str]
+
+#: File name endings and the form they select.
+TRACE_SUFFIXES: dict[str, str] = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".txt": "text",
+    ".txt.gz": "text",
+    ".trace": "text",
+    ".trace.gz": "text",
+}
+
+
+def trace_format(path: PathLike) -> str:
+    """``"parquet"`` or ``"text"``, from the file name.
+
+    Examples
+    --------
+    >>> trace_format("run1.txt.gz")
+    'text'
+    >>> trace_format("run1.csv")
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.ParameterError: run1.csv: unknown trace file type (name it .parquet, .pq, .txt, .txt.gz, .trace, .trace.gz)
+    """
+    name = Path(path).name.lower()
+    for suffix in sorted(TRACE_SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return TRACE_SUFFIXES[suffix]
+    raise ParameterError(f"{path}: unknown trace file type (name it {', '.join(TRACE_SUFFIXES)})")
+
+
+def iter_any_trace(
+    path: PathLike, *, skip_bad: bool = False, stats: TextStats | None = None
+) -> Iterator[pa.Table]:
+    """Stream a trace file of either form as validated tables."""
+    if trace_format(path) == "parquet":
+        yield from iter_trace(path)
+    else:
+        yield from iter_text_trace(path, skip_bad=skip_bad, stats=stats)
+
+
+@dataclass(frozen=True)
+class ConvertReport:
+    """What ``convert_trace`` did: message counts and skipped lines."""
+
+    source: str
+    target: str
+    messages: int
+    lines: int = 0
+    skipped: int = 0
+    hashed_ids: int = 0
+    sorted: bool = False
+    examples: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of the report."""
+        return asdict(self)
+
+
+def convert_trace(
+    source: PathLike, target: PathLike, *, skip_bad: bool = False, sort: bool = False
+) -> ConvertReport:
+    """Convert a trace between text and Parquet (or re-encode one), chosen by file names.
+
+    Streams with bounded memory unless ``sort`` is asked for, which reads the whole
+    trace. Message order, names, ops and ids are kept exactly.
+
+    Parameters
+    ----------
+    source, target : str or path-like
+        ``.parquet``/``.pq`` or ``.txt``/``.txt.gz``/``.trace``.
+    skip_bad : bool
+        Skip malformed text lines (counted in the report) instead of failing.
+    sort : bool
+        Sort messages by timestamp (stable), e.g. before ``merge_traces``.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> _ = open(os.path.join(d, "t.txt"), "w").write("2 send a b -\\n1 send b a 5\\n")
+    >>> convert_trace(os.path.join(d, "t.txt"), os.path.join(d, "t.parquet"), sort=True).messages
+    2
+    """
+    stats = TextStats()
+    src_fmt, dst_fmt = trace_format(source), trace_format(target)
+    if Path(source).resolve() == Path(target).resolve():
+        raise ParameterError(f"{target}: output would overwrite the input; choose another name")
+    if sort:
+        table = read_trace(source) if src_fmt == "parquet" else None
+        if table is None:
+            parts = list(iter_any_trace(source, skip_bad=skip_bad, stats=stats))
+            table = pa.concat_tables(parts).unify_dictionaries() if parts else None
+        tables: Iterator[pa.Table] = iter([sort_trace(table)] if table is not None else [])
+    else:
+        tables = iter_any_trace(source, skip_bad=skip_bad, stats=stats)
+    provenance: dict[str, Any] = {"source": str(source)}
+    if src_fmt == "parquet":
+        provenance.update(read_trace_metadata(source).provenance)
+    else:
+        provenance["converted_from"] = "text"
+    if dst_fmt == "parquet":
+        with TraceWriter(target, provenance=provenance) as writer:
+            for table in tables:
+                writer.write(table)
+            # Counts are final only once the input is consumed.
+            if stats.skipped:
+                writer.provenance["skipped_lines"] = stats.skipped
+            if stats.hashed_ids:
+                writer.provenance["hashed_ids"] = stats.hashed_ids
+            if sort:
+                writer.provenance["sorted"] = True
+        messages = writer.rows
+    else:
+        messages = write_text_trace(tables, target)
+    return ConvertReport(
+        source=str(source),
+        target=str(target),
+        messages=messages,
+        lines=stats.lines,
+        skipped=stats.skipped,
+        hashed_ids=stats.hashed_ids,
+        sorted=sort,
+        examples=stats.examples,
+    )

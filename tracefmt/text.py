@@ -1,0 +1,407 @@
+"""The text form of a trace: ``timestamp op sender receiver id``, one message a line.
+
+- ``timestamp``: seconds with any number of decimals (kept exactly, to the
+  nanosecond; finer digits are dropped) or an ISO-8601 instant (``Z`` or an offset;
+  without one it is taken as UTC).
+- ``op``: ``call``, ``return`` or ``send``.
+- ``sender``, ``receiver``: node names, any token without whitespace or ``#``.
+- ``id``: a decimal integer below 2**64, ``-`` for none, or any other token, which is
+  mapped to a stable 64-bit value (FNV-1a of its UTF-8 bytes).
+- ``#`` starts a comment; blank lines are ignored. Files ending in ``.gz`` are
+  decompressed on the fly.
+
+Parsing is vectorized over chunks of the file (numpy over the bytes), so memory is
+bounded by the chunk size and speed does not depend on a Python loop per line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracefmt import _tokens
+from tracefmt.errors import ParseError, SchemaError, TraceFileError
+from tracefmt.schema import OPS, TS_TYPE, empty_trace, validate_trace
+
+__all__ = [
+    "TEXT_HEADER",
+    "TextStats",
+    "format_text_lines",
+    "iter_text_trace",
+    "read_text_trace",
+    "write_text_trace",
+]
+
+TEXT_HEADER = "# timestamp op sender receiver id\n"
+DEFAULT_CHUNK_BYTES = 8 << 20
+_FIELDS = 5
+_MAX_EXAMPLES = 5
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass
+class TextStats:
+    """What reading a text trace found.
+
+    Attributes
+    ----------
+    lines : int
+        Lines read, comments and blank lines included.
+    messages : int
+        Messages kept.
+    skipped : int
+        Bad lines skipped (only with ``skip_bad``).
+    hashed_ids : int
+        Ids that were not decimal integers and were mapped to 64-bit hashes.
+    examples : list of str
+        The first few skipped lines' errors, ``path:line: reason``.
+    """
+
+    lines: int = 0
+    messages: int = 0
+    skipped: int = 0
+    hashed_ids: int = 0
+    examples: list[str] = field(default_factory=list)
+
+
+# Reasons a line is rejected, checked in this order.
+_R_FIELDS, _R_UTF8, _R_TS, _R_OP = 1, 2, 3, 4
+
+
+def _reason(code: int, tokens: list[str], count: int) -> str:
+    if code == _R_FIELDS:
+        return f"expected 5 fields (timestamp op sender receiver id), got {count}"
+    if code == _R_UTF8:
+        return "not valid UTF-8 text"
+    if code == _R_TS:
+        return (
+            f"invalid timestamp {tokens[0]!r} (seconds such as 12.345 or ISO-8601 such as "
+            "2024-05-01T12:00:00.123Z, within years 1677-2262)"
+        )
+    return f"unknown op {tokens[1]!r} (must be one of {', '.join(OPS)})"
+
+
+def _iso_ns(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """ISO-8601 strings to UTC nanoseconds (a zone-less instant is taken as UTC)."""
+    arr = pa.array(values, pa.string())
+    zoned = pc.match_substring_regex(arr, r"(Z|[+-]\d\d:?\d\d)$").to_numpy(zero_copy_only=False)
+    ns = np.zeros(len(values), np.int64)
+    ok = np.zeros(len(values), bool)
+    for mask, ts_type in ((zoned, TS_TYPE), (~zoned, pa.timestamp("ns"))):
+        idx = np.flatnonzero(mask)
+        try:
+            ns[idx] = arr.take(idx).cast(ts_type).cast(pa.int64()).to_numpy(zero_copy_only=False)
+            ok[idx] = True
+            continue
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+        # Some are invalid: find which, one by one (only on this error path).
+        for i in idx:
+            try:
+                ns[i] = pa.scalar(values[i]).cast(ts_type).cast(pa.int64()).as_py()
+                ok[i] = True
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                pass
+    return ns, ok
+
+
+class _ChunkParser:
+    """Parses one chunk of whole lines into a trace table; pure, so chunks run in threads."""
+
+    def __init__(self, path: str, skip_bad: bool) -> None:
+        self.path = path
+        self.skip_bad = skip_bad
+
+    def parse(self, buf: np.ndarray, first_line: int) -> tuple[pa.Table | None, TextStats]:
+        stats = TextStats()
+        tok = _tokens.tokenize(buf)
+        n_lines = tok.line_end.size
+        stats.lines = n_lines
+        line_of_token = np.repeat(np.arange(n_lines), tok.per_line)
+        bad = np.where((tok.per_line != _FIELDS) & (tok.per_line != 0), _R_FIELDS, 0)
+        if (buf >= 0x80).any():
+            self._check_utf8(buf, tok, line_of_token, bad)
+        # Lines that become rows: five fields, valid UTF-8.
+        usable = (tok.per_line == _FIELDS) & (bad == 0)
+        row_line = np.flatnonzero(usable)
+        keep_tok = usable[line_of_token]
+        start, end = tok.start[keep_tok], tok.end[keep_tok]
+        mask = tok.mask
+        if not keep_tok.all():
+            line_start = np.concatenate([[0], tok.line_end[:-1] + 1])
+            drop = ~usable & (tok.per_line > 0)
+            mask = mask & ~_tokens.mask_ranges(buf.size, line_start[drop], tok.line_end[drop])
+        data, offsets = _tokens.compact(buf, mask, start, end)
+        lo, hi = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
+        fields = [(lo[k::_FIELDS], hi[k::_FIELDS]) for k in range(_FIELDS)]
+        binary = pa.Array.from_buffers(
+            pa.binary(), lo.size, [None, pa.py_buffer(offsets), pa.py_buffer(data[_tokens.PAD :])]
+        )
+        strings = binary.view(pa.string())
+        rows = row_line.size
+
+        ts_ns, ts_ok = _tokens.parse_seconds_ns(data, *fields[0])
+        if not ts_ok.all():
+            redo = np.flatnonzero(~ts_ok)
+            values = strings.take(pa.array(redo * _FIELDS)).to_pylist()
+            iso_ns, iso_ok = _iso_ns(values)
+            ts_ns[redo], ts_ok[redo] = iso_ns, iso_ok
+        row_bad = np.where(ts_ok, 0, _R_TS)
+
+        def column(k: int) -> pa.Array:
+            return strings.take(pa.array(np.arange(k, rows * _FIELDS, _FIELDS)))
+
+        op = pc.dictionary_encode(column(1))
+        op_code = pc.index_in(op.dictionary, value_set=pa.array(OPS)).fill_null(-1)
+        op_idx = op_code.to_numpy(zero_copy_only=False)[op.indices.to_numpy(zero_copy_only=False)] if rows else np.zeros(0, np.int64)
+        row_bad = np.where((row_bad == 0) & (op_idx < 0), _R_OP, row_bad)
+
+        id_lo, id_hi = fields[4]
+        ids, numeric = _tokens.parse_uint(data, id_lo, id_hi)
+        dash = (id_hi - id_lo == 1) & (data[id_lo + _tokens.PAD] == ord("-"))
+        hashed = ~numeric & ~dash
+        if hashed.any():
+            ids[hashed] = _tokens.fnv1a64(data, id_lo[hashed], id_hi[hashed])
+
+        # Line-level verdicts: a line is bad for the first reason found.
+        bad[row_line] = np.where(bad[row_line] != 0, bad[row_line], row_bad)
+        bad_lines = np.flatnonzero(bad)
+        if bad_lines.size:
+            self._report(bad_lines, bad, tok, buf, first_line, stats)
+        good_rows = bad[row_line] == 0
+        stats.hashed_ids = int((hashed & good_rows).sum())
+        if not rows:
+            return None, stats
+        table = pa.table(
+            {
+                "timestamp": pa.array(ts_ns, pa.int64()).cast(TS_TYPE),
+                "sender": pc.dictionary_encode(column(2)),
+                "receiver": pc.dictionary_encode(column(3)),
+                "op": pa.DictionaryArray.from_arrays(pa.array(np.maximum(op_idx, 0).astype(np.int8)), pa.array(OPS)),
+                "id": pa.array(ids, pa.uint64(), mask=dash),
+            }
+        )
+        if not good_rows.all():
+            table = table.filter(pa.array(good_rows))
+        stats.messages = table.num_rows
+        return (validate_trace(table) if table.num_rows else None), stats
+
+    def _check_utf8(self, buf: np.ndarray, tok: _tokens.Tokens, line_of_token: np.ndarray, bad: np.ndarray) -> None:
+        high = np.flatnonzero(buf >= 0x80)
+        # Only tokens near a high byte can be invalid UTF-8; decode just those.
+        t = np.unique(np.searchsorted(tok.end, high, side="right"))
+        for i in t[t < tok.start.size]:
+            try:
+                bytes(buf[tok.start[i] : tok.end[i]]).decode("utf-8")
+            except UnicodeDecodeError:
+                line = line_of_token[i]
+                if bad[line] == 0:
+                    bad[line] = _R_UTF8
+
+    def _report(
+        self,
+        bad_lines: np.ndarray,
+        bad: np.ndarray,
+        tok: _tokens.Tokens,
+        buf: np.ndarray,
+        first_line: int,
+        stats: TextStats,
+    ) -> None:
+        line_start = np.concatenate([[0], tok.line_end[:-1] + 1])
+
+        def message(i: int) -> str:
+            text = bytes(buf[line_start[i] : tok.line_end[i]]).decode("utf-8", "replace")
+            words = text.split("#", 1)[0].split()
+            return f"{self.path}:{first_line + i + 1}: {_reason(int(bad[i]), words, len(words))}"
+
+        if not self.skip_bad:
+            raise ParseError(self.path, first_line + int(bad_lines[0]) + 1, message(int(bad_lines[0])).split(": ", 1)[1])
+        stats.skipped = bad_lines.size
+        stats.examples = [message(int(i)) for i in bad_lines[:_MAX_EXAMPLES]]
+
+
+def _open_input(path: PathLike) -> pa.NativeFile:
+    p = Path(path)
+    if not p.exists():
+        raise TraceFileError(f"{p}: no such file")
+    if p.is_dir():
+        raise TraceFileError(f"{p}: is a directory (expected a text trace)")
+    try:
+        return pa.input_stream(str(p), compression="detect")
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceFileError(f"{p}: cannot open ({exc})") from None
+
+
+def iter_text_trace(
+    path: PathLike,
+    *,
+    skip_bad: bool = False,
+    stats: TextStats | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> Iterator[pa.Table]:
+    """Stream a text trace as validated tables, one per chunk of ``chunk_bytes``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The text file (``.gz`` is decompressed).
+    skip_bad : bool
+        Skip malformed lines (counted in ``stats``) instead of raising.
+    stats : TextStats, optional
+        Filled in as the file is read.
+    chunk_bytes : int
+        Bytes parsed at a time; memory is a small multiple of this.
+
+    Raises
+    ------
+    ParseError
+        A malformed line, when ``skip_bad`` is False: ``trace.txt:12: unknown op 'cal'
+        (must be one of call, return, send)``.
+    TraceFileError
+        The file is missing or unreadable.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.txt")
+    >>> _ = open(path, "w").write("1.5 call client web 1\\n1.75 return web client 1\\n")
+    >>> [t.num_rows for t in iter_text_trace(path)]
+    [2]
+    """
+    stats = stats if stats is not None else TextStats()
+    parser = _ChunkParser(str(path), skip_bad)
+    workers = min(os.cpu_count() or 1, 4)
+    pending: deque[Future[tuple[pa.Table | None, TextStats]]] = deque()
+
+    def finish(future: Future[tuple[pa.Table | None, TextStats]]) -> pa.Table | None:
+        table, part = future.result()
+        stats.lines += part.lines
+        stats.messages += part.messages
+        stats.skipped += part.skipped
+        stats.hashed_ids += part.hashed_ids
+        stats.examples.extend(part.examples[: _MAX_EXAMPLES - len(stats.examples)])
+        return table
+
+    # Chunks are parsed in threads (numpy releases the GIL) and yielded in file order,
+    # with at most `workers + 1` chunks in memory.
+    with _open_input(path) as stream, ThreadPoolExecutor(workers) as pool:
+        first_line = 0
+        carry = b""
+        while True:
+            try:
+                block = stream.read(chunk_bytes)
+            except (pa.ArrowException, OSError, EOFError) as exc:
+                raise TraceFileError(f"{path}: read failed after line {first_line} ({exc})") from None
+            last = not block
+            block = carry + block
+            cut = len(block) if last else block.rfind(b"\n") + 1
+            carry = block[cut:]
+            if cut:
+                chunk = block[:cut] if block.endswith(b"\n", 0, cut) else block[:cut] + b"\n"
+                pending.append(pool.submit(parser.parse, np.frombuffer(chunk, np.uint8), first_line))
+                first_line += chunk.count(b"\n")
+            while pending and (last or len(pending) > workers):
+                table = finish(pending.popleft())
+                if table is not None:
+                    yield table
+            if last:
+                break
+
+
+def read_text_trace(path: PathLike, *, skip_bad: bool = False, stats: TextStats | None = None) -> pa.Table:
+    """Read a whole text trace into one validated table (see ``iter_text_trace``).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.txt")
+    >>> _ = open(path, "w").write("# a comment\\n0.000000001 send a b -\\n")
+    >>> t = read_text_trace(path)
+    >>> t["timestamp"].cast("int64").to_pylist(), t["id"].to_pylist()
+    ([1], [None])
+    """
+    tables = list(iter_text_trace(path, skip_bad=skip_bad, stats=stats))
+    if not tables:
+        return empty_trace()
+    return pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+
+
+def _check_text_safe(name: str, col: pa.ChunkedArray | pa.Array) -> None:
+    values = col.dictionary if isinstance(col, pa.DictionaryArray) else pc.unique(col)
+    bad = pc.match_substring_regex(values, r"[\s#]|^$")
+    if pc.any(bad).as_py():
+        value = values.filter(bad)[0].as_py()
+        raise SchemaError(
+            f"{name} {value!r} cannot be written to the text form "
+            "(names there must be non-empty, without whitespace or '#'); write Parquet instead"
+        )
+
+
+def format_text_lines(table: pa.Table) -> pa.Buffer:
+    """Format a validated trace as text lines (UTF-8 bytes, each ending in a newline).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> t = validate_trace(pa.table({"timestamp": pa.array([-1_500_000_000], pa.timestamp("ns")),
+    ...     "sender": ["a"], "receiver": ["b"], "op": ["send"], "id": pa.array([None], pa.uint64())}))
+    >>> format_text_lines(t).to_pybytes()
+    b'-1.500000000 send a b -\\n'
+    """
+    table = table.combine_chunks()
+    if table.num_rows == 0:
+        return pa.py_buffer(b"")
+    ns = table["timestamp"].cast(pa.int64()).to_numpy()
+    mag = np.abs(ns)
+    sec = pc.cast(pa.array(mag // 1_000_000_000), pa.string())
+    frac = pc.utf8_lpad(pc.cast(pa.array(mag % 1_000_000_000), pa.string()), 9, "0")
+    sign = pa.array(np.where(ns < 0, "-", ""))
+    ts = pc.binary_join_element_wise(pc.binary_join_element_wise(sign, sec, ""), frac, ".")
+    cols = []
+    for name in ("sender", "receiver"):
+        chunk = table[name].chunk(0)
+        _check_text_safe(name, chunk)
+        cols.append(chunk.dictionary_decode() if isinstance(chunk, pa.DictionaryArray) else chunk)
+    op = table["op"].chunk(0).dictionary_decode()
+    ids = pc.fill_null(pc.cast(table["id"].chunk(0), pa.string()), "-")
+    lines = pc.binary_join_element_wise(ts, op, cols[0], cols[1], ids, pa.scalar("", pa.string()), " ")
+    # Each line now ends in " "; swap it for the newline in the raw bytes.
+    offsets = np.frombuffer(lines.buffers()[1], np.int32, lines.offset + len(lines) + 1)[lines.offset :]
+    data = np.frombuffer(lines.buffers()[2], np.uint8)[offsets[0] : offsets[-1]].copy()
+    data[offsets[1:] - offsets[0] - 1] = 10
+    return pa.py_buffer(data)
+
+
+def write_text_trace(tables: pa.Table | Iterable[pa.Table], path: PathLike) -> int:
+    """Write a trace (or a stream of trace tables) in the text form; returns the message count.
+
+    The output is written under a temporary name and moved into place when complete.
+    A name containing whitespace or ``#`` cannot be represented and raises ``SchemaError``.
+    """
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.partial")
+    parts = [tables] if isinstance(tables, pa.Table) else tables
+    rows = 0
+    try:
+        with pa.output_stream(str(tmp), compression="gzip" if p.suffix == ".gz" else None) as out:
+            out.write(TEXT_HEADER.encode())
+            for table in parts:
+                table = validate_trace(table)
+                out.write(format_text_lines(table))
+                rows += table.num_rows
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, p)
+    return rows
+

@@ -1,0 +1,85 @@
+"""Durations written by people (``60s``, ``1.5ms``, ``-0.012``) as exact nanoseconds."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from tracefmt.errors import ParameterError
+
+__all__ = ["UNIT_NS", "format_duration_ns", "parse_duration_ns"]
+
+UNIT_NS: dict[str, int] = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "min": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+
+_DURATION = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([a-zµ]*)\s*$")
+
+
+def parse_duration_ns(text: str | int | float, *, allow_negative: bool = False) -> int:
+    """Parse a duration into integer nanoseconds, exactly (no float rounding).
+
+    A bare number is seconds. Units: ns, us (or µs), ms, s, m (or min), h.
+
+    Parameters
+    ----------
+    text : str, int or float
+        The duration, e.g. ``"60s"``, ``"1.5ms"``, ``"-0.012"``.
+    allow_negative : bool
+        Accept negative durations (clock offsets are signed, windows are not).
+
+    Returns
+    -------
+    int
+        The duration in nanoseconds, truncated toward zero below one nanosecond.
+
+    Examples
+    --------
+    >>> parse_duration_ns("1.5ms")
+    1500000
+    >>> parse_duration_ns("-0.012", allow_negative=True)
+    -12000000
+    >>> parse_duration_ns("2h")
+    7200000000000
+    """
+    m = _DURATION.match(str(text))
+    if m is None or m.group(2) not in ("", *UNIT_NS):
+        units = ", ".join(UNIT_NS)
+        raise ParameterError(
+            f"invalid duration {str(text)!r} (a number with an optional unit: {units}; "
+            "a bare number is seconds, e.g. 60s, 1.5ms, 0.012)"
+        )
+    try:
+        value = Decimal(m.group(1)) * UNIT_NS[m.group(2) or "s"]
+    except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
+        raise ParameterError(f"invalid duration {text!r}") from None
+    if value < 0 and not allow_negative:
+        raise ParameterError(f"duration {str(text)!r} must not be negative")
+    return int(value)
+
+
+def format_duration_ns(ns: int) -> str:
+    """Format nanoseconds with the largest unit that keeps three significant digits.
+
+    Examples
+    --------
+    >>> format_duration_ns(1_500_000)
+    '1.5 ms'
+    >>> format_duration_ns(-12)
+    '-12 ns'
+    """
+    sign = "-" if ns < 0 else ""
+    mag = abs(ns)
+    for unit in ("s", "ms"):
+        if mag >= UNIT_NS[unit]:
+            return f"{sign}{mag / UNIT_NS[unit]:.4g} {unit}"
+    if mag >= UNIT_NS["us"]:
+        return f"{sign}{mag / UNIT_NS['us']:.4g} µs"
+    return f"{sign}{mag} ns"

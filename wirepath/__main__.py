@@ -1,0 +1,7 @@
+"""``python -m wirepath``."""
+
+import sys
+
+from wirepath.cli import main
+
+sys.exit(main())
