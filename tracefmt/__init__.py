@@ -3,6 +3,7 @@
 Every other wirepath package takes a validated Arrow table from here.
 """
 
+from tracefmt.convert import TRACE_SUFFIXES, ConvertReport, convert_trace, iter_any_trace, trace_format
 from tracefmt.errors import (
     MissingToolError,
     ParameterError,
@@ -10,6 +11,14 @@ from tracefmt.errors import (
     SchemaError,
     TraceFileError,
     WirepathError,
+)
+from tracefmt.merge import (
+    DEFAULT_DEDUP_WINDOW_NS,
+    MergeInput,
+    MergeReport,
+    load_names,
+    merge_traces,
+    rename_nodes,
 )
 from tracefmt.parquet import (
     TraceMetadata,
@@ -33,10 +42,13 @@ from tracefmt.schema import (
     sort_trace,
     validate_trace,
 )
+from tracefmt.summary import TraceSummary, summarize_trace
+from tracefmt.text import TextStats, format_text_lines, iter_text_trace, read_text_trace, write_text_trace
 from tracefmt.units import format_duration_ns, parse_duration_ns
 
 __all__ = [
     "CORE_COLUMNS",
+    "DEFAULT_DEDUP_WINDOW_NS",
     "OPS",
     "OPTIONAL_FIELDS",
     "OP_CALL",
@@ -44,22 +56,39 @@ __all__ = [
     "OP_SEND",
     "SCHEMA_VERSION",
     "TRACE_SCHEMA",
+    "TRACE_SUFFIXES",
+    "ConvertReport",
+    "MergeInput",
+    "MergeReport",
     "MissingToolError",
     "ParameterError",
     "ParseError",
     "SchemaError",
+    "TextStats",
     "TraceFileError",
     "TraceMetadata",
+    "TraceSummary",
     "TraceWriter",
     "WirepathError",
+    "convert_trace",
     "empty_trace",
     "format_duration_ns",
+    "format_text_lines",
+    "iter_any_trace",
+    "iter_text_trace",
     "iter_trace",
+    "load_names",
+    "merge_traces",
     "op_codes",
     "parse_duration_ns",
+    "read_text_trace",
     "read_trace",
     "read_trace_metadata",
+    "rename_nodes",
     "sort_trace",
+    "summarize_trace",
+    "trace_format",
     "validate_trace",
+    "write_text_trace",
     "write_trace",
 ]

@@ -56,7 +56,9 @@ def tokenize(buf: np.ndarray) -> Tokens:
 PAD = 8  # zero bytes before and after compacted data, so 8-byte words can be read anywhere
 
 
-def compact(buf: np.ndarray, mask: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def compact(
+    buf: np.ndarray, mask: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate the bytes of the tokens selected by ``mask``.
 
     ``start``/``end`` are those tokens' ranges. Returns ``(data, offsets)``: ``data``
@@ -106,7 +108,9 @@ def _eight_digits(word: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return v, ok
 
 
-def _digits_before(data: np.ndarray, first: np.ndarray, stop: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+def _digits_before(
+    data: np.ndarray, first: np.ndarray, stop: np.ndarray, groups: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Integer value of the digits in ``[first, stop)``, 8 at a time from the right."""
     value = np.zeros(first.size, np.uint64)
     ok = np.ones(first.size, bool)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ def trace_format(path: PathLike) -> str:
     >>> trace_format("run1.csv")
     Traceback (most recent call last):
     ...
-    tracefmt.errors.ParameterError: run1.csv: unknown trace file type (name it .parquet, .pq, .txt, .txt.gz, .trace, .trace.gz)
+    tracefmt.errors.ParameterError: run1.csv: unknown trace file type (name it .parquet, .pq, ...)
     """
     name = Path(path).name.lower()
     for suffix in sorted(TRACE_SUFFIXES, key=len, reverse=True):
@@ -57,6 +57,14 @@ def iter_any_trace(
         yield from iter_trace(path)
     else:
         yield from iter_text_trace(path, skip_bad=skip_bad, stats=stats)
+
+
+def _reporting(tables: Iterator[pa.Table], on_progress: Callable[[int], None]) -> Iterator[pa.Table]:
+    done = 0
+    for table in tables:
+        yield table
+        done += table.num_rows
+        on_progress(done)
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,12 @@ class ConvertReport:
 
 
 def convert_trace(
-    source: PathLike, target: PathLike, *, skip_bad: bool = False, sort: bool = False
+    source: PathLike,
+    target: PathLike,
+    *,
+    skip_bad: bool = False,
+    sort: bool = False,
+    on_progress: Callable[[int], None] | None = None,
 ) -> ConvertReport:
     """Convert a trace between text and Parquet (or re-encode one), chosen by file names.
 
@@ -93,12 +106,14 @@ def convert_trace(
         Skip malformed text lines (counted in the report) instead of failing.
     sort : bool
         Sort messages by timestamp (stable), e.g. before ``merge_traces``.
+    on_progress : callable, optional
+        Called with the number of messages converted so far, after each chunk.
 
     Examples
     --------
-    >>> import tempfile, os
+    >>> import tempfile, os, pathlib
     >>> d = tempfile.mkdtemp()
-    >>> _ = open(os.path.join(d, "t.txt"), "w").write("2 send a b -\\n1 send b a 5\\n")
+    >>> _ = pathlib.Path(d, "t.txt").write_text("2 send a b -\\n1 send b a 5\\n")
     >>> convert_trace(os.path.join(d, "t.txt"), os.path.join(d, "t.parquet"), sort=True).messages
     2
     """
@@ -114,6 +129,8 @@ def convert_trace(
         tables: Iterator[pa.Table] = iter([sort_trace(table)] if table is not None else [])
     else:
         tables = iter_any_trace(source, skip_bad=skip_bad, stats=stats)
+    if on_progress is not None:
+        tables = _reporting(tables, on_progress)
     provenance: dict[str, Any] = {"source": str(source)}
     if src_fmt == "parquet":
         provenance.update(read_trace_metadata(source).provenance)

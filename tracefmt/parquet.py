@@ -282,20 +282,26 @@ class TraceWriter:
         if self._pending_rows >= self.row_group_size:
             self._flush()
 
-    def _flush(self) -> None:
+    def _flush(self, final: bool = False) -> None:
+        """Write whole row groups; keep the remainder pending unless this is the end."""
         if not self._pending:
             return
         assert self._writer is not None
-        table = pa.concat_tables(self._pending)
-        self._pending, self._pending_rows = [], 0
-        self._writer.write_table(table, row_group_size=self.row_group_size)
+        # One contiguous chunk per column: pages then span the row group, which compresses
+        # and reads far better than one page run per small input piece.
+        table = pa.concat_tables(self._pending).unify_dictionaries().combine_chunks()
+        full = table.num_rows if final else table.num_rows - table.num_rows % self.row_group_size
+        if full:
+            self._writer.write_table(table.slice(0, full), row_group_size=self.row_group_size)
+        rest = table.slice(full)
+        self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
 
     def close(self) -> None:
         """Finish the file: flush, write provenance into the footer, move into place."""
         if self._writer is None:
             self._open_writer(empty_trace().schema)
         assert self._writer is not None
-        self._flush()
+        self._flush(final=True)
         self._writer.add_key_value_metadata(_metadata_bytes(self.provenance))
         self._writer.close()
         os.replace(self._tmp, self.path)

@@ -162,7 +162,11 @@ class _ChunkParser:
 
         op = pc.dictionary_encode(column(1))
         op_code = pc.index_in(op.dictionary, value_set=pa.array(OPS)).fill_null(-1)
-        op_idx = op_code.to_numpy(zero_copy_only=False)[op.indices.to_numpy(zero_copy_only=False)] if rows else np.zeros(0, np.int64)
+        op_idx = (
+            op_code.to_numpy(zero_copy_only=False)[op.indices.to_numpy(zero_copy_only=False)]
+            if rows
+            else np.zeros(0, np.int64)
+        )
         row_bad = np.where((row_bad == 0) & (op_idx < 0), _R_OP, row_bad)
 
         id_lo, id_hi = fields[4]
@@ -186,7 +190,9 @@ class _ChunkParser:
                 "timestamp": pa.array(ts_ns, pa.int64()).cast(TS_TYPE),
                 "sender": pc.dictionary_encode(column(2)),
                 "receiver": pc.dictionary_encode(column(3)),
-                "op": pa.DictionaryArray.from_arrays(pa.array(np.maximum(op_idx, 0).astype(np.int8)), pa.array(OPS)),
+                "op": pa.DictionaryArray.from_arrays(
+                    pa.array(np.maximum(op_idx, 0).astype(np.int8)), pa.array(OPS)
+                ),
                 "id": pa.array(ids, pa.uint64(), mask=dash),
             }
         )
@@ -195,7 +201,9 @@ class _ChunkParser:
         stats.messages = table.num_rows
         return (validate_trace(table) if table.num_rows else None), stats
 
-    def _check_utf8(self, buf: np.ndarray, tok: _tokens.Tokens, line_of_token: np.ndarray, bad: np.ndarray) -> None:
+    def _check_utf8(
+        self, buf: np.ndarray, tok: _tokens.Tokens, line_of_token: np.ndarray, bad: np.ndarray
+    ) -> None:
         high = np.flatnonzero(buf >= 0x80)
         # Only tokens near a high byte can be invalid UTF-8; decode just those.
         t = np.unique(np.searchsorted(tok.end, high, side="right"))
@@ -224,7 +232,9 @@ class _ChunkParser:
             return f"{self.path}:{first_line + i + 1}: {_reason(int(bad[i]), words, len(words))}"
 
         if not self.skip_bad:
-            raise ParseError(self.path, first_line + int(bad_lines[0]) + 1, message(int(bad_lines[0])).split(": ", 1)[1])
+            raise ParseError(
+                self.path, first_line + int(bad_lines[0]) + 1, message(int(bad_lines[0])).split(": ", 1)[1]
+            )
         stats.skipped = bad_lines.size
         stats.examples = [message(int(i)) for i in bad_lines[:_MAX_EXAMPLES]]
 
@@ -271,9 +281,9 @@ def iter_text_trace(
 
     Examples
     --------
-    >>> import tempfile, os
+    >>> import tempfile, os, pathlib
     >>> path = os.path.join(tempfile.mkdtemp(), "t.txt")
-    >>> _ = open(path, "w").write("1.5 call client web 1\\n1.75 return web client 1\\n")
+    >>> _ = pathlib.Path(path).write_text("1.5 call client web 1\\n1.75 return web client 1\\n")
     >>> [t.num_rows for t in iter_text_trace(path)]
     [2]
     """
@@ -322,9 +332,9 @@ def read_text_trace(path: PathLike, *, skip_bad: bool = False, stats: TextStats 
 
     Examples
     --------
-    >>> import tempfile, os
+    >>> import tempfile, os, pathlib
     >>> path = os.path.join(tempfile.mkdtemp(), "t.txt")
-    >>> _ = open(path, "w").write("# a comment\\n0.000000001 send a b -\\n")
+    >>> _ = pathlib.Path(path).write_text("# a comment\\n0.000000001 send a b -\\n")
     >>> t = read_text_trace(path)
     >>> t["timestamp"].cast("int64").to_pylist(), t["id"].to_pylist()
     ([1], [None])
@@ -404,4 +414,3 @@ def write_text_trace(tables: pa.Table | Iterable[pa.Table], path: PathLike) -> i
         raise
     os.replace(tmp, p)
     return rows
-

@@ -1,0 +1,53 @@
+# The two commands of the README: `make demo` and `make test`. Both set everything up
+# on a fresh machine: a virtualenv with wirepath and its dev extras, and the Debian
+# packages wirepath calls (installed when run as root, else named with the command).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEBS := graphviz
+DEMO := build/demo
+
+.PHONY: demo test setup debs lint bench clean
+
+demo: setup
+	@mkdir -p $(DEMO)
+	$(BIN)/wirepath convert samples/multitier.txt $(DEMO)/multitier.parquet
+	$(BIN)/wirepath info $(DEMO)/multitier.parquet
+	@echo "demo output: $(DEMO)/multitier.parquet"
+
+test: setup lint
+	$(BIN)/pytest
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+setup: $(STAMP) debs
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "wirepath needs Python >= 3.11; found " + sys.version.split()[0])'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+debs:
+	@missing=""; \
+	for pkg in $(DEBS); do dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages:$$missing"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q $$missing >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; }; \
+	  else \
+	    echo "error: missing Debian packages:$$missing; install them with: sudo apt-get install -y$$missing" >&2; exit 1; \
+	  fi; \
+	fi
+
+bench: setup
+	$(BIN)/python benchmarks/trace_io.py
+
+clean:
+	rm -rf build $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,363 @@
+"""Merging traces from several capture points into one, in time order.
+
+Each input is streamed, shifted by its clock offset and renamed through a names map;
+a k-way merge emits messages up to the earliest "horizon" (the smallest last
+timestamp among the inputs' buffered batches), so memory stays bounded by the
+batch size times the number of inputs. A message seen at two capture points (same
+sender, receiver, op and id, from different inputs, within a time window) is kept
+once, the first time it was seen.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracefmt.errors import ParameterError, SchemaError, TraceFileError
+from tracefmt.parquet import TraceWriter, iter_trace, read_trace_metadata
+from tracefmt.schema import CORE_COLUMNS, NODE_TYPE, OPTIONAL_FIELDS
+
+__all__ = [
+    "DEFAULT_DEDUP_WINDOW_NS",
+    "MergeInput",
+    "MergeReport",
+    "load_names",
+    "merge_traces",
+    "rename_nodes",
+]
+
+PathLike = str | os.PathLike[str]
+DEFAULT_DEDUP_WINDOW_NS = 1_000_000  # mirrored copies of one packet arrive within microseconds
+_BATCH = 1 << 18
+
+
+@dataclass(frozen=True)
+class MergeInput:
+    """One trace to merge.
+
+    Attributes
+    ----------
+    path : str
+        A Parquet trace, sorted by timestamp.
+    offset_ns : int
+        Added to every timestamp of this input (its clock's correction).
+    point : str or None
+        Capture point name written to the ``point`` column where the input has none;
+        defaults to the file name without suffix.
+    """
+
+    path: str
+    offset_ns: int = 0
+    point: str | None = None
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    """What ``merge_traces`` did; also recorded in the merged file's provenance."""
+
+    output: str
+    messages: int
+    duplicates_removed: int
+    dedup_window_ns: int | None
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    renamed: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of the report."""
+        return asdict(self)
+
+
+def load_names(path: PathLike) -> dict[str, str]:
+    """Read a names file: TOML mapping an address or alias to a node name.
+
+    Either top-level keys or a ``[names]`` table::
+
+        [names]
+        "10.0.0.5:8080" = "WS1"
+        "10.0.0.6" = "DB1"
+
+    Examples
+    --------
+    >>> import tempfile, os, pathlib
+    >>> p = os.path.join(tempfile.mkdtemp(), "names.toml")
+    >>> _ = pathlib.Path(p).write_text('"10.0.0.5" = "WS1"\\n')
+    >>> load_names(p)
+    {'10.0.0.5': 'WS1'}
+    """
+    p = Path(path)
+    try:
+        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TraceFileError(f"{p}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ParameterError(f"{p}: not a valid TOML names file ({exc})") from None
+    table = doc.get("names", doc) if isinstance(doc.get("names"), dict) else doc
+    names: dict[str, str] = {}
+    for key, value in table.items():
+        if not isinstance(value, str) or not value:
+            raise ParameterError(f'{p}: name for {key!r} must be a non-empty string, e.g. "{key}" = "WS1"')
+        names[key] = value
+    return names
+
+
+def rename_nodes(table: pa.Table, names: Mapping[str, str]) -> pa.Table:
+    """Rename nodes in ``sender`` and ``receiver`` through ``names`` (unknown names stay).
+
+    Only the dictionaries are rewritten, so the cost does not grow with message count.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from tracefmt.schema import validate_trace
+    >>> t = validate_trace(pa.table({"timestamp": pa.array([1], pa.timestamp("ns")),
+    ...     "sender": ["10.0.0.5"], "receiver": ["c"], "op": ["send"],
+    ...     "id": pa.array([None], pa.uint64())}))
+    >>> rename_nodes(t, {"10.0.0.5": "WS1"})["sender"].to_pylist()
+    ['WS1']
+    """
+    if not names:
+        return table
+    for name in ("sender", "receiver"):
+        chunks = []
+        for chunk in table[name].chunks:
+            values = chunk.dictionary.to_pylist()
+            renamed = pa.array([names.get(v, v) for v in values], pa.string())
+            # Two addresses may map to one name: re-encode so the dictionary stays unique.
+            chunks.append(pc.dictionary_encode(renamed.take(chunk.indices)))
+        col = pa.chunked_array(chunks, type=NODE_TYPE)
+        table = table.set_column(table.schema.get_field_index(name), name, col)
+    return table
+
+
+class _Input:
+    """A buffered, shifted, renamed view of one input trace."""
+
+    def __init__(self, index: int, spec: MergeInput, names: Mapping[str, str], columns: list[pa.Field]):
+        self.index = index
+        self.spec = spec
+        self.names = names
+        self.columns = columns
+        self.point = spec.point or Path(spec.path).name.split(".")[0]
+        self.rows = 0
+        self.last_ns = 0
+        self.buf: pa.Table | None = None
+        self.ts: np.ndarray = np.zeros(0, np.int64)
+        self._batches: Iterator[pa.Table] = iter_trace(spec.path, batch_size=_BATCH)
+        self.exhausted = False
+
+    def refill(self) -> None:
+        while self.buf is None or self.buf.num_rows == 0:
+            batch = next(self._batches, None)
+            if batch is None:
+                self.exhausted = True
+                self.buf, self.ts = None, np.zeros(0, np.int64)
+                return
+            self._load(batch)
+
+    def _load(self, batch: pa.Table) -> None:
+        ts = batch["timestamp"].cast(pa.int64()).to_numpy() + np.int64(self.spec.offset_ns)
+        if ts.size:
+            back = np.flatnonzero(np.diff(ts, prepend=ts[0] if self.rows == 0 else self.last_ns) < 0)
+            if back.size:
+                raise SchemaError(
+                    f"{self.spec.path}: not sorted by timestamp at message {self.rows + int(back[0]) + 1} "
+                    "(merge needs time-sorted inputs: wirepath convert --sort IN OUT)"
+                )
+            self.last_ns = int(ts[-1])
+        self.rows += batch.num_rows
+        batch = rename_nodes(batch, self.names)
+        cols = {}
+        for f in self.columns:
+            if f.name == "timestamp":
+                cols[f.name] = pa.array(ts, pa.int64())
+            elif f.name == "point" and "point" not in batch.column_names:
+                cols[f.name] = pa.array([self.point] * batch.num_rows, pa.string())
+            elif f.name in batch.column_names:
+                col = batch[f.name].combine_chunks()
+                cols[f.name] = col.dictionary_decode() if isinstance(col, pa.DictionaryArray) else col
+            else:
+                cols[f.name] = pa.nulls(batch.num_rows, f.type)
+        cols["_src"] = pa.array(np.full(batch.num_rows, self.index, np.int32))
+        self.buf, self.ts = pa.table(cols), ts
+
+    def take_upto(self, horizon: int) -> pa.Table | None:
+        if self.buf is None:
+            return None
+        n = int(np.searchsorted(self.ts, horizon, side="right"))
+        if n == 0:
+            return None
+        head = self.buf.slice(0, n)
+        self.buf, self.ts = self.buf.slice(n), self.ts[n:]
+        return head
+
+
+def _output_columns(specs: Sequence[MergeInput]) -> list[pa.Field]:
+    """Working columns of the merge: the union of the inputs', dictionaries as plain strings."""
+
+    def plain(t: pa.DataType) -> pa.DataType:
+        return t.value_type if pa.types.is_dictionary(t) else t
+
+    present: dict[str, pa.Field] = {}
+    for spec in specs:
+        schema = read_trace_metadata(spec.path).schema
+        assert schema is not None
+        for f in schema:
+            present.setdefault(f.name, f)
+    fields = [
+        pa.field("timestamp", pa.int64()),
+        *(pa.field(n, plain(present[n].type)) for n in CORE_COLUMNS[1:]),
+    ]
+    # Every merged message says where it was seen.
+    fields += [
+        pa.field(f.name, plain(f.type)) for f in OPTIONAL_FIELDS if f.name in present or f.name == "point"
+    ]
+    fields += [pa.field(n, plain(f.type)) for n, f in present.items() if n.startswith(("true_", "x_"))]
+    return fields
+
+
+def _duplicates(table: pa.Table, is_new: np.ndarray, window_ns: int) -> np.ndarray:
+    """Rows that repeat a message from another input within ``window_ns`` (new rows only).
+
+    Rows are ordered by (sender, receiver, op, id, time). A row is a copy when the row
+    before it has the same key, comes from another input and is at most the window
+    earlier, unless that row was itself dropped as a copy; the latter rule makes
+    runs of alternating copies pair up (dup = every second row of a run).
+    """
+    n = table.num_rows
+    if n < 2:
+        return np.zeros(n, bool)
+    codes = []
+    for name in ("sender", "receiver", "op"):
+        codes.append(pc.dictionary_encode(table[name].combine_chunks()).indices.to_numpy())
+    ident = table["id"].combine_chunks()
+    id_null = ident.is_null().to_numpy(zero_copy_only=False)
+    id_val = ident.fill_null(0).to_numpy()
+    ts = table["timestamp"].to_numpy()
+    src = table["_src"].to_numpy()
+    order = np.lexsort((src, ts, id_val, id_null, codes[2], codes[1], codes[0]))
+    key_same = np.ones(n - 1, bool)
+    for k in (*codes, id_null, id_val):
+        ks = k[order]
+        key_same &= ks[1:] == ks[:-1]
+    t, s = ts[order], src[order]
+    cond = np.zeros(n, bool)
+    cond[1:] = key_same & (s[1:] != s[:-1]) & (t[1:] - t[:-1] <= window_ns) & is_new[order][1:]
+    idx = np.arange(n)
+    run_start = np.maximum.accumulate(np.where(cond, 0, idx))
+    dup_sorted = cond & ((idx - run_start - 1) % 2 == 0)
+    dup = np.zeros(n, bool)
+    dup[order] = dup_sorted
+    return dup
+
+
+def merge_traces(
+    inputs: Sequence[PathLike | MergeInput],
+    output: PathLike,
+    *,
+    names: Mapping[str, str] | None = None,
+    dedup_window_ns: int | None = DEFAULT_DEDUP_WINDOW_NS,
+    on_progress: Callable[[int], None] | None = None,
+) -> MergeReport:
+    """Merge time-sorted Parquet traces into one, streaming, with bounded memory.
+
+    Parameters
+    ----------
+    inputs : sequence of path or MergeInput
+        The traces; a plain path has no clock offset.
+    output : str or path-like
+        The merged Parquet trace; its provenance records what was applied.
+    names : mapping, optional
+        Node renames (address or alias -> name), e.g. from ``load_names``.
+    dedup_window_ns : int or None
+        Window for removing a message seen at two capture points; None keeps all.
+    on_progress : callable, optional
+        Called with the number of messages written so far.
+
+    Returns
+    -------
+    MergeReport
+
+    Raises
+    ------
+    SchemaError
+        An input is not sorted by timestamp.
+    TraceFileError
+        An input is missing or unreadable.
+    """
+    specs = [s if isinstance(s, MergeInput) else MergeInput(str(s)) for s in inputs]
+    if not specs:
+        raise ParameterError("merge needs at least one input trace")
+    if dedup_window_ns is not None and dedup_window_ns < 0:
+        raise ParameterError(f"dedup window must be >= 0, not {dedup_window_ns} ns")
+    names = dict(names or {})
+    for spec in specs:
+        if Path(spec.path).resolve() == Path(output).resolve():
+            raise ParameterError(f"{output}: output would overwrite an input; choose another name")
+    columns = _output_columns(specs)
+    streams = [_Input(i, spec, names, columns) for i, spec in enumerate(specs)]
+    removed = 0
+    context: pa.Table | None = None  # kept rows within the window before the horizon
+    with TraceWriter(output) as writer:
+        while True:
+            for s in streams:
+                if not s.exhausted and (s.buf is None or s.buf.num_rows == 0):
+                    s.refill()
+            live = [s for s in streams if s.buf is not None and s.buf.num_rows]
+            if not live:
+                break
+            bounded = [int(s.ts[-1]) for s in live if not s.exhausted]
+            # Inputs with more to read bound the horizon; finished ones do not.
+            horizon = min(bounded) if bounded else max(int(s.ts[-1]) for s in live)
+            parts = [p for p in (s.take_upto(horizon) for s in live) if p is not None]
+            batch = pa.concat_tables(parts)
+            batch = batch.take(np.argsort(batch["timestamp"].to_numpy(), kind="stable"))
+            if dedup_window_ns is not None:
+                pool = batch if context is None else pa.concat_tables([context, batch])
+                is_new = np.ones(pool.num_rows, bool)
+                is_new[: pool.num_rows - batch.num_rows] = False
+                dup = _duplicates(pool, is_new, dedup_window_ns)[pool.num_rows - batch.num_rows :]
+                if dup.any():
+                    removed += int(dup.sum())
+                    batch = batch.filter(pa.array(~dup))
+                kept = batch if context is None else pa.concat_tables([context, batch])
+                recent = kept["timestamp"].to_numpy() >= horizon - dedup_window_ns
+                context = kept.filter(pa.array(recent))
+            writer.write(_finish(batch))
+            if on_progress is not None:
+                on_progress(writer.rows)
+        report = MergeReport(
+            output=str(output),
+            messages=writer.rows,
+            duplicates_removed=removed,
+            dedup_window_ns=dedup_window_ns,
+            inputs=[
+                {
+                    "path": s.spec.path,
+                    "messages": s.rows,
+                    "offset_ns": s.spec.offset_ns,
+                    "point": s.point,
+                    "provenance": read_trace_metadata(s.spec.path).provenance,
+                }
+                for s in streams
+            ],
+            renamed={k: v for k, v in names.items()},
+        )
+        writer.provenance["merge"] = report.to_json()
+    return report
+
+
+def _finish(batch: pa.Table) -> pa.Table:
+    """Back from the merge's working columns to trace columns."""
+    batch = batch.drop_columns(["_src"])
+    ts = batch["timestamp"].cast(pa.timestamp("ns", tz="UTC"))
+    batch = batch.set_column(0, "timestamp", ts)
+    assert batch.column_names[: len(CORE_COLUMNS)] == list(CORE_COLUMNS)
+    return batch

@@ -1,0 +1,222 @@
+"""``wirepath <verb>``: parse arguments, call one library function, write, summarize.
+
+Exit status: 0 success, 1 a wirepath error (one ``error: ...`` line on stderr),
+2 a usage error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import tracefmt
+from tracefmt import WirepathError
+from wirepath import __version__
+
+__all__ = ["main"]
+
+
+class _UsageError(Exception):
+    """Raised by the parser instead of exiting, so ``main`` can return 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise _UsageError(f"{self.prog}: error: {message}")
+
+
+def _progress(label: str) -> Callable[[int], None] | None:
+    """A progress callback drawing on stderr, when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int) -> None:
+        print(f"\r{label}: {done:,} messages", end="", file=sys.stderr, flush=True)
+
+    return show
+
+
+def _end_progress(callback: Callable[[int], None] | None) -> None:
+    if callback is not None:
+        print(file=sys.stderr)
+
+
+def _emit(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=False, default=str))
+    else:
+        print(text)
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    progress = _progress("convert")
+    report = tracefmt.convert_trace(
+        args.input, args.output, skip_bad=args.skip_bad, sort=args.sort, on_progress=progress
+    )
+    _end_progress(progress)
+    lines = [f"wrote {report.messages:,} messages to {report.target}"]
+    if report.skipped:
+        lines.append(f"skipped {report.skipped:,} bad lines; first ones:")
+        lines += [f"  {e}" for e in report.examples]
+    if report.hashed_ids:
+        lines.append(f"{report.hashed_ids:,} non-numeric ids mapped to 64-bit hashes")
+    _emit(args, report.to_json(), "\n".join(lines))
+    return 0
+
+
+def _parse_offsets(pairs: Sequence[str], inputs: Sequence[str]) -> dict[str, int]:
+    offsets: dict[str, int] = {}
+    for pair in pairs:
+        name, sep, value = pair.rpartition("=")
+        if not sep or not name:
+            raise tracefmt.ParameterError(f"--offset {pair!r} must be INPUT=SECONDS, e.g. B.parquet=-0.012")
+        matches = [p for p in inputs if p == name or Path(p).name == name]
+        if len(matches) != 1:
+            raise tracefmt.ParameterError(
+                f"--offset names {name!r}, which is {'ambiguous' if matches else 'not an input'} "
+                f"(inputs: {', '.join(inputs)})"
+            )
+        offsets[matches[0]] = tracefmt.parse_duration_ns(value, allow_negative=True)
+    return offsets
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    offsets = _parse_offsets(args.offset, args.inputs)
+    names = tracefmt.load_names(args.names) if args.names else {}
+    window = None if args.no_dedup else tracefmt.parse_duration_ns(args.dedup_window)
+    specs = [tracefmt.MergeInput(p, offset_ns=offsets.get(p, 0)) for p in args.inputs]
+    progress = _progress("merge")
+    report = tracefmt.merge_traces(specs, args.out, names=names, dedup_window_ns=window, on_progress=progress)
+    _end_progress(progress)
+    total_in = sum(i["messages"] for i in report.inputs)
+    lines = [f"merged {len(report.inputs)} traces ({total_in:,} messages) into {report.output}"]
+    for i in report.inputs:
+        offset = f", offset {tracefmt.format_duration_ns(i['offset_ns'])}" if i["offset_ns"] else ""
+        lines.append(f"  {i['path']}: {i['messages']:,} messages, point {i['point']}{offset}")
+    dedup = "off" if window is None else f"window {tracefmt.format_duration_ns(window)}"
+    lines.append(f"removed {report.duplicates_removed:,} duplicates ({dedup}); wrote {report.messages:,}")
+    if names:
+        lines.append(f"renamed through {len(names)} names from {args.names}")
+    _emit(args, report.to_json(), "\n".join(lines))
+    return 0
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    summary = tracefmt.summarize_trace(args.trace)
+    _emit(args, summary.to_json(), f"{args.trace}\n{summary.describe(max_edges=args.edges)}")
+    return 0
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="wirepath",
+        description="Find why a distributed system of black boxes is slow, from the traffic "
+        "between its parts.",
+        epilog="Run 'wirepath VERB --help' for a verb's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"wirepath {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    verbs.required = True
+
+    def verb(name: str, handler: Callable[[argparse.Namespace], int], help_: str, desc: str) -> _Parser:
+        p = verbs.add_parser(
+            name, help=help_, description=desc, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        p.set_defaults(handler=handler)
+        p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+        return p
+
+    p = verb(
+        "convert",
+        _cmd_convert,
+        "convert a trace between text and Parquet",
+        "Convert a message trace between the text form and Parquet, chosen by file name:\n"
+        "  .parquet .pq                 Parquet (zstd), the store's form\n"
+        "  .txt .txt.gz .trace .trace.gz  text: 'timestamp op sender receiver id' per line\n\n"
+        "Text timestamps are seconds with any decimals (kept to the nanosecond) or ISO-8601;\n"
+        "op is call, return or send; id is a decimal integer, '-' for none, or any other\n"
+        "token (mapped to a stable 64-bit hash). '#' starts a comment.\n\n"
+        "example: wirepath convert run1.txt run1.parquet",
+    )
+    p.add_argument("input", help="trace to read (.txt, .txt.gz, .trace or .parquet)")
+    p.add_argument("output", help="trace to write (.parquet or .txt)")
+    p.add_argument("--skip-bad", action="store_true", help="skip malformed text lines and report how many")
+    p.add_argument(
+        "--sort", action="store_true", help="sort messages by timestamp (stable; reads all in memory)"
+    )
+
+    p = verb(
+        "merge",
+        _cmd_merge,
+        "merge traces from several capture points",
+        "Merge time-sorted Parquet traces into one, streaming with bounded memory.\n"
+        "Each input can be shifted by a clock offset; nodes can be renamed through a TOML\n"
+        "names file (address or alias = name, top level or under [names]); a message seen\n"
+        "at two capture points (same sender, receiver, op and id, from different inputs,\n"
+        "within the dedup window) is kept once. A 'point' column records where each\n"
+        "message was seen (the input's file name when it has none).\n\n"
+        "example: wirepath merge a.parquet b.parquet --offset b.parquet=-0.012 --out m.parquet",
+    )
+    p.add_argument("inputs", nargs="+", help="Parquet traces, each sorted by timestamp")
+    p.add_argument("--out", required=True, help="merged Parquet trace to write")
+    p.add_argument(
+        "--offset",
+        action="append",
+        default=[],
+        metavar="INPUT=DURATION",
+        help="add DURATION to INPUT's timestamps (seconds or with unit: -0.012, 3ms); repeatable",
+    )
+    p.add_argument("--names", metavar="FILE.toml", help="rename nodes: TOML of address or alias = name")
+    p.add_argument(
+        "--dedup-window",
+        default="1ms",
+        metavar="DURATION",
+        help="window for dropping a message seen at two points (default 1ms)",
+    )
+    p.add_argument("--no-dedup", action="store_true", help="keep every message, duplicates included")
+
+    p = verb(
+        "info",
+        _cmd_info,
+        "summarize a trace",
+        "Summarize a trace: messages, time span and rate, nodes, directed edges with\n"
+        "message counts, op counts, call/return balance per RPC pair, optional columns,\n"
+        "and the provenance recorded in the file.\n\n"
+        "example: wirepath info run1.parquet --json",
+    )
+    p.add_argument("trace", help="trace to read (.parquet or text)")
+    p.add_argument("--edges", type=int, default=20, metavar="N", help="edges to list (default 20)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status.
+
+    Examples
+    --------
+    >>> main(["--version"])
+    wirepath 0.1.0
+    0
+    """
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return int(args.handler(args))
+    except _UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help and --version
+        return int(exc.code or 0)
+    except WirepathError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nerror: interrupted; partial outputs were removed", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
