@@ -42,6 +42,7 @@ from tracefmt.schema import (
     sort_trace,
     validate_trace,
 )
+from tracefmt.store import STORE_DIRS, Store
 from tracefmt.summary import TraceSummary, summarize_trace
 from tracefmt.text import TextStats, format_text_lines, iter_text_trace, read_text_trace, write_text_trace
 from tracefmt.units import format_duration_ns, parse_duration_ns
@@ -55,6 +56,7 @@ __all__ = [
     "OP_RETURN",
     "OP_SEND",
     "SCHEMA_VERSION",
+    "STORE_DIRS",
     "TRACE_SCHEMA",
     "TRACE_SUFFIXES",
     "ConvertReport",
@@ -64,6 +66,7 @@ __all__ = [
     "ParameterError",
     "ParseError",
     "SchemaError",
+    "Store",
     "TextStats",
     "TraceFileError",
     "TraceMetadata",

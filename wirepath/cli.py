@@ -53,10 +53,21 @@ def _emit(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
         print(text)
 
 
+def _output_path(args: argparse.Namespace) -> str:
+    """OUTPUT, or the trace's place in --store (named by --name or the input's stem)."""
+    if (args.output is None) == (args.store is None):
+        raise tracefmt.ParameterError("give exactly one of OUTPUT or --store DIR")
+    if args.output is not None:
+        return args.output
+    name = args.name or Path(args.input).name.split(".")[0]
+    return str(tracefmt.Store.create(args.store).trace_path(name))
+
+
 def _cmd_convert(args: argparse.Namespace) -> int:
+    output = _output_path(args)
     progress = _progress("convert")
     report = tracefmt.convert_trace(
-        args.input, args.output, skip_bad=args.skip_bad, sort=args.sort, on_progress=progress
+        args.input, output, skip_bad=args.skip_bad, sort=args.sort, on_progress=progress
     )
     _end_progress(progress)
     lines = [f"wrote {report.messages:,} messages to {report.target}"]
@@ -107,6 +118,13 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    if tracefmt.Store.is_store(args.trace):
+        traces = tracefmt.Store.open(args.trace).traces()
+        doc = {"store": args.trace, "traces": [{"path": t.path, "messages": t.messages} for t in traces]}
+        text = [f"store {args.trace}: {len(traces)} traces"]
+        text += [f"  {Path(t.path).stem:<24} {t.messages:>12,} messages" for t in traces]
+        _emit(args, doc, "\n".join(text))
+        return 0
     summary = tracefmt.summarize_trace(args.trace)
     _emit(args, summary.to_json(), f"{args.trace}\n{summary.describe(max_edges=args.edges)}")
     return 0
@@ -141,10 +159,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "Text timestamps are seconds with any decimals (kept to the nanosecond) or ISO-8601;\n"
         "op is call, return or send; id is a decimal integer, '-' for none, or any other\n"
         "token (mapped to a stable 64-bit hash). '#' starts a comment.\n\n"
-        "example: wirepath convert run1.txt run1.parquet",
+        "examples: wirepath convert run1.txt run1.parquet\n"
+        "          wirepath convert run1.txt --store results/   (-> results/traces/run1.parquet)",
     )
     p.add_argument("input", help="trace to read (.txt, .txt.gz, .trace or .parquet)")
-    p.add_argument("output", help="trace to write (.parquet or .txt)")
+    p.add_argument("output", nargs="?", help="trace to write (.parquet or .txt)")
+    p.add_argument("--store", metavar="DIR", help="write into the store DIR (traces/NAME.parquet) instead")
+    p.add_argument("--name", help="trace name in the store (default: the input's file name stem)")
     p.add_argument("--skip-bad", action="store_true", help="skip malformed text lines and report how many")
     p.add_argument(
         "--sort", action="store_true", help="sort messages by timestamp (stable; reads all in memory)"
@@ -186,10 +207,10 @@ def _build_parser() -> argparse.ArgumentParser:
         "summarize a trace",
         "Summarize a trace: messages, time span and rate, nodes, directed edges with\n"
         "message counts, op counts, call/return balance per RPC pair, optional columns,\n"
-        "and the provenance recorded in the file.\n\n"
+        "and the provenance recorded in the file. Given a store directory, lists its traces.\n\n"
         "example: wirepath info run1.parquet --json",
     )
-    p.add_argument("trace", help="trace to read (.parquet or text)")
+    p.add_argument("trace", help="trace to read (.parquet or text), or a store directory")
     p.add_argument("--edges", type=int, default=20, metavar="N", help="edges to list (default 20)")
     return parser
 
