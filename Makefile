@@ -13,9 +13,12 @@ DEMO := build/demo
 
 demo: setup
 	@mkdir -p $(DEMO)
-	$(BIN)/wirepath convert samples/multitier.txt $(DEMO)/multitier.parquet
-	$(BIN)/wirepath info $(DEMO)/multitier.parquet
-	@echo "demo output: $(DEMO)/multitier.parquet"
+	$(BIN)/wirepath convert samples/sw1.txt $(DEMO)/sw1.parquet
+	$(BIN)/wirepath convert samples/sw2.txt $(DEMO)/sw2.parquet
+	$(BIN)/wirepath merge $(DEMO)/sw1.parquet $(DEMO)/sw2.parquet --offset sw2.parquet=-12ms \
+		--names samples/names.toml --out $(DEMO)/merged.parquet
+	$(BIN)/wirepath info $(DEMO)/merged.parquet
+	@echo "demo output: $(DEMO)/ (sw1.parquet, sw2.parquet, merged.parquet)"
 
 test: setup lint
 	$(BIN)/pytest

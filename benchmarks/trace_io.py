@@ -35,7 +35,10 @@ import tracefmt
 
 
 def make_rpc_trace(messages: int, seed: int) -> pa.Table:
-    """A load-balanced three-tier RPC trace, 6 messages per request, exact ids."""
+    """A load-balanced three-tier RPC trace, 6 messages per request, exact ids.
+
+    Ids start at ``seed * 10**12``, so traces of different seeds share no message.
+    """
     rng = np.random.default_rng(seed)
     n = -(-messages // 6)
     start = 1_732_000_000_000_000_000 + np.cumsum(rng.exponential(300_000, n)).astype(np.int64)
@@ -59,7 +62,7 @@ def make_rpc_trace(messages: int, seed: int) -> pa.Table:
         ap[rng.integers(0, 3, n)],
         db[rng.integers(0, 2, n)],
     )
-    ids = np.arange(n, dtype=np.uint64) * 3 + 1_000_000
+    ids = np.arange(n, dtype=np.uint64) * 3 + np.uint64(seed * 10**12)
     ts = np.concatenate([t_ws_call, t_ap_call, t_db_call, t_db_ret, t_ap_ret, t_ws_ret])
     ts = ts // 1000 * 1000  # microsecond capture resolution
     snd = np.concatenate([c, w, a, d, a, w])

@@ -256,7 +256,7 @@ def iter_text_trace(
     *,
     skip_bad: bool = False,
     stats: TextStats | None = None,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    chunk_bytes: int | None = None,
 ) -> Iterator[pa.Table]:
     """Stream a text trace as validated tables, one per chunk of ``chunk_bytes``.
 
@@ -268,8 +268,9 @@ def iter_text_trace(
         Skip malformed lines (counted in ``stats``) instead of raising.
     stats : TextStats, optional
         Filled in as the file is read.
-    chunk_bytes : int
-        Bytes parsed at a time; memory is a small multiple of this.
+    chunk_bytes : int, optional
+        Bytes parsed at a time; memory is a small multiple of this. By default up to
+        8 MiB, smaller for small files so that every core gets a share.
 
     Raises
     ------
@@ -304,6 +305,9 @@ def iter_text_trace(
     # Chunks are parsed in threads (numpy releases the GIL) and yielded in file order,
     # with at most `workers + 1` chunks in memory.
     with _open_input(path) as stream, ThreadPoolExecutor(workers) as pool:
+        if chunk_bytes is None:
+            size = DEFAULT_CHUNK_BYTES if str(path).endswith(".gz") else Path(path).stat().st_size
+            chunk_bytes = int(np.clip(size // (2 * workers) + 1, 1 << 20, DEFAULT_CHUNK_BYTES))
         first_line = 0
         carry = b""
         while True:
