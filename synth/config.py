@@ -1,0 +1,537 @@
+"""The synth configuration file (TOML), read into frozen dataclasses.
+
+The file format is documented field by field in ``synth/README.md``. Every problem
+is reported as ``FILE:LINE: field: what is wrong (what would be right)``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tracefmt import ParameterError, TraceFileError
+
+__all__ = [
+    "CallSpec",
+    "ConfigError",
+    "Delay",
+    "Faults",
+    "HopSpec",
+    "NodeDelay",
+    "SynthConfig",
+    "TraceletSpec",
+    "load_config",
+    "parse_config",
+]
+
+PathLike = str | os.PathLike[str]
+DEFAULT_START = "2024-01-01T00:00:00Z"
+ID_MODES = ("unique", "missing", "reused", "zero")
+
+
+class ConfigError(ParameterError):
+    """A synth configuration is invalid; the message names the file line and the field."""
+
+
+@dataclass(frozen=True)
+class Delay:
+    """A delay in seconds: a mixture of Gaussians, each truncated at 0.
+
+    Written ``[mean, std]`` or, for several peaks, ``[[mean, std, weight], ...]``.
+    """
+
+    components: tuple[tuple[float, float, float], ...] = ((0.0, 0.0, 1.0),)
+
+    @property
+    def mean_s(self) -> float:
+        """The mean before truncation (weighted over components)."""
+        total = sum(w for _, _, w in self.components)
+        return sum(m * w for m, _, w in self.components) / total
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` draws in seconds, float64, each >= 0."""
+        if len(self.components) == 1:
+            mean, std, _ = self.components[0]
+            x = rng.normal(mean, std, n) if std > 0 else np.full(n, mean)
+        else:
+            w = np.array([c[2] for c in self.components])
+            pick = rng.choice(len(w), size=n, p=w / w.sum())
+            means = np.array([c[0] for c in self.components])[pick]
+            stds = np.array([c[1] for c in self.components])[pick]
+            x = means + stds * rng.standard_normal(n)
+        return np.maximum(x, 0.0)
+
+
+@dataclass(frozen=True)
+class NodeDelay:
+    """A delay that may depend on the node it happens at (``{"*" = [...], WS2 = [...]}``)."""
+
+    default: Delay = field(default_factory=Delay)
+    by_node: Mapping[str, Delay] = field(default_factory=dict)
+
+    def for_node(self, node: str) -> Delay:
+        return self.by_node.get(node, self.default)
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """One call of an RPC tracelet: the parent's node calls ``to``.
+
+    ``before``: at the callee, from receiving the call to its first child call (or to
+    the return of a leaf, plus ``after``); ``between``: from a child's return to the
+    next child call; ``after``: from the last child's return to the return.
+    """
+
+    id: str
+    parent: str | None
+    to: tuple[str, ...]
+    weights: tuple[float, ...]
+    p: float = 1.0
+    repeat: tuple[int, int] = (1, 1)
+    group: str | None = None
+    before: NodeDelay = field(default_factory=NodeDelay)
+    between: NodeDelay = field(default_factory=NodeDelay)
+    after: NodeDelay = field(default_factory=NodeDelay)
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class HopSpec:
+    """One message of a one-way tracelet: the previous receiver sends to ``to`` after ``delay``."""
+
+    to: tuple[str, ...]
+    weights: tuple[float, ...]
+    p: float = 1.0
+    delay: NodeDelay = field(default_factory=NodeDelay)
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class TraceletSpec:
+    """A template of one causal path, instantiated many times."""
+
+    name: str
+    kind: str  # "rpc" or "messages"
+    client: tuple[str, ...]
+    client_weights: tuple[float, ...]
+    weight: float = 1.0
+    think_s: tuple[float, float] = (0.0, 0.0)
+    calls: tuple[CallSpec, ...] = ()
+    hops: tuple[HopSpec, ...] = ()
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Faults:
+    """What goes wrong on the way to the trace (all off by default)."""
+
+    loss_rate_pps: float | None = None
+    loss_queue: int = 64
+    skew: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # node -> (offset_s, drift_ppm)
+    dup_fraction: float = 0.0
+    dup_delay: Delay = field(default_factory=lambda: Delay(((20e-6, 5e-6, 1.0),)))
+    ids: str = "unique"
+    ids_fraction: float = 1.0
+    ids_modulus: int = 16
+    jitter_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """A whole configuration; ``replace()`` it to apply command-line overrides."""
+
+    path: str
+    nodes: tuple[str, ...]
+    tracelets: tuple[TraceletSpec, ...]
+    seed: int = 1
+    messages: int | None = None
+    duration_s: float | None = None
+    parallelism: float = 1.0
+    start_ns: int = 0
+    resolution_ns: int = 1000
+    faults: Faults = field(default_factory=Faults)
+
+    def with_overrides(self, **changes: Any) -> SynthConfig:
+        """A copy with top-level fields replaced (None values are ignored)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+# --- reading -------------------------------------------------------------------------
+
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-\"]+?)\s*\]\]?\s*(#.*)?$")
+_KEY = re.compile(r"^\s*\"?([A-Za-z0-9_\-*]+)\"?\s*=")
+
+
+class _Lines:
+    """Line numbers of tables and keys, found by scanning the text (tomllib gives none)."""
+
+    def __init__(self, text: str) -> None:
+        self.tables: dict[tuple[Any, ...], int] = {(): 1}
+        self.keys: dict[tuple[Any, ...], dict[str, int]] = {(): {}}
+        counters: dict[str, int] = {}
+        current: tuple[Any, ...] = ()
+        tracelet = -1
+        for number, line in enumerate(text.splitlines(), 1):
+            m = _HEADER.match(line)
+            if m:
+                name = m.group(2).replace('"', "")
+                if m.group(1) == "[[" and name == "tracelet":
+                    tracelet += 1
+                    counters = {}
+                    current = ("tracelet", tracelet)
+                elif m.group(1) == "[[" and name.startswith("tracelet."):
+                    sub = name.split(".", 1)[1]
+                    counters[sub] = counters.get(sub, -1) + 1
+                    current = ("tracelet", tracelet, sub, counters[sub])
+                else:
+                    current = tuple(name.split("."))
+                self.tables.setdefault(current, number)
+                self.keys.setdefault(current, {})
+                continue
+            k = _KEY.match(line)
+            if k:
+                self.keys.setdefault(current, {}).setdefault(k.group(1), number)
+
+    def line(self, where: tuple[Any, ...], key: str | None = None) -> int:
+        if key is not None and key in self.keys.get(where, {}):
+            return self.keys[where][key]
+        return self.tables.get(where, 1)
+
+
+class _Reader:
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self.lines = _Lines(text)
+
+    def fail(self, where: tuple[Any, ...], key: str | None, message: str) -> ConfigError:
+        label = ".".join(str(p) for p in where if not isinstance(p, int))
+        field_name = f"{label}.{key}" if label and key else (key or label or "config")
+        return ConfigError(f"{self.path}:{self.lines.line(where, key)}: {field_name}: {message}")
+
+    def number(
+        self,
+        doc: Mapping[str, Any],
+        where: tuple[Any, ...],
+        key: str,
+        default: Any,
+        *,
+        lo: float = -math.inf,
+        hi: float = math.inf,
+        integer: bool = False,
+    ) -> Any:
+        value = doc.get(key, default)
+        if value is None:
+            return None
+        ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
+        if isinstance(value, bool) or not ok_type:
+            kind = "an integer" if integer else "a number"
+            raise self.fail(where, key, f"must be {kind}, not {value!r}")
+        if not lo <= value <= hi or (isinstance(value, float) and math.isnan(value)):
+            raise self.fail(where, key, f"must be between {lo} and {hi}, not {value!r}")
+        return value
+
+    def delay(self, doc: Mapping[str, Any], where: tuple[Any, ...], key: str, nodes: set[str]) -> NodeDelay:
+        value = doc.get(key)
+        if value is None:
+            return NodeDelay()
+        if isinstance(value, dict):
+            by_node = {}
+            for node, spec in value.items():
+                if node != "*" and node not in nodes:
+                    raise self.fail(
+                        where, key, f"unknown node {node!r} (declared nodes: {', '.join(sorted(nodes))})"
+                    )
+                by_node[node] = self._one_delay(spec, where, key)
+            default = by_node.pop("*", Delay())
+            return NodeDelay(default, by_node)
+        return NodeDelay(self._one_delay(value, where, key))
+
+    def _one_delay(self, value: Any, where: tuple[Any, ...], key: str) -> Delay:
+        hint = "[mean, std] in seconds, or [[mean, std, weight], ...] for several peaks"
+        if not isinstance(value, list) or not value:
+            raise self.fail(where, key, f"must be {hint}, not {value!r}")
+        parts = value if isinstance(value[0], list) else [[*value, 1.0]]
+        comps = []
+        for part in parts:
+            if len(part) != 3 or not all(
+                isinstance(x, int | float) and not isinstance(x, bool) for x in part
+            ):
+                raise self.fail(where, key, f"must be {hint}, not {value!r}")
+            mean, std, weight = (float(x) for x in part)
+            if std < 0:
+                raise self.fail(where, key, f"std must be >= 0, not {std}")
+            if mean < 0:
+                raise self.fail(where, key, f"mean must be >= 0, not {mean}")
+            if weight <= 0:
+                raise self.fail(where, key, f"weight must be > 0, not {weight}")
+            comps.append((mean, std, weight))
+        return Delay(tuple(comps))
+
+    def choice(
+        self, doc: Mapping[str, Any], where: tuple[Any, ...], key: str, nodes: set[str]
+    ) -> tuple[tuple[str, ...], tuple[float, ...]]:
+        value = doc.get(key)
+        if value is None:
+            raise self.fail(where, key, "missing (a node name, or a list of node names to choose from)")
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise self.fail(where, key, f"must be a node name or a list of node names, not {value!r}")
+        for n in names:
+            if n not in nodes:
+                raise self.fail(
+                    where, key, f"unknown node {n!r} (declared nodes: {', '.join(sorted(nodes))})"
+                )
+        wkey = "weights" if key == "to" else f"{key}_weights"
+        weights = doc.get(wkey, [1.0] * len(names))
+        if (
+            not isinstance(weights, list)
+            or len(weights) != len(names)
+            or not all(isinstance(w, int | float) and not isinstance(w, bool) and w > 0 for w in weights)
+        ):
+            raise self.fail(where, wkey, f"must be {len(names)} positive numbers, one per node in {key}")
+        return tuple(names), tuple(float(w) for w in weights)
+
+    def check_keys(self, doc: Mapping[str, Any], where: tuple[Any, ...], allowed: set[str]) -> None:
+        for key in doc:
+            if key not in allowed:
+                raise self.fail(where, key, f"unknown field (allowed: {', '.join(sorted(allowed))})")
+
+
+_TRACE_KEYS = {"seed", "messages", "duration_s", "parallelism", "start", "resolution_s"}
+_TRACELET_KEYS = {"name", "kind", "client", "client_weights", "weight", "think_s", "call", "hop"}
+_CALL_KEYS = {"id", "parent", "to", "weights", "p", "repeat", "group", "before_s", "between_s", "after_s"}
+_HOP_KEYS = {"to", "weights", "p", "delay_s"}
+_FAULT_KEYS = {"loss", "skew", "duplicates", "ids", "jitter"}
+
+
+def _start_ns(r: _Reader, value: Any) -> int:
+    try:
+        dt = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise r.fail(("trace",), "start", f"must be an ISO-8601 instant, not {value!r}") from None
+    if dt.tzinfo is None:
+        raise r.fail(("trace",), "start", f"needs a zone, e.g. {DEFAULT_START}")
+    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
+
+
+def _read_calls(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> tuple[CallSpec, ...]:
+    calls: list[CallSpec] = []
+    seen: set[str] = set()
+    for ci, c in enumerate(t.get("call", [])):
+        where = ("tracelet", ti, "call", ci)
+        r.check_keys(c, where, _CALL_KEYS)
+        cid = c.get("id", f"call{ci}")
+        if not isinstance(cid, str) or cid in seen:
+            raise r.fail(where, "id", f"must be a unique string, not {cid!r}")
+        parent = c.get("parent")
+        if ci == 0 and parent is not None:
+            raise r.fail(
+                where, "parent", "the first call is the root call (from the client); it has no parent"
+            )
+        if ci > 0:
+            if parent is None:
+                raise r.fail(where, "parent", f"missing (the id of an earlier call: {', '.join(seen)})")
+            if parent not in seen:
+                raise r.fail(where, "parent", f"unknown call {parent!r} (earlier calls: {', '.join(seen)})")
+        seen.add(cid)
+        to, weights = r.choice(c, where, "to", nodes)
+        rep = c.get("repeat", 1)
+        rep = [rep, rep] if isinstance(rep, int) and not isinstance(rep, bool) else rep
+        if not (
+            isinstance(rep, list)
+            and len(rep) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in rep)
+            and 0 <= rep[0] <= rep[1]
+            and rep[1] >= 1
+        ):
+            raise r.fail(
+                where, "repeat", f"must be a count >= 1 or [min, max] counts, not {c.get('repeat')!r}"
+            )
+        group = c.get("group")
+        if group is not None and not isinstance(group, str):
+            raise r.fail(where, "group", f"must be a string naming a parallel group, not {group!r}")
+        calls.append(
+            CallSpec(
+                id=cid,
+                parent=parent,
+                to=to,
+                weights=weights,
+                p=r.number(c, where, "p", 1.0, lo=0.0, hi=1.0),
+                repeat=(rep[0], rep[1]),
+                group=group,
+                before=r.delay(c, where, "before_s", nodes),
+                between=r.delay(c, where, "between_s", nodes),
+                after=r.delay(c, where, "after_s", nodes),
+                line=r.lines.line(where),
+            )
+        )
+    return tuple(calls)
+
+
+def _read_hops(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> tuple[HopSpec, ...]:
+    hops = []
+    for hi, h in enumerate(t.get("hop", [])):
+        where = ("tracelet", ti, "hop", hi)
+        r.check_keys(h, where, _HOP_KEYS)
+        to, weights = r.choice(h, where, "to", nodes)
+        hops.append(
+            HopSpec(
+                to=to,
+                weights=weights,
+                p=r.number(h, where, "p", 1.0, lo=0.0, hi=1.0),
+                delay=r.delay(h, where, "delay_s", nodes),
+                line=r.lines.line(where),
+            )
+        )
+    return tuple(hops)
+
+
+def _read_faults(r: _Reader, doc: Mapping[str, Any], nodes: set[str]) -> Faults:
+    f = doc.get("faults", {})
+    r.check_keys(f, ("faults",), _FAULT_KEYS)
+    out: dict[str, Any] = {}
+    loss = f.get("loss", {})
+    r.check_keys(loss, ("faults", "loss"), {"rate_pps", "queue"})
+    out["loss_rate_pps"] = r.number(loss, ("faults", "loss"), "rate_pps", None, lo=1e-9)
+    out["loss_queue"] = r.number(loss, ("faults", "loss"), "queue", 64, lo=1, integer=True)
+    skew = {}
+    for node, spec in f.get("skew", {}).items():
+        where = ("faults", "skew")
+        if node not in nodes:
+            raise r.fail(where, node, f"unknown node {node!r} (declared nodes: {', '.join(sorted(nodes))})")
+        if isinstance(spec, int | float) and not isinstance(spec, bool):
+            skew[node] = (float(spec), 0.0)
+        elif isinstance(spec, dict) and set(spec) <= {"offset_s", "drift_ppm"}:
+            off = r.number(spec, where, "offset_s", 0.0)
+            drift = r.number(spec, where, "drift_ppm", 0.0, lo=-1e5, hi=1e5)
+            skew[node] = (float(off), float(drift))
+        else:
+            raise r.fail(where, node, "must be an offset in seconds or {offset_s = ..., drift_ppm = ...}")
+    out["skew"] = skew
+    dup = f.get("duplicates", {})
+    r.check_keys(dup, ("faults", "duplicates"), {"fraction", "delay_s"})
+    out["dup_fraction"] = r.number(dup, ("faults", "duplicates"), "fraction", 0.0, lo=0.0, hi=1.0)
+    if "delay_s" in dup:
+        out["dup_delay"] = r.delay(dup, ("faults", "duplicates"), "delay_s", nodes).default
+    ids = f.get("ids", {})
+    r.check_keys(ids, ("faults", "ids"), {"mode", "fraction", "modulus"})
+    mode = ids.get("mode", "unique")
+    if mode not in ID_MODES:
+        raise r.fail(
+            ("faults", "ids"), "mode", f"unknown mode {mode!r} (must be one of {', '.join(ID_MODES)})"
+        )
+    out["ids"] = mode
+    out["ids_fraction"] = r.number(ids, ("faults", "ids"), "fraction", 1.0, lo=0.0, hi=1.0)
+    out["ids_modulus"] = r.number(ids, ("faults", "ids"), "modulus", 16, lo=1, integer=True)
+    jitter = f.get("jitter", {})
+    r.check_keys(jitter, ("faults", "jitter"), {"std_s"})
+    out["jitter_s"] = float(r.number(jitter, ("faults", "jitter"), "std_s", 0.0, lo=0.0))
+    return Faults(**out)
+
+
+def parse_config(text: str, path: str = "<config>") -> SynthConfig:
+    """Parse configuration text (TOML); see ``load_config``."""
+    r = _Reader(path, text)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    r.check_keys(doc, (), {"nodes", "trace", "tracelet", "faults"})
+    nodes_list = doc.get("nodes")
+    if (
+        not isinstance(nodes_list, list)
+        or not nodes_list
+        or not all(isinstance(n, str) and n for n in nodes_list)
+    ):
+        raise r.fail((), "nodes", 'missing or invalid (a list of node names, e.g. nodes = ["client", "WS1"])')
+    nodes = set(nodes_list)
+    if len(nodes) != len(nodes_list):
+        raise r.fail((), "nodes", "lists a node twice")
+    bad = [n for n in nodes_list if re.search(r"[\s#]", n)]
+    if bad:
+        raise r.fail((), "nodes", f"node name {bad[0]!r} has whitespace or '#'")
+    trace = doc.get("trace", {})
+    r.check_keys(trace, ("trace",), _TRACE_KEYS)
+    messages = r.number(trace, ("trace",), "messages", None, lo=1, integer=True)
+    duration = r.number(trace, ("trace",), "duration_s", None, lo=1e-9)
+    if messages is None and duration is None:
+        raise r.fail(("trace",), None, "needs messages = N or duration_s = S")
+    tracelets = []
+    for ti, t in enumerate(doc.get("tracelet", [])):
+        where = ("tracelet", ti)
+        r.check_keys(t, where, _TRACELET_KEYS)
+        kind = t.get("kind", "rpc")
+        if kind not in ("rpc", "messages"):
+            raise r.fail(where, "kind", f"unknown kind {kind!r} (must be rpc or messages)")
+        client, client_w = r.choice(t, where, "client", nodes)
+        think = t.get("think_s", [0.0, 0.0])
+        if not (
+            isinstance(think, list)
+            and len(think) == 2
+            and all(isinstance(x, int | float) for x in think)
+            and 0 <= think[0] <= think[1]
+        ):
+            raise r.fail(where, "think_s", f"must be [min, max] seconds with 0 <= min <= max, not {think!r}")
+        spec = TraceletSpec(
+            name=str(t.get("name", f"tracelet{ti}")),
+            kind=kind,
+            client=client,
+            client_weights=client_w,
+            weight=r.number(t, where, "weight", 1.0, lo=1e-12),
+            think_s=(float(think[0]), float(think[1])),
+            calls=_read_calls(r, t, ti, nodes) if kind == "rpc" else (),
+            hops=_read_hops(r, t, ti, nodes) if kind == "messages" else (),
+            line=r.lines.line(where),
+        )
+        if kind == "rpc" and not spec.calls:
+            raise r.fail(where, None, "an rpc tracelet needs at least one [[tracelet.call]]")
+        if kind == "messages" and not spec.hops:
+            raise r.fail(where, None, "a messages tracelet needs at least one [[tracelet.hop]]")
+        if (kind == "rpc" and "hop" in t) or (kind == "messages" and "call" in t):
+            raise r.fail(
+                where, "kind", f"a {kind} tracelet takes {'call' if kind == 'rpc' else 'hop'} entries only"
+            )
+        tracelets.append(spec)
+    if not tracelets:
+        raise r.fail((), "tracelet", "missing (at least one [[tracelet]])")
+    return SynthConfig(
+        path=path,
+        nodes=tuple(nodes_list),
+        tracelets=tuple(tracelets),
+        seed=r.number(trace, ("trace",), "seed", 1, lo=0, integer=True),
+        messages=messages,
+        duration_s=duration,
+        parallelism=float(r.number(trace, ("trace",), "parallelism", 1.0, lo=1e-9)),
+        start_ns=_start_ns(r, trace.get("start", DEFAULT_START)),
+        resolution_ns=round(r.number(trace, ("trace",), "resolution_s", 1e-6, lo=1e-9, hi=1.0) * 1e9),
+        faults=_read_faults(r, doc, nodes),
+    )
+
+
+def load_config(path: PathLike) -> SynthConfig:
+    """Read a synth configuration file.
+
+    Raises
+    ------
+    ConfigError
+        ``FILE:LINE: field: problem (what is allowed)``.
+    TraceFileError
+        The file is missing or unreadable.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TraceFileError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceFileError(f"{p}: cannot read ({exc})") from None
+    return parse_config(text, str(p))

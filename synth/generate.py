@@ -1,0 +1,486 @@
+"""Generating a synthetic trace with ground truth, streaming, vectorized over instances.
+
+Each tracelet runs in ``loops`` client loops; a loop starts an instance, waits for it
+to finish, thinks (uniform in ``think_s``) and starts the next. Rounds instantiate a
+block of instances for every loop at once; messages earlier than the *horizon* (the
+earliest next start over all loops) can no longer be preceded by anything new, so
+they are stamped (faults), sorted and written, and memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from synth.config import Faults, SynthConfig
+from synth.faults import CaptureQueue, stamp_skew
+from synth.template import Batch, build_template
+from synth.truth import PatternBook, mean_parallelism
+from tracefmt import ParameterError, TraceWriter, write_text_trace
+from tracefmt.schema import OPS, TS_TYPE, validate_trace
+
+__all__ = ["SynthReport", "generate_table", "generate_trace"]
+
+PathLike = str | os.PathLike[str]
+_INSTANCES_PER_ROUND = 40_000
+_PARALLELISM_CALLS = 150_000  # calls measured for the reported parallelism
+_OP_CALL, _OP_RETURN, _OP_SEND = (OPS.index(o) for o in ("call", "return", "send"))
+
+
+@dataclass(frozen=True)
+class SynthReport:
+    """What ``generate_trace`` made."""
+
+    output: str | None
+    messages: int
+    instances: int
+    patterns: int
+    mean_parallelism: float
+    requested_parallelism: float
+    loops: dict[str, int]
+    lost: int
+    duplicated: int
+    duration_s: float
+    truth: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc.pop("truth")
+        return doc
+
+
+_COLUMNS = ("t", "sender", "receiver", "op", "uid", "parent", "inst", "pattern", "start", "seq")
+
+
+class _Engine:
+    """One run of the generator: rounds of instances, stamping, emission."""
+
+    def __init__(self, config: SynthConfig, loops: list[int], *, seed: int) -> None:
+        self.config = config
+        self.rng = np.random.default_rng(seed)
+        self.codes = {n: i for i, n in enumerate(config.nodes)}
+        self.templates = [build_template(t, self.codes) for t in config.tracelets]
+        self.book = PatternBook(self.templates, list(config.nodes))
+        self.loops = loops
+        self.next_start: list[np.ndarray] = []
+        for t, spec in enumerate(config.tracelets):
+            # Stagger the loops' first starts over one think time plus a typical duration.
+            typical = self._typical_duration(t) + sum(spec.think_s) / 2
+            self.next_start.append(self.rng.uniform(0.0, max(typical, 1e-6), loops[t]))
+        self.inst_base = 0
+        self.uid_base = 0
+        self.buffer: dict[str, np.ndarray] | None = None
+        self.stop_s: float | None = config.duration_s
+        self.counted = 0  # messages of instances started before the horizon
+        self.instances = 0
+        # Batches whose instances are not all settled yet: (tracelet, batch, starts, pattern, settled).
+        self.pending: list[tuple[int, Batch, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.queue = (
+            CaptureQueue(config.faults.loss_rate_pps, config.faults.loss_queue)
+            if config.faults.loss_rate_pps
+            else None
+        )
+        self.lost = 0
+        self.duplicated = 0
+        self.sample: list[np.ndarray] = []  # call intervals for the parallelism measure
+        self.sampled = 0
+
+    def _typical_duration(self, t: int) -> float:
+        probe = self.templates[t].instantiate(np.random.default_rng(0), 64)
+        return float(np.median(probe.duration))
+
+    # -- generation ---------------------------------------------------------------------
+
+    def _explode(
+        self, t: int, batch: Batch, starts: np.ndarray, inst: np.ndarray, pattern: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """All messages of a batch of instances, in (event order, instance) order."""
+        tpl = self.templates[t]
+        s, n = batch.present.shape
+        uid = np.full((s, n), -1, np.int64)
+        flat = batch.present.T  # instance-major numbering of calls
+        count = int(flat.sum())
+        uid_t = np.full((n, s), -1, np.int64)
+        uid_t[flat] = self.uid_base + np.arange(count)
+        uid = uid_t.T
+        self.uid_base += count
+        parts = []
+        caller_of = [tpl.slots[i].parent for i in range(s)]
+        for i in range(s):
+            p = batch.present[i]
+            if not p.any():
+                continue
+            j = np.flatnonzero(p)
+            q = caller_of[i]
+            caller = batch.client[j] if q < 0 else batch.node[q, j]
+            parent = np.full(j.size, -1, np.int64) if q < 0 else uid[q, j]
+            node = batch.node[i, j]
+            common = {"uid": uid[i, j], "inst": inst[j], "pattern": pattern[j], "start": starts[j]}
+            if tpl.kind == "messages":
+                parts.append(
+                    {
+                        "t": starts[j] + batch.t_call[i, j],
+                        "sender": caller,
+                        "receiver": node,
+                        "op": np.full(j.size, _OP_SEND),
+                        "parent": parent,
+                        "seq": np.full(j.size, i),
+                        **common,
+                    }
+                )
+            else:
+                parts.append(
+                    {
+                        "t": starts[j] + batch.t_call[i, j],
+                        "sender": caller,
+                        "receiver": node,
+                        "op": np.full(j.size, _OP_CALL),
+                        "parent": parent,
+                        "seq": np.full(j.size, tpl.call_seq[i]),
+                        **common,
+                    }
+                )
+                parts.append(
+                    {
+                        "t": starts[j] + batch.t_ret[i, j],
+                        "sender": node,
+                        "receiver": caller,
+                        "op": np.full(j.size, _OP_RETURN),
+                        "parent": parent,
+                        "seq": np.full(j.size, tpl.return_seq[i]),
+                        **common,
+                    }
+                )
+        if not parts:
+            return {k: np.zeros(0) for k in _COLUMNS}
+        out = {k: np.concatenate([part[k] for part in parts]) for k in _COLUMNS}
+        # Equal timestamps keep the causal event order within an instance.
+        order = np.lexsort((out["seq"], out["inst"]))
+        return {k: v[order] for k, v in out.items()}
+
+    def _round(self) -> None:
+        fresh = []
+        for t, tpl in enumerate(self.templates):
+            loops = self.loops[t]
+            per_loop = max(1, _INSTANCES_PER_ROUND // max(1, sum(self.loops)))
+            n = loops * per_loop
+            batch = tpl.instantiate(self.rng, n)
+            lo, hi = self.config.tracelets[t].think_s
+            think = self.rng.uniform(lo, hi, n) if hi > lo else np.full(n, lo)
+            step = (batch.duration + think).reshape(loops, per_loop)
+            offsets = np.cumsum(step, axis=1) - step
+            starts = (self.next_start[t][:, None] + offsets).ravel()
+            self.next_start[t] = self.next_start[t] + step.sum(axis=1)
+            inst = self.inst_base + np.arange(n, dtype=np.int64)
+            self.inst_base += n
+            pattern = self.book.classify(t, batch)
+            self.pending.append((t, batch, starts, pattern, np.zeros(n, bool)))
+            fresh.append(self._explode(t, batch, starts, inst, pattern))
+        new = {k: np.concatenate([f[k] for f in fresh]) for k in _COLUMNS}
+        self.buffer = (
+            new if self.buffer is None else {k: np.concatenate([self.buffer[k], new[k]]) for k in _COLUMNS}
+        )
+
+    @property
+    def horizon(self) -> float:
+        return float(min(ns.min() for ns in self.next_start))
+
+    def _sizes(self, t: int, batch: Batch) -> np.ndarray:
+        per_slot = 1 if self.templates[t].kind == "messages" else 2
+        return batch.messages * per_slot
+
+    def _update_stop(self) -> None:
+        """Fix the stop time once the message target is reached (instances in start order).
+
+        Every instance that starts before the horizon exists already, so when those
+        reach the target, the instance that crosses it is the last one kept.
+        """
+        if self.stop_s is not None or self.config.messages is None:
+            return
+        h = self.horizon
+        starts, sizes = [], []
+        for t, batch, st, _, settled in self.pending:
+            sel = ~settled & (st < h)
+            starts.append(st[sel])
+            sizes.append(self._sizes(t, batch)[sel])
+        starts_a, sizes_a = np.concatenate(starts), np.concatenate(sizes)
+        order = np.argsort(starts_a, kind="stable")
+        total = self.counted + np.cumsum(sizes_a[order])
+        reached = np.searchsorted(total, self.config.messages, side="left")
+        if reached < total.size:
+            self.stop_s = float(starts_a[order][reached])
+
+    def _settle_truth(self, final: bool) -> None:
+        """Record the truth of instances whose fate is known: kept iff started by the stop."""
+        h = self.horizon
+        still = []
+        for t, batch, starts, pattern, settled in self.pending:
+            known = ~settled if (final or self.stop_s is not None) else ~settled & (starts < h)
+            keep = known & (starts <= self.stop_s) if self.stop_s is not None else known
+            if keep.any():
+                self.book.add(t, batch, pattern, keep)
+                self.instances += int(keep.sum())
+                self.counted += int(self._sizes(t, batch)[keep].sum())
+            settled |= known
+            if not settled.all():
+                still.append((t, batch, starts, pattern, settled))
+        self.pending = still
+
+    def _stamp(self, m: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Capture timestamps (seconds) after skew and jitter; the duplicate mask."""
+        f = self.config.faults
+        t = m["t"].copy()
+        if f.skew:
+            # A message is stamped by its sender's capture point if skewed, else its receiver's.
+            for role in ("receiver", "sender"):
+                for node, (off, drift) in f.skew.items():
+                    sel = m[role] == self.codes[node]
+                    t[sel] = stamp_skew(m["t"][sel], off, drift)
+        if f.jitter_s > 0:
+            t = t + self.rng.normal(0.0, f.jitter_s, t.size)
+        dup = self.rng.random(t.size) < f.dup_fraction if f.dup_fraction > 0 else np.zeros(t.size, bool)
+        return t, dup
+
+    def _bound(self) -> float:
+        """No message stamped before this time can still appear."""
+        h = self.horizon
+        f = self.config.faults
+        low = min([0.0] + [off + drift * 1e-6 * h for off, drift in f.skew.values()])
+        return h + low - 8 * f.jitter_s
+
+    def _emit(self, final: bool) -> pa.Table | None:
+        if self.buffer is None or self.buffer["t"].size == 0:
+            return None
+        m = self.buffer
+        if self.stop_s is not None:
+            alive = m["start"] <= self.stop_s
+            m = {k: v[alive] for k, v in m.items()}
+        if "stamp" not in m:
+            m["stamp"], m["dup"] = self._stamp(m)
+        bound = np.inf if final else self._bound()
+        out = m["stamp"] < bound
+        self.buffer = {k: v[~out] for k, v in m.items()}
+        e = {k: v[out] for k, v in m.items()}
+        if e["t"].size == 0:
+            return None
+        self._sample_parallelism(e)
+        return self._finish(e)
+
+    def _sample_parallelism(self, e: dict[str, np.ndarray]) -> None:
+        if self.sampled >= _PARALLELISM_CALLS:
+            return
+        calls = e["op"] == _OP_CALL
+        rets = e["op"] == _OP_RETURN
+        if not calls.any():
+            return
+        self.sample.append(
+            np.stack([e["uid"][calls], e["sender"][calls], e["receiver"][calls], e["t"][calls]])
+        )
+        self.sample.append(
+            np.stack([e["uid"][rets], -np.ones(int(rets.sum())), -np.ones(int(rets.sum())), e["t"][rets]])
+        )
+        self.sampled += int(calls.sum())
+
+    def measured_parallelism(self) -> float:
+        """Mean candidate parents per child over the sampled calls (true times)."""
+        if not self.sample:
+            return 0.0
+        rows = np.concatenate(self.sample, axis=1)
+        is_call = rows[1] >= 0
+        calls, rets = rows[:, is_call], rows[:, ~is_call]
+        # Pair each call with its return by uid; calls whose return was not sampled drop out.
+        r_order = np.argsort(rets[0], kind="stable")
+        r_uid, r_t = rets[0][r_order], rets[3][r_order]
+        pos = np.minimum(np.searchsorted(r_uid, calls[0]), max(r_uid.size - 1, 0))
+        closed = (r_uid[pos] == calls[0]) if r_uid.size else np.zeros(calls.shape[1], bool)
+        return mean_parallelism(
+            calls[2][closed].astype(np.int64),
+            calls[1][closed].astype(np.int64),
+            calls[3][closed],
+            r_t[pos][closed],
+        )
+
+    def _finish(self, e: dict[str, np.ndarray]) -> pa.Table:
+        """Faults that add or remove messages, sort, quantize, build the Arrow table."""
+        cfg = self.config
+        f = cfg.faults
+        stamp = e["stamp"]
+        point = None
+        if f.dup_fraction > 0:
+            d = e["dup"]
+            copies = {k: v[d] for k, v in e.items()}
+            copies["stamp"] = copies["stamp"] + f.dup_delay.sample(self.rng, int(d.sum()))
+            point = np.concatenate([np.zeros(e["t"].size, np.int8), np.ones(int(d.sum()), np.int8)])
+            e = {k: np.concatenate([e[k], copies[k]]) for k in e}
+            self.duplicated += int(d.sum())
+            stamp = e["stamp"]
+        ts = cfg.start_ns + (np.floor(stamp * 1e9 / cfg.resolution_ns).astype(np.int64) * cfg.resolution_ns)
+        order = np.argsort(ts, kind="stable")
+        e = {k: v[order] for k, v in e.items()}
+        ts = ts[order]
+        if point is not None:
+            point = point[order]
+        if self.queue is not None:
+            keep = self.queue.admit(ts)
+            self.lost += int((~keep).sum())
+            e = {k: v[keep] for k, v in e.items()}
+            ts = ts[keep]
+            if point is not None:
+                point = point[keep]
+        uid = e["uid"].astype(np.int64)
+        ids = uid.astype(np.uint64)
+        id_valid = e["op"] != _OP_SEND
+        if f.ids == "zero":
+            ids = np.zeros_like(ids)
+        elif f.ids == "reused":
+            ids = ids % np.uint64(f.ids_modulus)
+        elif f.ids == "missing":
+            # A per-call coin from the uid, so a call and its return agree.
+            coin = ((uid * 0x9E3779B97F4A7C15) % (1 << 31)) / float(1 << 31)
+            id_valid &= coin >= f.ids_fraction
+        names = pa.array(list(cfg.nodes), pa.string())
+        patterns = pa.array([p.id for p in self.book.patterns], pa.string())
+        cols: dict[str, pa.Array] = {
+            "timestamp": pa.array(ts, pa.int64()).cast(TS_TYPE),
+            "sender": pa.DictionaryArray.from_arrays(pa.array(e["sender"].astype(np.int32)), names),
+            "receiver": pa.DictionaryArray.from_arrays(pa.array(e["receiver"].astype(np.int32)), names),
+            "op": pa.DictionaryArray.from_arrays(pa.array(e["op"].astype(np.int8)), pa.array(OPS)),
+            "id": pa.array(ids, pa.uint64(), mask=~id_valid),
+        }
+        if point is not None:
+            cols["point"] = pa.DictionaryArray.from_arrays(pa.array(point), pa.array(["p1", "p2"]))
+        cols["true_instance"] = pa.array(e["inst"].astype(np.uint64))
+        cols["true_pattern"] = pa.DictionaryArray.from_arrays(
+            pa.array(e["pattern"].astype(np.int32)), patterns
+        )
+        cols["true_call"] = pa.array(uid.astype(np.uint64))
+        parent = e["parent"].astype(np.int64)
+        cols["true_parent"] = pa.array(parent.astype(np.uint64), mask=parent < 0)
+        return pa.table(cols)
+
+    def run(self, on_progress: Callable[[int], None] | None = None) -> Iterator[pa.Table]:
+        written = 0
+        while True:
+            if self.stop_s is not None and self.horizon > self.stop_s:
+                break
+            self._round()
+            self._update_stop()
+            self._settle_truth(final=False)
+            table = self._emit(final=False)
+            if table is not None:
+                written += table.num_rows
+                if on_progress is not None:
+                    on_progress(written)
+                yield table
+        self._settle_truth(final=True)
+        table = self._emit(final=True)
+        if table is not None:
+            yield table
+
+
+def _loops(config: SynthConfig, scale: float) -> list[int]:
+    weights = np.array([t.weight for t in config.tracelets])
+    share = weights / weights.sum()
+    return [max(1, round(config.parallelism * scale * s)) for s in share]
+
+
+def _calibrate(config: SynthConfig) -> list[int]:
+    """Loops per tracelet that give the requested mean parallelism (a few pilot runs)."""
+    scale = 1.0
+    loops = _loops(config, scale)
+    if config.parallelism <= 1.0:
+        return loops
+    for _ in range(4):
+        pilot_msgs = max(30_000, 60 * sum(loops) * 8)
+        pilot = replace(config, messages=pilot_msgs, duration_s=None, faults=Faults())
+        engine = _Engine(pilot, loops, seed=config.seed + 0x5EED)
+        for _table in engine.run():
+            pass
+        measured = engine.measured_parallelism()
+        if measured <= 0 or abs(measured - config.parallelism) <= 0.03 * config.parallelism:
+            break
+        scale *= config.parallelism / measured
+        new = _loops(config, scale)
+        if new == loops:
+            break
+        loops = new
+    return loops
+
+
+def _engine(config: SynthConfig) -> _Engine:
+    if not any(t.kind == "rpc" for t in config.tracelets):
+        return _Engine(config, _loops(config, 1.0), seed=config.seed)
+    return _Engine(config, _calibrate(config), seed=config.seed)
+
+
+def generate_table(config: SynthConfig) -> tuple[pa.Table, dict[str, Any]]:
+    """Generate a whole trace in memory; returns ``(trace, truth)``. For small traces and tests."""
+    engine = _engine(config)
+    parts = list(engine.run())
+    table = pa.concat_tables(parts).unify_dictionaries().combine_chunks() if parts else None
+    if table is None:
+        raise ParameterError(f"{config.path}: the configuration produced no messages")
+    truth = engine.book.truth(
+        messages=table.num_rows, instances=engine.instances, parallelism=engine.measured_parallelism()
+    )
+    return validate_trace(table), truth
+
+
+def generate_trace(
+    config: SynthConfig,
+    output: PathLike,
+    *,
+    truth_path: PathLike | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> SynthReport:
+    """Generate a trace into ``output`` (Parquet, or text for ``.txt``), streaming.
+
+    Parameters
+    ----------
+    config : SynthConfig
+        From ``load_config`` (plus overrides).
+    output : str or path-like
+        ``.parquet`` (with ground-truth columns) or ``.txt`` (the five core fields).
+    truth_path : str or path-like, optional
+        Where to write the truth file (JSON, ``results.md``).
+    on_progress : callable, optional
+        Called with messages written so far.
+    """
+    engine = _engine(config)
+    out = Path(output)
+    provenance = {"synth": {"config": config.path, "seed": config.seed, "loops": engine.loops}}
+    if out.name.endswith((".txt", ".txt.gz", ".trace")):
+        rows = write_text_trace(engine.run(on_progress), out)
+    else:
+        with TraceWriter(out, provenance=provenance) as writer:
+            for table in engine.run(on_progress):
+                writer.write(table)
+            writer.provenance["synth"].update({"lost": engine.lost, "duplicated": engine.duplicated})
+        rows = writer.rows
+    parallelism = engine.measured_parallelism()
+    truth = engine.book.truth(messages=rows, instances=engine.instances, parallelism=parallelism)
+    if truth_path is not None:
+        tp = Path(truth_path)
+        tp.parent.mkdir(parents=True, exist_ok=True)
+        tp.write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
+    span = engine.stop_s if engine.stop_s is not None else engine.horizon
+    return SynthReport(
+        output=str(out),
+        messages=rows,
+        instances=engine.instances,
+        patterns=len(truth["patterns"]),
+        mean_parallelism=parallelism,
+        requested_parallelism=config.parallelism,
+        loops={t.name: n for t, n in zip(config.tracelets, engine.loops, strict=True)},
+        lost=engine.lost,
+        duplicated=engine.duplicated,
+        duration_s=float(span),
+        truth=truth,
+    )

@@ -1,0 +1,205 @@
+"""Ground truth of a synthetic trace: its patterns with true latencies, and its parallelism."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from synth.template import Batch, Template
+from tracefmt.patterns import Shape, path_id, pattern_id
+
+__all__ = ["PatternBook", "latency_stats", "mean_parallelism"]
+
+
+def latency_stats(values: np.ndarray) -> dict[str, float]:
+    """Mean, p50, p90, p99 and std (seconds) in the form of the paths file contract.
+
+    Examples
+    --------
+    >>> latency_stats(np.array([1.0, 2.0, 3.0]))["p50"]
+    2.0
+    """
+    v = np.asarray(values, np.float64)
+    if v.size == 0:
+        return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "std": 0.0}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {
+        "mean": float(v.mean()),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+        "std": float(v.std()),
+    }
+
+
+@dataclass
+class _Pattern:
+    id: str
+    template: int  # index of the template
+    key: bytes
+    slots: list[int]  # present slots, depth-first
+    shape: Shape | None
+    nodes: list[str] | None  # for linear (messages) patterns
+    lat: list[np.ndarray] = field(default_factory=list)  # per-batch arrays (present slots, k)
+    delay: list[np.ndarray] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+
+class PatternBook:
+    """Patterns seen so far, keyed by template and instance shape."""
+
+    def __init__(self, templates: list[Template], node_names: list[str]) -> None:
+        self.templates = templates
+        self.names = node_names
+        self.patterns: list[_Pattern] = []
+        self._by_key: dict[tuple[int, bytes], int] = {}
+
+    def classify(self, t: int, batch: Batch) -> np.ndarray:
+        """Pattern index of every instance of a batch (new shapes are registered)."""
+        codes = np.where(batch.present, batch.node + 1, 0).astype(np.int32)
+        keys = np.vstack([batch.client[None, :], codes]).T
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        index = np.empty(len(uniq), np.int64)
+        for u, row in enumerate(uniq):
+            key = row.tobytes()
+            found = self._by_key.get((t, key))
+            if found is None:
+                found = self._register(t, key, row)
+            index[u] = found
+        return index[inverse.ravel()]
+
+    def _register(self, t: int, key: bytes, row: np.ndarray) -> int:
+        tpl = self.templates[t]
+        client = self.names[row[0]]
+        present = [i for i in range(tpl.size) if row[i + 1] > 0]
+        node = {i: self.names[row[i + 1] - 1] for i in present}
+        if tpl.kind == "messages":
+            nodes = [client] + [node[i] for i in present]
+            pat = _Pattern(path_id(nodes), t, key, present, None, nodes)
+        else:
+
+            def build(i: int, caller: str) -> Shape:
+                kids = [c for group in tpl.slots[i].children for c in group if c in node]
+                return Shape(caller, node[i], tuple(build(c, node[i]) for c in kids))
+
+            shape = build(0, client)
+            pat = _Pattern(pattern_id(shape), t, key, present, shape, None)
+        self.patterns.append(pat)
+        self._by_key[(t, key)] = len(self.patterns) - 1
+        return len(self.patterns) - 1
+
+    def add(self, t: int, batch: Batch, pattern: np.ndarray, keep: np.ndarray) -> None:
+        """Record true latencies of the kept instances of a batch."""
+        tpl = self.templates[t]
+        for p in np.unique(pattern[keep]):
+            pat = self.patterns[p]
+            sel = keep & (pattern == p)
+            slots = pat.slots
+            t_call = batch.t_call[slots][:, sel]
+            t_ret = batch.t_ret[slots][:, sel]
+            if tpl.kind == "messages":
+                lat = np.diff(t_call, axis=0, prepend=t_call[:1])  # hop delay
+                total = t_call[-1] - t_call[0]
+                delay = lat
+            else:
+                lat = t_ret - t_call
+                parents = [tpl.slots[i].parent for i in slots]
+                parent_call = np.vstack([batch.t_call[q][sel] if q >= 0 else t_call[0] for q in parents])
+                delay = t_call - parent_call
+                total = lat[0]
+            pat.lat.append(lat.astype(np.float32))
+            pat.delay.append(delay.astype(np.float32))
+            pat.total += float(total.sum())
+            pat.count += int(sel.sum())
+
+    def _tree(self, pat: _Pattern, lat: np.ndarray, delay: np.ndarray) -> dict[str, Any]:
+        """The pattern's visit tree with per-visit latency and per-edge delay statistics."""
+        assert pat.shape is not None
+        row = {slot: k for k, slot in enumerate(pat.slots)}
+        tpl = self.templates[pat.template]
+
+        def visit(i: int, shape: Shape, root: bool) -> dict[str, Any]:
+            kids = [c for group in tpl.slots[i].children for c in group if c in row]
+            return {
+                "node": shape.node,
+                "caller": shape.caller,
+                "latency_s": latency_stats(lat[row[i]]),
+                "delay_s": None if root else latency_stats(delay[row[i]]),
+                "children": [visit(c, s, False) for c, s in zip(kids, shape.children, strict=True)],
+            }
+
+        return visit(pat.slots[0], pat.shape, True)
+
+    def truth(self, *, messages: int, instances: int, parallelism: float) -> dict[str, Any]:
+        """The truth file (``results.md``): patterns by count, with true latency stats."""
+        out = []
+        for pat in self.patterns:
+            if pat.count == 0:
+                continue
+            lat = np.concatenate(pat.lat, axis=1).astype(np.float64)
+            delay = np.concatenate(pat.delay, axis=1).astype(np.float64)
+            entry: dict[str, Any] = {"id": pat.id, "count": pat.count, "total_latency_s": pat.total}
+            if pat.shape is None:
+                assert pat.nodes is not None
+                entry["nodes"] = pat.nodes
+                entry["hop_delays_s"] = [latency_stats(delay[k]) for k in range(1, delay.shape[0])]
+            else:
+                entry["root"] = self._tree(pat, lat, delay)
+            out.append(entry)
+        out.sort(key=lambda e: (-e["count"], e["id"]))
+        return {
+            "format": "wirepath.truth/1",
+            "messages": messages,
+            "instances": instances,
+            "mean_parallelism": parallelism,
+            "patterns": out,
+        }
+
+
+def mean_parallelism(callee: np.ndarray, caller: np.ndarray, t_call: np.ndarray, t_ret: np.ndarray) -> float:
+    """Mean number of candidate parents per child call, the paper's measure of parallelism.
+
+    A candidate parent of a child call B->C is any call into B that started before the
+    child's call and is still open when the child returns. Calls whose caller never
+    receives a call (roots) are not children. Counted exactly with sorted blocks, in
+    vectorized passes (no loop per call).
+
+    Examples
+    --------
+    >>> # Two overlapping calls into B, each with one child B->C inside both.
+    >>> callee = np.array([1, 1, 2, 2]); caller = np.array([0, 0, 1, 1])
+    >>> t_call = np.array([0.0, 0.1, 0.2, 0.3]); t_ret = np.array([1.0, 1.1, 0.4, 0.5])
+    >>> mean_parallelism(callee, caller, t_call, t_ret)
+    2.0
+    """
+    total = 0
+    children = 0
+    for b in np.unique(caller):
+        into = callee == b
+        kids = caller == b
+        if not into.any():
+            continue
+        order = np.argsort(t_call[into], kind="stable")
+        s, e = t_call[into][order], t_ret[into][order]
+        tc, tr = t_call[kids], t_ret[kids]
+        prefix = np.searchsorted(s, tc, side="left")
+        count = np.zeros(tc.size, np.int64)
+        block = max(32, int(np.sqrt(s.size)))
+        for lo in range(0, s.size, block):
+            hi = min(lo + block, s.size)
+            full = prefix >= hi
+            if full.any():
+                e_sorted = np.sort(e[lo:hi])
+                count[full] += (hi - lo) - np.searchsorted(e_sorted, tr[full], side="right")
+            part = (prefix > lo) & (prefix < hi)
+            if part.any():
+                q = np.flatnonzero(part)
+                cols = np.arange(lo, hi)
+                inside = cols[None, :] < prefix[q][:, None]
+                count[q] += (inside & (e[lo:hi][None, :] > tr[q][:, None])).sum(axis=1)
+        total += int(count.sum())
+        children += int(tc.size)
+    return total / children if children else 0.0

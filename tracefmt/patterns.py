@@ -1,0 +1,68 @@
+"""Path pattern shapes and their stable ids, shared by ground truth and inference.
+
+A nesting pattern is a tree of visits: each visit is ``(caller, node, children)`` with
+children in call order. Its canonical text is ``caller>node(child,child,...)``; the id
+is the first 16 hex digits of its BLAKE2b digest, so the same shape gets the same id
+in a truth file and in an inferred paths file. A linear path (convolution, one-way
+messages) is its node sequence joined by ``>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Shape", "path_id", "pattern_id", "shape_text"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One visit of a pattern: ``caller`` called ``node``, which called ``children`` in order.
+
+    Examples
+    --------
+    >>> s = Shape("client", "WS1", (Shape("WS1", "AP1", (Shape("AP1", "DB1"),)),))
+    >>> shape_text(s)
+    'client>WS1(WS1>AP1(AP1>DB1))'
+    """
+
+    caller: str
+    node: str
+    children: tuple[Shape, ...] = ()
+
+
+def shape_text(shape: Shape) -> str:
+    """The canonical text of a shape (see the module docstring)."""
+    head = f"{shape.caller}>{shape.node}"
+    if not shape.children:
+        return head
+    return head + "(" + ",".join(shape_text(c) for c in shape.children) + ")"
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def pattern_id(shape: Shape) -> str:
+    """Stable 16-hex-digit id of a nesting pattern's shape.
+
+    Examples
+    --------
+    >>> pattern_id(Shape("client", "WS1")) == pattern_id(Shape("client", "WS1"))
+    True
+    >>> pattern_id(Shape("client", "WS1")) == pattern_id(Shape("client", "WS2"))
+    False
+    """
+    return _digest(shape_text(shape))
+
+
+def path_id(nodes: Sequence[str]) -> str:
+    """Stable id of a linear path (a node sequence).
+
+    Examples
+    --------
+    >>> len(path_id(["client", "relay1", "mx"]))
+    16
+    """
+    return _digest(">".join(nodes))
