@@ -124,6 +124,7 @@ class TraceletSpec:
     client: tuple[str, ...]
     client_weights: tuple[float, ...]
     weight: float = 1.0
+    clients: int | None = None  # fixed number of client loops (else from parallelism)
     think_s: tuple[float, float] = (0.0, 0.0)
     calls: tuple[CallSpec, ...] = ()
     hops: tuple[HopSpec, ...] = ()
@@ -307,7 +308,7 @@ class _Reader:
 
 
 _TRACE_KEYS = {"seed", "messages", "duration_s", "parallelism", "start", "resolution_s"}
-_TRACELET_KEYS = {"name", "kind", "client", "client_weights", "weight", "think_s", "call", "hop"}
+_TRACELET_KEYS = {"name", "kind", "client", "client_weights", "weight", "clients", "think_s", "call", "hop"}
 _CALL_KEYS = {"id", "parent", "to", "weights", "p", "repeat", "group", "before_s", "between_s", "after_s"}
 _HOP_KEYS = {"to", "weights", "p", "delay_s"}
 _FAULT_KEYS = {"loss", "skew", "duplicates", "ids", "jitter"}
@@ -487,6 +488,7 @@ def parse_config(text: str, path: str = "<config>") -> SynthConfig:
             client=client,
             client_weights=client_w,
             weight=r.number(t, where, "weight", 1.0, lo=1e-12),
+            clients=r.number(t, where, "clients", None, lo=1, integer=True),
             think_s=(float(think[0]), float(think[1])),
             calls=_read_calls(r, t, ti, nodes) if kind == "rpc" else (),
             hops=_read_hops(r, t, ti, nodes) if kind == "messages" else (),

@@ -43,7 +43,7 @@ class SynthReport:
     instances: int
     patterns: int
     mean_parallelism: float
-    requested_parallelism: float
+    requested_parallelism: float | None
     loops: dict[str, int]
     lost: int
     duplicated: int
@@ -343,7 +343,7 @@ class _Engine:
             ids = ids % np.uint64(f.ids_modulus)
         elif f.ids == "missing":
             # A per-call coin from the uid, so a call and its return agree.
-            coin = ((uid * 0x9E3779B97F4A7C15) % (1 << 31)) / float(1 << 31)
+            coin = ((uid.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(11)) / float(1 << 53)
             id_valid &= coin >= f.ids_fraction
         names = pa.array(list(cfg.nodes), pa.string())
         patterns = pa.array([p.id for p in self.book.patterns], pa.string())
@@ -386,16 +386,20 @@ class _Engine:
 
 
 def _loops(config: SynthConfig, scale: float) -> list[int]:
-    weights = np.array([t.weight for t in config.tracelets])
-    share = weights / weights.sum()
-    return [max(1, round(config.parallelism * scale * s)) for s in share]
+    """Client loops per tracelet: fixed ``clients``, else a weighted share of the parallelism."""
+    free = [t for t in config.tracelets if t.clients is None]
+    total = sum(t.weight for t in free) or 1.0
+    return [
+        t.clients if t.clients is not None else max(1, round(config.parallelism * scale * t.weight / total))
+        for t in config.tracelets
+    ]
 
 
 def _calibrate(config: SynthConfig) -> list[int]:
     """Loops per tracelet that give the requested mean parallelism (a few pilot runs)."""
     scale = 1.0
     loops = _loops(config, scale)
-    if config.parallelism <= 1.0:
+    if config.parallelism <= 1.0 or all(t.clients is not None for t in config.tracelets):
         return loops
     for _ in range(4):
         pilot_msgs = max(30_000, 60 * sum(loops) * 8)
@@ -464,20 +468,28 @@ def generate_trace(
                 writer.write(table)
             writer.provenance["synth"].update({"lost": engine.lost, "duplicated": engine.duplicated})
         rows = writer.rows
-    parallelism = engine.measured_parallelism()
+    span = engine.stop_s if engine.stop_s is not None else engine.horizon
+    if any(t.kind == "rpc" for t in config.tracelets):
+        parallelism = engine.measured_parallelism()
+    else:
+        # One-way traffic has no candidate parents: report instances in flight instead.
+        parallelism = sum(p.total for p in engine.book.patterns) / span if span > 0 else 0.0
     truth = engine.book.truth(messages=rows, instances=engine.instances, parallelism=parallelism)
     if truth_path is not None:
         tp = Path(truth_path)
         tp.parent.mkdir(parents=True, exist_ok=True)
         tp.write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
-    span = engine.stop_s if engine.stop_s is not None else engine.horizon
     return SynthReport(
         output=str(out),
         messages=rows,
         instances=engine.instances,
         patterns=len(truth["patterns"]),
         mean_parallelism=parallelism,
-        requested_parallelism=config.parallelism,
+        requested_parallelism=(
+            config.parallelism
+            if any(t.clients is None and t.kind == "rpc" for t in config.tracelets)
+            else None
+        ),
         loops={t.name: n for t, n in zip(config.tracelets, engine.loops, strict=True)},
         lost=engine.lost,
         duplicated=engine.duplicated,

@@ -162,8 +162,9 @@ class PatternBook:
 def mean_parallelism(callee: np.ndarray, caller: np.ndarray, t_call: np.ndarray, t_ret: np.ndarray) -> float:
     """Mean number of candidate parents per child call, the paper's measure of parallelism.
 
-    A candidate parent of a child call B->C is any call into B that started before the
-    child's call and is still open when the child returns. Calls whose caller never
+    A candidate parent of a child call B->C is any call into B that started no later
+    than the child's call and had not returned before the child returned (a parent with
+    no own delay shares its child's timestamps, so both bounds are inclusive). Calls whose caller never
     receives a call (roots) are not children. Counted exactly with sorted blocks, in
     vectorized passes (no loop per call).
 
@@ -185,7 +186,7 @@ def mean_parallelism(callee: np.ndarray, caller: np.ndarray, t_call: np.ndarray,
         order = np.argsort(t_call[into], kind="stable")
         s, e = t_call[into][order], t_ret[into][order]
         tc, tr = t_call[kids], t_ret[kids]
-        prefix = np.searchsorted(s, tc, side="left")
+        prefix = np.searchsorted(s, tc, side="right")
         count = np.zeros(tc.size, np.int64)
         block = max(32, int(np.sqrt(s.size)))
         for lo in range(0, s.size, block):
@@ -193,13 +194,13 @@ def mean_parallelism(callee: np.ndarray, caller: np.ndarray, t_call: np.ndarray,
             full = prefix >= hi
             if full.any():
                 e_sorted = np.sort(e[lo:hi])
-                count[full] += (hi - lo) - np.searchsorted(e_sorted, tr[full], side="right")
+                count[full] += (hi - lo) - np.searchsorted(e_sorted, tr[full], side="left")
             part = (prefix > lo) & (prefix < hi)
             if part.any():
                 q = np.flatnonzero(part)
                 cols = np.arange(lo, hi)
                 inside = cols[None, :] < prefix[q][:, None]
-                count[q] += (inside & (e[lo:hi][None, :] > tr[q][:, None])).sum(axis=1)
+                count[q] += (inside & (e[lo:hi][None, :] >= tr[q][:, None])).sum(axis=1)
         total += int(count.sum())
         children += int(tc.size)
     return total / children if children else 0.0

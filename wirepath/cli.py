@@ -10,9 +10,11 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+import synth
 import tracefmt
 from tracefmt import WirepathError
 from wirepath import __version__
@@ -130,6 +132,68 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_skew(pairs: Sequence[str]) -> dict[str, tuple[float, float]]:
+    skew: dict[str, tuple[float, float]] = {}
+    for pair in pairs:
+        node, sep, value = pair.partition("=")
+        if not sep or not node:
+            raise tracefmt.ParameterError(f"--skew {pair!r} must be NODE=SECONDS, e.g. WS2=0.03")
+        skew[node] = (tracefmt.parse_duration_ns(value, allow_negative=True) / 1e9, 0.0)
+    return skew
+
+
+def _cmd_synth(args: argparse.Namespace) -> int:
+    config = synth.load_config(args.config)
+    changes: dict[str, Any] = {"seed": args.seed, "parallelism": args.parallelism}
+    if args.messages is not None:
+        changes.update(messages=args.messages, duration_s=None)
+    if args.duration is not None:
+        changes.update(duration_s=tracefmt.parse_duration_ns(args.duration) / 1e9, messages=None)
+    faults = config.faults
+    if args.loss_rate is not None or args.queue is not None:
+        faults = replace(
+            faults,
+            loss_rate_pps=args.loss_rate if args.loss_rate is not None else faults.loss_rate_pps,
+            loss_queue=args.queue if args.queue is not None else faults.loss_queue,
+        )
+        if faults.loss_rate_pps is None:
+            raise tracefmt.ParameterError("--queue needs a capture rate: --loss-rate PPS")
+    if args.skew:
+        skew = _parse_skew(args.skew)
+        unknown = sorted(set(skew) - set(config.nodes))
+        if unknown:
+            raise tracefmt.ParameterError(
+                f"--skew names unknown node {unknown[0]!r} (nodes: {', '.join(config.nodes)})"
+            )
+        faults = replace(faults, skew={**faults.skew, **skew})
+    config = replace(config, **{k: v for k, v in changes.items() if v is not None} | {"faults": faults})
+    out = args.out
+    fmt = "text" if tracefmt.trace_format(out) == "text" else "parquet"
+    if args.format is not None and {"txt": "text", "parquet": "parquet"}[args.format] != fmt:
+        raise tracefmt.ParameterError(f"--format {args.format} does not match the file name {out}")
+    progress = _progress("synth")
+    report = synth.generate_trace(config, out, truth_path=args.truth, on_progress=progress)
+    _end_progress(progress)
+    lines = [
+        f"wrote {report.messages:,} messages ({report.instances:,} instances, {report.patterns} patterns) "
+        f"to {report.output}",
+        f"span {report.duration_s:,.3f} s; mean parallelism {report.mean_parallelism:.1f} "
+        + (f"(requested {report.requested_parallelism:g}; " if report.requested_parallelism else "(")
+        + f"client loops {report.loops})",
+    ]
+    if config.faults.loss_rate_pps:
+        lines.append(
+            f"lost {report.lost:,} messages at the capture point "
+            f"({config.faults.loss_rate_pps:g} pkt/s, queue {config.faults.loss_queue})"
+        )
+    if report.duplicated:
+        lines.append(f"duplicated {report.duplicated:,} messages (second capture point)")
+    if args.truth:
+        lines.append(f"truth: {args.truth}")
+    _emit(args, report.to_json(), "\n".join(lines))
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="wirepath",
@@ -212,6 +276,44 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("trace", help="trace to read (.parquet or text), or a store directory")
     p.add_argument("--edges", type=int, default=20, metavar="N", help="edges to list (default 20)")
+
+    p = verb(
+        "synth",
+        _cmd_synth,
+        "generate a synthetic trace with ground truth",
+        "Generate a maketrace-style synthetic trace from a TOML configuration (format:\n"
+        "synth/README.md; workloads in samples/synth/): tracelets of RPC calls or one-way\n"
+        "messages instantiated by concurrent client loops, with ground-truth columns\n"
+        "(true_instance, true_pattern, true_call, true_parent) and optional faults:\n"
+        "capture loss, clock skew, duplicates, missing or reused ids, jitter.\n"
+        "Same configuration and seed give a byte-identical trace.\n\n"
+        "example: wirepath synth samples/synth/multitier.toml --out t.parquet --truth t.json",
+    )
+    p.add_argument("config", help="synth configuration (TOML)")
+    p.add_argument("--out", required=True, help="trace to write: .parquet (with truth columns) or .txt")
+    p.add_argument("--truth", metavar="FILE.json", help="write the true patterns (results.md truth file)")
+    p.add_argument("--seed", type=int, help="random seed (overrides [trace] seed)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--messages", type=int, metavar="N", help="about N messages (whole instances)")
+    size.add_argument("--duration", metavar="DURATION", help="instances starting within DURATION (e.g. 600s)")
+    p.add_argument(
+        "--parallelism",
+        type=float,
+        metavar="K",
+        help="target mean parallelism (candidate parents per child call)",
+    )
+    p.add_argument(
+        "--loss-rate", type=float, metavar="PPS", help="capture point peak rate, packets/s (enables loss)"
+    )
+    p.add_argument("--queue", type=int, metavar="N", help="capture queue length in packets (default 64)")
+    p.add_argument(
+        "--skew",
+        action="append",
+        default=[],
+        metavar="NODE=SECONDS",
+        help="clock offset of NODE's capture point; repeatable",
+    )
+    p.add_argument("--format", choices=["parquet", "txt"], help="output form (default: from the file name)")
     return parser
 
 

@@ -1,0 +1,41 @@
+"""maketrace-style synthetic traces with ground truth: tracelets, topologies, faults.
+
+Configuration format: ``synth/README.md``. Entry points: ``load_config`` then
+``generate_trace`` (streaming to a file) or ``generate_table`` (in memory).
+"""
+
+from synth.config import (
+    CallSpec,
+    ConfigError,
+    Delay,
+    Faults,
+    HopSpec,
+    NodeDelay,
+    SynthConfig,
+    TraceletSpec,
+    load_config,
+    parse_config,
+)
+from synth.faults import CaptureQueue, stamp_skew
+from synth.generate import SynthReport, generate_table, generate_trace
+from synth.truth import latency_stats, mean_parallelism
+
+__all__ = [
+    "CallSpec",
+    "CaptureQueue",
+    "ConfigError",
+    "Delay",
+    "Faults",
+    "HopSpec",
+    "NodeDelay",
+    "SynthConfig",
+    "SynthReport",
+    "TraceletSpec",
+    "generate_table",
+    "generate_trace",
+    "latency_stats",
+    "load_config",
+    "mean_parallelism",
+    "parse_config",
+    "stamp_skew",
+]
