@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 _NL, _SP, _TAB, _CR, _HASH, _DOT, _MINUS, _ZERO = 10, 32, 9, 13, 35, 46, 45, 48
-MAX_SECONDS = 9_223_372_035  # int64 nanoseconds reach 2262-04-11
+INT64_LIMIT = np.uint64(1 << 63)  # nanoseconds: -2**63 .. 2**63 - 1 (1677-09-21 .. 2262-04-11)
+MAX_SECONDS = 9_223_372_036
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
 
@@ -114,13 +115,12 @@ def _digits_before(
     """Integer value of the digits in ``[first, stop)``, 8 at a time from the right."""
     value = np.zeros(first.size, np.uint64)
     ok = np.ones(first.size, bool)
-    scale = np.uint64(1)
     for g in range(groups):
         at = stop - 8 * (g + 1)
         v, good = _eight_digits(_keep_bytes(_words(data, at), first - at, 8))
-        value += v * scale
+        # Group g is worth 10**(8g); three groups reach the 19 digits of a uint64.
+        value += v * np.uint64(10 ** (8 * g))
         ok &= good
-        scale *= np.uint64(100_000_000)
     return value, ok
 
 
@@ -148,8 +148,9 @@ def parse_seconds_ns(data: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[
     first = lo + minus
     int_digits = dot - first
     frac_digits = np.where(has_dot, hi - dot - 1, 0)
-    ok = (int_digits + frac_digits > 0) & (int_digits <= 10)
-    sec, good = _digits_before(data, first, dot, 2)
+    # Up to 19 integer digits (leading zeros allowed): three 8-digit words.
+    ok = (int_digits + frac_digits > 0) & (int_digits <= 19)
+    sec, good = _digits_before(data, first, dot, max(1, -(-int(min(int_digits.max(), 19)) // 8)))
     ok &= good
     frac = np.zeros(n, np.uint64)
     frac_start = dot + 1
@@ -163,8 +164,10 @@ def parse_seconds_ns(data: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[
         elif g == 1:
             frac += v // np.uint64(10_000_000)
     ok &= sec <= np.uint64(MAX_SECONDS)
-    v = np.where(ok, sec.astype(np.int64) * 1_000_000_000 + frac.astype(np.int64), 0)
-    return np.where(minus, -v, v), ok
+    mag = np.where(ok, sec * np.uint64(1_000_000_000) + frac, np.uint64(0))
+    ok &= (mag < INT64_LIMIT) | (minus & (mag == INT64_LIMIT))
+    v = np.where(ok, mag, np.uint64(0)).astype(np.int64)  # 2**63 wraps to -2**63: right when negative
+    return np.where(minus & (v != np.iinfo(np.int64).min), -v, v), ok
 
 
 def parse_uint(data: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -179,8 +182,8 @@ def parse_uint(data: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.nda
     out, ok = _digits_before(data, lo, hi, -(-int(min(lens.max(), 19)) // 8))
     ok &= (lens > 0) & (lens <= 19)
     out[~ok] = 0
-    # 20-digit numbers may overflow uint64: check those few exactly.
-    for i in np.flatnonzero(lens == 20):
+    # 20 or more digits (a large value, or leading zeros): check those few exactly.
+    for i in np.flatnonzero(lens >= 20):
         text = bytes(data[lo[i] : hi[i]])
         if text.isdigit() and int(text) < 2**64:
             out[i], ok[i] = int(text), True

@@ -186,6 +186,7 @@ class _Input:
             else:
                 cols[f.name] = pa.nulls(batch.num_rows, f.type)
         cols["_src"] = pa.array(np.full(batch.num_rows, self.index, np.int32))
+        cols["_verdict"] = pa.array(np.full(batch.num_rows, _UNDECIDED, np.int8))
         self.buf, self.ts = pa.table(cols), ts
 
     def take_upto(self, horizon: int) -> pa.Table | None:
@@ -223,39 +224,75 @@ def _output_columns(specs: Sequence[MergeInput]) -> list[pa.Field]:
     return fields
 
 
-def _duplicates(table: pa.Table, is_new: np.ndarray, window_ns: int) -> np.ndarray:
-    """Rows that repeat a message from another input within ``window_ns`` (new rows only).
+_MAX_OPEN_ROWS = 1 << 20  # a run of one key this long is decided without waiting for more
+_UNDECIDED, _KEEP, _COPY = -1, 0, 1  # a held row's verdict, once its cluster is decided
 
-    Rows are ordered by (sender, receiver, op, id, time). A row is a copy when the row
-    before it has the same key, comes from another input and is at most the window
-    earlier, unless that row was itself dropped as a copy; the latter rule makes
-    runs of alternating copies pair up (dup = every second row of a run).
-    """
-    n = table.num_rows
-    if n < 2:
-        return np.zeros(n, bool)
-    codes = []
-    for name in ("sender", "receiver", "op"):
-        codes.append(pc.dictionary_encode(table[name].combine_chunks()).indices.to_numpy())
+
+@dataclass(frozen=True)
+class _Clusters:
+    """Runs of one key (sender, receiver, op, id): rows at most a window apart."""
+
+    order: np.ndarray  # row indices, grouped by cluster, each cluster in time order
+    cluster: np.ndarray  # cluster number of each row (in ``order``)
+    first_ts: np.ndarray  # per cluster
+    last_ts: np.ndarray
+
+
+def _clusters(table: pa.Table, window_ns: int) -> _Clusters:
+    codes = [
+        pc.dictionary_encode(table[name].combine_chunks()).indices.to_numpy()
+        for name in ("sender", "receiver", "op")
+    ]
     ident = table["id"].combine_chunks()
     id_null = ident.is_null().to_numpy(zero_copy_only=False)
     id_val = ident.fill_null(0).to_numpy()
     ts = table["timestamp"].to_numpy()
     src = table["_src"].to_numpy()
     order = np.lexsort((src, ts, id_val, id_null, codes[2], codes[1], codes[0]))
-    key_same = np.ones(n - 1, bool)
-    for k in (*codes, id_null, id_val):
-        ks = k[order]
-        key_same &= ks[1:] == ks[:-1]
-    t, s = ts[order], src[order]
-    cond = np.zeros(n, bool)
-    cond[1:] = key_same & (s[1:] != s[:-1]) & (t[1:] - t[:-1] <= window_ns) & is_new[order][1:]
-    idx = np.arange(n)
-    run_start = np.maximum.accumulate(np.where(cond, 0, idx))
-    dup_sorted = cond & ((idx - run_start - 1) % 2 == 0)
-    dup = np.zeros(n, bool)
-    dup[order] = dup_sorted
-    return dup
+    n = order.size
+    new = np.ones(n, bool)
+    if n > 1:
+        same = np.ones(n - 1, bool)
+        for k in (*codes, id_null, id_val):
+            ks = k[order]
+            same &= ks[1:] == ks[:-1]
+        t = ts[order]
+        new[1:] = ~same | (t[1:] - t[:-1] > window_ns)
+    cluster = np.cumsum(new) - 1
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], n) - 1
+    t = ts[order]
+    return _Clusters(order, cluster, t[starts], t[ends])
+
+
+def _copies(table: pa.Table, cl: _Clusters, decide: np.ndarray) -> np.ndarray:
+    """Rows (of clusters marked in ``decide``) that are copies of a message seen elsewhere.
+
+    In a cluster, the k-th row from each input is taken to be the same message: the
+    earliest of them is kept, the others are copies. Two rows from one input are never
+    copies of each other, and a burst of one key seen at several points keeps as many
+    messages as the input that saw most of them.
+    """
+    order, cluster = cl.order, cl.cluster
+    src = table["_src"].to_numpy()[order]
+    ts = table["timestamp"].to_numpy()[order]
+    by_src = np.lexsort((ts, src, cluster))
+    c, s = cluster[by_src], src[by_src]
+    group_start = np.ones(c.size, bool)
+    group_start[1:] = (c[1:] != c[:-1]) | (s[1:] != s[:-1])
+    idx = np.arange(c.size)
+    rank_sorted = idx - np.maximum.accumulate(np.where(group_start, idx, 0))
+    rank = np.empty_like(rank_sorted)
+    rank[by_src] = rank_sorted
+    pick = np.lexsort((src, ts, rank, cluster))
+    c2, r2 = cluster[pick], rank[pick]
+    first = np.ones(c2.size, bool)
+    first[1:] = (c2[1:] != c2[:-1]) | (r2[1:] != r2[:-1])
+    copy_sorted = np.zeros(c2.size, bool)
+    copy_sorted[pick] = ~first
+    copy = np.zeros(table.num_rows, bool)
+    copy[order] = copy_sorted & decide[cluster]
+    return copy
 
 
 def merge_traces(
@@ -304,7 +341,7 @@ def merge_traces(
     columns = _output_columns(specs)
     streams = [_Input(i, spec, names, columns) for i, spec in enumerate(specs)]
     removed = 0
-    context: pa.Table | None = None  # kept rows within the window before the horizon
+    hold: pa.Table | None = None  # rows whose clusters may still grow
     with TraceWriter(output) as writer:
         while True:
             for s in streams:
@@ -312,25 +349,25 @@ def merge_traces(
                     s.refill()
             live = [s for s in streams if s.buf is not None and s.buf.num_rows]
             if not live:
+                if hold is not None and hold.num_rows:
+                    removed += _emit_decided(writer, hold, dedup_window_ns, None)[0]
+                    if on_progress is not None:
+                        on_progress(writer.rows)
                 break
             bounded = [int(s.ts[-1]) for s in live if not s.exhausted]
             # Inputs with more to read bound the horizon; finished ones do not.
             horizon = min(bounded) if bounded else max(int(s.ts[-1]) for s in live)
             parts = [p for p in (s.take_upto(horizon) for s in live) if p is not None]
-            batch = pa.concat_tables(parts)
-            batch = batch.take(np.argsort(batch["timestamp"].to_numpy(), kind="stable"))
-            if dedup_window_ns is not None:
-                pool = batch if context is None else pa.concat_tables([context, batch])
-                is_new = np.ones(pool.num_rows, bool)
-                is_new[: pool.num_rows - batch.num_rows] = False
-                dup = _duplicates(pool, is_new, dedup_window_ns)[pool.num_rows - batch.num_rows :]
-                if dup.any():
-                    removed += int(dup.sum())
-                    batch = batch.filter(pa.array(~dup))
-                kept = batch if context is None else pa.concat_tables([context, batch])
-                recent = kept["timestamp"].to_numpy() >= horizon - dedup_window_ns
-                context = kept.filter(pa.array(recent))
-            writer.write(_finish(batch))
+            batch = pa.concat_tables(parts if hold is None else [hold, *parts])
+            # Time order; equal times by input, each input keeping its own order.
+            batch = batch.take(np.lexsort((batch["_src"].to_numpy(), batch["timestamp"].to_numpy())))
+            if dedup_window_ns is None:
+                writer.write(_finish(batch))
+            else:
+                # Rows still to come are no earlier than the horizon: clusters that ended
+                # a window before it are complete; the others wait for the next round.
+                copies, hold = _emit_decided(writer, batch, dedup_window_ns, horizon - dedup_window_ns)
+                removed += copies
             if on_progress is not None:
                 on_progress(writer.rows)
         report = MergeReport(
@@ -354,9 +391,46 @@ def merge_traces(
     return report
 
 
+def _emit_decided(
+    writer: TraceWriter, pool: pa.Table, window_ns: int, done_ns: int | None
+) -> tuple[int, pa.Table]:
+    """Write the rows of ``pool`` that are decided; returns (copies removed, rows held).
+
+    A cluster is decided when it ended before ``done_ns`` (all clusters when None) or
+    has grown past ``_MAX_OPEN_ROWS``. Rows are written only up to the first row of an
+    undecided cluster, so the output stays in time order; the rest is held back with
+    its verdict, so a cluster is never judged again on part of its rows.
+    """
+    verdict = pool["_verdict"].to_numpy().copy()
+    open_rows = np.flatnonzero(verdict == _UNDECIDED)
+    cut = None
+    if open_rows.size:
+        sub = pool.take(open_rows)
+        cl = _clusters(sub, window_ns)
+        sizes = np.bincount(cl.cluster)
+        decide = (
+            np.ones(sizes.size, bool)
+            if done_ns is None
+            else (cl.last_ts < done_ns) | (sizes > _MAX_OPEN_ROWS)
+        )
+        copy = _copies(sub, cl, decide)
+        decided = np.zeros(sub.num_rows, bool)
+        decided[cl.order] = decide[cl.cluster]
+        verdict[open_rows] = np.where(decided, np.where(copy, _COPY, _KEEP), _UNDECIDED)
+        if (~decide).any():
+            cut = int(cl.first_ts[~decide].min())
+    ts = pool["timestamp"].to_numpy()
+    ready = np.ones(pool.num_rows, bool) if cut is None else ts < cut
+    out = ready & (verdict == _KEEP)
+    if out.any():
+        writer.write(_finish(pool.filter(pa.array(out))))
+    held = pool.set_column(pool.schema.get_field_index("_verdict"), "_verdict", pa.array(verdict))
+    return int((ready & (verdict == _COPY)).sum()), held.filter(pa.array(~ready))
+
+
 def _finish(batch: pa.Table) -> pa.Table:
     """Back from the merge's working columns to trace columns."""
-    batch = batch.drop_columns(["_src"])
+    batch = batch.drop_columns(["_src", "_verdict"])
     ts = batch["timestamp"].cast(pa.timestamp("ns", tz="UTC"))
     batch = batch.set_column(0, "timestamp", ts)
     assert batch.column_names[: len(CORE_COLUMNS)] == list(CORE_COLUMNS)

@@ -33,7 +33,6 @@ __all__ = [
 
 METADATA_KEY = "wirepath"
 DEFAULT_ROW_GROUP = 1 << 20
-_DELTA_COLUMNS = ("timestamp", "id", "flow", "bytes")
 
 PathLike = str | os.PathLike[str]
 
@@ -252,7 +251,8 @@ class TraceWriter:
 
     def _open_writer(self, schema: pa.Schema) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        delta = [n for n in _DELTA_COLUMNS if n in schema.names]
+        # Integer columns (times, ids, counts) delta-encode far better than dictionaries.
+        delta = [f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_timestamp(f.type)]
         self._schema = schema.remove_metadata()
         self._writer = pq.ParquetWriter(
             self._tmp,

@@ -350,7 +350,10 @@ def read_text_trace(path: PathLike, *, skip_bad: bool = False, stats: TextStats 
 
 
 def _check_text_safe(name: str, col: pa.ChunkedArray | pa.Array) -> None:
-    values = col.dictionary if isinstance(col, pa.DictionaryArray) else pc.unique(col)
+    # Only names in use matter: a dictionary may hold entries no row refers to.
+    values = (
+        col.dictionary.take(pc.unique(col.indices)) if isinstance(col, pa.DictionaryArray) else pc.unique(col)
+    )
     bad = pc.match_substring_regex(values, r"[\s#]|^$")
     if pc.any(bad).as_py():
         value = values.filter(bad)[0].as_py()
@@ -375,9 +378,11 @@ def format_text_lines(table: pa.Table) -> pa.Buffer:
     if table.num_rows == 0:
         return pa.py_buffer(b"")
     ns = table["timestamp"].cast(pa.int64()).to_numpy()
-    mag = np.abs(ns)
-    sec = pc.cast(pa.array(mag // 1_000_000_000), pa.string())
-    frac = pc.utf8_lpad(pc.cast(pa.array(mag % 1_000_000_000), pa.string()), 9, "0")
+    # |ns| as uint64: np.abs of -2**63 would overflow.
+    mag = np.where(ns < 0, (-(ns + 1)).astype(np.uint64) + np.uint64(1), ns.astype(np.uint64))
+    giga = np.uint64(1_000_000_000)
+    sec = pc.cast(pa.array(mag // giga), pa.string())
+    frac = pc.utf8_lpad(pc.cast(pa.array(mag % giga), pa.string()), 9, "0")
     sign = pa.array(np.where(ns < 0, "-", ""))
     ts = pc.binary_join_element_wise(pc.binary_join_element_wise(sign, sec, ""), frac, ".")
     cols = []
