@@ -196,6 +196,9 @@ class _Lines:
                 else:
                     current = tuple(name.split("."))
                 self.tables.setdefault(current, number)
+                # A header is also a field of the table above it ([faults.loss] -> faults.loss).
+                parent, leaf = tuple(name.split(".")[:-1]), name.split(".")[-1]
+                self.keys.setdefault(parent, {}).setdefault(leaf, number)
                 self.keys.setdefault(current, {})
                 continue
             k = _KEY.match(line)
@@ -344,6 +347,12 @@ def _read_calls(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> t
             if parent not in seen:
                 raise r.fail(where, "parent", f"unknown call {parent!r} (earlier calls: {', '.join(seen)})")
         seen.add(cid)
+        if ci == 0:
+            for key in ("p", "repeat", "group"):
+                if key in c:
+                    raise r.fail(
+                        where, key, "the root call happens once per instance; use tracelet weights instead"
+                    )
         to, weights = r.choice(c, where, "to", nodes)
         rep = c.get("repeat", 1)
         rep = [rep, rep] if isinstance(rep, int) and not isinstance(rep, bool) else rep
@@ -445,7 +454,10 @@ def parse_config(text: str, path: str = "<config>") -> SynthConfig:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+        at = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        where = f"{path}:{at.group(1)}" if at else path
+        reason = str(exc).replace(at.group(0), "").strip() if at else str(exc)
+        raise ConfigError(f"{where}: not valid TOML ({reason})") from None
     r.check_keys(doc, (), {"nodes", "trace", "tracelet", "faults"})
     nodes_list = doc.get("nodes")
     if (

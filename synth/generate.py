@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from synth.config import Faults, SynthConfig
+from synth.config import ConfigError, Faults, SynthConfig
 from synth.faults import CaptureQueue, stamp_skew
-from synth.template import Batch, build_template
+from synth.template import Batch, Template, build_template
 from synth.truth import PatternBook, mean_parallelism
-from tracefmt import ParameterError, TraceWriter, write_text_trace
+from tracefmt import ParameterError, TraceWriter, trace_format, write_text_trace
 from tracefmt.schema import OPS, TS_TYPE, validate_trace
 
 __all__ = ["SynthReport", "generate_table", "generate_trace"]
@@ -31,6 +32,7 @@ __all__ = ["SynthReport", "generate_table", "generate_trace"]
 PathLike = str | os.PathLike[str]
 _INSTANCES_PER_ROUND = 40_000
 _PARALLELISM_CALLS = 150_000  # calls measured for the reported parallelism
+_PILOT_CALLS = 40_000  # calls measured in a calibration pilot
 _OP_CALL, _OP_RETURN, _OP_SEND = (OPS.index(o) for o in ("call", "return", "send"))
 
 
@@ -62,7 +64,9 @@ _COLUMNS = ("t", "sender", "receiver", "op", "uid", "parent", "inst", "pattern",
 class _Engine:
     """One run of the generator: rounds of instances, stamping, emission."""
 
-    def __init__(self, config: SynthConfig, loops: list[int], *, seed: int) -> None:
+    def __init__(
+        self, config: SynthConfig, loops: list[int], *, seed: int, sample_calls: int = _PARALLELISM_CALLS
+    ) -> None:
         self.config = config
         self.rng = np.random.default_rng(seed)
         self.codes = {n: i for i, n in enumerate(config.nodes)}
@@ -90,10 +94,18 @@ class _Engine:
         self.lost = 0
         self.duplicated = 0
         self.sample: list[np.ndarray] = []  # call intervals for the parallelism measure
+        self.sample_calls = sample_calls
         self.sampled = 0
 
     def _typical_duration(self, t: int) -> float:
+        spec = self.config.tracelets[t]
         probe = self.templates[t].instantiate(np.random.default_rng(0), 64)
+        if spec.think_s[1] <= 0 and not (probe.duration > 0).any():
+            # Each loop would start endless instances at one instant.
+            raise ConfigError(
+                f"{self.config.path}:{spec.line}: tracelet.think_s: tracelet {spec.name!r} takes no time: "
+                "give it delays or a think time (think_s = [min, max] with max > 0)"
+            )
         return float(np.median(probe.duration))
 
     # -- generation ---------------------------------------------------------------------
@@ -160,10 +172,7 @@ class _Engine:
                 )
         if not parts:
             return {k: np.zeros(0) for k in _COLUMNS}
-        out = {k: np.concatenate([part[k] for part in parts]) for k in _COLUMNS}
-        # Equal timestamps keep the causal event order within an instance.
-        order = np.lexsort((out["seq"], out["inst"]))
-        return {k: v[order] for k, v in out.items()}
+        return {k: np.concatenate([part[k] for part in parts]) for k in _COLUMNS}
 
     def _round(self) -> None:
         fresh = []
@@ -184,8 +193,10 @@ class _Engine:
             self.pending.append((t, batch, starts, pattern, np.zeros(n, bool)))
             fresh.append(self._explode(t, batch, starts, inst, pattern))
         new = {k: np.concatenate([f[k] for f in fresh]) for k in _COLUMNS}
+        # Faults are drawn once per message, as it enters the buffer.
+        new["stamp"], new["dup"] = self._stamp(new)
         self.buffer = (
-            new if self.buffer is None else {k: np.concatenate([self.buffer[k], new[k]]) for k in _COLUMNS}
+            new if self.buffer is None else {k: np.concatenate([self.buffer[k], new[k]]) for k in new}
         )
 
     @property
@@ -262,8 +273,6 @@ class _Engine:
         if self.stop_s is not None:
             alive = m["start"] <= self.stop_s
             m = {k: v[alive] for k, v in m.items()}
-        if "stamp" not in m:
-            m["stamp"], m["dup"] = self._stamp(m)
         bound = np.inf if final else self._bound()
         out = m["stamp"] < bound
         self.buffer = {k: v[~out] for k, v in m.items()}
@@ -274,7 +283,7 @@ class _Engine:
         return self._finish(e)
 
     def _sample_parallelism(self, e: dict[str, np.ndarray]) -> None:
-        if self.sampled >= _PARALLELISM_CALLS:
+        if self.sampled >= self.sample_calls:
             return
         calls = e["op"] == _OP_CALL
         rets = e["op"] == _OP_RETURN
@@ -287,6 +296,18 @@ class _Engine:
             np.stack([e["uid"][rets], -np.ones(int(rets.sum())), -np.ones(int(rets.sum())), e["t"][rets]])
         )
         self.sampled += int(calls.sum())
+
+    @property
+    def span_s(self) -> float:
+        """Seconds from the trace start to the stop (or the horizon reached)."""
+        return self.stop_s if self.stop_s is not None else self.horizon
+
+    def parallelism(self) -> float:
+        """Mean candidate parents per child call; for one-way traffic, instances in flight."""
+        if any(t.kind == "rpc" for t in self.config.tracelets):
+            return self.measured_parallelism()
+        span = self.span_s
+        return sum(p.total for p in self.book.patterns) / span if span > 0 else 0.0
 
     def measured_parallelism(self) -> float:
         """Mean candidate parents per child over the sampled calls (true times)."""
@@ -322,7 +343,8 @@ class _Engine:
             self.duplicated += int(d.sum())
             stamp = e["stamp"]
         ts = cfg.start_ns + (np.floor(stamp * 1e9 / cfg.resolution_ns).astype(np.int64) * cfg.resolution_ns)
-        order = np.argsort(ts, kind="stable")
+        # Equal timestamps keep the causal event order within an instance.
+        order = np.lexsort((e["seq"], e["inst"], ts))
         e = {k: v[order] for k, v in e.items()}
         ts = ts[order]
         if point is not None:
@@ -401,10 +423,25 @@ def _calibrate(config: SynthConfig) -> list[int]:
     loops = _loops(config, scale)
     if config.parallelism <= 1.0 or all(t.clients is not None for t in config.tracelets):
         return loops
+    per_instance = max(
+        2.0,
+        float(
+            np.mean(
+                [
+                    Template(t, {n: i for i, n in enumerate(config.nodes)})
+                    .instantiate(np.random.default_rng(0), 256)
+                    .messages.mean()
+                    * 2
+                    for t in config.tracelets
+                ]
+            )
+        ),
+    )
     for _ in range(4):
-        pilot_msgs = max(30_000, 60 * sum(loops) * 8)
+        # Enough instances per loop to pass the staggered start and reach steady state.
+        pilot_msgs = int(max(20_000, 12 * sum(loops) * per_instance))
         pilot = replace(config, messages=pilot_msgs, duration_s=None, faults=Faults())
-        engine = _Engine(pilot, loops, seed=config.seed + 0x5EED)
+        engine = _Engine(pilot, loops, seed=config.seed + 0x5EED, sample_calls=_PILOT_CALLS)
         for _table in engine.run():
             pass
         measured = engine.measured_parallelism()
@@ -432,7 +469,7 @@ def generate_table(config: SynthConfig) -> tuple[pa.Table, dict[str, Any]]:
     if table is None:
         raise ParameterError(f"{config.path}: the configuration produced no messages")
     truth = engine.book.truth(
-        messages=table.num_rows, instances=engine.instances, parallelism=engine.measured_parallelism()
+        messages=table.num_rows, instances=engine.instances, parallelism=engine.parallelism()
     )
     return validate_trace(table), truth
 
@@ -460,20 +497,22 @@ def generate_trace(
     engine = _engine(config)
     out = Path(output)
     provenance = {"synth": {"config": config.path, "seed": config.seed, "loops": engine.loops}}
-    if out.name.endswith((".txt", ".txt.gz", ".trace")):
+    if trace_format(out) == "text":
         rows = write_text_trace(engine.run(on_progress), out)
     else:
-        with TraceWriter(out, provenance=provenance) as writer:
+        with TraceWriter(out, provenance=provenance) as writer, ThreadPoolExecutor(1) as io:
+            # Encoding and compressing a row group overlaps generating the next one.
+            pending: Future[None] | None = None
             for table in engine.run(on_progress):
-                writer.write(table)
+                if pending is not None:
+                    pending.result()
+                pending = io.submit(writer.write, table)
+            if pending is not None:
+                pending.result()
             writer.provenance["synth"].update({"lost": engine.lost, "duplicated": engine.duplicated})
         rows = writer.rows
-    span = engine.stop_s if engine.stop_s is not None else engine.horizon
-    if any(t.kind == "rpc" for t in config.tracelets):
-        parallelism = engine.measured_parallelism()
-    else:
-        # One-way traffic has no candidate parents: report instances in flight instead.
-        parallelism = sum(p.total for p in engine.book.patterns) / span if span > 0 else 0.0
+    span = engine.span_s
+    parallelism = engine.parallelism()
     truth = engine.book.truth(messages=rows, instances=engine.instances, parallelism=parallelism)
     if truth_path is not None:
         tp = Path(truth_path)

@@ -59,12 +59,19 @@ class PatternBook:
 
     def classify(self, t: int, batch: Batch) -> np.ndarray:
         """Pattern index of every instance of a batch (new shapes are registered)."""
-        codes = np.where(batch.present, batch.node + 1, 0).astype(np.int32)
-        keys = np.vstack([batch.client[None, :], codes]).T
-        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        codes = np.where(batch.present, batch.node + 1, 0).astype(np.int64)
+        keys = np.vstack([batch.client[None, :].astype(np.int64), codes]).T
+        base = len(self.names) + 1
+        if keys.shape[1] * np.log2(base) < 62:
+            # One int64 per shape (mixed radix): a 1-D unique is far cheaper than axis=0.
+            packed = keys @ (base ** np.arange(keys.shape[1], dtype=np.int64))
+            _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+            uniq = keys[first]
+        else:
+            uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
         index = np.empty(len(uniq), np.int64)
         for u, row in enumerate(uniq):
-            key = row.tobytes()
+            key = row.astype(np.int32).tobytes()
             found = self._by_key.get((t, key))
             if found is None:
                 found = self._register(t, key, row)
@@ -94,26 +101,30 @@ class PatternBook:
     def add(self, t: int, batch: Batch, pattern: np.ndarray, keep: np.ndarray) -> None:
         """Record true latencies of the kept instances of a batch."""
         tpl = self.templates[t]
-        for p in np.unique(pattern[keep]):
-            pat = self.patterns[p]
-            sel = keep & (pattern == p)
-            slots = pat.slots
-            t_call = batch.t_call[slots][:, sel]
-            t_ret = batch.t_ret[slots][:, sel]
+        idx = np.flatnonzero(keep)
+        if idx.size == 0:
+            return
+        idx = idx[np.argsort(pattern[idx], kind="stable")]
+        groups = np.split(idx, np.flatnonzero(np.diff(pattern[idx])) + 1)
+        if tpl.kind == "messages":
+            # A hop's "latency" is its delay after the previous hop.
+            lat_all = np.diff(batch.t_call, axis=0, prepend=batch.t_call[:1])
+            delay_all = lat_all
+        else:
+            lat_all = batch.t_ret - batch.t_call
+            parent = np.array([max(s.parent, 0) for s in tpl.slots])
+            delay_all = batch.t_call - batch.t_call[parent]
+        for group in groups:
+            pat = self.patterns[pattern[group[0]]]
+            cells = np.ix_(pat.slots, group)
             if tpl.kind == "messages":
-                lat = np.diff(t_call, axis=0, prepend=t_call[:1])  # hop delay
-                total = t_call[-1] - t_call[0]
-                delay = lat
+                total = batch.t_call[pat.slots[-1], group] - batch.t_call[pat.slots[0], group]
             else:
-                lat = t_ret - t_call
-                parents = [tpl.slots[i].parent for i in slots]
-                parent_call = np.vstack([batch.t_call[q][sel] if q >= 0 else t_call[0] for q in parents])
-                delay = t_call - parent_call
-                total = lat[0]
-            pat.lat.append(lat.astype(np.float32))
-            pat.delay.append(delay.astype(np.float32))
+                total = lat_all[pat.slots[0], group]
+            pat.lat.append(lat_all[cells].astype(np.float32))
+            pat.delay.append(delay_all[cells].astype(np.float32))
             pat.total += float(total.sum())
-            pat.count += int(sel.sum())
+            pat.count += group.size
 
     def _tree(self, pat: _Pattern, lat: np.ndarray, delay: np.ndarray) -> dict[str, Any]:
         """The pattern's visit tree with per-visit latency and per-edge delay statistics."""
