@@ -265,13 +265,13 @@ def _clusters(table: pa.Table, window_ns: int) -> _Clusters:
     return _Clusters(order, cluster, t[starts], t[ends])
 
 
-def _copies(table: pa.Table, cl: _Clusters, decide: np.ndarray) -> np.ndarray:
+def _copies(table: pa.Table, cl: _Clusters, decide: np.ndarray, window_ns: int) -> np.ndarray:
     """Rows (of clusters marked in ``decide``) that are copies of a message seen elsewhere.
 
     In a cluster, the k-th row from each input is taken to be the same message: the
-    earliest of them is kept, the others are copies. Two rows from one input are never
-    copies of each other, and a burst of one key seen at several points keeps as many
-    messages as the input that saw most of them.
+    earliest of them is kept, the others within the window after it are copies. Two
+    rows from one input are never copies of each other, and a burst of one key seen
+    at several points keeps as many messages as the input that saw most of them.
     """
     order, cluster = cl.order, cl.cluster
     src = table["_src"].to_numpy()[order]
@@ -285,11 +285,14 @@ def _copies(table: pa.Table, cl: _Clusters, decide: np.ndarray) -> np.ndarray:
     rank = np.empty_like(rank_sorted)
     rank[by_src] = rank_sorted
     pick = np.lexsort((src, ts, rank, cluster))
-    c2, r2 = cluster[pick], rank[pick]
+    c2, r2, t2 = cluster[pick], rank[pick], ts[pick]
     first = np.ones(c2.size, bool)
     first[1:] = (c2[1:] != c2[:-1]) | (r2[1:] != r2[:-1])
+    idx2 = np.arange(c2.size)
+    kept_ts = t2[np.maximum.accumulate(np.where(first, idx2, 0))]
     copy_sorted = np.zeros(c2.size, bool)
-    copy_sorted[pick] = ~first
+    # A copy lies within the window of the message it repeats; a farther one is its own.
+    copy_sorted[pick] = ~first & (t2 - kept_ts <= window_ns)
     copy = np.zeros(table.num_rows, bool)
     copy[order] = copy_sorted & decide[cluster]
     return copy
@@ -413,7 +416,7 @@ def _emit_decided(
             if done_ns is None
             else (cl.last_ts < done_ns) | (sizes > _MAX_OPEN_ROWS)
         )
-        copy = _copies(sub, cl, decide)
+        copy = _copies(sub, cl, decide, window_ns)
         decided = np.zeros(sub.num_rows, bool)
         decided[cl.order] = decide[cl.cluster]
         verdict[open_rows] = np.where(decided, np.where(copy, _COPY, _KEEP), _UNDECIDED)

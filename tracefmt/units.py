@@ -13,6 +13,7 @@ UNIT_NS: dict[str, int] = {
     "ns": 1,
     "us": 1_000,
     "µs": 1_000,
+    "μs": 1_000,  # Greek mu, which keyboards often give instead of the micro sign
     "ms": 1_000_000,
     "s": 1_000_000_000,
     "m": 60_000_000_000,
@@ -20,7 +21,7 @@ UNIT_NS: dict[str, int] = {
     "h": 3_600_000_000_000,
 }
 
-_DURATION = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([a-zµ]*)\s*$")
+_DURATION = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([a-zµμ]*)\s*$")
 
 
 def parse_duration_ns(text: str | int | float, *, allow_negative: bool = False) -> int:

@@ -59,7 +59,8 @@ def reference_merge(
     (timestamp, input index). Then, per key (sender, receiver, op, id), the rows in that
     order are cut into clusters wherever two consecutive rows are more than ``window``
     apart; in a cluster the k-th row of each input is the same message, of which the
-    earliest (then the lowest input index) is kept and the others are copies.
+    earliest (then the lowest input index) is kept and the others at most ``window``
+    after it are copies.
     """
     names = names or {}
     rows = []
@@ -90,7 +91,7 @@ def reference_merge(
                 by_rank.setdefault(rank, []).append(pos)
             for group in by_rank.values():
                 keep = min(group, key=lambda p: (rows[p][0], rows[p][1]))
-                copies.update(p for p in group if p != keep)
+                copies.update(p for p in group if p != keep and rows[p][0] - rows[keep][0] <= window)
     out = [(ts, *key, point) for pos, (ts, _, key, point) in enumerate(rows) if pos not in copies]
     return out, len(copies)
 
@@ -635,3 +636,14 @@ def test_equal_timestamps_at_a_batch_boundary(
         (9, "send", "q", "q", 3, "a"),
     ]
     assert report.duplicates_removed == 1
+
+
+def test_rank_partner_beyond_the_window_is_not_a_copy(put, tmp_path: Path) -> None:
+    # a saw K at 0 and 10, b saw K at 15 (window 10): one cluster, and b@15 is a's first
+    # row's rank partner, but 15 ns after it: b@15 is a message of its own.
+    a = put("a.parquet", [(0, "send", "k", "k", 1), (10, "send", "k", "k", 1)])
+    b = put("b.parquet", [(15, "send", "k", "k", 1)])
+    out = tmp_path / "m.parquet"
+    report = merge_traces([a, b], out, dedup_window_ns=10)
+    assert report.duplicates_removed == 0
+    assert [r[0] for r in merged(out)] == [0, 10, 15]

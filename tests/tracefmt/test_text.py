@@ -87,12 +87,9 @@ def read_rows(path: Path, **kwargs: object) -> list[tuple]:
 NAME_ALPHABET = "abcxyzABCXYZ0189._:-/@[]" + "äöüßéñçøåłžΩλДжあ中"
 names = st.text(alphabet=NAME_ALPHABET, min_size=1, max_size=10)
 ids = st.one_of(st.none(), st.sampled_from([0, UINT64_MAX]), st.integers(0, UINT64_MAX))
-# The years the text form promises (1678 .. 2261 inclusive), before and after 1970.
-TS_LO = ns_of(datetime(1678, 1, 1, tzinfo=UTC))
-TS_HI = ns_of(datetime(2262, 1, 1, tzinfo=UTC)) - 1
-messages = st.lists(
-    st.tuples(st.integers(TS_LO, TS_HI), st.sampled_from(OPS), names, names, ids), min_size=1, max_size=12
-)
+# Every instant the schema holds: int64 ns, 1677-09-21 .. 2262-04-11, before and after 1970.
+timestamps = st.one_of(st.integers(INT64_MIN, INT64_MAX), st.sampled_from([INT64_MIN, INT64_MAX, -1, 0]))
+messages = st.lists(st.tuples(timestamps, st.sampled_from(OPS), names, names, ids), min_size=1, max_size=12)
 
 
 @settings(max_examples=50, deadline=None)
@@ -160,7 +157,13 @@ def test_format_text_lines_empty(make_table) -> None:
 
 # --- decimal seconds -----------------------------------------------------------------------
 
-MAX_WHOLE_SECONDS = 9_223_372_035  # below int64's last second, so every fraction fits
+MAX_WHOLE_SECONDS = 9_223_372_036  # int64 nanoseconds end at 9223372036.854775807 s
+
+
+def in_int64(text: str) -> bool:
+    return INT64_MIN <= exact_ns(text) <= INT64_MAX
+
+
 seconds_text = st.builds(
     lambda neg, whole, frac: f"{'-' if neg else ''}{whole}{'.' + frac if frac is not None else ''}",
     st.booleans(),
@@ -170,7 +173,7 @@ seconds_text = st.builds(
 
 
 @settings(max_examples=60, deadline=None)
-@given(values=st.lists(seconds_text, min_size=1, max_size=20))
+@given(values=st.lists(seconds_text.filter(in_int64), min_size=1, max_size=20))
 def test_decimal_seconds_parse_exactly(values: list[str], tmp_path_factory: pytest.TempPathFactory) -> None:
     path = tmp_path_factory.mktemp("dec") / "t.txt"
     path.write_text("".join(f"{v} send a b -\n" for v in values))
@@ -184,9 +187,9 @@ def test_decimal_seconds_parse_exactly(values: list[str], tmp_path_factory: pyte
         st.builds(
             lambda neg, whole, frac: f"{'-' if neg else ''}{whole}.{frac}",
             st.booleans(),
-            st.integers(0, 10**10 - 1).filter(lambda w: w <= MAX_WHOLE_SECONDS),
+            st.integers(0, MAX_WHOLE_SECONDS),
             st.text(alphabet="0123456789", min_size=10, max_size=40),
-        ),
+        ).filter(in_int64),
         min_size=1,
         max_size=20,
     )
@@ -212,6 +215,10 @@ def test_more_than_nine_decimals_truncate_toward_zero(
         pytest.param(".25", 250_000_000, id="leading-dot"),
         pytest.param("-.25", -250_000_000, id="negative-leading-dot"),
         pytest.param("0000000000012.5", 12_500_000_000, id="leading-zeros"),
+        pytest.param("9223372036.854775807", INT64_MAX, id="int64-max"),
+        pytest.param("9223372036.8547758079", INT64_MAX, id="int64-max-extra-digit-truncated"),
+        pytest.param("-9223372036.854775808", INT64_MIN, id="int64-min"),
+        pytest.param("-9223372036.8547758089", INT64_MIN, id="int64-min-extra-digit-truncated"),
     ],
 )
 def test_decimal_seconds_examples(text: str, expected_ns: int, tmp_path: Path) -> None:
@@ -390,9 +397,10 @@ def test_gzip_input(tmp_path: Path) -> None:
     assert read_rows(path) == LAYOUT_ROWS
 
 
-def test_gzip_output(tmp_path: Path, make_table) -> None:
+@pytest.mark.parametrize("name", ["out.txt.gz", "out.trace.gz"])
+def test_gzip_output(name: str, tmp_path: Path, make_table) -> None:
     rows = [(1, "call", "a", "b", 3), (2, "return", "b", "a", 3)]
-    path = tmp_path / "out.txt.gz"
+    path = tmp_path / name
     write_text_trace(make_table(rows), path)
     text = gzip.decompress(path.read_bytes()).decode()
     assert text == TEXT_HEADER + "0.000000001 call a b 3\n0.000000002 return b a 3\n"
@@ -445,7 +453,7 @@ _line = st.builds(
         f"{lead}{ts}{gaps[0]}{op}{gaps[1]}{s}{gaps[2]}{r}{gaps[3]}{ident}{comment}{cr}"
     ),
     st.sampled_from(["", " ", "\t"]),
-    seconds_text,
+    seconds_text.filter(in_int64),
     st.sampled_from(OPS),
     names,
     names,
@@ -570,6 +578,20 @@ def _tuples(t: pa.Table) -> list[tuple]:
         pytest.param("1.2.3 call a b 1", "invalid timestamp '1.2.3'", id="two-dots"),
         pytest.param("- call a b 1", "invalid timestamp '-'", id="dash-timestamp"),
         pytest.param("99999999999 call a b 1", "invalid timestamp '99999999999'", id="beyond-2262"),
+        pytest.param(
+            "9223372036.854775808 call a b 1",
+            "invalid timestamp '9223372036.854775808'",
+            id="int64-max-plus-1ns",
+        ),
+        pytest.param(
+            "-9223372036.854775809 call a b 1",
+            "invalid timestamp '-9223372036.854775809'",
+            id="int64-min-minus-1ns",
+        ),
+        pytest.param("9223372037 call a b 1", "invalid timestamp '9223372037'", id="int64-max-next-second"),
+        pytest.param(
+            "18446744073.709551616 call a b 1", "invalid timestamp '18446744073.709551616'", id="uint64-wrap"
+        ),
         pytest.param(
             "2024-13-01T00:00:00Z call a b 1", "invalid timestamp '2024-13-01T00:00:00Z'", id="month-13"
         ),

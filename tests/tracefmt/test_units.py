@@ -111,3 +111,7 @@ def test_parse_duration_ns_matches_decimal_arithmetic(value: Decimal, unit: tupl
 )
 def test_format_duration_ns(ns: int, expected: str) -> None:
     assert format_duration_ns(ns) == expected
+
+
+def test_greek_mu_is_microseconds() -> None:
+    assert parse_duration_ns("250μs") == parse_duration_ns("250µs") == 250_000
