@@ -51,6 +51,7 @@ debs:
 
 bench: setup
 	$(BIN)/python benchmarks/trace_io.py
+	$(BIN)/python benchmarks/synth.py
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache .hypothesis

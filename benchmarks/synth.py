@@ -137,7 +137,7 @@ def main() -> None:
         f"multitier.toml: {report.messages:,} messages, parallelism {report.mean_parallelism:.1f}, "
         f"{loops[0]} client loops\n"
     )
-    print(f"{'measure':<44} {'wirepath':>14} {'baseline':>14}  {'goal':<12} met")
+    print(f"{'measure':<52} {'wirepath':>14} {'baseline':>14}  {'goal':<12} met")
     rows = [
         (
             "end to end, into Parquet (messages/s)",
@@ -148,10 +148,17 @@ def main() -> None:
         ("generation alone (messages/s)", generated / gen_only, float("nan"), ""),
         (f"{big['report']['messages']:,} messages: peak RSS (MB)", big["rss_mb"], float("nan"), "< 1536"),
         (f"{big['report']['messages']:,} messages: seconds", big["seconds"], float("nan"), ""),
+        (
+            f"{big['report']['messages']:,} messages, end to end (messages/s)",
+            big["report"]["messages"] / big["seconds"],
+            float("nan"),
+            ">= 1,000,000",
+        ),
     ]
-    met = [report.messages / end_to_end >= 1e6, True, big["rss_mb"] < 1536, True]
+    big_rate = big["report"]["messages"] / big["seconds"]
+    met = [report.messages / end_to_end >= 1e6, True, big["rss_mb"] < 1536, True, big_rate >= 1e6]
     for (name, ours, theirs, goal), ok in zip(rows, met, strict=True):
-        print(f"{name:<44} {ours:>14,.1f} {theirs:>14,.1f}  {goal:<12} {'yes' if ok else 'NO'}")
+        print(f"{name:<52} {ours:>14,.1f} {theirs:>14,.1f}  {goal:<12} {'yes' if ok else 'NO'}")
     print(f"\nbaseline: a Python loop per instance ({base_n:,} messages, same topology and delays)")
 
 

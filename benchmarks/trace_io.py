@@ -184,13 +184,22 @@ def main() -> None:
     rows.append(("Parquet size (bytes/message)", size_w, size_b, "<= 10", size_w <= 10))
     rows.append(("text size (bytes/message)", text.stat().st_size / n, float("nan"), "", True))
 
-    inputs = []
-    for k in range(4):
-        p = work / f"point{k}.parquet"
-        tracefmt.write_trace(make_rpc_trace(n, seed=10 + k), p)
-        inputs.append(p)
+    def merge_inputs(size: int) -> list[Path]:
+        paths = []
+        for k in range(4):
+            p = work / f"point{k}_{size}.parquet"
+            tracefmt.write_trace(make_rpc_trace(size, seed=10 + k), p)
+            paths.append(p)
+        return paths
+
+    # The same merge at a quarter of the size: a bounded merge's peak barely moves.
+    small = child_merge("stream", work / "merged_small.parquet", merge_inputs(n // 4))
+    inputs = merge_inputs(n)
     stream = child_merge("stream", work / "merged.parquet", inputs)
     memory = child_merge("memory", work / "merged_mem.parquet", inputs)
+    if not stream["messages"] == memory["messages"] == 4 * n:
+        raise SystemExit(f"merge lost or dropped messages: {stream} {memory}")
+    rows.append(("merge 4 x n/4: peak RSS (MB)", small["rss_mb"], float("nan"), "", True))
     rows.append(
         (
             "merge 4 files: peak RSS (MB)",

@@ -31,7 +31,7 @@ __all__ = ["SynthReport", "generate_table", "generate_trace"]
 
 PathLike = str | os.PathLike[str]
 _INSTANCES_PER_ROUND = 40_000
-_PARALLELISM_CALLS = 150_000  # calls measured for the reported parallelism
+_PARALLELISM_CALLS = 60_000  # calls measured for the reported parallelism
 _PILOT_CALLS = 40_000  # calls measured in a calibration pilot
 _OP_CALL, _OP_RETURN, _OP_SEND = (OPS.index(o) for o in ("call", "return", "send"))
 
@@ -59,6 +59,7 @@ class SynthReport:
 
 
 _COLUMNS = ("t", "sender", "receiver", "op", "uid", "parent", "inst", "pattern", "start", "seq")
+_OUTPUT_FIELDS = ("sender", "receiver", "op", "uid", "parent", "inst", "pattern")
 
 
 class _Engine:
@@ -345,7 +346,7 @@ class _Engine:
         ts = cfg.start_ns + (np.floor(stamp * 1e9 / cfg.resolution_ns).astype(np.int64) * cfg.resolution_ns)
         # Equal timestamps keep the causal event order within an instance.
         order = np.lexsort((e["seq"], e["inst"], ts))
-        e = {k: v[order] for k, v in e.items()}
+        e = {k: e[k][order] for k in _OUTPUT_FIELDS}
         ts = ts[order]
         if point is not None:
             point = point[order]

@@ -3,9 +3,13 @@
 Each input is streamed, shifted by its clock offset and renamed through a names map;
 a k-way merge emits messages up to the earliest "horizon" (the smallest last
 timestamp among the inputs' buffered batches), so memory stays bounded by the
-batch size times the number of inputs. A message seen at two capture points (same
-sender, receiver, op and id, from different inputs, within a time window) is kept
-once, the first time it was seen.
+batch size times the number of inputs.
+
+A message seen at several capture points is kept once, as first seen. Rows of one key
+(sender, receiver, op, id) form a cluster while consecutive rows are at most the
+window apart; in a cluster the k-th row of each input is taken as the same message,
+and rows more than the window after its first sighting are kept as messages of their
+own. Two rows of one input are never copies of each other.
 """
 
 from __future__ import annotations
