@@ -62,6 +62,20 @@ _COLUMNS = ("t", "sender", "receiver", "op", "uid", "parent", "inst", "pattern",
 _OUTPUT_FIELDS = ("sender", "receiver", "op", "uid", "parent", "inst", "pattern")
 
 
+def _part(
+    common: dict[str, np.ndarray], t: np.ndarray, sender: np.ndarray, receiver: np.ndarray, op: int, seq: int
+) -> dict[str, np.ndarray]:
+    """One message per instance of a slot (a call, a return or a send)."""
+    return {
+        "t": t,
+        "sender": sender,
+        "receiver": receiver,
+        "op": np.full(t.size, op),
+        "seq": np.full(t.size, seq),
+        **common,
+    }
+
+
 class _Engine:
     """One run of the generator: rounds of instances, stamping, emission."""
 
@@ -136,41 +150,14 @@ class _Engine:
             parent = np.full(j.size, -1, np.int64) if q < 0 else uid[q, j]
             node = batch.node[i, j]
             common = {"uid": uid[i, j], "inst": inst[j], "pattern": pattern[j], "start": starts[j]}
+            common["parent"] = parent
+            t_call = starts[j] + batch.t_call[i, j]
             if tpl.kind == "messages":
-                parts.append(
-                    {
-                        "t": starts[j] + batch.t_call[i, j],
-                        "sender": caller,
-                        "receiver": node,
-                        "op": np.full(j.size, _OP_SEND),
-                        "parent": parent,
-                        "seq": np.full(j.size, i),
-                        **common,
-                    }
-                )
+                parts.append(_part(common, t_call, caller, node, _OP_SEND, i))
             else:
-                parts.append(
-                    {
-                        "t": starts[j] + batch.t_call[i, j],
-                        "sender": caller,
-                        "receiver": node,
-                        "op": np.full(j.size, _OP_CALL),
-                        "parent": parent,
-                        "seq": np.full(j.size, tpl.call_seq[i]),
-                        **common,
-                    }
-                )
-                parts.append(
-                    {
-                        "t": starts[j] + batch.t_ret[i, j],
-                        "sender": node,
-                        "receiver": caller,
-                        "op": np.full(j.size, _OP_RETURN),
-                        "parent": parent,
-                        "seq": np.full(j.size, tpl.return_seq[i]),
-                        **common,
-                    }
-                )
+                t_ret = starts[j] + batch.t_ret[i, j]
+                parts.append(_part(common, t_call, caller, node, _OP_CALL, tpl.call_seq[i]))
+                parts.append(_part(common, t_ret, node, caller, _OP_RETURN, tpl.return_seq[i]))
         if not parts:
             return {k: np.zeros(0) for k in _COLUMNS}
         return {k: np.concatenate([part[k] for part in parts]) for k in _COLUMNS}

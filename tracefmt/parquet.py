@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tracefmt._files import existing_file
 from tracefmt.errors import SchemaError, TraceFileError
 from tracefmt.schema import CORE_COLUMNS, SCHEMA_VERSION, empty_trace, validate_trace
 
@@ -66,11 +67,7 @@ class TraceMetadata:
 
 
 def _open(path: PathLike) -> pq.ParquetFile:
-    p = Path(path)
-    if not p.exists():
-        raise TraceFileError(f"{p}: no such file")
-    if p.is_dir():
-        raise TraceFileError(f"{p}: is a directory (expected a Parquet trace file)")
+    p = existing_file(path, "a Parquet trace file")
     try:
         return pq.ParquetFile(p)
     except (pa.ArrowException, OSError) as exc:

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracefmt import _tokens
+from tracefmt._files import existing_file
 from tracefmt.errors import ParseError, SchemaError, TraceFileError
 from tracefmt.schema import OPS, TS_TYPE, empty_trace, validate_trace
 
@@ -240,11 +241,7 @@ class _ChunkParser:
 
 
 def _open_input(path: PathLike) -> pa.NativeFile:
-    p = Path(path)
-    if not p.exists():
-        raise TraceFileError(f"{p}: no such file")
-    if p.is_dir():
-        raise TraceFileError(f"{p}: is a directory (expected a text trace)")
+    p = existing_file(path, "a text trace")
     try:
         return pa.input_stream(str(p), compression="detect")
     except (pa.ArrowException, OSError) as exc:
