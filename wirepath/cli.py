@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+import infer
 import synth
 import tracefmt
 from tracefmt import WirepathError
@@ -194,6 +195,62 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tree_lines(pattern: dict[str, Any]) -> list[str]:
+    """A pattern as an indented tree: node, mean latency, delay from the parent's call."""
+    lines = []
+
+    def walk(v: dict[str, Any], depth: int) -> None:
+        delay = f"  +{v['delay_s']['mean'] * 1e3:.3f} ms after parent" if v["delay_s"] else ""
+        lines.append(
+            f"{'  ' * depth}{v['caller']} -> {v['node']}  {v['latency_s']['mean'] * 1e3:.3f} ms{delay}"
+        )
+        for child in v["children"]:
+            walk(child, depth + 1)
+
+    walk(pattern["root"], 1)
+    return lines
+
+
+def _cmd_infer_nesting(args: argparse.Namespace) -> int:
+    if tracefmt.trace_format(args.trace) == "parquet":
+        trace = tracefmt.read_trace(args.trace)
+    else:
+        trace = tracefmt.read_text_trace(args.trace)
+    result = infer.infer_nesting(
+        trace,
+        x=args.x,
+        y=args.y,
+        z=args.z,
+        bin_base=args.bin_base,
+        bin_min_s=tracefmt.parse_duration_ns(args.bin_min) / 1e9,
+        smooth_bins=args.smooth,
+        tolerance_s=tracefmt.parse_duration_ns(args.tolerance) / 1e9,
+        use_ids=not args.no_ids,
+        density=args.density,
+        board=args.board,
+        sort=args.sort,
+    )
+    doc = result.to_json(top=args.top, min_count=args.min_count)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    if args.instances:
+        result.write_instances(args.instances)
+    st = doc["stats"]
+    lines = [
+        f"{st['call_pairs']:,} call pairs ({st['unmatched_calls']:,} calls and {st['unmatched_returns']:,} "
+        f"returns unmatched, {st['sends_ignored']:,} sends ignored); mean parallelism "
+        f"{st['mean_parallelism']:.1f}",
+        f"{st['instances']:,} path instances in {st['patterns']:,} patterns; wrote {out}"
+        + (f" and {args.instances}" if args.instances else ""),
+    ]
+    for k, pat in enumerate(doc["patterns"][: args.show], 1):
+        lines.append(f"#{k} {pat['id']}  {pat['count']:,} instances, total {pat['total_latency_s']:.3f} s")
+        lines += _tree_lines(pat)
+    _emit(args, doc, "\n".join(lines))
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="wirepath",
@@ -314,6 +371,45 @@ def _build_parser() -> argparse.ArgumentParser:
         help="clock offset of NODE's capture point; repeatable",
     )
     p.add_argument("--format", choices=["parquet", "txt"], help="output form (default: from the file name)")
+
+    p = verbs.add_parser(
+        "infer",
+        help="infer causal path patterns",
+        description="Infer causal path patterns from a trace. Algorithms: nesting (RPC).",
+    )
+    algos = p.add_subparsers(dest="algorithm", metavar="ALGORITHM", parser_class=_Parser)
+    algos.required = True
+    p = algos.add_parser(
+        "nesting",
+        help="nesting algorithm for RPC traces",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The nesting algorithm (Aguilera et al., SOSP 2003) for RPC traces: match calls\n"
+        "with returns, find each call's candidate parents, score them by how often their\n"
+        "delays occur, pick one parent per call, and group the resulting path instances\n"
+        "into patterns with per-visit latency and per-edge delay statistics.\n\n"
+        "example: wirepath infer nesting t.parquet --out paths.json --instances inst.parquet",
+    )
+    p.set_defaults(handler=_cmd_infer_nesting)
+    p.add_argument("trace", help="trace (.parquet or text)")
+    p.add_argument("--out", required=True, help="paths file to write (JSON, results.md)")
+    p.add_argument("--instances", metavar="FILE.parquet", help="also write every call pair with its parent")
+    p.add_argument("--top", type=int, metavar="N", help="keep the first N patterns in the file")
+    p.add_argument("--min-count", type=int, default=1, metavar="N", help="drop patterns seen fewer times")
+    p.add_argument("--sort", choices=["total", "count"], default="total", help="order patterns by")
+    p.add_argument("--show", type=int, default=5, metavar="N", help="patterns to print (default 5)")
+    p.add_argument("--x", type=float, default=2.0, help="overlap penalty weight (default 2)")
+    p.add_argument("--y", type=float, default=0.0, help="same-destination penalty weight (default 0)")
+    p.add_argument("--z", type=float, default=0.0, help="children penalty weight (default 0)")
+    p.add_argument("--board", choices=list(infer.BOARDS), default="delay", help="scoreboard (default delay)")
+    p.add_argument("--density", action="store_true", help="score by bin densities, not raw counts")
+    p.add_argument("--bin-base", type=float, default=1.05, help="delay bin growth factor (default 1.05)")
+    p.add_argument("--bin-min", default="1us", metavar="DURATION", help="smallest delay bin (default 1us)")
+    p.add_argument(
+        "--smooth", type=float, default=0.0, metavar="BINS", help="Gaussian smoothing (delay board)"
+    )
+    p.add_argument("--tolerance", default="0", metavar="DURATION", help="clock-skew tolerance (default 0)")
+    p.add_argument("--no-ids", action="store_true", help="ignore call ids; match calls by time order")
+    p.add_argument("--json", action="store_true", help="print the paths file on stdout")
     return parser
 
 

@@ -1,0 +1,25 @@
+"""Causal path inference from message traces: nesting (RPC) and pattern aggregation.
+
+``infer_nesting(trace)`` returns a ``NestingResult`` whose ``to_json()`` is the paths
+file of ``results.md`` and whose ``instances_table()`` lists every call pair with its
+inferred parent, instance, pattern and confidence.
+"""
+
+from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
+from infer.nesting import BOARDS, NestingParams, NestingResult, infer_nesting
+from infer.patterns import Pattern, build_patterns, group_stats, latency_stats
+
+__all__ = [
+    "BOARDS",
+    "CallPairs",
+    "NestingParams",
+    "NestingResult",
+    "NodeCodes",
+    "Pattern",
+    "build_patterns",
+    "group_stats",
+    "infer_nesting",
+    "latency_stats",
+    "match_calls",
+    "node_codes",
+]

@@ -1,0 +1,159 @@
+"""Phase 1 of nesting: RPC calls matched with their returns.
+
+With ids, a return closes the call with the same caller, callee and id; without ids
+(null, or all zero for a caller/callee pair) or when ids repeat, it closes the
+earliest still-open call between the same two nodes. Returns that find no open call
+and calls never returned are counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from tracefmt import OP_CALL, OP_RETURN, OP_SEND, op_codes
+
+__all__ = ["CallPairs", "NodeCodes", "match_calls", "node_codes"]
+
+
+@dataclass(frozen=True)
+class NodeCodes:
+    """Sender and receiver of every message as codes into one list of node names."""
+
+    names: list[str]
+    sender: np.ndarray
+    receiver: np.ndarray
+
+
+def node_codes(trace: pa.Table) -> NodeCodes:
+    """One node numbering for both ``sender`` and ``receiver`` (their dictionaries differ)."""
+    table = trace.select(["sender", "receiver"]).unify_dictionaries().combine_chunks()
+    if table.num_rows == 0:
+        return NodeCodes([], np.zeros(0, np.int64), np.zeros(0, np.int64))
+    snd, rcv = table["sender"].chunk(0), table["receiver"].chunk(0)
+    s_names = snd.dictionary.to_pylist()
+    r_names = rcv.dictionary.to_pylist()
+    names = sorted(set(s_names) | set(r_names))
+    index = {n: i for i, n in enumerate(names)}
+    s_map = np.array([index[n] for n in s_names], np.int64)
+    r_map = np.array([index[n] for n in r_names], np.int64)
+    return NodeCodes(
+        names,
+        s_map[snd.indices.to_numpy(zero_copy_only=False)],
+        r_map[rcv.indices.to_numpy(zero_copy_only=False)],
+    )
+
+
+@dataclass(frozen=True)
+class CallPairs:
+    """Matched calls, one entry per pair, sorted by call time.
+
+    Attributes
+    ----------
+    caller, callee : ndarray of int64
+        Node codes.
+    t_call, t_return : ndarray of int64
+        Nanoseconds.
+    call_row, return_row : ndarray of int64
+        Rows of the two messages in the (time-sorted) trace.
+    unmatched_calls, unmatched_returns, sends : int
+        Messages left out.
+    """
+
+    caller: np.ndarray
+    callee: np.ndarray
+    t_call: np.ndarray
+    t_return: np.ndarray
+    call_row: np.ndarray
+    return_row: np.ndarray
+    unmatched_calls: int
+    unmatched_returns: int
+    sends: int
+
+    def __len__(self) -> int:
+        return int(self.caller.size)
+
+
+def _fifo_match(key: np.ndarray, ts: np.ndarray, is_call: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Match calls and returns of equal ``key`` in time order, earliest open call first.
+
+    Returns ``(call_index, return_index)`` into the input arrays. A return with no open
+    call is unmatched; calls left open at the end are unmatched.
+    """
+    n = key.size
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    # Calls before returns at equal times: a zero-length call still pairs.
+    order = np.lexsort((~is_call, ts, key))
+    k, c = key[order], is_call[order]
+    start = np.ones(n, bool)
+    start[1:] = k[1:] != k[:-1]
+    group = np.cumsum(start) - 1
+    step = np.where(c, 1, -1).astype(np.int64)
+    total = np.cumsum(step)
+    s = total - (total - step)[start][group]  # running sum within the group
+    # Open calls follow O_n = max(0, O_{n-1} + step): a return with none open is dropped.
+    # O_n = S_n - min(0, min_{k<=n} S_k); the running minimum restarts per group by
+    # lowering each later group below every earlier one.
+    big = 2 * n + 2
+    running_min = np.minimum.accumulate(s - group * big) + group * big
+    o = s - np.minimum(running_min, 0)
+    open_before = np.where(start, 0, np.concatenate([[0], o[:-1]]))
+    matched_ret = ~c & (open_before > 0)
+    # FIFO: the j-th matched return of a group closes the j-th call of the group.
+    ret_rank = _rank_in_group(group, matched_ret)
+    calls_sorted = np.flatnonzero(c)
+    rets_sorted = np.flatnonzero(matched_ret)
+    # Position of the j-th call of each group among calls_sorted.
+    first_call = np.searchsorted(group[calls_sorted], group[rets_sorted], side="left")
+    pick = calls_sorted[first_call + ret_rank[rets_sorted]]
+    return order[pick], order[rets_sorted]
+
+
+def _rank_in_group(group: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """0-based rank of each masked element among masked elements of its group (in order)."""
+    cum = np.cumsum(mask)
+    start = np.ones(group.size, bool)
+    start[1:] = group[1:] != group[:-1]
+    before_group = (cum - mask)[start][np.cumsum(start) - 1]
+    return cum - mask - before_group
+
+
+def match_calls(trace: pa.Table, nodes: NodeCodes, *, use_ids: bool = True) -> CallPairs:
+    """Match every call with its return (see the module docstring)."""
+    ops = op_codes(trace)
+    ts = trace["timestamp"].cast(pa.int64()).to_numpy()
+    ident = trace["id"].combine_chunks()
+    has_id = ident.is_valid().to_numpy(zero_copy_only=False) if use_ids else np.zeros(ts.size, bool)
+    ids = ident.fill_null(0).to_numpy().astype(np.uint64) if ts.size else np.zeros(0, np.uint64)
+    is_call, is_ret = ops == OP_CALL, ops == OP_RETURN
+    rows = np.flatnonzero(is_call | is_ret)
+    caller = np.where(is_call, nodes.sender, nodes.receiver)[rows]
+    callee = np.where(is_call, nodes.receiver, nodes.sender)[rows]
+    n_nodes = max(len(nodes.names), 1)
+    pair = caller * n_nodes + callee
+    idv, has = ids[rows], has_id[rows]
+    # A pair whose ids are all zero has no ids: zero is what such protocols send.
+    if has.any():
+        nonzero = np.bincount(pair[has], weights=(idv[has] != 0), minlength=n_nodes * n_nodes)
+        has &= nonzero[pair] > 0
+    # Key: pair plus id where there is one; id-less messages of a pair share one key.
+    _, id_code = np.unique(np.where(has, idv, np.uint64(0)), return_inverse=True)
+    key = pair * (int(id_code.max(initial=0)) + 2) + np.where(has, id_code.ravel() + 1, 0)
+    ci, ri = _fifo_match(key, ts[rows], is_call[rows])
+    call_row, ret_row = rows[ci], rows[ri]
+    order = np.argsort(ts[call_row], kind="stable")
+    call_row, ret_row = call_row[order], ret_row[order]
+    return CallPairs(
+        caller=nodes.sender[call_row],
+        callee=nodes.receiver[call_row],
+        t_call=ts[call_row],
+        t_return=ts[ret_row],
+        call_row=call_row,
+        return_row=ret_row,
+        unmatched_calls=int(is_call.sum()) - call_row.size,
+        unmatched_returns=int(is_ret.sum()) - ret_row.size,
+        sends=int((ops == OP_SEND).sum()),
+    )

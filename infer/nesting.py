@@ -1,0 +1,443 @@
+"""The nesting algorithm (Aguilera et al., SOSP 2003) for RPC traces.
+
+1. Call pairs: calls matched with returns (``infer.callpairs``).
+2. Parent candidates: for a child call B->C, every call into B that started no later
+   than the child's call and returned no earlier than the child's return, each within
+   ``tolerance_s`` (clock skew).
+3. Scoreboard: per (A, B, C), how often each parent-call-to-child-call delay occurs,
+   each candidate counting 1/N; delays binned exponentially (``bin_base``, from
+   ``bin_min_s``), optionally smoothed with a Gaussian of ``smooth_bins``.
+4. Unique parent: score = scoreboard x penalties ``(1+overlap)^-x (1+samedest)^-y
+   (1+children)^-z``, counted over the parent's candidate children; the earliest
+   parent wins ties.
+5. Paths: unparented calls are roots; instances are their trees; instances of one
+   shape form a pattern (``infer.patterns``).
+
+Every phase is vectorized: sorting, searchsorted, bincount; candidates are enumerated
+in chunks of children so memory stays near O(m p) per chunk, not for the whole trace.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from scipy.ndimage import gaussian_filter1d
+
+from infer.callpairs import CallPairs, match_calls, node_codes
+from tracefmt import ParameterError, SchemaError, sort_trace, validate_trace
+
+__all__ = ["NestingParams", "NestingResult", "infer_nesting"]
+
+_CHUNK = 1 << 17  # children per candidate-enumeration chunk
+BOARDS = ("joint", "delay")
+
+
+@dataclass(frozen=True)
+class NestingParams:
+    """Every tuning parameter of ``infer_nesting`` (all recorded in the paths file)."""
+
+    x: float = 2.0
+    y: float = 0.0
+    z: float = 0.0
+    bin_base: float = 1.05
+    bin_min_s: float = 1e-6
+    bin_max_s: float = 7200.0
+    smooth_bins: float = 0.0
+    tolerance_s: float = 0.0
+    use_ids: bool = True
+    density: bool = False
+    board: str = "delay"
+
+    def check(self) -> None:
+        if not self.bin_base > 1.0:
+            raise ParameterError(f"bin_base must be > 1, not {self.bin_base}")
+        if not 0 < self.bin_min_s < self.bin_max_s:
+            raise ParameterError(f"need 0 < bin_min_s < bin_max_s, not {self.bin_min_s}, {self.bin_max_s}")
+        if self.board not in BOARDS:
+            raise ParameterError(f"unknown scoreboard {self.board!r} (must be one of {', '.join(BOARDS)})")
+        if self.board == "joint" and self.smooth_bins > 0:
+            raise ParameterError(
+                "smoothing applies to the delay scoreboard: use board='delay' with smooth_bins"
+            )
+        for name in ("x", "y", "z", "smooth_bins", "tolerance_s"):
+            if getattr(self, name) < 0:
+                raise ParameterError(f"{name} must be >= 0, not {getattr(self, name)}")
+
+    @property
+    def n_bins(self) -> int:
+        return int(np.ceil(np.log(self.bin_max_s / self.bin_min_s) / np.log(self.bin_base))) + 2
+
+
+@dataclass(frozen=True)
+class NestingResult:
+    """Call pairs with their inferred parents, instances and patterns.
+
+    Attributes
+    ----------
+    nodes : list of str
+        Node names; the arrays hold codes into this list.
+    pairs : CallPairs
+        Matched calls, sorted by call time.
+    parent : ndarray of int64
+        Index of each pair's parent pair, -1 for roots.
+    confidence : ndarray of float64
+        The winning candidate's share of all candidates' scores (1 for roots).
+    candidates : ndarray of int64
+        Number of candidate parents per pair.
+    patterns : list
+        ``infer.patterns.Pattern`` objects, sorted as asked.
+    instance, pattern_index : ndarray of int64
+        Per pair: its instance (the root pair's index) and its pattern (index into
+        ``patterns``).
+    params : NestingParams
+    trace_info : dict
+        Messages and time span of the input.
+    """
+
+    nodes: list[str]
+    pairs: CallPairs
+    parent: np.ndarray
+    confidence: np.ndarray
+    candidates: np.ndarray
+    patterns: list[Any]
+    instance: np.ndarray
+    pattern_index: np.ndarray
+    params: NestingParams
+    trace_info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mean_parallelism(self) -> float:
+        """Mean number of candidate parents per child call."""
+        kids = self.candidates[self.candidates > 0]
+        return float(kids.mean()) if kids.size else 0.0
+
+    def to_json(self, *, top: int | None = None, min_count: int = 1) -> dict[str, Any]:
+        """The paths file of ``results.md`` (patterns in the order they were sorted)."""
+        chosen = [p for p in self.patterns if p.count >= min_count][:top]
+        return {
+            "format": "wirepath.paths/1",
+            "algorithm": "nesting",
+            "params": {**asdict(self.params), "top": top, "min_count": min_count},
+            "trace": {
+                "messages": self.trace_info.get("messages", 0),
+                "start": _iso(self.trace_info.get("start_ns")),
+                "end": _iso(self.trace_info.get("end_ns")),
+            },
+            "stats": {
+                "call_pairs": len(self.pairs),
+                "unmatched_calls": self.pairs.unmatched_calls,
+                "unmatched_returns": self.pairs.unmatched_returns,
+                "sends_ignored": self.pairs.sends,
+                "mean_parallelism": self.mean_parallelism,
+                "instances": int((self.parent < 0).sum()),
+                "patterns": len(self.patterns),
+            },
+            "patterns": [p.to_json() for p in chosen],
+        }
+
+    def write_instances(self, path: str | os.PathLike[str]) -> None:
+        """Write ``instances_table()`` as Parquet (zstd), atomically."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.partial")
+        pq.write_table(self.instances_table(), tmp, compression="zstd")
+        os.replace(tmp, target)
+
+    def instances_table(self) -> pa.Table:
+        """Every call pair with its inferred parent, instance, pattern and confidence."""
+        p = self.pairs
+        names = pa.array(self.nodes, pa.string())
+        ids = pa.array([pat.id for pat in self.patterns], pa.string())
+        return pa.table(
+            {
+                "pair": pa.array(np.arange(len(p)), pa.int64()),
+                "caller": pa.DictionaryArray.from_arrays(pa.array(p.caller.astype(np.int32)), names),
+                "callee": pa.DictionaryArray.from_arrays(pa.array(p.callee.astype(np.int32)), names),
+                "t_call": pa.array(p.t_call, pa.int64()).cast(pa.timestamp("ns", tz="UTC")),
+                "t_return": pa.array(p.t_return, pa.int64()).cast(pa.timestamp("ns", tz="UTC")),
+                "call_row": pa.array(p.call_row, pa.int64()),
+                "return_row": pa.array(p.return_row, pa.int64()),
+                "parent": pa.array(self.parent, pa.int64(), mask=self.parent < 0),
+                "instance": pa.array(self.instance, pa.int64()),
+                "pattern": pa.DictionaryArray.from_arrays(pa.array(self.pattern_index.astype(np.int32)), ids),
+                "candidates": pa.array(self.candidates, pa.int64()),
+                "confidence": pa.array(self.confidence, pa.float64()),
+            }
+        )
+
+
+def _iso(ns: int | None) -> str | None:
+    if ns is None:
+        return None
+    sec, frac = divmod(int(ns), 1_000_000_000)
+    return datetime.fromtimestamp(sec, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+
+
+def _time_key(node: np.ndarray, t: np.ndarray, t0: int, shift: int) -> np.ndarray:
+    """One sortable int64 per (node, time): node in the high bits, time in the low."""
+    return (node.astype(np.int64) << (63 - _NODE_BITS)) + ((t - t0) >> shift)
+
+
+_NODE_BITS = 20
+
+
+@dataclass(frozen=True)
+class _ParentIndex:
+    """Calls sorted by (callee, call time), split into duration classes."""
+
+    t0: int
+    shift: int
+    classes: list[tuple[np.ndarray, np.ndarray, int]]  # (keys, pair indices, longest duration)
+
+    @classmethod
+    def build(cls, p: CallPairs) -> _ParentIndex:
+        t0 = int(p.t_call.min()) if len(p) else 0
+        span = int(p.t_return.max() - t0) if len(p) else 0
+        shift = max(0, span.bit_length() - (63 - _NODE_BITS - 1))
+        dur = np.maximum(p.t_return - p.t_call, 1)
+        klass = np.floor(np.log2(dur)).astype(np.int64)
+        classes = []
+        for k in np.unique(klass):
+            idx = np.flatnonzero(klass == k)
+            keys = _time_key(p.callee[idx], p.t_call[idx], t0, shift)
+            order = np.argsort(keys, kind="stable")
+            classes.append((keys[order], idx[order], int(dur[idx].max())))
+        return cls(t0, shift, classes)
+
+
+def _candidates(
+    p: CallPairs, index: _ParentIndex, tol_ns: int, lo_child: int, hi_child: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """All (child, parent) candidate pairs for children ``lo_child:hi_child``.
+
+    Parents are grouped by callee and by duration class (powers of two), so a search
+    window ``[t_call - longest duration in class, t_call]`` stays tight even when a few
+    calls are very long.
+    """
+    child = np.arange(lo_child, hi_child)
+    tc, b = p.t_call[child], p.caller[child]
+    out_c, out_p = [], []
+    for keys, idx, longest in index.classes:
+        lo = np.searchsorted(
+            keys, _time_key(b, np.maximum(tc - longest - tol_ns, index.t0), index.t0, index.shift)
+        )
+        hi = np.searchsorted(keys, _time_key(b, tc + tol_ns, index.t0, index.shift), side="right")
+        counts = hi - lo
+        total = int(counts.sum())
+        if total == 0:
+            continue
+        rep = np.repeat(np.arange(child.size), counts)
+        pos = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(total)
+        par = idx[pos]
+        c = child[rep]
+        ok = (
+            (p.t_call[par] <= p.t_call[c] + tol_ns)
+            & (p.t_return[par] >= p.t_return[c] - tol_ns)
+            & (par != c)
+            & (p.callee[par] == p.caller[c])
+        )
+        out_c.append(c[ok])
+        out_p.append(par[ok])
+    if not out_c:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(out_c), np.concatenate(out_p)
+
+
+def _bins(delay_ns: np.ndarray, params: NestingParams) -> np.ndarray:
+    """Exponential delay bins: 0 below ``bin_min_s`` (negative delays included)."""
+    d = np.maximum(delay_ns / 1e9, params.bin_min_s)
+    b = np.floor(np.log(d / params.bin_min_s) / np.log(params.bin_base)).astype(np.int64) + 1
+    b[delay_ns / 1e9 < params.bin_min_s] = 0
+    return np.minimum(b, params.n_bins - 1)
+
+
+def _bin_widths(params: NestingParams) -> np.ndarray:
+    """Width in seconds of every delay bin (bin 0 holds everything below ``bin_min_s``)."""
+    k = np.arange(params.n_bins)
+    lower = params.bin_min_s * params.bin_base ** np.maximum(k - 1, 0)
+    width = lower * (params.bin_base - 1.0)
+    width[0] = params.bin_min_s
+    return width
+
+
+def _overlaps(parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> np.ndarray:
+    """For each candidate (parent, child), how many other candidate children of that parent
+    overlap the child in time (intervals sharing more than an end point)."""
+    if parent.size == 0:
+        return np.zeros(0, np.int64)
+    times, inv = np.unique(np.concatenate([tc, tr]), return_inverse=True)
+    rc, rr = inv[: tc.size], inv[tc.size :]
+    width = int(times.size) + 1
+    base = parent.astype(np.int64) * width
+    by_start = np.sort(base + rc)
+    by_end = np.sort(base + rr)
+    group_lo = np.searchsorted(by_start, base, side="left")
+    # Children of the parent starting before this one ends ...
+    started = np.searchsorted(by_start, base + rr, side="left") - group_lo
+    # ... minus those that ended by the time this one started.
+    ended = np.searchsorted(by_end, base + rc, side="right") - group_lo
+    self_count = np.where(tc < tr, 1, -1)
+    return np.maximum(started - ended - self_count, 0)
+
+
+def infer_nesting(
+    trace: pa.Table,
+    *,
+    x: float = 2.0,
+    y: float = 0.0,
+    z: float = 0.0,
+    bin_base: float = 1.05,
+    bin_min_s: float = 1e-6,
+    bin_max_s: float = 7200.0,
+    smooth_bins: float = 0.0,
+    tolerance_s: float = 0.0,
+    use_ids: bool = True,
+    density: bool = False,
+    board: str = "delay",
+    sort: str = "total",
+) -> NestingResult:
+    """Infer causal path patterns of an RPC trace with the nesting algorithm.
+
+    Parameters
+    ----------
+    trace : pyarrow.Table
+        A message trace (``tracefmt``); sorted here if it is not.
+    x, y, z : float
+        Penalty weights for overlapping children, children with the same destination,
+        and children in general (the paper's most predictable setting: 2, 0, 0).
+    bin_base, bin_min_s, bin_max_s : float
+        Exponential delay bins: bin k covers ``bin_min_s * bin_base**(k-1)`` up to the
+        next; defaults resolve microseconds up to two hours.
+    smooth_bins : float
+        Standard deviation, in bins, of a Gaussian smoothing of every scoreboard row
+        (tolerates clock skew that spreads a peak); 0 is off.
+    tolerance_s : float
+        Clock-skew tolerance when testing whether a call can be a parent.
+    use_ids : bool
+        Match calls and returns by id where the trace has ids.
+    density : bool
+        Score a delay by its bin's count divided by the bin's width (a density)
+        instead of the raw count (the paper's way, the default). Wrong candidates
+        spread evenly over time and exponential bins grow with the delay, so raw
+        counts favour long delays; densities do not.
+    board : {"joint", "delay"}
+        ``"delay"`` (default) is the paper's scoreboard: per (A, B, C), the histogram
+        of the parent-call-to-child-call delay. ``"joint"`` also bins the child-return-to-
+        parent-return gap and scores the pair of bins together: a parent answers a
+        typical time after its last child returns, which wrong candidates do not.
+    sort : {"total", "count"}
+        Pattern order: by total latency or by instance count.
+
+    Returns
+    -------
+    NestingResult
+
+    Raises
+    ------
+    SchemaError
+        The trace has no RPC calls (use convolution for one-way messages).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> t = pa.table({"timestamp": pa.array([0, 10, 20, 30], pa.timestamp("us")),
+    ...     "sender": ["c", "w", "d", "w"], "receiver": ["w", "d", "w", "c"],
+    ...     "op": ["call", "call", "return", "return"], "id": pa.array([1, 2, 2, 1], pa.uint64())})
+    >>> r = infer_nesting(t)
+    >>> [(pat.count, pat.shape_text) for pat in r.patterns]
+    [(1, 'c>w(w>d)')]
+    """
+    from infer.patterns import build_patterns
+
+    params = NestingParams(
+        x, y, z, bin_base, bin_min_s, bin_max_s, smooth_bins, tolerance_s, use_ids, density, board
+    )
+    params.check()
+    if sort not in ("total", "count"):
+        raise ParameterError(f"unknown sort {sort!r} (must be total or count)")
+    trace = sort_trace(validate_trace(trace))
+    nodes = node_codes(trace)
+    if len(nodes.names) >= 1 << _NODE_BITS:
+        raise ParameterError(f"{len(nodes.names)} nodes: nesting handles up to {1 << _NODE_BITS}")
+    pairs = match_calls(trace, nodes, use_ids=use_ids)
+    if len(pairs) == 0:
+        raise SchemaError(
+            "no RPC call/return pairs in this trace (nesting needs call and return messages; "
+            "for one-way messages use: wirepath infer convolution)"
+        )
+    n = len(pairs)
+    tol_ns = round(tolerance_s * 1e9)
+    index = _ParentIndex.build(pairs)
+    n_nodes = len(nodes.names)
+    n_bins = params.n_bins
+
+    # Pass 1: the scoreboard, each child's candidates sharing one unit of weight.
+    counts = np.zeros(n, np.int64)
+    chunks = []
+    for lo in range(0, n, _CHUNK):
+        c, par = _candidates(pairs, index, tol_ns, lo, min(lo + _CHUNK, n))
+        counts += np.bincount(c, minlength=n)
+        chunks.append((c, par))
+    all_c = np.concatenate([ch[0] for ch in chunks])
+    all_p = np.concatenate([ch[1] for ch in chunks])
+    del chunks
+    triple = (pairs.caller[all_p] * n_nodes + pairs.callee[all_p]) * n_nodes + pairs.callee[all_c]
+    uniq, tri = np.unique(triple, return_inverse=True)
+    bins = _bins(pairs.t_call[all_c] - pairs.t_call[all_p], params)
+    weight = 1.0 / counts[all_c]
+    width = _bin_widths(params) if density else np.ones(n_bins)
+    if board == "joint":
+        back = _bins(pairs.t_return[all_p] - pairs.t_return[all_c], params)
+        _, cell = np.unique((tri * n_bins + bins) * n_bins + back, return_inverse=True)
+        score = np.bincount(cell, weights=weight)[cell] / (width[bins] * width[back])
+    else:
+        board_ = np.bincount(tri * n_bins + bins, weights=weight, minlength=uniq.size * n_bins)
+        board_ = board_.reshape(uniq.size, n_bins)
+        if smooth_bins > 0:
+            board_ = gaussian_filter1d(board_, smooth_bins, axis=1, mode="constant")
+        score = board_[tri, bins] / width[bins]
+
+    # Pass 2: penalties over each parent's candidate children, then the best parent.
+    if x:
+        score = score * (1.0 + _overlaps(all_p, pairs.t_call[all_c], pairs.t_return[all_c])) ** -x
+    if y:
+        same = all_p * n_nodes + pairs.callee[all_c]
+        _, inv, cnt = np.unique(same, return_inverse=True, return_counts=True)
+        score = score * (cnt[inv].astype(float)) ** -y  # (1 + others with that destination)
+    if z:
+        score = score * np.bincount(all_p, minlength=n)[all_p].astype(float) ** -z
+    order = np.lexsort((pairs.t_call[all_p], -score, all_c))
+    first = np.ones(order.size, bool)
+    first[1:] = all_c[order][1:] != all_c[order][:-1]
+    best = order[first]
+    parent = np.full(n, -1, np.int64)
+    parent[all_c[best]] = all_p[best]
+    total = np.bincount(all_c, weights=score, minlength=n)
+    confidence = np.ones(n)
+    won = all_c[best]
+    confidence[won] = np.where(
+        total[won] > 0, score[best] / np.where(total[won] > 0, total[won], 1), 1.0 / counts[won]
+    )
+
+    ts = trace["timestamp"].cast(pa.int64()).to_numpy()
+    info = {"messages": trace.num_rows, "start_ns": int(ts[0]), "end_ns": int(ts[-1])}
+    patterns, instance, pattern_index = build_patterns(pairs, parent, nodes.names, sort=sort)
+    return NestingResult(
+        nodes=nodes.names,
+        pairs=pairs,
+        parent=parent,
+        confidence=confidence,
+        candidates=counts,
+        patterns=patterns,
+        instance=instance,
+        pattern_index=pattern_index,
+        params=params,
+        trace_info=info,
+    )
