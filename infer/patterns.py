@@ -160,9 +160,8 @@ def build_patterns(
     size = np.ones(n, np.int64)
     kid_depth = depth[kids]
     max_depth = int(depth.max())
-    power = np.ones(int(rank.max(initial=0)) + 2, np.uint64)
-    for k in range(1, power.size):
-        power[k] = np.multiply(power[k - 1], _P, dtype=np.uint64)  # wraps mod 2**64 by design
+    # Powers of an odd constant mod 2**64 (exact Python ints; one per child position).
+    power = np.array([pow(int(_P), k, 1 << 64) for k in range(int(rank.max(initial=0)) + 2)], np.uint64)
     for d in range(max_depth, 0, -1):
         level = kid_depth == d
         c = kids[level]

@@ -277,11 +277,13 @@ class _Engine:
         rets = e["op"] == _OP_RETURN
         if not calls.any():
             return
+        # Measured on the times as written (stamped, at the trace's resolution): what
+        # inference will see, ties included.
+        res = self.config.resolution_ns
+        t = np.floor(e["stamp"] * 1e9 / res) * res / 1e9
+        self.sample.append(np.stack([e["uid"][calls], e["sender"][calls], e["receiver"][calls], t[calls]]))
         self.sample.append(
-            np.stack([e["uid"][calls], e["sender"][calls], e["receiver"][calls], e["t"][calls]])
-        )
-        self.sample.append(
-            np.stack([e["uid"][rets], -np.ones(int(rets.sum())), -np.ones(int(rets.sum())), e["t"][rets]])
+            np.stack([e["uid"][rets], -np.ones(int(rets.sum())), -np.ones(int(rets.sum())), t[rets]])
         )
         self.sampled += int(calls.sum())
 
@@ -435,7 +437,8 @@ def _calibrate(config: SynthConfig) -> list[int]:
         measured = engine.measured_parallelism()
         if measured <= 0 or abs(measured - config.parallelism) <= 0.03 * config.parallelism:
             break
-        scale *= config.parallelism / measured
+        # The true parent is always a candidate: the excess over 1 grows with the loops.
+        scale *= (config.parallelism - 1.0) / max(measured - 1.0, 1e-3)
         new = _loops(config, scale)
         if new == loops:
             break
