@@ -22,6 +22,7 @@ demo: setup
 		--out $(DEMO)/synth.parquet --truth $(DEMO)/synth-truth.json
 	$(BIN)/wirepath infer nesting $(DEMO)/synth.parquet --out $(DEMO)/paths.json \
 		--instances $(DEMO)/instances.parquet --show 3
+	$(BIN)/wirepath eval $(DEMO)/paths.json $(DEMO)/synth.parquet --instances $(DEMO)/instances.parquet
 	@echo "demo output: $(DEMO)/ (merged.parquet; synth.parquet, synth-truth.json, paths.json, instances.parquet)"
 
 test: setup lint

@@ -1,4 +1,4 @@
-"""Causal path inference from message traces: nesting (RPC) and pattern aggregation.
+"""Causal path inference from message traces: nesting (RPC), pattern aggregation, evaluation.
 
 ``infer_nesting(trace)`` returns a ``NestingResult`` whose ``to_json()`` is the paths
 file of ``results.md`` and whose ``instances_table()`` lists every call pair with its
@@ -6,7 +6,8 @@ inferred parent, instance, pattern and confidence.
 """
 
 from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
-from infer.nesting import BOARDS, NestingParams, NestingResult, infer_nesting
+from infer.evaluate import evaluate_paths, true_pairs, true_patterns
+from infer.nesting import BOARDS, NestingParams, NestingResult, infer_nesting, read_instances
 from infer.patterns import Pattern, build_patterns, group_stats, latency_stats
 
 __all__ = [
@@ -17,9 +18,13 @@ __all__ = [
     "NodeCodes",
     "Pattern",
     "build_patterns",
+    "evaluate_paths",
     "group_stats",
     "infer_nesting",
     "latency_stats",
     "match_calls",
     "node_codes",
+    "read_instances",
+    "true_pairs",
+    "true_patterns",
 ]

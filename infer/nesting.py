@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 from scipy.ndimage import gaussian_filter1d
 
 from infer.callpairs import CallPairs, match_calls, node_codes
-from tracefmt import ParameterError, SchemaError, sort_trace, validate_trace
+from tracefmt import ParameterError, SchemaError, TraceFileError, sort_trace, validate_trace
+from tracefmt._files import existing_file
 
 __all__ = ["NestingParams", "NestingResult", "infer_nesting"]
 
@@ -171,6 +172,19 @@ class NestingResult:
                 "confidence": pa.array(self.confidence, pa.float64()),
             }
         )
+
+
+def read_instances(path: str | os.PathLike[str]) -> pa.Table:
+    """Read an instances table written by ``NestingResult.write_instances``."""
+    p = existing_file(path, "an instances table (Parquet)")
+    try:
+        table = pq.read_table(p)
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceFileError(f"{p}: not a readable Parquet file ({exc})") from None
+    need = {"call_row", "return_row", "parent", "instance"}
+    if not need <= set(table.column_names):
+        raise SchemaError(f"{p}: not an instances table (needs columns {', '.join(sorted(need))})")
+    return table
 
 
 def _iso(ns: int | None) -> str | None:

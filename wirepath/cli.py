@@ -251,6 +251,45 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    paths_file = Path(args.paths)
+    try:
+        paths = json.loads(paths_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise tracefmt.TraceFileError(f"{paths_file}: no such file") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise tracefmt.TraceFileError(f"{paths_file}: not a JSON paths file ({exc})") from None
+    trace = tracefmt.read_trace(args.trace)
+    instances = infer.read_instances(args.instances) if args.instances else None
+    report = infer.evaluate_paths(paths, trace, instances=instances)
+    p, i, m = report["patterns"], report["instances"], report["messages"]
+    lines = [
+        f"patterns   true {p['true']:,}, inferred {p['inferred']:,}: "
+        f"{p['false_negatives']:,} false negatives, {p['false_positives']:,} false positives",
+    ]
+    if i["inferred"] is not None:
+        lines.append(
+            f"instances  true {i['true']:,}, inferred {i['inferred']:,}: "
+            f"{i['false_negatives']:,} false negatives, {i['false_positives']:,} false positives"
+        )
+        lines.append(
+            f"messages   true {m['true']:,}: {m['false_negatives']:,} false negatives, "
+            f"{m['false_positives']:,} false positives"
+        )
+    else:
+        lines.append("instances  (give --instances I.parquet from 'infer --instances' to score them)")
+    for row in report["top_n"]:
+        if row["tolerance"] == 0.0:
+            tol = [r for r in report["top_n"] if r["n"] == row["n"]]
+            rates = ", ".join(f"{r['missing_rate']:.0%} at {r['tolerance']:.0%}" for r in tol)
+            lines.append(f"top {row['n']:<3}    missing {rates}")
+    d = report["delay_error"]
+    if d["median_rel"] is not None:
+        lines.append(f"latency    relative error median {d['median_rel']:.2%}, p90 {d['p90_rel']:.2%}")
+    _emit(args, report, "\n".join(lines))
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="wirepath",
@@ -410,6 +449,20 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", default="0", metavar="DURATION", help="clock-skew tolerance (default 0)")
     p.add_argument("--no-ids", action="store_true", help="ignore call ids; match calls by time order")
     p.add_argument("--json", action="store_true", help="print the paths file on stdout")
+
+    p = verb(
+        "eval",
+        _cmd_eval,
+        "score inferred paths against a synthetic trace's ground truth",
+        "Score a paths file against the ground truth of the trace it came from (made by\n"
+        "wirepath synth): false negatives and positives of patterns, instances and\n"
+        "messages, the top-N missing rate at count tolerances 0%, 2% and 6%, and the\n"
+        "relative error of per-visit latency and per-edge delay in correctly found patterns.\n\n"
+        "example: wirepath eval paths.json t.parquet --instances inst.parquet",
+    )
+    p.add_argument("paths", help="paths file (JSON) from wirepath infer")
+    p.add_argument("trace", help="the trace, with its truth columns (.parquet)")
+    p.add_argument("--instances", metavar="FILE.parquet", help="instances from 'infer --instances'")
     return parser
 
 
