@@ -281,14 +281,33 @@ def _bin_widths(params: NestingParams) -> np.ndarray:
     return width
 
 
+def _dense_codes(keys: np.ndarray, key_space: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)``, through a lookup table when the keys are few."""
+    if key_space > 1 << 24:
+        uniq, inv = np.unique(keys, return_inverse=True)
+        return uniq, inv.ravel()
+    seen = np.zeros(key_space, bool)
+    seen[keys] = True
+    uniq = np.flatnonzero(seen)
+    code = np.zeros(key_space, np.int64)
+    code[uniq] = np.arange(uniq.size)
+    return uniq, code[keys]
+
+
 def _overlaps(parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> np.ndarray:
     """For each candidate (parent, child), how many other candidate children of that parent
     overlap the child in time (intervals sharing more than an end point)."""
     if parent.size == 0:
         return np.zeros(0, np.int64)
-    times, inv = np.unique(np.concatenate([tc, tr]), return_inverse=True)
-    rc, rr = inv[: tc.size], inv[tc.size :]
-    width = int(times.size) + 1
+    t0 = int(min(tc.min(), tr.min()))
+    span = int(max(tc.max(), tr.max())) - t0 + 1
+    if (int(parent.max()) + 1).bit_length() + span.bit_length() <= 62:
+        # Times themselves fit beside the parent index in one int64 key.
+        rc, rr, width = tc - t0, tr - t0, span
+    else:
+        times, inv = np.unique(np.concatenate([tc, tr]), return_inverse=True)
+        rc, rr = inv[: tc.size], inv[tc.size :]
+        width = int(times.size) + 1
     base = parent.astype(np.int64) * width
     by_start = np.sort(base + rc)
     by_end = np.sort(base + rr)
@@ -403,7 +422,7 @@ def infer_nesting(
     all_p = np.concatenate([ch[1] for ch in chunks])
     del chunks
     triple = (pairs.caller[all_p] * n_nodes + pairs.callee[all_p]) * n_nodes + pairs.callee[all_c]
-    uniq, tri = np.unique(triple, return_inverse=True)
+    uniq, tri = _dense_codes(triple, n_nodes**3)
     bins = _bins(pairs.t_call[all_c] - pairs.t_call[all_p], params)
     weight = 1.0 / counts[all_c]
     width = _bin_widths(params) if density else np.ones(n_bins)
@@ -427,10 +446,20 @@ def infer_nesting(
         score = score * (cnt[inv].astype(float)) ** -y  # (1 + others with that destination)
     if z:
         score = score * np.bincount(all_p, minlength=n)[all_p].astype(float) ** -z
-    order = np.lexsort((pairs.t_call[all_p], -score, all_c))
-    first = np.ones(order.size, bool)
-    first[1:] = all_c[order][1:] != all_c[order][:-1]
-    best = order[first]
+    # Best parent per child: the highest score, then the earliest call.
+    order = np.argsort(all_c, kind="stable")
+    child_sorted = all_c[order]
+    starts = np.flatnonzero(np.concatenate([[True], child_sorted[1:] != child_sorted[:-1]]))
+    sc = score[order]
+    top = np.maximum.reduceat(sc, starts)
+    seg = np.repeat(np.arange(starts.size), np.diff(np.append(starts, sc.size)))
+    t_par = np.where(sc == top[seg], pairs.t_call[all_p[order]], np.iinfo(np.int64).max)
+    earliest = np.minimum.reduceat(t_par, starts)
+    winner = (sc == top[seg]) & (t_par == earliest[seg])
+    # Should two candidates tie on both, the first enumerated wins.
+    wins = np.flatnonzero(winner)
+    first_win = wins[np.concatenate([[True], seg[wins][1:] != seg[wins][:-1]])]
+    best = order[first_win]
     parent = np.full(n, -1, np.int64)
     parent[all_c[best]] = all_p[best]
     total = np.bincount(all_c, weights=score, minlength=n)
