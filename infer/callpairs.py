@@ -76,20 +76,24 @@ class CallPairs:
         return int(self.caller.size)
 
 
-def _fifo_match(key: np.ndarray, ts: np.ndarray, is_call: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Match calls and returns of equal ``key`` in time order, earliest open call first.
+def _fifo_match(
+    pair: np.ndarray, ident: np.ndarray, has_id: np.ndarray, ts: np.ndarray, is_call: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Match calls and returns of one key (pair, id or no id) in time order, earliest open call first.
 
     Returns ``(call_index, return_index)`` into the input arrays. A return with no open
     call is unmatched; calls left open at the end are unmatched.
     """
-    n = key.size
+    n = pair.size
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     # Calls before returns at equal times: a zero-length call still pairs.
-    order = np.lexsort((~is_call, ts, key))
-    k, c = key[order], is_call[order]
-    start = np.ones(n, bool)
-    start[1:] = k[1:] != k[:-1]
+    order = np.lexsort((~is_call, ts, ident, has_id, pair))
+    c = is_call[order]
+    start = np.zeros(n, bool)
+    start[0] = True
+    for k in (pair[order], has_id[order], ident[order]):
+        start[1:] |= k[1:] != k[:-1]
     group = np.cumsum(start) - 1
     step = np.where(c, 1, -1).astype(np.int64)
     total = np.cumsum(step)
@@ -139,10 +143,8 @@ def match_calls(trace: pa.Table, nodes: NodeCodes, *, use_ids: bool = True) -> C
     if has.any():
         nonzero = np.bincount(pair[has], weights=(idv[has] != 0), minlength=n_nodes * n_nodes)
         has &= nonzero[pair] > 0
-    # Key: pair plus id where there is one; id-less messages of a pair share one key.
-    _, id_code = np.unique(np.where(has, idv, np.uint64(0)), return_inverse=True)
-    key = pair * (int(id_code.max(initial=0)) + 2) + np.where(has, id_code.ravel() + 1, 0)
-    ci, ri = _fifo_match(key, ts[rows], is_call[rows])
+    # Key: pair, then id where there is one; id-less messages of a pair share a key.
+    ci, ri = _fifo_match(pair, np.where(has, idv, np.uint64(0)), has, ts[rows], is_call[rows])
     call_row, ret_row = rows[ci], rows[ri]
     order = np.argsort(ts[call_row], kind="stable")
     call_row, ret_row = call_row[order], ret_row[order]

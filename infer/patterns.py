@@ -185,7 +185,6 @@ def build_patterns(
 
     uniq, pat_of_root = np.unique(h[roots], return_inverse=True)
     pattern_index = pat_of_root.ravel()[np.searchsorted(roots, root)]
-    children_of = {int(p): kids[a:b] for p, a, b in _groups(kid_parent)} if kids.size else {}
 
     lat = (pairs.t_return - pairs.t_call) / 1e9
     delay = np.where(parent >= 0, (pairs.t_call - pairs.t_call[np.maximum(parent, 0)]) / 1e9, np.nan)
@@ -205,11 +204,9 @@ def build_patterns(
     total = np.bincount(pat_of_root.ravel(), weights=lat[roots], minlength=uniq.size)
 
     def shape(i: int) -> Shape:
-        return Shape(
-            names[pairs.caller[i]],
-            names[pairs.callee[i]],
-            tuple(shape(int(c)) for c in children_of.get(i, ())),
-        )
+        # Only the representatives' trees are built, so find children by search.
+        a, b = np.searchsorted(kid_parent, [i, i + 1])
+        return Shape(names[pairs.caller[i]], names[pairs.callee[i]], tuple(shape(int(c)) for c in kids[a:b]))
 
     for u in range(uniq.size):
         s = shape(int(rep_root[u]))
@@ -227,11 +224,3 @@ def build_patterns(
     remap = np.empty(len(patterns), np.int64)
     remap[order] = np.arange(len(order))
     return [patterns[i] for i in order], root, remap[pattern_index]
-
-
-def _groups(sorted_keys: np.ndarray) -> list[tuple[int, int, int]]:
-    """(key, start, end) of each run of equal values in a sorted array."""
-    bounds = np.flatnonzero(np.diff(sorted_keys)) + 1
-    starts = np.concatenate([[0], bounds])
-    ends = np.concatenate([bounds, [sorted_keys.size]])
-    return list(zip(sorted_keys[starts].tolist(), starts.tolist(), ends.tolist(), strict=True))
