@@ -146,7 +146,8 @@ def match_calls(trace: pa.Table, nodes: NodeCodes, *, use_ids: bool = True) -> C
     # Key: pair, then id where there is one; id-less messages of a pair share a key.
     ci, ri = _fifo_match(pair, np.where(has, idv, np.uint64(0)), has, ts[rows], is_call[rows])
     call_row, ret_row = rows[ci], rows[ri]
-    order = np.argsort(ts[call_row], kind="stable")
+    # The trace is in time order, so row order is call-time order with ties as written.
+    order = np.argsort(call_row, kind="stable")
     call_row, ret_row = call_row[order], ret_row[order]
     return CallPairs(
         caller=nodes.sender[call_row],

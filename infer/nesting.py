@@ -57,6 +57,13 @@ class NestingParams:
     board: str = "delay"
 
     def check(self) -> None:
+        """Raise ``ParameterError`` naming the first bad parameter."""
+        for name in ("x", "y", "z", "smooth_bins", "tolerance_s", "bin_base", "bin_min_s", "bin_max_s"):
+            if not np.isfinite(getattr(self, name)):
+                raise ParameterError(f"{name} must be a finite number, not {getattr(self, name)}")
+        for name in ("x", "y", "z", "smooth_bins", "tolerance_s"):
+            if getattr(self, name) < 0:
+                raise ParameterError(f"{name} must be >= 0, not {getattr(self, name)}")
         if not self.bin_base > 1.0:
             raise ParameterError(f"bin_base must be > 1, not {self.bin_base}")
         if not 0 < self.bin_min_s < self.bin_max_s:
@@ -67,9 +74,6 @@ class NestingParams:
             raise ParameterError(
                 "smoothing applies to the delay scoreboard: use board='delay' with smooth_bins"
             )
-        for name in ("x", "y", "z", "smooth_bins", "tolerance_s"):
-            if getattr(self, name) < 0:
-                raise ParameterError(f"{name} must be >= 0, not {getattr(self, name)}")
 
     @property
     def n_bins(self) -> int:
@@ -324,6 +328,27 @@ def _overlaps(parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> np.ndarray:
     return np.maximum(started - ended - self_count, 0)
 
 
+def _best_parents(all_c: np.ndarray, all_p: np.ndarray, score: np.ndarray, t_call: np.ndarray) -> np.ndarray:
+    """Index (into the candidate arrays) of each child's best candidate.
+
+    The highest score wins, then the earliest parent call; should two tie on both, the
+    first enumerated.
+    """
+    order = np.argsort(all_c, kind="stable")
+    child_sorted = all_c[order]
+    starts = np.flatnonzero(np.concatenate([[True], child_sorted[1:] != child_sorted[:-1]]))
+    sc = score[order]
+    top = np.maximum.reduceat(sc, starts)
+    seg = np.repeat(np.arange(starts.size), np.diff(np.append(starts, sc.size)))
+    t_par = np.where(sc == top[seg], t_call[all_p[order]], np.iinfo(np.int64).max)
+    earliest = np.minimum.reduceat(t_par, starts)
+    winner = (sc == top[seg]) & (t_par == earliest[seg])
+    # Should two candidates tie on both, the first enumerated wins.
+    wins = np.flatnonzero(winner)
+    first_win = wins[np.concatenate([[True], seg[wins][1:] != seg[wins][:-1]])]
+    return order[first_win]
+
+
 def infer_nesting(
     trace: pa.Table,
     *,
@@ -450,29 +475,16 @@ def infer_nesting(
         score = score * (cnt[inv].astype(float)) ** -y  # (1 + others with that destination)
     if z:
         score = score * np.bincount(all_p, minlength=n)[all_p].astype(float) ** -z
-    # Best parent per child: the highest score, then the earliest call.
-    order = np.argsort(all_c, kind="stable")
-    child_sorted = all_c[order]
-    starts = np.flatnonzero(np.concatenate([[True], child_sorted[1:] != child_sorted[:-1]]))
-    sc = score[order]
-    top = np.maximum.reduceat(sc, starts)
-    seg = np.repeat(np.arange(starts.size), np.diff(np.append(starts, sc.size)))
-    t_par = np.where(sc == top[seg], pairs.t_call[all_p[order]], np.iinfo(np.int64).max)
-    earliest = np.minimum.reduceat(t_par, starts)
-    winner = (sc == top[seg]) & (t_par == earliest[seg])
-    # Should two candidates tie on both, the first enumerated wins.
-    wins = np.flatnonzero(winner)
-    first_win = wins[np.concatenate([[True], seg[wins][1:] != seg[wins][:-1]])]
-    best = order[first_win]
     parent = np.full(n, -1, np.int64)
-    parent[all_c[best]] = all_p[best]
-    total = np.bincount(all_c, weights=score, minlength=n)
     confidence = np.ones(n)
-    won = all_c[best]
-    confidence[won] = np.where(
-        total[won] > 0, score[best] / np.where(total[won] > 0, total[won], 1), 1.0 / counts[won]
-    )
-
+    if all_c.size:
+        best = _best_parents(all_c, all_p, score, pairs.t_call)
+        won = all_c[best]
+        parent[won] = all_p[best]
+        total = np.bincount(all_c, weights=score, minlength=n)
+        confidence[won] = np.where(
+            total[won] > 0, score[best] / np.where(total[won] > 0, total[won], 1), 1.0 / counts[won]
+        )
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     info = {"messages": trace.num_rows, "start_ns": int(ts[0]), "end_ns": int(ts[-1])}
     patterns, instance, pattern_index = build_patterns(pairs, parent, nodes.names, sort=sort)

@@ -76,7 +76,7 @@ def group_stats(group: np.ndarray, values: np.ndarray, n_groups: int) -> dict[st
         hi = np.minimum(lo + 1, safe - 1)
         vlo = v[np.minimum(first + lo, max(v.size - 1, 0))] if v.size else np.zeros(n_groups)
         vhi = v[np.minimum(first + hi, max(v.size - 1, 0))] if v.size else np.zeros(n_groups)
-        out[f"p{q}"] = vlo + (vhi - vlo) * (pos - lo)
+        out[f"p{q}"] = np.where(count > 0, vlo + (vhi - vlo) * (pos - lo), 0.0)
     return out
 
 

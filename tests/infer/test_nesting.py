@@ -1,0 +1,581 @@
+"""The nesting algorithm (``infer.nesting``): parents, scoreboard, penalties, bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import synth
+from infer import infer_nesting
+from tracefmt import ParameterError, SchemaError
+from tracefmt.patterns import Shape, pattern_id
+
+MS = 1_000_000
+
+
+def inferred_parent_uids(table: pa.Table, result: Any, h) -> tuple[np.ndarray, np.ndarray]:
+    """(true parent, inferred parent) as true_call values of every pair (-1 for roots)."""
+    call = h.ints(table["true_call"])
+    true_parent = h.ints(table["true_parent"])
+    rows = result.pairs.call_row
+    inferred = np.where(result.parent >= 0, call[rows[np.maximum(result.parent, 0)]], -1)
+    return true_parent[rows], inferred
+
+
+def parent_times(result: Any) -> list[int | None]:
+    """Call time of every pair's inferred parent (None for roots), in pair order."""
+    p = result.pairs
+    return [None if k < 0 else int(p.t_call[k]) for k in result.parent.tolist()]
+
+
+def pair_at(result: Any, t_call: int) -> int:
+    k = np.flatnonzero(result.pairs.t_call == t_call)
+    assert k.size == 1
+    return int(k[0])
+
+
+# --- ground truth at parallelism 1 ----------------------------------------------------------
+
+
+def test_serial_parents_are_the_true_parents(serial_trace, serial_result, h) -> None:
+    table, truth = serial_trace
+    assert truth["mean_parallelism"] == pytest.approx(1.0)
+    n_calls = int((h.strings(table["op"]) == "call").sum())
+    assert len(serial_result.pairs) == n_calls
+    true_parent, inferred = inferred_parent_uids(table, serial_result, h)
+    assert (true_parent >= 0).sum() > 1000
+    assert np.array_equal(inferred, true_parent)
+    assert np.all(serial_result.candidates[true_parent >= 0] == 1)
+
+
+def test_serial_patterns_match_the_truth_file(serial_trace, serial_result, h) -> None:
+    _, truth = serial_trace
+    inferred = {p.id: p.count for p in serial_result.patterns}
+    true = {p["id"]: p["count"] for p in truth["patterns"]}
+    assert len(true) >= 10
+    assert inferred == true
+    assert len(serial_result.patterns) == len(true)
+
+
+def test_serial_pattern_shapes_match_the_true_trees(serial_trace, serial_result, h) -> None:
+    tp = h.true_patterns(h.true_calls(serial_trace[0]))
+    assert {p.id: p.shape for p in serial_result.patterns} == {k: v.shape for k, v in tp.items()}
+    for p in serial_result.patterns:
+        assert pattern_id(p.shape) == p.id
+
+
+def test_patterns_sorted_by_total_latency(serial_trace, serial_result, h) -> None:
+    tp = h.true_patterns(h.true_calls(serial_trace[0]))
+    totals = [p.total_latency_s for p in serial_result.patterns]
+    assert totals == sorted(totals, reverse=True)
+    for p in serial_result.patterns:
+        assert p.total_latency_s == pytest.approx(tp[p.id].total_latency_s, rel=1e-9)
+    # The order differs from the order by count here, or the check above proves little.
+    counts = [p.count for p in serial_result.patterns]
+    assert counts != sorted(counts, reverse=True)
+
+
+def test_patterns_sorted_by_count(serial_trace, h) -> None:
+    table, truth = serial_trace
+    r = infer_nesting(table, sort="count")
+    counts = [p.count for p in r.patterns]
+    assert counts == sorted(counts, reverse=True)
+    assert {p.id: p.count for p in r.patterns} == {p["id"]: p["count"] for p in truth["patterns"]}
+    # pattern_index follows the new order.
+    call_pattern = h.strings(table["true_pattern"])[r.pairs.call_row]
+    ids = np.array([p.id for p in r.patterns], dtype=object)
+    assert np.array_equal(ids[r.pattern_index], call_pattern)
+
+
+def test_per_visit_latency_and_delay_are_those_of_the_true_instances(serial_trace, serial_result, h) -> None:
+    tp = h.true_patterns(h.true_calls(serial_trace[0]))
+    checked = 0
+    for p in serial_result.patterns:
+        truth = tp[p.id]
+        visits = h.preorder_visits(p.to_json()["root"])
+        assert len(visits) == len(truth.latency)
+        for k, v in enumerate(visits):
+            assert v["latency_s"] == pytest.approx(h.np_stats(truth.latency[k]), rel=1e-9, abs=1e-12)
+            if k == 0:
+                assert v["delay_s"] is None
+            else:
+                assert v["delay_s"] == pytest.approx(h.np_stats(truth.delay[k]), rel=1e-9, abs=1e-12)
+            checked += 1
+    assert checked > 50
+
+
+def test_instance_and_pattern_of_every_pair(serial_trace, serial_result, h) -> None:
+    table, _ = serial_trace
+    r = serial_result
+    rows = r.pairs.call_row
+    inst = h.ints(table["true_instance"])
+    assert np.array_equal(inst[rows[r.instance]], inst[rows])
+    assert np.all(r.parent[r.instance] == -1)
+    ids = np.array([p.id for p in r.patterns], dtype=object)
+    assert np.array_equal(ids[r.pattern_index], h.strings(table["true_pattern"])[rows])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"x": 0.0}, {"board": "joint"}, {"density": True}, {"smooth_bins": 2.0}, {"y": 1.0, "z": 1.0}],
+    ids=["x0", "joint", "density", "smooth", "yz"],
+)
+def test_every_setting_finds_the_true_parents_at_parallelism_1(serial_trace, h, kwargs) -> None:
+    table, truth = serial_trace
+    r = infer_nesting(table, **kwargs)
+    true_parent, inferred = inferred_parent_uids(table, r, h)
+    assert np.array_equal(inferred, true_parent)
+    assert {p.id: p.count for p in r.patterns} == {p["id"]: p["count"] for p in truth["patterns"]}
+
+
+def test_candidates_match_a_brute_force_count(parallel_trace, h) -> None:
+    table, _ = parallel_trace
+    r = infer_nesting(table)
+    p = r.pairs
+    names = np.array(r.nodes, dtype=object)
+    caller, callee = names[p.caller], names[p.callee]
+    expect = np.zeros(len(p), np.int64)
+    for b in np.unique(caller):
+        into = np.flatnonzero(callee == b)
+        kids = np.flatnonzero(caller == b)
+        ok = (p.t_call[into][None, :] <= p.t_call[kids][:, None]) & (
+            p.t_return[into][None, :] >= p.t_return[kids][:, None]
+        )
+        ok &= into[None, :] != kids[:, None]
+        expect[kids] = ok.sum(axis=1)
+    assert np.array_equal(r.candidates, expect)
+    child = expect > 0
+    assert r.mean_parallelism == pytest.approx(expect[child].mean(), rel=1e-12)
+    assert r.mean_parallelism > 2.5
+    # Every true parent is among the candidates.
+    true_parent, _ = inferred_parent_uids(table, r, h)
+    assert np.all(expect[true_parent >= 0] >= 1)
+
+
+def test_parallel_fan_out_keeps_the_true_order(serial_toml: str, h) -> None:
+    # A parallel group: A calls F and E at the same instant, F first (the listed order).
+    text = """\
+nodes = ["client", "A", "E", "F", "G"]
+
+[trace]
+seed = 4
+messages = 3000
+resolution_s = 1e-9
+
+[[tracelet]]
+client = "client"
+clients = 1
+
+[[tracelet.call]]
+id = "a"
+to = "A"
+before_s = [0.002, 0.0001]
+after_s = [0.001, 0.0001]
+
+[[tracelet.call]]
+id = "f"
+parent = "a"
+to = "F"
+group = "g"
+before_s = [0.003, 0.0001]
+
+[[tracelet.call]]
+id = "e"
+parent = "a"
+to = "E"
+group = "g"
+p = 0.5
+before_s = [0.002, 0.0001]
+
+[[tracelet.call]]
+id = "g"
+parent = "a"
+to = "G"
+before_s = [0.001, 0.0001]
+"""
+    table, truth = synth.generate_table(synth.parse_config(text))
+    tp = h.true_patterns(h.true_calls(table))
+    fan = Shape("client", "A", (Shape("A", "F"), Shape("A", "E"), Shape("A", "G")))
+    assert pattern_id(fan) in tp
+    r = infer_nesting(table)
+    true_parent, inferred = inferred_parent_uids(table, r, h)
+    assert np.array_equal(inferred, true_parent)
+    assert {p.id: p.count for p in r.patterns} == {p["id"]: p["count"] for p in truth["patterns"]}
+
+
+# --- children in call order -----------------------------------------------------------------
+
+
+def test_children_in_call_order(h) -> None:
+    # B calls D, then C while D is still running; C returns first.
+    t = h.trace(
+        [
+            (0, "call", "A", "B", 1),
+            (1 * MS, "call", "B", "D", 2),
+            (2 * MS, "call", "B", "C", 3),
+            (3 * MS, "return", "C", "B", 3),
+            (5 * MS, "return", "D", "B", 2),
+            (6 * MS, "return", "B", "A", 1),
+        ]
+    )
+    r = infer_nesting(t)
+    assert [p.shape for p in r.patterns] == [Shape("A", "B", (Shape("B", "D"), Shape("B", "C")))]
+
+
+def test_children_at_the_same_instant_keep_the_trace_order(h) -> None:
+    t = h.trace(
+        [
+            (0, "call", "A", "B", 1),
+            (1 * MS, "call", "B", "Z", 2),
+            (1 * MS, "call", "B", "C", 3),
+            (3 * MS, "return", "C", "B", 3),
+            (4 * MS, "return", "Z", "B", 2),
+            (6 * MS, "return", "B", "A", 1),
+        ]
+    )
+    r = infer_nesting(t)
+    assert [p.shape for p in r.patterns] == [Shape("A", "B", (Shape("B", "Z"), Shape("B", "C")))]
+
+
+# --- the scoreboard decides -------------------------------------------------------------------
+
+
+def serial_instances(n: int, delay_ns: int, start: int = 0, first_id: int = 1) -> list[tuple]:
+    """``n`` serial instances A->B(B->C), B calling C ``delay_ns`` after being called."""
+    rows = []
+    for k in range(n):
+        t0 = start + k * 20 * MS
+        i = first_id + 2 * k
+        rows += [
+            (t0, "call", "A", "B", i),
+            (t0 + delay_ns, "call", "B", "C", i + 1),
+            (t0 + delay_ns + 1 * MS, "return", "C", "B", i + 1),
+            (t0 + 12 * MS, "return", "B", "A", i),
+        ]
+    return rows
+
+
+def test_majority_delay_decides_between_overlapping_parents(h) -> None:
+    t_amb = 10_000 * MS
+    rows = serial_instances(40, 5 * MS)
+    rows += [
+        (t_amb, "call", "A", "B", 1001),  # P1
+        (t_amb + 3 * MS, "call", "A", "B", 1002),  # P2
+        (t_amb + 5 * MS, "call", "B", "C", 1003),  # c1: 5 ms after P1, 2 ms after P2
+        (t_amb + 6 * MS, "return", "C", "B", 1003),
+        (t_amb + 8 * MS, "call", "B", "C", 1004),  # c2: 8 ms after P1, 5 ms after P2
+        (t_amb + 9 * MS, "return", "C", "B", 1004),
+        (t_amb + 20 * MS, "return", "B", "A", 1001),
+        (t_amb + 21 * MS, "return", "B", "A", 1002),
+    ]
+    r = infer_nesting(h.trace(rows))
+    c1, c2 = pair_at(r, t_amb + 5 * MS), pair_at(r, t_amb + 8 * MS)
+    p1, p2 = pair_at(r, t_amb), pair_at(r, t_amb + 3 * MS)
+    assert r.parent[c1] == p1
+    assert r.parent[c2] == p2  # the later parent: its delay is the usual one
+    assert r.candidates[c1] == r.candidates[c2] == 2
+    # Scores: 40 + 1/2 + 1/2 in the 5 ms bin against 1/2 in the 2 ms (8 ms) bin.
+    assert r.confidence[c1] == pytest.approx(41 / 41.5, rel=1e-12)
+    assert r.confidence[c2] == pytest.approx(41 / 41.5, rel=1e-12)
+    assert [(p.shape_text, p.count) for p in r.patterns] == [("A>B(B>C)", 42)]
+    assert np.all(r.parent[np.array([p1, p2])] == -1)
+
+
+def test_majority_decides_even_with_fewer_votes(h) -> None:
+    # Only 3 instances show the 5 ms delay; the ambiguous child still goes to P2.
+    t_amb = 10_000 * MS
+    rows = serial_instances(3, 5 * MS)
+    rows += [
+        (t_amb, "call", "A", "B", 1001),
+        (t_amb + 3 * MS, "call", "A", "B", 1002),
+        (t_amb + 8 * MS, "call", "B", "C", 1004),
+        (t_amb + 9 * MS, "return", "C", "B", 1004),
+        (t_amb + 20 * MS, "return", "B", "A", 1001),
+        (t_amb + 21 * MS, "return", "B", "A", 1002),
+    ]
+    r = infer_nesting(h.trace(rows))
+    assert r.parent[pair_at(r, t_amb + 8 * MS)] == pair_at(r, t_amb + 3 * MS)
+    assert r.confidence[pair_at(r, t_amb + 8 * MS)] == pytest.approx(3.5 / 4.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("x", [0.0, 2.0])
+def test_tie_goes_to_the_earliest_parent(h, x: float) -> None:
+    t_amb = 10_000 * MS
+    rows = [
+        (t_amb, "call", "A", "B", 1),
+        (t_amb + 1 * MS, "call", "A", "B", 2),
+        (t_amb + 5 * MS, "call", "B", "C", 3),  # 5 ms after P1, 4 ms after P2: one half each
+        (t_amb + 6 * MS, "return", "C", "B", 3),
+        (t_amb + 10 * MS, "return", "B", "A", 1),
+        (t_amb + 11 * MS, "return", "B", "A", 2),
+    ]
+    r = infer_nesting(h.trace(rows), x=x)
+    child = pair_at(r, t_amb + 5 * MS)
+    assert r.parent[child] == pair_at(r, t_amb)
+    assert r.confidence[child] == pytest.approx(0.5, rel=1e-12)
+
+
+def test_tie_of_equal_histories_goes_to_the_earliest_parent(h) -> None:
+    # Ten instances with a 5 ms delay and ten with 4 ms: 10.5 against 10.5.
+    t_amb = 10_000 * MS
+    rows = serial_instances(10, 5 * MS) + serial_instances(10, 4 * MS, start=1000 * MS, first_id=101)
+    rows += [
+        (t_amb, "call", "A", "B", 1001),
+        (t_amb + 1 * MS, "call", "A", "B", 1002),
+        (t_amb + 5 * MS, "call", "B", "C", 1003),
+        (t_amb + 6 * MS, "return", "C", "B", 1003),
+        (t_amb + 10 * MS, "return", "B", "A", 1001),
+        (t_amb + 11 * MS, "return", "B", "A", 1002),
+    ]
+    r = infer_nesting(h.trace(rows))
+    child = pair_at(r, t_amb + 5 * MS)
+    assert r.parent[child] == pair_at(r, t_amb)
+    assert r.confidence[child] == pytest.approx(0.5, rel=1e-12)
+
+
+# --- penalties --------------------------------------------------------------------------------
+
+
+def penalty_trace(h) -> pa.Table:
+    """P1 and P2 are both candidates of c with equal raw scores; P1 has a second candidate
+    child d (to C as well) that overlaps c, P2 has no other candidate child."""
+    return h.trace(
+        [
+            (0, "call", "A", "B", 1),  # P1
+            (1 * MS, "call", "B", "C", 2),  # d: only P1 is open
+            (2 * MS, "call", "A", "B", 3),  # P2
+            (10 * MS, "call", "B", "C", 4),  # c: 10 ms after P1, 8 ms after P2
+            (20 * MS, "return", "C", "B", 4),
+            (50 * MS, "return", "C", "B", 2),
+            (100 * MS, "return", "B", "A", 1),
+            (101 * MS, "return", "B", "A", 3),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("weights", "winner", "confidence"),
+    [
+        ({"x": 0.0}, 0, 0.5),  # a tie: the earliest parent
+        ({"x": 2.0}, 2, 0.5 / (0.5 + 0.5 / 4)),  # P1's c overlaps d: (1+1)^-2
+        ({"x": 1.0}, 2, 0.5 / (0.5 + 0.5 / 2)),
+        ({"x": 0.0, "y": 1.0}, 2, None),  # P1 has two children to C
+        ({"x": 0.0, "z": 1.0}, 2, None),  # P1 has two children
+    ],
+    ids=["x0", "x2", "x1", "y1", "z1"],
+)
+def test_penalties_break_a_raw_tie(h, weights: dict, winner: int, confidence: float | None) -> None:
+    r = infer_nesting(penalty_trace(h), **weights)
+    c = pair_at(r, 10 * MS)
+    d = pair_at(r, 1 * MS)
+    assert r.candidates[c] == 2
+    assert r.candidates[d] == 1
+    assert r.parent[c] == pair_at(r, winner * MS)
+    assert r.parent[d] == pair_at(r, 0)
+    if confidence is not None:
+        assert r.confidence[c] == pytest.approx(confidence, rel=1e-12)
+    assert r.mean_parallelism == pytest.approx(1.5)
+
+
+# --- clock skew tolerance ---------------------------------------------------------------------
+
+
+def test_tolerance_admits_a_parent_stamped_after_its_child(h) -> None:
+    # B's clock is slow: its call to C appears 1 ms before A's call to B.
+    rows = [
+        (1 * MS, "call", "A", "B", 1),
+        (0, "call", "B", "C", 2),
+        (3 * MS, "return", "C", "B", 2),
+        (5 * MS, "return", "B", "A", 1),
+        # An unskewed instance later on.
+        (100 * MS, "call", "A", "B", 3),
+        (101 * MS, "call", "B", "C", 4),
+        (102 * MS, "return", "C", "B", 4),
+        (110 * MS, "return", "B", "A", 3),
+    ]
+    strict = infer_nesting(h.trace(rows))
+    assert {p.shape_text: p.count for p in strict.patterns} == {"A>B": 1, "B>C": 1, "A>B(B>C)": 1}
+    loose = infer_nesting(h.trace(rows), tolerance_s=0.002)
+    assert [(p.shape_text, p.count) for p in loose.patterns] == [("A>B(B>C)", 2)]
+    assert loose.parent[pair_at(loose, 0)] == pair_at(loose, 1 * MS)
+    assert loose.patterns[0].delay[1]["mean"] == pytest.approx((-0.001 + 0.001) / 2, abs=1e-15)
+
+
+# --- long traces and long calls ---------------------------------------------------------------
+
+
+def test_trace_spanning_hours_with_an_hour_long_call(h) -> None:
+    sec = 1_000_000_000
+    hour = 3600 * sec
+    rows = [
+        (0, "call", "A", "B", 1),
+        (1800 * sec, "call", "B", "C", 2),  # half an hour in
+        (1800 * sec + 5 * MS, "return", "C", "B", 2),
+        (hour, "return", "B", "A", 1),
+    ]
+    # Short instances X->B(B->D), one of them inside the long call, the last three hours on.
+    for k, t0 in enumerate([1200 * sec, hour + 10 * MS, 2 * hour, 3 * hour, 3 * hour + 10 * MS]):
+        i = 10 + 2 * k
+        rows += [
+            (t0, "call", "X", "B", i),
+            (t0 + 1 * MS, "call", "B", "D", i + 1),
+            (t0 + 2 * MS, "return", "D", "B", i + 1),
+            (t0 + 3 * MS, "return", "B", "X", i),
+        ]
+    r = infer_nesting(h.trace(rows))
+    inside = pair_at(r, 1200 * sec + 1 * MS)
+    assert r.candidates[inside] == 2  # the hour-long call is a candidate too
+    assert r.parent[inside] == pair_at(r, 1200 * sec)
+    assert r.parent[pair_at(r, 1800 * sec)] == pair_at(r, 0)
+    got = {p.shape_text: p.count for p in r.patterns}
+    assert got == {"A>B(B>C)": 1, "X>B(B>D)": 5}
+    long_pattern = next(p for p in r.patterns if p.shape_text == "A>B(B>C)")
+    assert long_pattern.total_latency_s == pytest.approx(3600.0, rel=1e-12)
+    assert long_pattern.delay[1]["mean"] == pytest.approx(1800.0, rel=1e-12)
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+
+def test_empty_trace(h) -> None:
+    with pytest.raises(SchemaError, match="convolution"):
+        infer_nesting(h.trace([]))
+
+
+def test_trace_of_sends_only(h) -> None:
+    t = h.trace([(1, "send", "a", "b", None), (2, "send", "b", "c", None), (3, "send", "c", "a", 4)])
+    with pytest.raises(SchemaError, match="convolution"):
+        infer_nesting(t)
+
+
+def test_trace_of_unmatched_calls_only(h) -> None:
+    t = h.trace([(1, "call", "a", "b", None), (2, "return", "a", "b", None)])
+    with pytest.raises(SchemaError, match="convolution"):
+        infer_nesting(t)
+
+
+def test_unsorted_input_gives_the_sorted_result(serial_trace, serial_result, h) -> None:
+    table, _ = serial_trace
+    perm = np.random.default_rng(3).permutation(table.num_rows)
+    shuffled = table.take(perm)
+    r = infer_nesting(shuffled)
+    a, b = serial_result, r
+    assert [p.to_json() for p in b.patterns] == [p.to_json() for p in a.patterns]
+    true_parent, inferred = inferred_parent_uids(shuffled.take(np.argsort(perm, kind="stable")), b, h)
+    assert np.array_equal(inferred, true_parent)
+
+
+def test_unmatched_messages_are_counted_not_fatal(serial_trace, h) -> None:
+    table, _ = serial_trace
+    tc = h.true_calls(table)
+    rng = np.random.default_rng(8)
+    chosen = rng.choice(tc.uid.size, 60, replace=False)
+    lose_return, lose_call = chosen[:25], chosen[25:]
+    drop = np.concatenate([tc.ret_row[lose_return], tc.row[lose_call]])
+    keep = np.setdiff1d(np.arange(table.num_rows), drop)
+    r = infer_nesting(table.take(keep))
+    assert r.pairs.unmatched_calls == 25
+    assert r.pairs.unmatched_returns == 35
+    assert len(r.pairs) == tc.uid.size - 60
+    assert r.to_json()["stats"]["unmatched_calls"] == 25
+    assert r.to_json()["stats"]["unmatched_returns"] == 35
+    assert sum(p.count for p in r.patterns) == int((r.parent < 0).sum())
+
+
+def test_node_calling_itself(h) -> None:
+    t = h.trace(
+        [
+            (0, "call", "client", "A", 1),
+            (1 * MS, "call", "A", "A", 2),  # a self-call inside the request
+            (2 * MS, "call", "A", "A", 3),  # and a recursive one inside it
+            (3 * MS, "return", "A", "A", 3),
+            (4 * MS, "return", "A", "A", 2),
+            (5 * MS, "return", "A", "client", 1),
+            (10 * MS, "call", "X", "X", None),  # a root self-call
+            (11 * MS, "return", "X", "X", None),
+        ]
+    )
+    r = infer_nesting(t)
+    assert len(r.pairs) == 4
+    assert {p.shape_text: p.count for p in r.patterns} == {"client>A(A>A(A>A))": 1, "X>X": 1}
+    assert r.parent[pair_at(r, 10 * MS)] == -1
+    assert r.parent[pair_at(r, 0)] == -1
+    assert r.parent[pair_at(r, 1 * MS)] == pair_at(r, 0)
+    # The inner self-call has two candidates (the request and the outer self-call, never
+    # itself); the request's other candidate child overlaps it, so the outer call wins.
+    assert r.candidates[pair_at(r, 2 * MS)] == 2
+    assert r.parent[pair_at(r, 2 * MS)] == pair_at(r, 1 * MS)
+
+
+def test_trace_without_nested_calls(h) -> None:
+    # Every call is a root: no call has a candidate parent.
+    t = h.trace(
+        [
+            (0, "call", "a", "b", None),
+            (1 * MS, "return", "b", "a", None),
+            (2 * MS, "call", "c", "d", None),
+            (5 * MS, "return", "d", "c", None),
+            (6 * MS, "call", "a", "b", None),
+            (9 * MS, "return", "b", "a", None),
+        ]
+    )
+    r = infer_nesting(t)
+    assert r.parent.tolist() == [-1, -1, -1]
+    assert r.candidates.tolist() == [0, 0, 0]
+    assert r.mean_parallelism == 0.0
+    assert [(p.shape_text, p.count, p.total_latency_s) for p in r.patterns] == [
+        ("a>b", 2, pytest.approx(0.004, rel=1e-12)),
+        ("c>d", 1, pytest.approx(0.003, rel=1e-12)),
+    ]
+
+
+def test_single_call_pair(h) -> None:
+    r = infer_nesting(h.trace([(1, "call", "a", "b", None), (2, "return", "b", "a", None)]))
+    assert [(p.shape_text, p.count) for p in r.patterns] == [("a>b", 1)]
+    assert r.confidence.tolist() == [1.0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"bin_base": 1.0}, "bin_base"),
+        ({"bin_base": 0.5}, "bin_base"),
+        ({"bin_base": -2.0}, "bin_base"),
+        ({"bin_min_s": 0.0}, "bin_min_s"),
+        ({"bin_min_s": 10.0, "bin_max_s": 1.0}, "bin_min_s"),
+        ({"x": -1.0}, "x"),
+        ({"y": -0.5}, "y"),
+        ({"z": -3.0}, "z"),
+        ({"smooth_bins": -1.0}, "smooth_bins"),
+        ({"tolerance_s": -0.001}, "tolerance_s"),
+        ({"board": "bogus"}, "board"),
+        ({"board": "joint", "smooth_bins": 1.0}, "smooth"),
+        ({"sort": "bogus"}, "sort"),
+    ],
+)
+def test_invalid_parameters(h, kwargs: dict, name: str) -> None:
+    t = h.trace([(1, "call", "a", "b", None), (2, "return", "b", "a", None)])
+    with pytest.raises(ParameterError, match=name):
+        infer_nesting(t, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["x", "y", "z", "bin_base", "smooth_bins", "tolerance_s"])
+def test_nan_parameters_are_rejected(h, name: str) -> None:
+    t = h.trace(
+        [
+            (1, "call", "a", "b", None),
+            (2, "call", "b", "c", None),
+            (3, "return", "c", "b", None),
+            (4, "return", "b", "a", None),
+        ]
+    )
+    with pytest.raises(ParameterError, match=name):
+        infer_nesting(t, **{name: float("nan")})
+
+
+def test_invalid_parameters_are_checked_before_the_trace(h) -> None:
+    with pytest.raises(ParameterError, match="bin_base"):
+        infer_nesting(h.trace([]), bin_base=1.0)
