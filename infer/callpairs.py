@@ -75,6 +75,20 @@ class CallPairs:
     def __len__(self) -> int:
         return int(self.caller.size)
 
+    def take(self, index: np.ndarray) -> CallPairs:
+        """The pairs at ``index`` (unmatched counts are kept as they were)."""
+        return CallPairs(
+            self.caller[index],
+            self.callee[index],
+            self.t_call[index],
+            self.t_return[index],
+            self.call_row[index],
+            self.return_row[index],
+            self.unmatched_calls,
+            self.unmatched_returns,
+            self.sends,
+        )
+
 
 def _fifo_match(
     pair: np.ndarray, ident: np.ndarray, has_id: np.ndarray, ts: np.ndarray, is_call: np.ndarray

@@ -116,6 +116,7 @@ class NestingResult:
     pattern_index: np.ndarray
     params: NestingParams
     trace_info: dict[str, Any] = field(default_factory=dict)
+    sort: str = "total"
 
     @property
     def mean_parallelism(self) -> float:
@@ -123,9 +124,52 @@ class NestingResult:
         kids = self.candidates[self.candidates > 0]
         return float(kids.mean()) if kids.size else 0.0
 
-    def to_json(self, *, top: int | None = None, min_count: int = 1) -> dict[str, Any]:
-        """The paths file of ``results.md`` (patterns in the order they were sorted)."""
+    def windows(self, window_s: float) -> list[tuple[int, int, list[Any]]]:
+        """Patterns per time window: ``(start_ns, end_ns, patterns)`` for each window.
+
+        An instance belongs to the window its root call falls in, so a pattern frequent
+        only for a while is not buried under the whole trace's counts.
+        """
+        if not window_s > 0 or not np.isfinite(window_s):
+            raise ParameterError(f"window must be a positive duration, not {window_s} s")
+        from infer.patterns import build_patterns
+
+        width = round(window_s * 1e9)
+        t0 = int(self.trace_info.get("start_ns", 0))
+        slot = (self.pairs.t_call[self.instance] - t0) // width
+        out = []
+        for k in np.unique(slot):
+            keep = np.flatnonzero(slot == k)
+            new_index = np.full(self.parent.size, -1, np.int64)
+            new_index[keep] = np.arange(keep.size)
+            parent = np.where(self.parent[keep] >= 0, new_index[np.maximum(self.parent[keep], 0)], -1)
+            patterns, _, _ = build_patterns(self.pairs.take(keep), parent, self.nodes, sort=self.sort)
+            out.append((t0 + int(k) * width, t0 + (int(k) + 1) * width, patterns))
+        return out
+
+    def to_json(
+        self, *, top: int | None = None, min_count: int = 1, window_s: float | None = None
+    ) -> dict[str, Any]:
+        """The paths file of ``results.md`` (patterns in the order they were sorted).
+
+        With ``window_s``, a ``windows`` list adds each window's patterns.
+        """
         chosen = [p for p in self.patterns if p.count >= min_count][:top]
+        doc = self._document(chosen, top, min_count)
+        if window_s is not None:
+            doc["params"]["window_s"] = window_s
+            doc["windows"] = [
+                {
+                    "start": _iso(lo),
+                    "end": _iso(hi),
+                    "instances": sum(p.count for p in pats),
+                    "patterns": [p.to_json() for p in pats if p.count >= min_count][:top],
+                }
+                for lo, hi, pats in self.windows(window_s)
+            ]
+        return doc
+
+    def _document(self, chosen: list[Any], top: int | None, min_count: int) -> dict[str, Any]:
         return {
             "format": "wirepath.paths/1",
             "algorithm": "nesting",
@@ -499,4 +543,5 @@ def infer_nesting(
         pattern_index=pattern_index,
         params=params,
         trace_info=info,
+        sort=sort,
     )

@@ -230,7 +230,8 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         board=args.board,
         sort=args.sort,
     )
-    doc = result.to_json(top=args.top, min_count=args.min_count)
+    window = tracefmt.parse_duration_ns(args.window) / 1e9 if args.window else None
+    doc = result.to_json(top=args.top, min_count=args.min_count, window_s=window)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
@@ -244,6 +245,12 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         f"{st['instances']:,} path instances in {st['patterns']:,} patterns; wrote {out}"
         + (f" and {args.instances}" if args.instances else ""),
     ]
+    for w in doc.get("windows", []):
+        head = w["patterns"][0] if w["patterns"] else None
+        top_text = f"; top {head['id']} x{head['count']:,}" if head else ""
+        lines.append(
+            f"window {w['start']}: {w['instances']:,} instances, {len(w['patterns'])} patterns{top_text}"
+        )
     for k, pat in enumerate(doc["patterns"][: args.show], 1):
         lines.append(f"#{k} {pat['id']}  {pat['count']:,} instances, total {pat['total_latency_s']:.3f} s")
         lines += _tree_lines(pat)
@@ -436,6 +443,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-count", type=int, default=1, metavar="N", help="drop patterns seen fewer times")
     p.add_argument("--sort", choices=["total", "count"], default="total", help="order patterns by")
     p.add_argument("--show", type=int, default=5, metavar="N", help="patterns to print (default 5)")
+    p.add_argument("--window", metavar="DURATION", help="also list patterns per time window (e.g. 60s)")
     p.add_argument("--x", type=float, default=2.0, help="overlap penalty weight (default 2)")
     p.add_argument("--y", type=float, default=0.0, help="same-destination penalty weight (default 0)")
     p.add_argument("--z", type=float, default=0.0, help="children penalty weight (default 0)")
