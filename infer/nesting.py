@@ -20,6 +20,7 @@ in chunks of children so memory stays near O(m p) per chunk, not for the whole t
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -333,19 +334,6 @@ def _bin_widths(params: NestingParams) -> np.ndarray:
     return width
 
 
-def _dense_codes(keys: np.ndarray, key_space: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(keys, return_inverse=True)``, through a lookup table when the keys are few."""
-    if key_space > 1 << 24:
-        uniq, inv = np.unique(keys, return_inverse=True)
-        return uniq, inv.ravel()
-    seen = np.zeros(key_space, bool)
-    seen[keys] = True
-    uniq = np.flatnonzero(seen)
-    code = np.zeros(key_space, np.int64)
-    code[uniq] = np.arange(uniq.size)
-    return uniq, code[keys]
-
-
 def _overlaps(parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> np.ndarray:
     """For each candidate (parent, child), how many other candidate children of that parent
     overlap the child in time (intervals sharing more than an end point)."""
@@ -370,6 +358,133 @@ def _overlaps(parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> np.ndarray:
     ended = np.searchsorted(by_end, base + rc, side="right") - group_lo
     self_count = np.where(tc < tr, 1, -1)
     return np.maximum(started - ended - self_count, 0)
+
+
+class _Board:
+    """The scoreboard in compact form: sorted int64 cell keys and their scores.
+
+    A cell is (caller of the parent, parent node, child node, delay bin) — plus the
+    return-gap bin for the joint board. Chunks add (key, weight) partial sums; after
+    ``finish`` the scores include smoothing and the density division.
+    """
+
+    def __init__(self, params: NestingParams, n_nodes: int) -> None:
+        self.params = params
+        self.n_nodes = n_nodes
+        self.n_bins = params.n_bins
+        cells = n_nodes**3 * self.n_bins * (self.n_bins if params.board == "joint" else 1)
+        if cells >= 1 << 62:
+            raise ParameterError(f"{n_nodes} nodes are too many for the {params.board} scoreboard")
+        self._parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.keys = np.zeros(0, np.int64)
+        self.values = np.zeros(0)
+
+    def cell_keys(self, pairs: CallPairs, c: np.ndarray, par: np.ndarray) -> np.ndarray:
+        n = self.n_nodes
+        triple = (pairs.caller[par] * n + pairs.callee[par]) * n + pairs.callee[c]
+        key = triple * self.n_bins + _bins(pairs.t_call[c] - pairs.t_call[par], self.params)
+        if self.params.board == "joint":
+            key = key * self.n_bins + _bins(pairs.t_return[par] - pairs.t_return[c], self.params)
+        return key
+
+    def add(self, pairs: CallPairs, c: np.ndarray, par: np.ndarray, weight: np.ndarray) -> None:
+        keys, inv = np.unique(self.cell_keys(pairs, c, par), return_inverse=True)
+        self._parts.append((keys, np.bincount(inv.ravel(), weights=weight, minlength=keys.size)))
+
+    def finish(self) -> None:
+        keys = np.concatenate([k for k, _ in self._parts]) if self._parts else np.zeros(0, np.int64)
+        weights = np.concatenate([w for _, w in self._parts]) if self._parts else np.zeros(0)
+        self._parts = []
+        self.keys, inv = np.unique(keys, return_inverse=True)
+        values = np.bincount(inv.ravel(), weights=weights, minlength=self.keys.size)
+        nb = self.n_bins
+        if self.params.board == "delay" and self.params.smooth_bins > 0 and self.keys.size:
+            rows, row = np.unique(self.keys // nb, return_inverse=True)
+            dense = np.zeros((rows.size, nb))
+            dense[row.ravel(), self.keys % nb] = values
+            dense = gaussian_filter1d(dense, self.params.smooth_bins, axis=1, mode="constant")
+            values = dense[row.ravel(), self.keys % nb]
+        if self.params.density:
+            width = _bin_widths(self.params)
+            if self.params.board == "joint":
+                values = values / (width[(self.keys // nb) % nb] * width[self.keys % nb])
+            else:
+                values = values / width[self.keys % nb]
+        self.values = values
+
+    def lookup(self, pairs: CallPairs, c: np.ndarray, par: np.ndarray) -> np.ndarray:
+        """Scores of candidate pairs (every pair was added in pass 1)."""
+        return self.values[np.searchsorted(self.keys, self.cell_keys(pairs, c, par))]
+
+
+class _BestSoFar:
+    """Each child's best candidate over chunks: highest score, then earliest parent call."""
+
+    def __init__(self, n: int) -> None:
+        self.score = np.full(n, -np.inf)
+        self.t_parent = np.full(n, np.iinfo(np.int64).max)
+        self.parent = np.full(n, -1, np.int64)
+        self.total = np.zeros(n)
+
+    def offer(self, c: np.ndarray, par: np.ndarray, score: np.ndarray, t_call: np.ndarray) -> None:
+        if c.size == 0:
+            return
+        self.total += np.bincount(c, weights=score, minlength=self.total.size)
+        pick = _best_parents(c, par, score, t_call)
+        kids, s, t = c[pick], score[pick], t_call[par[pick]]
+        better = (s > self.score[kids]) | ((s == self.score[kids]) & (t < self.t_parent[kids]))
+        kids, s, t, p = kids[better], s[better], t[better], par[pick][better]
+        self.score[kids], self.t_parent[kids], self.parent[kids] = s, t, p
+
+    def result(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Parents (-1 for roots) and confidences (the winner's share of all scores)."""
+        confidence = np.ones(self.parent.size)
+        won = self.parent >= 0
+        share = self.score[won] / np.where(self.total[won] > 0, self.total[won], 1.0)
+        confidence[won] = np.where(self.total[won] > 0, share, 1.0 / np.maximum(counts[won], 1))
+        return self.parent, confidence
+
+
+def _candidates_by_parent(
+    p: CallPairs, tol_ns: int, max_pairs: int = 1 << 22
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(child, parent) candidate pairs in chunks of parents, each parent with all its
+    candidate children: children of its node that start and end within its interval
+    (widened by the tolerance)."""
+    n = len(p)
+    if n == 0:
+        return
+    t0 = int(p.t_call.min())
+    span = int(p.t_return.max() - t0)
+    shift = max(0, span.bit_length() - (63 - _NODE_BITS - 1))
+    ckey = _time_key(p.caller, p.t_call, t0, shift)
+    corder = np.argsort(ckey, kind="stable")
+    ckey = ckey[corder]
+    lo = np.searchsorted(ckey, _time_key(p.callee, np.maximum(p.t_call - tol_ns, t0), t0, shift))
+    hi = np.searchsorted(ckey, _time_key(p.callee, p.t_return + tol_ns, t0, shift), side="right")
+    sizes = hi - lo
+    # Cut the parents into chunks of about max_pairs enumerated pairs.
+    bounds = np.searchsorted(np.cumsum(sizes), np.arange(max_pairs, int(sizes.sum()) + max_pairs, max_pairs))
+    start = 0
+    for end in [*np.unique(np.minimum(bounds + 1, n)).tolist(), n]:
+        if end <= start:
+            continue
+        par_idx = np.arange(start, end)
+        counts = sizes[start:end]
+        total = int(counts.sum())
+        start = end
+        if total == 0:
+            continue
+        rep = np.repeat(par_idx, counts)
+        pos = np.repeat(lo[par_idx] - np.cumsum(counts) + counts, counts) + np.arange(total)
+        c = corder[pos]
+        ok = (
+            (p.t_call[c] >= p.t_call[rep] - tol_ns)
+            & (p.t_return[c] <= p.t_return[rep] + tol_ns)
+            & (c != rep)
+            & (p.caller[c] == p.callee[rep])
+        )
+        yield c[ok], rep[ok]
 
 
 def _best_parents(all_c: np.ndarray, all_p: np.ndarray, score: np.ndarray, t_call: np.ndarray) -> np.ndarray:
@@ -482,53 +597,32 @@ def infer_nesting(
     tol_ns = round(tolerance_s * 1e9)
     index = _ParentIndex.build(pairs)
     n_nodes = len(nodes.names)
-    n_bins = params.n_bins
 
-    # Pass 1: the scoreboard, each child's candidates sharing one unit of weight.
+    # Pass 1, by chunks of children: each child's candidates share one unit of weight.
+    board_ = _Board(params, n_nodes)
     counts = np.zeros(n, np.int64)
-    chunks = []
     for lo in range(0, n, _CHUNK):
         c, par = _candidates(pairs, index, tol_ns, lo, min(lo + _CHUNK, n))
-        counts += np.bincount(c, minlength=n)
-        chunks.append((c, par))
-    all_c = np.concatenate([ch[0] for ch in chunks])
-    all_p = np.concatenate([ch[1] for ch in chunks])
-    del chunks
-    triple = (pairs.caller[all_p] * n_nodes + pairs.callee[all_p]) * n_nodes + pairs.callee[all_c]
-    uniq, tri = _dense_codes(triple, n_nodes**3)
-    bins = _bins(pairs.t_call[all_c] - pairs.t_call[all_p], params)
-    weight = 1.0 / counts[all_c]
-    width = _bin_widths(params) if density else np.ones(n_bins)
-    if board == "joint":
-        back = _bins(pairs.t_return[all_p] - pairs.t_return[all_c], params)
-        _, cell = np.unique((tri * n_bins + bins) * n_bins + back, return_inverse=True)
-        score = np.bincount(cell, weights=weight)[cell] / (width[bins] * width[back])
-    else:
-        board_ = np.bincount(tri * n_bins + bins, weights=weight, minlength=uniq.size * n_bins)
-        board_ = board_.reshape(uniq.size, n_bins)
-        if smooth_bins > 0:
-            board_ = gaussian_filter1d(board_, smooth_bins, axis=1, mode="constant")
-        score = board_[tri, bins] / width[bins]
+        chunk_counts = np.bincount(c - lo, minlength=min(_CHUNK, n - lo))
+        counts[lo : lo + chunk_counts.size] = chunk_counts
+        board_.add(pairs, c, par, 1.0 / counts[c])
+    board_.finish()
 
-    # Pass 2: penalties over each parent's candidate children, then the best parent.
-    if x:
-        score = score * (1.0 + _overlaps(all_p, pairs.t_call[all_c], pairs.t_return[all_c])) ** -x
-    if y:
-        same = all_p * n_nodes + pairs.callee[all_c]
-        _, inv, cnt = np.unique(same, return_inverse=True, return_counts=True)
-        score = score * (cnt[inv].astype(float)) ** -y  # (1 + others with that destination)
-    if z:
-        score = score * np.bincount(all_p, minlength=n)[all_p].astype(float) ** -z
-    parent = np.full(n, -1, np.int64)
-    confidence = np.ones(n)
-    if all_c.size:
-        best = _best_parents(all_c, all_p, score, pairs.t_call)
-        won = all_c[best]
-        parent[won] = all_p[best]
-        total = np.bincount(all_c, weights=score, minlength=n)
-        confidence[won] = np.where(
-            total[won] > 0, score[best] / np.where(total[won] > 0, total[won], 1), 1.0 / counts[won]
-        )
+    # Pass 2, by chunks of parents: every parent meets all its candidate children at
+    # once, so the penalties are exact; each child keeps its best parent so far.
+    best = _BestSoFar(n)
+    for c, par in _candidates_by_parent(pairs, tol_ns):
+        score = board_.lookup(pairs, c, par)
+        if x:
+            score = score * (1.0 + _overlaps(par, pairs.t_call[c], pairs.t_return[c])) ** -x
+        if y:
+            _, inv, cnt = np.unique(par * n_nodes + pairs.callee[c], return_inverse=True, return_counts=True)
+            score = score * cnt[inv.ravel()].astype(float) ** -y  # 1 + others to that destination
+        if z:
+            _, inv, cnt = np.unique(par, return_inverse=True, return_counts=True)
+            score = score * cnt[inv.ravel()].astype(float) ** -z
+        best.offer(c, par, score, pairs.t_call)
+    parent, confidence = best.result(counts)
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     info = {"messages": trace.num_rows, "start_ns": int(ts[0]), "end_ns": int(ts[-1])}
     patterns, instance, pattern_index = build_patterns(pairs, parent, nodes.names, sort=sort)
