@@ -203,10 +203,13 @@ def build_patterns(
     count = np.bincount(pat_of_root.ravel(), minlength=uniq.size)
     total = np.bincount(pat_of_root.ravel(), weights=lat[roots], minlength=uniq.size)
 
+    # Child ranges of every call at once; only the representatives' trees are built.
+    first_kid = np.searchsorted(kid_parent, np.arange(n))
+    last_kid = np.searchsorted(kid_parent, np.arange(1, n + 1))
+
     def shape(i: int) -> Shape:
-        # Only the representatives' trees are built, so find children by search.
-        a, b = np.searchsorted(kid_parent, [i, i + 1])
-        return Shape(names[pairs.caller[i]], names[pairs.callee[i]], tuple(shape(int(c)) for c in kids[a:b]))
+        children = kids[first_kid[i] : last_kid[i]].tolist()
+        return Shape(names[pairs.caller[i]], names[pairs.callee[i]], tuple(shape(c) for c in children))
 
     for u in range(uniq.size):
         s = shape(int(rep_root[u]))
