@@ -8,7 +8,8 @@ inferred parent, instance, pattern and confidence.
 from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
 from infer.evaluate import evaluate_paths, true_pairs, true_patterns
 from infer.nesting import BOARDS, NestingParams, NestingResult, infer_nesting, read_instances
-from infer.patterns import Pattern, build_patterns, group_stats, latency_stats
+from infer.patterns import Pattern, build_patterns, group_stats
+from tracefmt.patterns import latency_stats
 
 __all__ = [
     "BOARDS",

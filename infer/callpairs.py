@@ -75,6 +75,36 @@ class CallPairs:
     def __len__(self) -> int:
         return int(self.caller.size)
 
+    @classmethod
+    def from_rows(
+        cls,
+        nodes: NodeCodes,
+        ts: np.ndarray,
+        call_row: np.ndarray,
+        return_row: np.ndarray,
+        *,
+        unmatched_calls: int,
+        unmatched_returns: int,
+        sends: int,
+    ) -> CallPairs:
+        """Pairs from the rows of their messages in a time-sorted trace, in call order.
+
+        Row order is call-time order, with calls at one instant as the trace has them.
+        """
+        order = np.argsort(call_row, kind="stable")
+        call_row, return_row = call_row[order], return_row[order]
+        return cls(
+            caller=nodes.sender[call_row],
+            callee=nodes.receiver[call_row],
+            t_call=ts[call_row],
+            t_return=ts[return_row],
+            call_row=call_row,
+            return_row=return_row,
+            unmatched_calls=unmatched_calls,
+            unmatched_returns=unmatched_returns,
+            sends=sends,
+        )
+
     def take(self, index: np.ndarray) -> CallPairs:
         """The pairs at ``index`` (unmatched counts are kept as they were)."""
         return CallPairs(
@@ -160,16 +190,11 @@ def match_calls(trace: pa.Table, nodes: NodeCodes, *, use_ids: bool = True) -> C
     # Key: pair, then id where there is one; id-less messages of a pair share a key.
     ci, ri = _fifo_match(pair, np.where(has, idv, np.uint64(0)), has, ts[rows], is_call[rows])
     call_row, ret_row = rows[ci], rows[ri]
-    # The trace is in time order, so row order is call-time order with ties as written.
-    order = np.argsort(call_row, kind="stable")
-    call_row, ret_row = call_row[order], ret_row[order]
-    return CallPairs(
-        caller=nodes.sender[call_row],
-        callee=nodes.receiver[call_row],
-        t_call=ts[call_row],
-        t_return=ts[ret_row],
-        call_row=call_row,
-        return_row=ret_row,
+    return CallPairs.from_rows(
+        nodes,
+        ts,
+        call_row,
+        ret_row,
         unmatched_calls=int(is_call.sum()) - call_row.size,
         unmatched_returns=int(is_ret.sum()) - ret_row.size,
         sends=int((ops == OP_SEND).sum()),

@@ -59,20 +59,16 @@ def true_pairs(trace: pa.Table) -> tuple[CallPairs, np.ndarray, list[str], np.nd
     closed = (
         (r_order.size > 0) & (uid[r_order][pos] == uid[calls]) if r_order.size else np.zeros(calls.size, bool)
     )
-    call_row, ret_row = calls[closed], r_order[pos][closed]
-    order = np.argsort(ts[call_row], kind="stable")
-    call_row, ret_row = call_row[order], ret_row[order]
-    pairs = CallPairs(
-        caller=nodes.sender[call_row],
-        callee=nodes.receiver[call_row],
-        t_call=ts[call_row],
-        t_return=ts[ret_row],
-        call_row=call_row,
-        return_row=ret_row,
-        unmatched_calls=int(calls.size - call_row.size),
-        unmatched_returns=int(rets.size - ret_row.size),
+    pairs = CallPairs.from_rows(
+        nodes,
+        ts,
+        calls[closed],
+        r_order[pos][closed],
+        unmatched_calls=int(calls.size - closed.sum()),
+        unmatched_returns=int(rets.size - closed.sum()),
         sends=0,
     )
+    call_row = pairs.call_row
     pair_uid = uid[call_row]
     by_uid = np.argsort(pair_uid, kind="stable")
     want = tpar[call_row]

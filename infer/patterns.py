@@ -18,7 +18,7 @@ import numpy as np
 from infer.callpairs import CallPairs
 from tracefmt.patterns import Shape, pattern_id, shape_text
 
-__all__ = ["Pattern", "build_patterns", "latency_stats"]
+__all__ = ["Pattern", "build_patterns", "group_stats"]
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -30,27 +30,6 @@ def _mix(h: np.ndarray) -> np.ndarray:
     h = (h ^ (h >> np.uint64(30))) * _M1
     h = (h ^ (h >> np.uint64(27))) * _M2
     return h ^ (h >> np.uint64(31))
-
-
-def latency_stats(values: np.ndarray) -> dict[str, float]:
-    """mean, p50, p90, p99 and std in seconds (the paths-file form).
-
-    Examples
-    --------
-    >>> latency_stats(np.array([0.001, 0.002, 0.003]))["mean"]
-    0.002
-    """
-    v = np.asarray(values, np.float64)
-    if v.size == 0:
-        return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "std": 0.0}
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {
-        "mean": float(v.mean()),
-        "p50": float(p50),
-        "p90": float(p90),
-        "p99": float(p99),
-        "std": float(v.std()),
-    }
 
 
 def group_stats(group: np.ndarray, values: np.ndarray, n_groups: int) -> dict[str, np.ndarray]:

@@ -18,7 +18,7 @@ from synth.config import (
 )
 from synth.faults import CaptureQueue, stamp_skew
 from synth.generate import SynthReport, generate_table, generate_trace
-from synth.truth import latency_stats, mean_parallelism
+from synth.truth import mean_parallelism
 
 __all__ = [
     "CallSpec",
@@ -33,7 +33,6 @@ __all__ = [
     "TraceletSpec",
     "generate_table",
     "generate_trace",
-    "latency_stats",
     "load_config",
     "mean_parallelism",
     "parse_config",

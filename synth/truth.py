@@ -8,30 +8,9 @@ from typing import Any
 import numpy as np
 
 from synth.template import Batch, Template
-from tracefmt.patterns import Shape, path_id, pattern_id
+from tracefmt.patterns import Shape, latency_stats, path_id, pattern_id
 
-__all__ = ["PatternBook", "latency_stats", "mean_parallelism"]
-
-
-def latency_stats(values: np.ndarray) -> dict[str, float]:
-    """Mean, p50, p90, p99 and std (seconds) in the form of the paths file contract.
-
-    Examples
-    --------
-    >>> latency_stats(np.array([1.0, 2.0, 3.0]))["p50"]
-    2.0
-    """
-    v = np.asarray(values, np.float64)
-    if v.size == 0:
-        return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "std": 0.0}
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {
-        "mean": float(v.mean()),
-        "p50": float(p50),
-        "p90": float(p90),
-        "p99": float(p99),
-        "std": float(v.std()),
-    }
+__all__ = ["PatternBook", "mean_parallelism"]
 
 
 @dataclass

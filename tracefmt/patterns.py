@@ -1,4 +1,5 @@
-"""Path pattern shapes and their stable ids, shared by ground truth and inference.
+"""Path pattern shapes, their stable ids and latency statistics, shared by ground truth
+and inference.
 
 A nesting pattern is a tree of visits: each visit is ``(caller, node, children)`` with
 children in call order. Its canonical text is ``caller>node(child,child,...)``; the id
@@ -13,7 +14,9 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Shape", "path_id", "pattern_id", "shape_text"]
+import numpy as np
+
+__all__ = ["Shape", "latency_stats", "path_id", "pattern_id", "shape_text"]
 
 
 @dataclass(frozen=True)
@@ -66,3 +69,24 @@ def path_id(nodes: Sequence[str]) -> str:
     16
     """
     return _digest(">".join(nodes))
+
+
+def latency_stats(values: np.ndarray) -> dict[str, float]:
+    """mean, p50, p90, p99 and std in seconds (the paths-file form).
+
+    Examples
+    --------
+    >>> latency_stats(np.array([0.001, 0.002, 0.003]))["mean"]
+    0.002
+    """
+    v = np.asarray(values, np.float64)
+    if v.size == 0:
+        return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "std": 0.0}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {
+        "mean": float(v.mean()),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+        "std": float(v.std()),
+    }
