@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from scipy.ndimage import gaussian_filter1d
 from infer.callpairs import CallPairs, match_calls, node_codes
 from tracefmt import ParameterError, SchemaError, TraceFileError, sort_trace, validate_trace
 from tracefmt._files import existing_file
+from tracefmt.units import format_instant_ns
 
 __all__ = ["NestingParams", "NestingResult", "infer_nesting"]
 
@@ -161,8 +161,8 @@ class NestingResult:
             doc["params"]["window_s"] = window_s
             doc["windows"] = [
                 {
-                    "start": _iso(lo),
-                    "end": _iso(hi),
+                    "start": format_instant_ns(lo),
+                    "end": format_instant_ns(hi),
                     "instances": sum(p.count for p in pats),
                     "patterns": [p.to_json() for p in pats if p.count >= min_count][:top],
                 }
@@ -177,8 +177,8 @@ class NestingResult:
             "params": {**asdict(self.params), "top": top, "min_count": min_count},
             "trace": {
                 "messages": self.trace_info.get("messages", 0),
-                "start": _iso(self.trace_info.get("start_ns")),
-                "end": _iso(self.trace_info.get("end_ns")),
+                "start": format_instant_ns(self.trace_info.get("start_ns")),
+                "end": format_instant_ns(self.trace_info.get("end_ns")),
             },
             "stats": {
                 "call_pairs": len(self.pairs),
@@ -234,13 +234,6 @@ def read_instances(path: str | os.PathLike[str]) -> pa.Table:
     if not need <= set(table.column_names):
         raise SchemaError(f"{p}: not an instances table (needs columns {', '.join(sorted(need))})")
     return table
-
-
-def _iso(ns: int | None) -> str | None:
-    if ns is None:
-        return None
-    sec, frac = divmod(int(ns), 1_000_000_000)
-    return datetime.fromtimestamp(sec, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
 
 
 def _time_key(node: np.ndarray, t: np.ndarray, t0: int, shift: int) -> np.ndarray:

@@ -45,7 +45,7 @@ from tracefmt.schema import (
 from tracefmt.store import STORE_DIRS, Store
 from tracefmt.summary import TraceSummary, summarize_trace
 from tracefmt.text import TextStats, format_text_lines, iter_text_trace, read_text_trace, write_text_trace
-from tracefmt.units import format_duration_ns, parse_duration_ns
+from tracefmt.units import format_duration_ns, format_instant_ns, parse_duration_ns
 
 __all__ = [
     "CORE_COLUMNS",
@@ -76,6 +76,7 @@ __all__ = [
     "convert_trace",
     "empty_trace",
     "format_duration_ns",
+    "format_instant_ns",
     "format_text_lines",
     "iter_any_trace",
     "iter_text_trace",

@@ -6,7 +6,6 @@ import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -15,18 +14,11 @@ import pyarrow as pa
 from tracefmt.convert import iter_any_trace, trace_format
 from tracefmt.parquet import iter_trace, read_trace_metadata
 from tracefmt.schema import CORE_COLUMNS, OP_CALL, OP_RETURN, OPS, op_codes, validate_trace
-from tracefmt.units import format_duration_ns
+from tracefmt.units import format_duration_ns, format_instant_ns
 
 __all__ = ["TraceSummary", "summarize_trace"]
 
 PathLike = str | os.PathLike[str]
-
-
-def _iso(ns: int | None) -> str | None:
-    if ns is None:
-        return None
-    sec, frac = divmod(ns, 1_000_000_000)
-    return datetime.fromtimestamp(sec, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
 
 
 @dataclass(frozen=True)
@@ -91,8 +83,8 @@ class TraceSummary:
         returns = self.op_counts.get("return", 0)
         return {
             "messages": self.messages,
-            "start": _iso(self.start_ns),
-            "end": _iso(self.end_ns),
+            "start": format_instant_ns(self.start_ns),
+            "end": format_instant_ns(self.end_ns),
             "span_s": self.span_s,
             "rate_per_s": self.rate_per_s,
             "nodes": self.nodes,
@@ -120,7 +112,7 @@ class TraceSummary:
         ops = ", ".join(f"{op} {self.op_counts.get(op, 0):,}" for op in OPS)
         lines = [
             f"messages   {self.messages:,} ({ops})",
-            f"time       {_iso(self.start_ns)} .. {_iso(self.end_ns)} "
+            f"time       {format_instant_ns(self.start_ns)} .. {format_instant_ns(self.end_ns)} "
             f"({format_duration_ns(int(self.span_s * 1e9))}, {self.rate_per_s:,.1f} msg/s)",
             f"nodes      {len(self.nodes)}: {' '.join(self.nodes)}",
             f"edges      {len(self.edges)} directed",

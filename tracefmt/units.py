@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
 from tracefmt.errors import ParameterError
 
-__all__ = ["UNIT_NS", "format_duration_ns", "parse_duration_ns"]
+__all__ = ["UNIT_NS", "format_duration_ns", "format_instant_ns", "parse_duration_ns"]
 
 UNIT_NS: dict[str, int] = {
     "ns": 1,
@@ -84,3 +85,19 @@ def format_duration_ns(ns: int) -> str:
     if mag >= UNIT_NS["us"]:
         return f"{sign}{mag / UNIT_NS['us']:.4g} µs"
     return f"{sign}{mag} ns"
+
+
+def format_instant_ns(ns: int | None) -> str | None:
+    """Nanoseconds since the epoch as ISO-8601 UTC with all nine decimals (None stays None).
+
+    Examples
+    --------
+    >>> format_instant_ns(1_500_000_000)
+    '1970-01-01T00:00:01.500000000Z'
+    >>> format_instant_ns(-1)
+    '1969-12-31T23:59:59.999999999Z'
+    """
+    if ns is None:
+        return None
+    sec, frac = divmod(int(ns), 1_000_000_000)
+    return datetime.fromtimestamp(sec, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
