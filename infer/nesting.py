@@ -38,6 +38,7 @@ from tracefmt.units import format_instant_ns
 __all__ = ["NestingParams", "NestingResult", "infer_nesting"]
 
 _CHUNK = 1 << 17  # children per candidate-enumeration chunk
+_DENSE_BOARD = 1 << 24  # scoreboard key spaces up to this size get a direct lookup table
 BOARDS = ("joint", "delay")
 
 
@@ -371,6 +372,7 @@ class _Board:
         self._parts: list[tuple[np.ndarray, np.ndarray]] = []
         self.keys = np.zeros(0, np.int64)
         self.values = np.zeros(0)
+        self._table: np.ndarray | None = None
 
     def cell_keys(self, pairs: CallPairs, c: np.ndarray, par: np.ndarray) -> np.ndarray:
         n = self.n_nodes
@@ -404,10 +406,19 @@ class _Board:
             else:
                 values = values / width[self.keys % nb]
         self.values = values
+        # A small key space gets a direct table: one gather per lookup instead of a search.
+        space = int(self.keys.max()) + 1 if self.keys.size else 0
+        self._table = None
+        if space <= _DENSE_BOARD:
+            self._table = np.zeros(space)
+            self._table[self.keys] = values
 
     def lookup(self, pairs: CallPairs, c: np.ndarray, par: np.ndarray) -> np.ndarray:
         """Scores of candidate pairs (every pair was added in pass 1)."""
-        return self.values[np.searchsorted(self.keys, self.cell_keys(pairs, c, par))]
+        keys = self.cell_keys(pairs, c, par)
+        if self._table is not None:
+            return self._table[keys]
+        return self.values[np.searchsorted(self.keys, keys)]
 
 
 class _BestSoFar:
