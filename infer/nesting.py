@@ -312,20 +312,24 @@ def _candidates(
 
 
 def _bins(delay_ns: np.ndarray, params: NestingParams) -> np.ndarray:
-    """Exponential delay bins: 0 below ``bin_min_s`` (negative delays included)."""
-    d = np.maximum(delay_ns / 1e9, params.bin_min_s)
-    b = np.floor(np.log(d / params.bin_min_s) / np.log(params.bin_base)).astype(np.int64) + 1
-    b[delay_ns / 1e9 < params.bin_min_s] = 0
-    return np.minimum(b, params.n_bins - 1)
+    """Exponential delay bins, ``2 * n_bins`` of them: a delay's magnitude picks the bin
+    (0 below ``bin_min_s``) and negative delays, possible within the skew tolerance,
+    take the mirror bins ``n_bins ..`` so they never pile up with short positive ones."""
+    nb = params.n_bins
+    mag = np.abs(delay_ns) / 1e9
+    b = np.floor(np.log(np.maximum(mag, params.bin_min_s) / params.bin_min_s) / np.log(params.bin_base))
+    b = np.where(mag < params.bin_min_s, 0, np.minimum(b.astype(np.int64) + 1, nb - 1))
+    return np.where(delay_ns < 0, nb + b, b)
 
 
 def _bin_widths(params: NestingParams) -> np.ndarray:
-    """Width in seconds of every delay bin (bin 0 holds everything below ``bin_min_s``)."""
+    """Width in seconds of every delay bin (bin 0 holds everything below ``bin_min_s``),
+    for positive then negative delays."""
     k = np.arange(params.n_bins)
     lower = params.bin_min_s * params.bin_base ** np.maximum(k - 1, 0)
     width = lower * (params.bin_base - 1.0)
     width[0] = params.bin_min_s
-    return width
+    return np.concatenate([width, width])
 
 
 def _overlaps(parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> np.ndarray:
@@ -365,7 +369,7 @@ class _Board:
     def __init__(self, params: NestingParams, n_nodes: int) -> None:
         self.params = params
         self.n_nodes = n_nodes
-        self.n_bins = params.n_bins
+        self.n_bins = 2 * params.n_bins  # positive and negative delays
         cells = n_nodes**3 * self.n_bins * (self.n_bins if params.board == "joint" else 1)
         if cells >= 1 << 62:
             raise ParameterError(f"{n_nodes} nodes are too many for the {params.board} scoreboard")
@@ -397,7 +401,11 @@ class _Board:
             rows, row = np.unique(self.keys // nb, return_inverse=True)
             dense = np.zeros((rows.size, nb))
             dense[row.ravel(), self.keys % nb] = values
-            dense = gaussian_filter1d(dense, self.params.smooth_bins, axis=1, mode="constant")
+            half = self.params.n_bins
+            for side in (slice(0, half), slice(half, nb)):  # positive and negative delays apart
+                dense[:, side] = gaussian_filter1d(
+                    dense[:, side], self.params.smooth_bins, axis=1, mode="constant"
+                )
             values = dense[row.ravel(), self.keys % nb]
         if self.params.density:
             width = _bin_widths(self.params)
