@@ -18,12 +18,13 @@ demo: setup
 	$(BIN)/wirepath merge $(DEMO)/sw1.parquet $(DEMO)/sw2.parquet --offset sw2.parquet=-12ms \
 		--names samples/names.toml --out $(DEMO)/merged.parquet
 	$(BIN)/wirepath info $(DEMO)/merged.parquet
+	$(BIN)/wirepath infer nesting $(DEMO)/merged.parquet --out $(DEMO)/merged-paths.json --show 2
 	$(BIN)/wirepath synth samples/synth/multitier.toml --messages 20000 --parallelism 2 \
 		--out $(DEMO)/synth.parquet --truth $(DEMO)/synth-truth.json
 	$(BIN)/wirepath infer nesting $(DEMO)/synth.parquet --out $(DEMO)/paths.json \
 		--instances $(DEMO)/instances.parquet --show 3
 	$(BIN)/wirepath eval $(DEMO)/paths.json $(DEMO)/synth.parquet --instances $(DEMO)/instances.parquet
-	@echo "demo output: $(DEMO)/ (merged.parquet; synth.parquet, synth-truth.json, paths.json, instances.parquet)"
+	@echo "demo output: $(DEMO)/ (merged.parquet, merged-paths.json; synth.parquet, synth-truth.json, paths.json, instances.parquet)"
 
 test: setup lint
 	$(BIN)/pytest
