@@ -131,8 +131,12 @@ def _fifo_match(
     n = pair.size
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    # Calls before returns at equal times: a zero-length call still pairs.
-    order = np.lexsort((~is_call, ts, ident, has_id, pair))
+    # Events come in time order; at equal times calls go before returns, so a
+    # zero-length call still pairs. Then a stable sort groups the keys, keeping that order.
+    tie = np.concatenate([[0], np.cumsum(np.diff(ts) != 0)])
+    # Nearly sorted already, so this stable sort is close to linear.
+    order = np.argsort(tie * 2 + ~is_call, kind="stable")
+    order = order[np.lexsort((ident[order], pair[order] * 2 + has_id[order]))]
     c = is_call[order]
     start = np.zeros(n, bool)
     start[0] = True
@@ -170,7 +174,11 @@ def _rank_in_group(group: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def match_calls(trace: pa.Table, nodes: NodeCodes, *, use_ids: bool = True) -> CallPairs:
-    """Match every call with its return (see the module docstring)."""
+    """Match every call with its return (see the module docstring).
+
+    ``trace`` must be sorted by time (``tracefmt.sort_trace``), as ``infer_nesting``
+    makes it.
+    """
     ops = op_codes(trace)
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     ident = trace["id"].combine_chunks()
