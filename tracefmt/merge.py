@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracefmt.errors import ParameterError, SchemaError, TraceFileError
-from tracefmt.parquet import TraceWriter, iter_trace, read_trace_metadata
+from tracefmt.parquet import TraceMetadata, TraceWriter, iter_trace, read_trace_metadata
 from tracefmt.schema import CORE_COLUMNS, NODE_TYPE, OPTIONAL_FIELDS
 
 __all__ = [
@@ -204,15 +204,15 @@ class _Input:
         return head
 
 
-def _output_columns(specs: Sequence[MergeInput]) -> list[pa.Field]:
+def _output_columns(metas: Sequence[TraceMetadata]) -> list[pa.Field]:
     """Working columns of the merge: the union of the inputs', dictionaries as plain strings."""
 
     def plain(t: pa.DataType) -> pa.DataType:
         return t.value_type if pa.types.is_dictionary(t) else t
 
     present: dict[str, pa.Field] = {}
-    for spec in specs:
-        schema = read_trace_metadata(spec.path).schema
+    for meta in metas:
+        schema = meta.schema
         assert schema is not None
         for f in schema:
             present.setdefault(f.name, f)
@@ -345,7 +345,8 @@ def merge_traces(
     for spec in specs:
         if Path(spec.path).resolve() == Path(output).resolve():
             raise ParameterError(f"{output}: output would overwrite an input; choose another name")
-    columns = _output_columns(specs)
+    metas = [read_trace_metadata(spec.path) for spec in specs]
+    columns = _output_columns(metas)
     streams = [_Input(i, spec, names, columns) for i, spec in enumerate(specs)]
     removed = 0
     hold: pa.Table | None = None  # rows whose clusters may still grow
@@ -388,9 +389,9 @@ def merge_traces(
                     "messages": s.rows,
                     "offset_ns": s.spec.offset_ns,
                     "point": s.point,
-                    "provenance": read_trace_metadata(s.spec.path).provenance,
+                    "provenance": meta.provenance,
                 }
-                for s in streams
+                for s, meta in zip(streams, metas, strict=True)
             ],
             renamed={k: v for k, v in names.items()},
         )

@@ -92,7 +92,11 @@ def read_trace_metadata(path: PathLike) -> TraceMetadata:
     >>> read_trace_metadata(path).provenance
     {'source': 'doctest'}
     """
-    pf = _open(path)
+    return _metadata(_open(path), path)
+
+
+def _metadata(pf: pq.ParquetFile, path: PathLike) -> TraceMetadata:
+    """The footer of an open file (see ``read_trace_metadata``)."""
     raw = (pf.metadata.metadata or {}).get(METADATA_KEY.encode())
     version, provenance = None, {}
     if raw is not None:
@@ -111,12 +115,16 @@ def read_trace_metadata(path: PathLike) -> TraceMetadata:
     )
 
 
-def _check_version(meta: TraceMetadata) -> None:
+def _open_checked(path: PathLike) -> pq.ParquetFile:
+    """Open a trace file, refusing one written by a newer wirepath."""
+    pf = _open(path)
+    meta = _metadata(pf, path)
     if meta.schema_version is not None and meta.schema_version > SCHEMA_VERSION:
         raise TraceFileError(
             f"{meta.path}: trace schema version {meta.schema_version} is newer than this "
             f"wirepath reads (up to {SCHEMA_VERSION}); upgrade wirepath"
         )
+    return pf
 
 
 def _projection(schema: pa.Schema, columns: Sequence[str] | None) -> list[str] | None:
@@ -150,8 +158,7 @@ def read_trace(path: PathLike, *, columns: Sequence[str] | None = None) -> pa.Ta
     SchemaError
         The file's columns do not follow the trace schema.
     """
-    pf = _open(path)
-    _check_version(read_trace_metadata(path))
+    pf = _open_checked(path)
     try:
         table = pf.read(columns=_projection(pf.schema_arrow, columns))
     except (pa.ArrowException, OSError) as exc:
@@ -183,8 +190,7 @@ def iter_trace(
     """
     if batch_size <= 0:
         raise SchemaError(f"batch_size must be positive, not {batch_size}")
-    pf = _open(path)
-    _check_version(read_trace_metadata(path))
+    pf = _open_checked(path)
     cols = _projection(pf.schema_arrow, columns)
     try:
         for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
