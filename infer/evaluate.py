@@ -123,7 +123,9 @@ def evaluate_paths(
     """
     if paths.get("format") != "wirepath.paths/1":
         raise SchemaError(f"not a paths file (format {paths.get('format')!r}, expected 'wirepath.paths/1')")
-    truth = true_patterns(trace)
+    trace = sort_trace(validate_trace(trace))
+    pairs, parent, names, inst = true_pairs(trace)
+    truth = build_patterns(pairs, parent, names, sort="count")[0]
     true_ids = {p.id: p for p in truth}
     inferred = paths.get("patterns", [])
     inf_ids = {p["id"]: p for p in inferred}
@@ -166,20 +168,21 @@ def evaluate_paths(
         if errors
         else {"median_rel": None, "p90_rel": None}
     )
-    report["instances"], report["messages"] = _instance_scores(trace, instances)
+    report["instances"], report["messages"] = _instance_scores(trace, len(pairs), inst, instances)
     return report
 
 
-def _instance_scores(trace: pa.Table, instances: pa.Table | None) -> tuple[Any, Any]:
-    pairs, _, _, inst = true_pairs(trace)
+def _instance_scores(
+    trace: pa.Table, n_pairs: int, inst: np.ndarray, instances: pa.Table | None
+) -> tuple[Any, Any]:
+    """Instance and message scores; ``trace`` sorted, ``inst`` the true instance of each true pair."""
     true_instances = int(np.unique(inst).size)
-    true_messages = 2 * len(pairs)
+    true_messages = 2 * n_pairs
     if instances is None:
         return (
             {"true": true_instances, "inferred": None, "false_negatives": None, "false_positives": None},
             {"true": true_messages, "false_negatives": None, "false_positives": None},
         )
-    trace = sort_trace(validate_trace(trace))
     uid = trace["true_call"].to_numpy().astype(np.int64)
     # Uids are far below 2**63: the null fill reads back as a negative int64.
     tpar = trace["true_parent"].fill_null(np.uint64(2**64 - 1)).to_numpy().astype(np.int64)

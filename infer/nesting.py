@@ -245,6 +245,15 @@ def _time_key(node: np.ndarray, t: np.ndarray, t0: int, shift: int) -> np.ndarra
 _NODE_BITS = 20
 
 
+def _time_frame(p: CallPairs) -> tuple[int, int]:
+    """Origin and right shift that fit every call's time beside a node code in one int64."""
+    if len(p) == 0:
+        return 0, 0
+    t0 = int(p.t_call.min())
+    span = int(p.t_return.max() - t0)
+    return t0, max(0, span.bit_length() - (63 - _NODE_BITS - 1))
+
+
 @dataclass(frozen=True)
 class _ParentIndex:
     """Calls sorted by (callee, call time), split into duration classes."""
@@ -255,9 +264,7 @@ class _ParentIndex:
 
     @classmethod
     def build(cls, p: CallPairs) -> _ParentIndex:
-        t0 = int(p.t_call.min()) if len(p) else 0
-        span = int(p.t_return.max() - t0) if len(p) else 0
-        shift = max(0, span.bit_length() - (63 - _NODE_BITS - 1))
+        t0, shift = _time_frame(p)
         dur = np.maximum(p.t_return - p.t_call, 1)
         klass = np.floor(np.log2(dur)).astype(np.int64)
         classes = []
@@ -466,9 +473,7 @@ def _candidates_by_parent(
     n = len(p)
     if n == 0:
         return
-    t0 = int(p.t_call.min())
-    span = int(p.t_return.max() - t0)
-    shift = max(0, span.bit_length() - (63 - _NODE_BITS - 1))
+    t0, shift = _time_frame(p)
     ckey = _time_key(p.caller, p.t_call, t0, shift)
     corder = np.argsort(ckey, kind="stable")
     ckey = ckey[corder]
