@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEBS := graphviz
+DEBS := graphviz chromium chromium-driver tcpdump tshark iproute2
 DEMO := build/demo
 
 .PHONY: demo test setup debs lint bench clean

@@ -62,3 +62,54 @@ def write_lines() -> Callable[..., Any]:
         return path
 
     return write
+
+
+class Page:
+    """A page loaded in headless Chromium: the driver, its console log and a screenshot call."""
+
+    def __init__(self, driver: Any) -> None:
+        self.driver = driver
+
+    def console_errors(self) -> list[str]:
+        """Console messages of level SEVERE since the page loaded (JS errors, failed loads)."""
+        return [e["message"] for e in self.driver.get_log("browser") if e["level"] == "SEVERE"]
+
+    def screenshot(self, path: Any) -> Any:
+        """Save a PNG of the viewport to ``path`` and return the path."""
+        self.driver.save_screenshot(str(path))
+        return path
+
+
+@pytest.fixture(scope="session")
+def _chromium() -> Any:
+    """One headless Chromium (Debian's chromium + chromium-driver) for the whole session."""
+    import shutil
+
+    chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        pytest.fail("browser tests need Debian's chromium and chromium-driver: run 'make setup' as root")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        opts.add_argument(flag)
+    opts.add_argument("--window-size=1400,1000")
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(chromedriver), options=opts)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def open_page(_chromium: Any) -> Callable[[Any], Page]:
+    """``open_page(path)`` loads a local HTML file in headless Chromium and returns a :class:`Page`."""
+    from pathlib import Path
+
+    def load(path: Any) -> Page:
+        _chromium.get_log("browser")  # drop messages of earlier pages
+        _chromium.get(Path(path).resolve().as_uri())
+        return Page(_chromium)
+
+    return load

@@ -12,48 +12,21 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import infer
 import synth
 import tracefmt
 from tracefmt import WirepathError
-from wirepath import __version__
+from wirepath import __version__, cli_capture, cli_convolution, cli_trend, cli_viz
+from wirepath._cli import Parser as _Parser
+from wirepath._cli import UsageError as _UsageError
+from wirepath._cli import add_verb
+from wirepath._cli import emit as _emit
+from wirepath._cli import end_progress as _end_progress
+from wirepath._cli import progress as _progress
 
 __all__ = ["main"]
-
-
-class _UsageError(Exception):
-    """Raised by the parser instead of exiting, so ``main`` can return 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        raise _UsageError(f"{self.prog}: error: {message}")
-
-
-def _progress(label: str) -> Callable[[int], None] | None:
-    """A progress callback drawing on stderr, when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        return None
-
-    def show(done: int) -> None:
-        print(f"\r{label}: {done:,} messages", end="", file=sys.stderr, flush=True)
-
-    return show
-
-
-def _end_progress(callback: Callable[[int], None] | None) -> None:
-    if callback is not None:
-        print(file=sys.stderr)
-
-
-def _emit(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
-    if args.json:
-        print(json.dumps(doc, indent=2, sort_keys=False, default=str))
-    else:
-        print(text)
 
 
 def _output_path(args: argparse.Namespace) -> str:
@@ -309,12 +282,7 @@ def _build_parser() -> argparse.ArgumentParser:
     verbs.required = True
 
     def verb(name: str, handler: Callable[[argparse.Namespace], int], help_: str, desc: str) -> _Parser:
-        p = verbs.add_parser(
-            name, help=help_, description=desc, formatter_class=argparse.RawDescriptionHelpFormatter
-        )
-        p.set_defaults(handler=handler)
-        p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-        return p
+        return add_verb(verbs, name, handler, help_, desc)
 
     p = verb(
         "convert",
@@ -421,7 +389,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser(
         "infer",
         help="infer causal path patterns",
-        description="Infer causal path patterns from a trace. Algorithms: nesting (RPC).",
+        description="Infer causal path patterns from a trace. Algorithms: nesting (RPC traces), convolution (free-form messages).",
     )
     algos = p.add_subparsers(dest="algorithm", metavar="ALGORITHM", parser_class=_Parser)
     algos.required = True
@@ -471,6 +439,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", help="paths file (JSON) from wirepath infer")
     p.add_argument("trace", help="the trace, with its truth columns (.parquet)")
     p.add_argument("--instances", metavar="FILE.parquet", help="instances from 'infer --instances'")
+
+    for module in (cli_convolution, cli_capture, cli_viz, cli_trend):
+        module.register(verbs, algos)
     return parser
 
 

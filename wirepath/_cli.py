@@ -1,0 +1,68 @@
+"""What every verb module of the command line shares: the parser class, output, progress.
+
+Each verb group lives in its own module (``cli_<group>.py``) with a
+``register(verbs, algos)`` function; ``wirepath.cli`` builds the parser from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+__all__ = ["Parser", "UsageError", "add_verb", "emit", "end_progress", "progress"]
+
+
+class UsageError(Exception):
+    """Raised by the parser instead of exiting, so ``main`` can return 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser that raises :class:`UsageError` instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise UsageError(f"{self.prog}: error: {message}")
+
+
+def add_verb(
+    verbs: argparse._SubParsersAction,
+    name: str,
+    handler: Callable[[argparse.Namespace], int],
+    help_: str,
+    desc: str,
+) -> Parser:
+    """Add verb ``name`` (with ``--json``) whose ``handler(args)`` returns the exit status."""
+    p = verbs.add_parser(
+        name, help=help_, description=desc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.set_defaults(handler=handler)
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    return p
+
+
+def progress(label: str) -> Callable[[int], None] | None:
+    """A progress callback drawing on stderr, when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int) -> None:
+        print(f"\r{label}: {done:,} messages", end="", file=sys.stderr, flush=True)
+
+    return show
+
+
+def end_progress(callback: Callable[[int], None] | None) -> None:
+    """Finish the progress line drawn by a :func:`progress` callback."""
+    if callback is not None:
+        print(file=sys.stderr)
+
+
+def emit(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
+    """Print ``doc`` as JSON when ``--json`` was given, else the human ``text``."""
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=False, default=str))
+    else:
+        print(text)
