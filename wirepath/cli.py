@@ -389,7 +389,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p = verbs.add_parser(
         "infer",
         help="infer causal path patterns",
-        description="Infer causal path patterns from a trace. Algorithms: nesting (RPC traces), convolution (free-form messages).",
+        description="Infer causal path patterns from a trace. Algorithms: nesting (RPC traces),"
+        " convolution (free-form messages).",
     )
     algos = p.add_subparsers(dest="algorithm", metavar="ALGORITHM", parser_class=_Parser)
     algos.required = True
