@@ -164,7 +164,17 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         lines.append(f"duplicated {report.duplicated:,} messages (second capture point)")
     if args.truth:
         lines.append(f"truth: {args.truth}")
-    _emit(args, report.to_json(), "\n".join(lines))
+    doc = report.to_json()
+    if args.pcap:
+        from capture.synthpcap import render_trace_file
+
+        pcap = render_trace_file(out, args.pcap)
+        doc["pcap"] = pcap.to_json()
+        lines.append(
+            f"packets: {pcap.packets:,} ({pcap.connections:,} TCP connections, {pcap.datagrams:,} UDP "
+            f"datagrams) to {pcap.output}; node addresses in {pcap.names_file}"
+        )
+    _emit(args, doc, "\n".join(lines))
     return 0
 
 
@@ -385,6 +395,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="clock offset of NODE's capture point; repeatable",
     )
     p.add_argument("--format", choices=["parquet", "txt"], help="output form (default: from the file name)")
+    p.add_argument(
+        "--pcap",
+        metavar="OUT.pcap",
+        help="also render the trace as packets: a TCP connection per call (HTTP request/response),"
+        " a UDP datagram per send; node addresses go to OUT.names.toml",
+    )
 
     p = verbs.add_parser(
         "infer",

@@ -1,0 +1,254 @@
+"""Synthetic traces rendered as packets, checked with Wireshark's dissectors (tshark) and dpkt."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import dpkt
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import synth
+import tracefmt
+from capture.synthpcap import default_names_path, node_addresses, render_pcap, write_names_file
+from wirepath.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+MULTITIER = ROOT / "samples" / "synth" / "multitier.toml"
+TS = pa.timestamp("ns", tz="UTC")
+
+needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="needs tshark")
+
+
+def _trace(rows: list[tuple[int, str, str, str, int | None]], **extra: list) -> pa.Table:
+    cols = {
+        "timestamp": pa.array([r[0] for r in rows], pa.int64()).cast(TS),
+        "sender": pa.array([r[2] for r in rows], pa.string()),
+        "receiver": pa.array([r[3] for r in rows], pa.string()),
+        "op": pa.array([r[1] for r in rows], pa.string()),
+        "id": pa.array([r[4] for r in rows], pa.uint64()),
+    }
+    cols.update({k: pa.array(v, pa.uint64()) for k, v in extra.items()})
+    return tracefmt.validate_trace(pa.table(cols))
+
+
+def _tshark(pcap: Path, display: str, *fields: str) -> list[list[str]]:
+    cmd = ["tshark", "-n", "-r", str(pcap), "-Y", display, "-T", "fields", "-E", "separator=|"]
+    cmd += ["-o", "tcp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE"]
+    for f in fields:
+        cmd += ["-e", f]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return [line.split("|") for line in out.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def multitier(tmp_path_factory: pytest.TempPathFactory) -> tuple[pa.Table, Path, dict[str, str]]:
+    config = replace(synth.load_config(MULTITIER), messages=600, duration_s=None, seed=3)
+    trace, _ = synth.generate_table(config)
+    pcap = tmp_path_factory.mktemp("synthpcap") / "multitier.pcap"
+    report = render_pcap(trace, pcap, names_file=default_names_path(pcap))
+    names = tracefmt.load_names(report.names_file)
+    return trace, pcap, names
+
+
+def _ns(epoch: str) -> int:
+    sec, _, frac = epoch.partition(".")
+    return int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
+
+
+@needs_tshark
+def test_every_call_is_an_http_request_at_its_timestamp(multitier: tuple) -> None:
+    trace, pcap, names = multitier
+    rows = _tshark(pcap, "http.request", "frame.time_epoch", "ip.src", "ip.dst", "tcp.checksum.status")
+    calls = trace.filter(tracefmt.op_codes(trace) == tracefmt.OP_CALL)
+    seen = sorted((_ns(t), names[s], names[d]) for t, s, d, _ in rows)
+    want = sorted(
+        zip(
+            calls["timestamp"].cast(pa.int64()).to_pylist(),
+            calls["sender"].to_pylist(),
+            calls["receiver"].to_pylist(),
+            strict=True,
+        )
+    )
+    assert seen == want
+    assert {r[3] for r in rows} == {"1"}  # Wireshark's checksum status 1: good (0 bad, 2 unverified)
+
+
+@needs_tshark
+def test_every_return_is_the_response_to_its_call(multitier: tuple) -> None:
+    trace, pcap, names = multitier
+    rows = _tshark(pcap, "http.response", "frame.time_epoch", "ip.src", "ip.dst", "http.time")
+    ts = trace["timestamp"].cast(pa.int64()).to_numpy()
+    op = tracefmt.op_codes(trace)
+    call = trace["true_call"].to_numpy()
+    call_ts = dict(
+        zip(call[op == tracefmt.OP_CALL].tolist(), ts[op == tracefmt.OP_CALL].tolist(), strict=True)
+    )
+    want = sorted(
+        (int(t), s, d, int(t) - call_ts[c])
+        for t, s, d, c, o in zip(
+            ts, trace["sender"].to_pylist(), trace["receiver"].to_pylist(), call, op, strict=True
+        )
+        if o == tracefmt.OP_RETURN
+    )
+    # Wireshark matches each response with its request and reports the time between them.
+    seen = sorted((_ns(t), names[s], names[d], round(float(dt) * 1e9)) for t, s, d, dt in rows)
+    assert [w[:3] for w in want] == [s[:3] for s in seen]
+    assert np.allclose([w[3] for w in want], [s[3] for s in seen], atol=1000)
+
+
+@needs_tshark
+def test_tcp_is_clean_for_wireshark(multitier: tuple) -> None:
+    _, pcap, _ = multitier
+    out = subprocess.run(
+        ["tshark", "-n", "-q", "-r", str(pcap), "-z", "expert,warn"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # No warnings or errors: no unseen segments, bad checksums or malformed HTTP.
+    assert "Warnings (" not in out
+    assert "Errors (" not in out
+    syns = _tshark(pcap, "tcp.flags == 0x002", "tcp.stream")
+    fins = _tshark(pcap, "tcp.flags.fin == 1", "tcp.stream")
+    assert len(fins) == 2 * len(syns) == 2 * len({s[0] for s in syns})
+
+
+def test_pcap_reads_back_with_dpkt(tmp_path: Path) -> None:
+    trace = _trace(
+        [
+            (1_000_000_123, "call", "client", "WS1", 5),
+            (1_000_500_000, "call", "WS1", "DB1", 6),
+            (1_000_900_000, "return", "DB1", "WS1", 6),
+            (1_002_000_000, "return", "WS1", "client", 5),
+            (1_003_000_000, "send", "WS1", "log", 9),
+        ]
+    )
+    pcap = tmp_path / "t.pcap"
+    report = render_pcap(trace, pcap)
+    assert (report.packets, report.connections, report.datagrams) == (19, 2, 1)
+    with pcap.open("rb") as f:
+        reader = dpkt.pcap.Reader(f)
+        assert reader.datalink() == dpkt.pcap.DLT_EN10MB
+        packets = [(ts, dpkt.ethernet.Ethernet(buf)) for ts, buf in reader]
+    assert len(packets) == report.packets
+    data = [(ts, e.data) for ts, e in packets if len(e.data.data.data)]
+    # Requests, responses and the datagram carry the messages' timestamps, in time order.
+    assert [float(ts) for ts, _ in data] == pytest.approx(
+        [1.000000123, 1.0005, 1.0009, 1.002, 1.003], abs=1e-9
+    )
+    first = data[0][1].data.data
+    assert first.startswith(b"POST /WS1 HTTP/1.1\r\n")
+    head, _, body = first.partition(b"\r\n\r\n")
+    assert b"X-Wirepath-Call: 00000000000000000005" in head
+    length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+    assert length == len(body)
+    assert isinstance(data[-1][1].data, dpkt.udp.UDP)
+    assert data[-1][1].data.data.startswith(b"SEND WS1 log 00000000000000000009")
+
+
+def test_a_lost_call_leaves_a_gap_and_a_lost_return_no_response(tmp_path: Path) -> None:
+    trace = _trace(
+        [(1_000_000, "call", "a", "b", 1), (3_000_000, "return", "b", "a", 2)],
+        true_call=[1, 2],
+    )
+    report = render_pcap(trace, tmp_path / "t.pcap")
+    assert (report.connections, report.missing_requests, report.missing_responses) == (2, 1, 1)
+    with (tmp_path / "t.pcap").open("rb") as f:
+        segs = [dpkt.ethernet.Ethernet(buf).data.data for _, buf in dpkt.pcap.Reader(f)]
+    payload = [s for s in segs if s.data]
+    assert [p.data[:4] for p in payload] == [b"POST", b"HTTP"]
+    # The lost request's bytes are missing from the client's sequence space: the response
+    # acknowledges more than the client ever sent on that connection.
+    resp = payload[1]
+    client_sent = [s for s in segs if s.dport == resp.sport and s.sport == resp.dport]
+    syn = next(s for s in client_sent if s.flags & dpkt.tcp.TH_SYN)
+    assert resp.ack - (syn.seq + 1) > 0
+    assert all(not s.data for s in client_sent)
+
+
+def test_reused_ids_pair_in_time_order(tmp_path: Path) -> None:
+    trace = _trace(
+        [
+            (1_000, "call", "a", "b", 7),
+            (2_000, "call", "a", "b", 7),
+            (5_000, "return", "b", "a", 7),
+            (9_000, "return", "b", "a", 7),
+        ]
+    )
+    pcap = tmp_path / "t.pcap"
+    report = render_pcap(trace, pcap)
+    assert (report.connections, report.missing_requests, report.missing_responses) == (2, 0, 0)
+    with pcap.open("rb") as f:
+        segs = [(float(ts), dpkt.ethernet.Ethernet(buf).data.data) for ts, buf in dpkt.pcap.Reader(f)]
+    data = [(ts, s) for ts, s in segs if s.data]
+    req_port = {s.sport: ts for ts, s in data if s.data.startswith(b"POST")}
+    resp_port = {s.dport: ts for ts, s in data if s.data.startswith(b"HTTP")}
+    pairs = sorted((round(req_port[p] * 1e9), round(resp_port[p] * 1e9)) for p in req_port)
+    assert pairs == [(1_000, 5_000), (2_000, 9_000)]
+
+
+def test_duplicates_go_on_the_wire_once(tmp_path: Path) -> None:
+    trace = _trace(
+        [(1_000, "call", "a", "b", 1), (1_020, "call", "a", "b", 1), (5_000, "return", "b", "a", 1)],
+        true_call=[1, 1, 1],
+    )
+    report = render_pcap(trace, tmp_path / "t.pcap")
+    assert (report.connections, report.duplicates, report.packets) == (1, 1, 9)
+
+
+def test_empty_trace_gives_an_empty_pcap(tmp_path: Path) -> None:
+    report = render_pcap(_trace([]), tmp_path / "e.pcap")
+    assert report.packets == 0
+    with (tmp_path / "e.pcap").open("rb") as f:
+        assert list(dpkt.pcap.Reader(f)) == []
+
+
+def test_bad_parameters_and_unwritable_output(tmp_path: Path) -> None:
+    trace = _trace([(1, "send", "a", "b", None)])
+    with pytest.raises(tracefmt.ParameterError, match="gap_ns 0 must be at least 1"):
+        render_pcap(trace, tmp_path / "t.pcap", gap_ns=0)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(tracefmt.TraceFileError, match="cannot write the pcap file"):
+        render_pcap(trace, tmp_path / "file" / "t.pcap")
+    with pytest.raises(tracefmt.SchemaError):
+        render_pcap(pa.table({"x": [1]}), tmp_path / "t.pcap")
+
+
+def test_chunking_does_not_change_the_file(tmp_path: Path) -> None:
+    config = replace(synth.load_config(MULTITIER), messages=300, duration_s=None, seed=5)
+    trace, _ = synth.generate_table(config)
+    render_pcap(trace, tmp_path / "a.pcap", chunk_packets=7)
+    render_pcap(trace, tmp_path / "b.pcap")
+    assert (tmp_path / "a.pcap").read_bytes() == (tmp_path / "b.pcap").read_bytes()
+
+
+def test_addresses_and_names_file(tmp_path: Path) -> None:
+    addrs = node_addresses([f"n{k}" for k in range(600)])
+    assert addrs["n0"] == ("10.0.0.1", 8000)
+    assert addrs["n249"] == ("10.0.0.250", 8249)
+    assert addrs["n250"] == ("10.0.1.1", 8250)
+    assert len({a for a, _ in addrs.values()}) == 600
+    path = write_names_file({'we"ird': ("10.0.0.1", 8000)}, tmp_path / "n.toml")
+    assert tracefmt.load_names(path) == {"10.0.0.1": 'we"ird'}
+
+
+def test_cli_synth_writes_the_pcap_and_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, pcap = tmp_path / "t.parquet", tmp_path / "t.pcap"
+    argv = ["synth", str(MULTITIER), "--messages", "200", "--out", str(out), "--pcap", str(pcap), "--json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    trace = tracefmt.read_trace(out)
+    calls = int((tracefmt.op_codes(trace) == tracefmt.OP_CALL).sum())
+    assert doc["pcap"]["connections"] == calls
+    assert doc["pcap"]["packets"] == 9 * calls
+    assert Path(doc["pcap"]["names_file"]) == tmp_path / "t.names.toml"
+    names = tracefmt.load_names(tmp_path / "t.names.toml")
+    assert set(names.values()) == set(trace["sender"].to_pylist()) | set(trace["receiver"].to_pylist())
+    assert main(["synth", str(MULTITIER), "--messages", "50", "--out", str(out), "--pcap", str(pcap)]) == 0
+    assert "TCP connections" in capsys.readouterr().out
