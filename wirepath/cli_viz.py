@@ -1,11 +1,282 @@
-"""The ``viz``-related verbs of the command line."""
+"""The ``viz``-related verbs of the command line: ``viz draw``, ``viz diff``, ``report``,
+``export`` and ``demo``."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import infer
+from tracefmt import ParameterError
+from viz.demo import DEMO_INFERENCE, run_demo
+from viz.diff import diff_dot, diff_paths
+from viz.dot import paths_dot
+from viz.export import EXPORT_FORMATS, write_export
+from viz.paths import SORTS, collapse_replicas, load_paths, select_patterns
+from viz.render import FORMATS, write_graph
+from viz.report import build_report
+from wirepath._cli import Parser, add_verb, emit
 
 __all__ = ["register"]
 
 
+def _tree(pattern: dict[str, Any]) -> list[str]:
+    from wirepath.cli import _tree_lines
+
+    return _tree_lines(pattern)
+
+
+def _graph_out(args: argparse.Namespace, default: str) -> Path:
+    out = Path(args.out or default)
+    if args.format and out.suffix.lstrip(".").lower() not in ("", args.format):
+        raise ParameterError(f"--format {args.format} does not match the file name {out}")
+    return out
+
+
+def _cmd_draw(args: argparse.Namespace) -> int:
+    doc = load_paths(args.paths)
+    text = paths_dot(doc, top=args.top, sort=args.sort, min_share=args.min_share, collapse=args.collapse)
+    out = _graph_out(args, str(Path(args.paths).with_suffix("." + (args.format or "svg"))))
+    write_graph(text, out, args.format)
+    if doc["algorithm"] == "nesting":
+        shown = select_patterns(
+            collapse_replicas(doc, args.collapse), top=args.top, sort=args.sort, min_share=args.min_share
+        )
+        what = f"{len(shown)} of {len(doc['patterns']):,} patterns"
+    else:
+        shown = doc["paths"][: args.top]
+        what = f"{len(shown)} of {len(doc['paths']):,} convolution paths"
+    emit(args, {"out": str(out), "shown": len(shown)}, f"drew {what} into {out}")
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    diff = diff_paths(
+        load_paths(args.base), load_paths(args.slow), collapse=args.collapse, min_count=args.min_count
+    )
+    out = _graph_out(args, "diff.svg")
+    write_graph(diff_dot(diff, top=args.top), out, args.format)
+    lines = [diff.sentence(), "top changes (where the time was added or saved):"]
+    lines += ["  " + line for line in diff.text_lines(args.changes)]
+    lines.append(
+        f"{len(diff.patterns):,} patterns in both runs, {len(diff.new):,} only in {args.slow}, "
+        f"{len(diff.gone):,} only in {args.base}; drew the top {min(args.top, len(diff.patterns))} into {out}"
+    )
+    doc = diff.to_json()
+    for p in doc["patterns"]:
+        p.pop("root", None)
+        p.pop("base_root", None)
+    emit(args, {**doc, "out": str(out)}, "\n".join(lines))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    doc = load_paths(args.paths)
+    base = load_paths(args.diff) if args.diff else None
+    page = build_report(
+        doc,
+        base=base,
+        top=args.top,
+        sort=args.sort,
+        min_share=args.min_share,
+        collapse=args.collapse,
+        title=args.title or f"wirepath report: {Path(args.paths).name}",
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial")
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, out)
+    text = f"wrote {out} ({len(page.encode('utf-8')) / 1024:,.0f} KiB, self-contained)"
+    emit(args, {"out": str(out), "bytes": len(page.encode("utf-8"))}, text)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    table = infer.read_instances(args.instances)
+    counts = write_export(table, args.format, args.out, max_traces=args.max_traces)
+    text = f"wrote {counts['traces']:,} traces ({counts['spans']:,} spans) as {args.format} to {args.out}"
+    emit(args, {"out": args.out, "format": args.format, **counts}, text)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+
+    def step(text: str) -> None:
+        if not args.json:
+            print(f"... {text}", file=sys.stderr, flush=True)
+
+    result = run_demo(
+        args.out,
+        messages=args.messages,
+        parallelism=args.parallelism,
+        seed=args.seed,
+        collapse=args.collapse if args.collapse is not None else ("AP*", "DB*"),
+        top=args.top,
+        on_step=step,
+    )
+    elapsed = time.perf_counter() - t0
+    base, slow = result.runs["base"], result.runs["slow"]
+    lines = [
+        f"two runs of the multi-tier system: {base['messages']:,} and {slow['messages']:,} messages, "
+        f"{base['instances']:,} and {slow['instances']:,} requests; the slow run adds a delay somewhere",
+        f"nesting ({', '.join(f'{k}={v}' for k, v in DEMO_INFERENCE.items())}); replicas merged: "
+        + ", ".join(result.diff.params["collapse"]),
+        "",
+        "slowest patterns of the slow run (by total latency):",
+    ]
+    for k, pat in enumerate(result.top_patterns, 1):
+        lines.append(f"#{k} {pat['id']}  {pat['count']:,} instances, total {pat['total_latency_s']:.3f} s")
+        lines += _tree(pat)
+    lines += ["", "where the time went:", f"  {result.sentence}"]
+    if result.diff.changes:
+        lines.append(f"  ({result.diff.changes[0]['where']})")
+    lines += ["top changes:"] + ["  " + line for line in result.diff.text_lines(5)]
+    lines += ["", f"wrote into {args.out}/:"]
+    names = [
+        ("report", "the HTML report: open it in a browser"),
+        ("diff_graph", "diff graph, red where slower"),
+        ("slow_graph", "top patterns of the slow run"),
+        ("base_graph", "top patterns of the base run"),
+        ("otlp", "slow run's first requests as OTLP/JSON traces"),
+        ("slow_paths", "paths files (results.md): base-paths.json, slow-paths.json"),
+    ]
+    lines += [f"  {result.files[key]:<34} {what}" for key, what in names]
+    lines.append(f"done in {elapsed:.1f} s")
+    emit(args, {**result.to_json(), "elapsed_s": elapsed}, "\n".join(lines))
+    return 0
+
+
+def _view_options(p: argparse.ArgumentParser, top: int) -> None:
+    p.add_argument("--top", type=int, default=top, metavar="N", help=f"patterns to show (default {top})")
+    p.add_argument("--sort", choices=list(SORTS), default="total", help="order patterns by (default total)")
+    p.add_argument(
+        "--min-share",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="drop patterns below this share (0..1) of all latency (or instances, --sort count)",
+    )
+    _collapse_option(p, [])
+
+
+def _collapse_option(p: argparse.ArgumentParser, default: Any = None) -> None:
+    p.add_argument(
+        "--collapse",
+        action="append",
+        default=default,
+        metavar="GLOB",
+        help="merge replicas: nodes matching GLOB (e.g. 'WS*') become one; repeatable",
+    )
+
+
 def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersAction) -> None:
     """Add this module's verbs to ``verbs`` (and algorithms to ``infer``'s ``algos``)."""
+    p = verbs.add_parser(
+        "viz",
+        help="draw paths files, or the diff of two runs",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Draw path patterns with graphviz.\n\n"
+        "  wirepath viz draw PATHS.json [--out FILE.svg|.png|.pdf|.dot]\n"
+        "  wirepath viz diff BASE.json SLOW.json [--out diff.svg]",
+    )
+    sub = p.add_subparsers(dest="viz_verb", metavar="WHAT", parser_class=Parser)
+    sub.required = True
+    d = add_verb(
+        sub,
+        "draw",
+        _cmd_draw,
+        "draw the top patterns of a paths file",
+        "Draw the top patterns of a paths file (nesting trees or convolution chains).\n"
+        "Each box: a visit with its mean and p99 latency (self plus calls below) and the\n"
+        "time the node spends itself, shaded by its share of the request; the thick red box\n"
+        "holds the largest share. Each edge: the mean delay from the parent's call.\n"
+        "The picture format comes from --out's suffix (.svg .png .pdf, or .dot for the\n"
+        "DOT text, which needs no graphviz).\n\n"
+        "example: wirepath viz draw paths.json --out top.svg --top 3 --collapse 'AP*'",
+    )
+    d.add_argument("paths", help="paths file (JSON) from wirepath infer")
+    d.add_argument("--out", help="picture to write (default: PATHS with .svg)")
+    d.add_argument("--format", choices=list(FORMATS), help="picture format (default: from --out)")
+    _view_options(d, 5)
+    d = add_verb(
+        sub,
+        "diff",
+        _cmd_diff,
+        "compare two runs: where did the time go",
+        "Compare a base run and a slow run (two paths files): patterns are matched by\n"
+        "shape; every visit and call is labelled base -> slow with its change, red where\n"
+        "the time was added (green where saved). Changes are located where the time is\n"
+        "spent: the wait of a node before a call, after its last call, or inside a node that\n"
+        "calls nobody; the top ones are printed, pooled over patterns, biggest first.\n\n"
+        "example: wirepath viz diff base.json slow.json --collapse 'AP*' --collapse 'DB*'",
+    )
+    d.add_argument("base", help="paths file of the base (normal) run")
+    d.add_argument("slow", help="paths file of the run to explain")
+    d.add_argument("--out", help="diff picture to write (default diff.svg)")
+    d.add_argument("--format", choices=list(FORMATS), help="picture format (default: from --out)")
+    d.add_argument("--top", type=int, default=3, metavar="N", help="patterns to draw (default 3)")
+    d.add_argument("--changes", type=int, default=5, metavar="N", help="changes to print (default 5)")
+    d.add_argument(
+        "--min-count", type=int, default=1, metavar="N", help="compare patterns seen N times in both"
+    )
+    _collapse_option(d, [])
+
+    p = add_verb(
+        verbs,
+        "report",
+        _cmd_report,
+        "write a self-contained HTML report of a paths file",
+        "Write one self-contained, offline HTML file: the trace summary, a sortable table\n"
+        "of the top patterns (count, total latency, share, mean and p99), each pattern's\n"
+        "graph as inline SVG, the diff against a base run when given, and the parameters.\n\n"
+        "example: wirepath report slow.json --diff base.json --out report.html --collapse 'AP*'",
+    )
+    p.add_argument("paths", help="paths file (JSON) from wirepath infer")
+    p.add_argument("--diff", metavar="BASE.json", help="paths file of a base run to compare against")
+    p.add_argument("--out", required=True, help="HTML file to write")
+    p.add_argument("--title", help="page title")
+    _view_options(p, 10)
+
+    p = add_verb(
+        verbs,
+        "export",
+        _cmd_export,
+        "export inferred instances as traces for Jaeger, Zipkin or OpenTelemetry",
+        "Turn the path instances of 'infer nesting --instances' into traces: one trace per\n"
+        "request (root instance), one SERVER span per visit and one CLIENT span for the\n"
+        "request's origin; pattern id, inference confidence and candidate count as attributes.\n"
+        "  otlp    OTLP/JSON ExportTraceServiceRequest (an OpenTelemetry collector's OTLP/HTTP)\n"
+        "  zipkin  Zipkin v2 list of spans (POST /api/v2/spans; Zipkin's UI)\n"
+        "  jaeger  Jaeger's JSON ({'data': [traces]}; Jaeger UI's 'JSON file' upload)\n\n"
+        "example: wirepath export inst.parquet --format jaeger --out traces.json --max-traces 500",
+    )
+    p.add_argument("instances", help="instances table (.parquet) from wirepath infer nesting --instances")
+    p.add_argument("--format", choices=list(EXPORT_FORMATS), required=True, help="trace format")
+    p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--max-traces", type=int, metavar="N", help="export only the first N requests")
+
+    p = add_verb(
+        verbs,
+        "demo",
+        _cmd_demo,
+        "the main job end to end: two runs, where the time went, pictures and a report",
+        "Synthesize the paper's multi-tier system twice (samples/synth/multitier.toml and\n"
+        "multitier-slow.toml, which hides a delay), infer both with nesting, compare them,\n"
+        "print the slowest patterns and where the time went, and write the graphs, the diff,\n"
+        "the HTML report and OTLP traces into --out. Needs graphviz's dot.\n\n"
+        "example: wirepath demo --out demo-out",
+    )
+    p.add_argument("--out", default="demo-out", help="output directory (default demo-out)")
+    p.add_argument(
+        "--messages", type=int, default=200_000, metavar="N", help="messages per run (default 200000)"
+    )
+    p.add_argument("--parallelism", type=float, default=2.0, metavar="K", help="mean parallelism (default 2)")
+    p.add_argument("--seed", type=int, default=1, help="random seed of both runs (default 1)")
+    p.add_argument("--top", type=int, default=3, metavar="N", help="patterns to print and draw (default 3)")
+    _collapse_option(p)

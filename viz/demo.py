@@ -1,0 +1,189 @@
+"""The main job end to end (``wirepath demo``): a normal and a slow run, inferred, compared, drawn.
+
+1. Synthesize the paper's multi-tier system twice (``samples/synth/multitier.toml``
+   and ``multitier-slow.toml``, which adds 200 ms at WS2 between its AUTH call and its
+   AP call), with ground truth.
+2. Infer both with nesting; merge replicas (``AP*``, ``DB*``) so the change is counted
+   once, not spread over four patterns.
+3. Diff them: the sentence a user wants ("WS2 -> AP*: +0.20 s in 3,431 of 14,246
+   requests"), the top slow patterns, graphs of both, the diff graph, the HTML report,
+   and the slow run's instances as OTLP/JSON traces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import infer
+import synth
+import tracefmt
+from tracefmt import ParameterError
+from viz.diff import PathsDiff, diff_dot, diff_paths
+from viz.dot import paths_dot
+from viz.export import write_export
+from viz.paths import collapse_replicas, select_patterns
+from viz.render import dot_binary, write_graph
+from viz.report import build_report
+
+__all__ = ["DEMO_INFERENCE", "DemoResult", "run_demo"]
+
+_SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "synth"
+
+#: Nesting settings of the demo: the joint scoreboard with densities and no overlap
+#: penalty, the most accurate on these workloads (docs/paper-reproduction.md).
+DEMO_INFERENCE: dict[str, Any] = {"board": "joint", "density": True, "x": 0.0}
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What the demo made: the sentence, the diff, the top slow patterns and the files."""
+
+    sentence: str
+    diff: PathsDiff
+    top_patterns: list[dict[str, Any]]
+    files: dict[str, str]
+    runs: dict[str, dict[str, Any]]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready summary (``wirepath demo --json``)."""
+        return {
+            "sentence": self.sentence,
+            "changes": self.diff.changes[:5],
+            "top_patterns": [
+                {"id": p["id"], "count": p["count"], "total_latency_s": p["total_latency_s"]}
+                for p in self.top_patterns
+            ],
+            "files": self.files,
+            "runs": self.runs,
+            "seconds": self.seconds,
+        }
+
+
+def _write_json(doc: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def run_demo(
+    out_dir: str | os.PathLike[str] = "demo-out",
+    *,
+    messages: int = 200_000,
+    parallelism: float = 2.0,
+    seed: int = 1,
+    collapse: Sequence[str] = ("AP*", "DB*"),
+    top: int = 3,
+    configs: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> DemoResult:
+    """Run the demo into ``out_dir`` and return what it found.
+
+    Parameters
+    ----------
+    out_dir : path
+        Directory for every output (created).
+    messages, parallelism, seed
+        Size, concurrency (mean candidate parents per call) and seed of both runs.
+    collapse : sequence of str
+        Replica globs merged before comparing and drawing.
+    top : int
+        Patterns to draw and print.
+    configs : (base, slow), optional
+        Synth configurations; the paper's multitier pair from ``samples/synth/`` by default.
+    on_step : callable, optional
+        Called with a short description before each step (for progress output).
+    """
+    if messages < 1000:
+        raise ParameterError(f"the demo needs at least 1000 messages per run, not {messages}")
+    if parallelism < 1.0:
+        raise ParameterError(f"parallelism must be at least 1, not {parallelism}")
+    dot_binary()  # fail now, not after the inference, when graphviz is missing
+    step = on_step or (lambda _text: None)
+    base_cfg, slow_cfg = configs or (_SAMPLES / "multitier.toml", _SAMPLES / "multitier-slow.toml")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+    runs: dict[str, dict[str, Any]] = {}
+    seconds: dict[str, float] = {}
+    docs: dict[str, dict[str, Any]] = {}
+    for name, cfg_path in (("base", base_cfg), ("slow", slow_cfg)):
+        t0 = time.perf_counter()
+        step(f"synthesizing the {name} run from {cfg_path}")
+        config = replace(
+            synth.load_config(cfg_path),
+            messages=messages,
+            duration_s=None,
+            parallelism=parallelism,
+            seed=seed,
+        )
+        trace_path, truth_path = out / f"{name}.parquet", out / f"{name}-truth.json"
+        report = synth.generate_trace(config, trace_path, truth_path=truth_path)
+        seconds[f"synth_{name}"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        step(f"inferring the {name} run's paths (nesting, {report.messages:,} messages)")
+        result = infer.infer_nesting(tracefmt.read_trace(trace_path), **DEMO_INFERENCE)
+        doc = result.to_json()
+        paths_path = out / f"{name}-paths.json"
+        _write_json(doc, paths_path)
+        instances_path = out / f"{name}-instances.parquet"
+        result.write_instances(instances_path)
+        seconds[f"infer_{name}"] = time.perf_counter() - t0
+        docs[name] = doc
+        runs[name] = {
+            "config": str(cfg_path),
+            "messages": report.messages,
+            "instances": doc["stats"]["instances"],
+            "patterns": doc["stats"]["patterns"],
+            "mean_parallelism": doc["stats"]["mean_parallelism"],
+        }
+        files.update(
+            {
+                f"{name}_trace": str(trace_path),
+                f"{name}_truth": str(truth_path),
+                f"{name}_paths": str(paths_path),
+                f"{name}_instances": str(instances_path),
+            }
+        )
+
+    t0 = time.perf_counter()
+    step("comparing the runs and drawing")
+    diff = diff_paths(docs["base"], docs["slow"], collapse=collapse)
+    _write_json(diff.to_json(), out / "diff.json")
+    files["diff_json"] = str(out / "diff.json")
+    slow_c = collapse_replicas(docs["slow"], collapse)
+    chosen = select_patterns(slow_c, top=top)
+    for name in ("base", "slow"):
+        text = paths_dot(docs[name], top=top, collapse=collapse)
+        (out / f"{name}-top.dot").write_text(text, encoding="utf-8")
+        write_graph(text, out / f"{name}-top.svg")
+        files[f"{name}_graph"] = str(out / f"{name}-top.svg")
+    text = diff_dot(diff, top=top)
+    (out / "diff.dot").write_text(text, encoding="utf-8")
+    write_graph(text, out / "diff.svg")
+    write_graph(text, out / "diff.png")
+    files["diff_graph"] = str(out / "diff.svg")
+    files["diff_png"] = str(out / "diff.png")
+    page = build_report(
+        docs["slow"], base=docs["base"], top=10, collapse=collapse, title="wirepath demo: the slow run"
+    )
+    report_path = out / "report.html"
+    tmp = report_path.with_name(".report.html.partial")
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, report_path)
+    files["report"] = str(report_path)
+    step("exporting the slow run's first 200 requests as OTLP/JSON traces")
+    write_export(
+        infer.read_instances(files["slow_instances"]), "otlp", out / "slow-traces.otlp.json", max_traces=200
+    )
+    files["otlp"] = str(out / "slow-traces.otlp.json")
+    seconds["diff_draw_report"] = time.perf_counter() - t0
+    return DemoResult(
+        sentence=diff.sentence(), diff=diff, top_patterns=chosen, files=files, runs=runs, seconds=seconds
+    )

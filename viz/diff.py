@@ -1,0 +1,368 @@
+"""Run-versus-run diff of two paths files: where did the time go (the paper's Figures 12, 15).
+
+Patterns are matched by shape (their ids; with ``collapse``, after replicas are merged).
+For each matched pattern the latency of every visit and the delay of every call are
+compared. To say *where* a change happened, not just which visits it shows up in (a
+slower database makes every caller above it slower too), each visit's latency is cut
+into the segments its node spends itself, which add up under serial calls:
+
+* ``wait``: the time the caller spends before a call, since its previous call returned
+  (or since it was called, for its first call): ``delay_k - delay_{k-1} - latency_{k-1}``;
+* ``reply``: after its last call returns, before it answers its own caller;
+* ``leaf``: the whole visit of a node that calls nobody.
+
+Segment changes are pooled over all matched patterns by what they are (caller, callee,
+previous call), weighted by the slow run's counts; the biggest ``change x requests``
+comes first, and the first one gives the sentence a user wants:
+``WS2 -> AP*: +0.20 s in 3,314 of 14,246 requests``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracefmt import ParameterError
+from viz.dot import _Graph, format_s
+from viz.paths import check_paths, collapse_replicas, shape_of, visits
+
+__all__ = ["PathsDiff", "diff_dot", "diff_paths", "format_change"]
+
+
+def format_change(seconds: float) -> str:
+    """A signed change for text: ``+0.20 s`` from 0.1 s up, else with a smaller unit.
+
+    Examples
+    --------
+    >>> format_change(0.2013), format_change(-0.0031), format_change(1.5)
+    ('+0.20 s', '-3.1 ms', '+1.50 s')
+    """
+    if abs(seconds) >= 0.1:
+        return f"{seconds:+.2f} s"
+    return format_s(seconds, sign=True)
+
+
+def _mean(stats: dict[str, float] | None) -> float:
+    return float(stats["mean"]) if stats else 0.0
+
+
+def _segments(root: dict[str, Any]) -> list[tuple[tuple[str, ...], int, int, float]]:
+    """``(key, owner, edge, seconds)`` of every segment of a pattern tree.
+
+    Keys: ``("wait", caller, callee, previous callee or "")``, ``("reply", node, its
+    caller)``, ``("leaf", caller, node)``. ``owner`` is the (preorder) position of the
+    visit whose node spends the time; ``edge`` that of the called visit for ``wait``
+    (the call the time is spent before), else -1.
+    """
+    out: list[tuple[tuple[str, ...], int, int, float]] = []
+    position = {id(v): k for k, (v, _, _) in enumerate(visits(root))}
+    for v, _, _ in visits(root):
+        kids = v.get("children", [])
+        if not kids:
+            out.append((("leaf", v["caller"], v["node"]), position[id(v)], -1, _mean(v.get("latency_s"))))
+            continue
+        previous: dict[str, Any] | None = None
+        for c in kids:
+            gap = _mean(c.get("delay_s"))
+            if previous is not None:
+                gap -= _mean(previous.get("delay_s")) + _mean(previous.get("latency_s"))
+            key = ("wait", v["node"], c["node"], previous["node"] if previous else "")
+            out.append((key, position[id(v)], position[id(c)], gap))
+            previous = c
+        tail = _mean(v.get("latency_s")) - _mean(previous.get("delay_s")) - _mean(previous.get("latency_s"))
+        out.append((("reply", v["node"], v["caller"]), position[id(v)], -1, tail))
+    return out
+
+
+def _describe(key: tuple[str, ...]) -> tuple[str, str]:
+    """(short label, where in words) of a segment key."""
+    kind = key[0]
+    if kind == "wait":
+        _, caller, callee, prev = key
+        where = (
+            f"at {caller}, between its call to {prev} returning and its call to {callee}"
+            if prev
+            else f"at {caller}, before its first call (to {callee})"
+        )
+        return f"{caller} -> {callee}", where
+    if kind == "reply":
+        _, node, caller = key
+        return (
+            f"{node} -> {caller} (reply)",
+            f"at {node}, after its last call returns, before it answers {caller}",
+        )
+    _, caller, node = key
+    return f"{caller} -> {node}", f"inside {node}, called by {caller} (it calls nobody)"
+
+
+@dataclass(frozen=True)
+class PathsDiff:
+    """The comparison of a base and a slow run (see the module docstring).
+
+    Attributes
+    ----------
+    patterns : list of dict
+        Matched patterns, most added latency (change of mean x slow count) first: ids,
+        counts, per-visit latency and self time and per-call delay and wait in both runs.
+    changes : list of dict
+        Segment changes pooled over patterns, biggest ``|change| x requests`` first.
+    new, gone : list of dict
+        Patterns only in the slow run / only in the base run (id, shape, count).
+    requests : int
+        Instances (requests) in the slow run.
+    params : dict
+        ``collapse`` and ``min_count`` used.
+    """
+
+    patterns: list[dict[str, Any]]
+    changes: list[dict[str, Any]]
+    new: list[dict[str, Any]]
+    gone: list[dict[str, Any]]
+    requests: int
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def sentence(self) -> str:
+        """The one line a user wants: the biggest change, where, and in how many requests."""
+        if not self.changes:
+            return "no pattern appears in both runs: nothing to compare"
+        top = self.changes[0]
+        return (
+            f"{top['label']}: {format_change(top['change_s'])} in {top['requests']:,} "
+            f"of {self.requests:,} requests"
+        )
+
+    def text_lines(self, top: int = 5) -> list[str]:
+        """The top changed segments as text, one a line, with where each one is."""
+        lines = []
+        for c in self.changes[:top]:
+            lines.append(
+                f"{format_change(c['change_s']):>9}  {c['label']:<24} in {c['requests']:,} requests "
+                f"({c['patterns']} patterns): {c['where']}"
+            )
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        """All of it as a JSON-ready dict (``wirepath viz diff --json``)."""
+        return {
+            "format": "wirepath.diff/1",
+            "params": self.params,
+            "sentence": self.sentence(),
+            "requests": self.requests,
+            "changes": self.changes,
+            "patterns": self.patterns,
+            "new": self.new,
+            "gone": self.gone,
+        }
+
+
+def _instances(doc: dict[str, Any]) -> int:
+    stats = doc.get("stats") or {}
+    if stats.get("instances") is not None and not doc.get("params", {}).get("top"):
+        return int(stats["instances"])
+    return sum(int(p["count"]) for p in doc.get("patterns", []))
+
+
+def _visit_rows(base: dict[str, Any], slow: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    base_visits = list(visits(base["root"]))
+    for k, (v, parent, depth) in enumerate(visits(slow["root"])):
+        b = base_visits[k][0]
+        rows.append(
+            {
+                "caller": v["caller"],
+                "node": v["node"],
+                "depth": depth,
+                "latency_base_s": _mean(b.get("latency_s")),
+                "latency_slow_s": _mean(v.get("latency_s")),
+                "delay_base_s": None if parent is None else _mean(b.get("delay_s")),
+                "delay_slow_s": None if parent is None else _mean(v.get("delay_s")),
+            }
+        )
+    return rows
+
+
+def diff_paths(
+    base: dict[str, Any],
+    slow: dict[str, Any],
+    *,
+    collapse: Sequence[str] = (),
+    min_count: int = 1,
+) -> PathsDiff:
+    """Compare two nesting paths documents (a base run and a slow run).
+
+    Parameters
+    ----------
+    base, slow : dict
+        Paths files (``results.md``) of the two runs.
+    collapse : sequence of str
+        Node-name globs whose replicas are merged first (``["AP*", "DB*"]``), so a
+        change spread over replicas is counted once.
+    min_count : int
+        Compare only patterns seen at least this often in both runs.
+
+    Examples
+    --------
+    >>> ms = lambda x: {"mean": x, "p50": x, "p90": x, "p99": x, "std": 0.0}
+    >>> def doc(wait):
+    ...     ap = {"node": "AP1", "caller": "WS2", "latency_s": ms(0.004), "delay_s": ms(wait),
+    ...           "children": []}
+    ...     root = {"node": "WS2", "caller": "client", "latency_s": ms(wait + 0.005), "delay_s": None,
+    ...             "children": [ap]}
+    ...     return {"format": "wirepath.paths/1", "algorithm": "nesting",
+    ...             "patterns": [{"id": "p", "count": 10, "total_latency_s": 1.0, "root": root}]}
+    >>> diff_paths(doc(0.001), doc(0.201)).sentence()
+    'WS2 -> AP1: +0.20 s in 10 of 10 requests'
+    """
+    for doc, where in ((base, "base"), (slow, "slow")):
+        check_paths(doc, where)
+        if doc["algorithm"] != "nesting":
+            raise ParameterError(
+                f"the {where} run is a {doc['algorithm']} paths file: diff compares nesting trees"
+            )
+    if min_count < 1:
+        raise ParameterError(f"min_count must be at least 1, not {min_count}")
+    base_c, slow_c = collapse_replicas(base, collapse), collapse_replicas(slow, collapse)
+    by_id = {p["id"]: p for p in base_c["patterns"]}
+    slow_ids = {p["id"] for p in slow_c["patterns"]}
+    pooled: dict[tuple[str, ...], list[float]] = {}  # key -> [weight, weighted change, patterns]
+    matched = []
+    for sp in slow_c["patterns"]:
+        bp = by_id.get(sp["id"])
+        if bp is None or min(int(bp["count"]), int(sp["count"])) < min_count:
+            continue
+        n = int(sp["count"])
+        seg_b, seg_s = _segments(bp["root"]), _segments(sp["root"])
+        rows = _visit_rows(bp, sp)
+        for row in rows:
+            row.update(self_base_s=0.0, self_slow_s=0.0)
+        for (key, owner, edge, vb), (_, _, _, vs) in zip(seg_b, seg_s, strict=True):
+            acc = pooled.setdefault(key, [0.0, 0.0, 0.0])
+            acc[0] += n
+            acc[1] += n * (vs - vb)
+            acc[2] += 1
+            rows[owner]["self_base_s"] += vb
+            rows[owner]["self_slow_s"] += vs
+            if edge >= 0:
+                rows[edge].update(wait_base_s=vb, wait_slow_s=vs)
+        change = (_mean(sp["root"].get("latency_s")) - _mean(bp["root"].get("latency_s"))) * n
+        matched.append(
+            {
+                "id": sp["id"],
+                "shape": shape_of(sp),
+                "count_base": int(bp["count"]),
+                "count_slow": n,
+                "mean_base_s": _mean(bp["root"].get("latency_s")),
+                "mean_slow_s": _mean(sp["root"].get("latency_s")),
+                "added_s": change,
+                "visits": rows,
+                "root": sp["root"],
+                "base_root": bp["root"],
+            }
+        )
+    matched.sort(key=lambda p: (-abs(p["added_s"]), p["id"]))
+    changes = []
+    for key, (weight, weighted, n_patterns) in pooled.items():
+        label, where = _describe(key)
+        change_s = weighted / weight
+        changes.append(
+            {
+                "label": label,
+                "where": where,
+                "kind": key[0],
+                "key": list(key),
+                "change_s": change_s,
+                "requests": int(weight),
+                "patterns": int(n_patterns),
+                "impact_s": change_s * weight,
+            }
+        )
+    changes.sort(key=lambda c: (-abs(c["impact_s"]), c["label"]))
+    small = [{"id": p["id"], "shape": shape_of(p), "count": int(p["count"])} for p in slow_c["patterns"]]
+    new = [p for p in small if p["id"] not in by_id]
+    gone = [
+        {"id": p["id"], "shape": shape_of(p), "count": int(p["count"])}
+        for p in base_c["patterns"]
+        if p["id"] not in slow_ids
+    ]
+    return PathsDiff(
+        patterns=matched,
+        changes=changes,
+        new=new,
+        gone=gone,
+        requests=_instances(slow_c),
+        params={"collapse": list(collapse), "min_count": min_count},
+    )
+
+
+def _significant(change: float, base: float, min_change_s: float, rel: float) -> bool:
+    return abs(change) >= max(min_change_s, rel * abs(base))
+
+
+def _change_color(change: float, significant: bool) -> str:
+    if not significant:
+        return "gray40"
+    return "red3" if change > 0 else "darkgreen"
+
+
+def diff_dot(diff: PathsDiff, *, top: int = 3, min_change_s: float = 0.001, rel: float = 0.1) -> str:
+    """The ``top`` patterns that gained (or lost) the most latency, each visit and call
+    labelled base -> slow with its change; red where the run got slower, green where faster.
+
+    A box is coloured by the change of its node's own time (its ``leaf`` or ``reply``
+    segment and waits before its calls), an edge by the change of the wait before that
+    call: so the colour sits where the time was added, not on every caller above it.
+    A change counts when it is at least ``min_change_s`` and ``rel`` of the base value.
+
+    Examples
+    --------
+    >>> empty = PathsDiff([], [], [], [], 0)
+    >>> diff_dot(empty).splitlines()[0]
+    'digraph "diff" {'
+    """
+    g = _Graph("diff", diff.sentence())
+    for rank, pat in enumerate(diff.patterns[:top], 1):
+        head = (
+            f"#{rank} {pat['id']}: {pat['count_base']:,} -> {pat['count_slow']:,} instances, mean "
+            f"{format_s(pat['mean_base_s'])} -> {format_s(pat['mean_slow_s'])} "
+            f"({format_s(pat['mean_slow_s'] - pat['mean_base_s'], sign=True)})"
+        )
+        g.open_cluster(f"d{rank}", head)
+        prefix = f"d{rank}_"
+        g.node(f"{prefix}caller", pat["visits"][0]["caller"], shape="plaintext", style="solid")
+        idents: dict[int, str] = {}
+        parent_of = {id(v): parent for v, parent, _ in visits(pat["root"])}
+        for k, (v, row) in enumerate(zip((v for v, _, _ in visits(pat["root"])), pat["visits"], strict=True)):
+            ident = f"{prefix}v{k}"
+            idents[id(v)] = ident
+            own_b = row.get("self_base_s", 0.0)
+            own_s = row.get("self_slow_s", 0.0)
+            own = own_s - own_b
+            lat = row["latency_slow_s"] - row["latency_base_s"]
+            sig = _significant(own, own_b, min_change_s, rel)
+            label = (
+                f"{row['node']}\n{format_s(row['latency_base_s'])} -> {format_s(row['latency_slow_s'])} "
+                f"({format_s(lat, sign=True)})\nown time {format_s(own, sign=True)}"
+            )
+            attrs: dict[str, Any] = {"color": _change_color(own, sig)}
+            if sig:
+                attrs.update(penwidth="3", fillcolor="0.000 0.350 1.000" if own > 0 else "0.333 0.250 1.000")
+            g.node(ident, label, **attrs)
+            parent = parent_of[id(v)]
+            if parent is None:
+                g.edge(f"{prefix}caller", ident, f"×{pat['count_slow']:,}")
+                continue
+            wait = row.get("wait_slow_s", 0.0) - row.get("wait_base_s", 0.0)
+            wsig = _significant(wait, row.get("wait_base_s", 0.0), min_change_s, rel)
+            d_b, d_s = row["delay_base_s"], row["delay_slow_s"]
+            elabel = f"+{format_s(d_b)} -> +{format_s(d_s)}\n({format_s(d_s - d_b, sign=True)})"
+            g.edge(
+                idents[id(parent)],
+                ident,
+                elabel,
+                color=_change_color(wait, wsig),
+                fontcolor=_change_color(wait, wsig),
+                penwidth="3" if wsig else "1",
+            )
+        g.close_cluster()
+    return g.text()

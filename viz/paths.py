@@ -1,0 +1,288 @@
+"""Paths files as the drawings need them: loading, choosing, collapsing replicas, self time.
+
+A paths file (``results.md``) holds nesting patterns as trees of visits. The drawings
+need three more things: which patterns to show (``select_patterns``: ``top``, ``sort``,
+``min_share``), patterns that differ only in which replica served them merged into one
+(``collapse_replicas``, the paper's suggestion), and how much of a pattern's latency each
+visit spends itself rather than waiting for its children (``self_times``).
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import json
+import math
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from tracefmt import ParameterError, SchemaError, TraceFileError
+from tracefmt.patterns import Shape, pattern_id, shape_text
+
+__all__ = [
+    "SORTS",
+    "collapse_replicas",
+    "load_paths",
+    "pattern_shape",
+    "select_patterns",
+    "self_times",
+    "visits",
+]
+
+SORTS = ("total", "count")
+_STATS = ("mean", "p50", "p90", "p99", "std")
+
+
+def load_paths(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a paths file (``wirepath infer ... --out``) and check its outline.
+
+    Raises
+    ------
+    TraceFileError
+        The file is missing or not JSON.
+    SchemaError
+        It is JSON but not a ``wirepath.paths/1`` document.
+    """
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TraceFileError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise TraceFileError(f"{p}: is a directory, not a paths file") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TraceFileError(f"{p}: not a JSON paths file ({exc})") from None
+    check_paths(doc, str(p))
+    return doc
+
+
+def check_paths(doc: Any, where: str = "paths") -> None:
+    """Raise ``SchemaError`` unless ``doc`` is a paths document (nesting or convolution).
+
+    Examples
+    --------
+    >>> check_paths({"format": "wirepath.paths/1", "algorithm": "nesting", "patterns": []})
+    >>> check_paths({"format": "x"})
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.SchemaError: paths: format 'x' is not a paths file (want wirepath.paths/1)
+    """
+    if not isinstance(doc, dict):
+        raise SchemaError(f"{where}: a paths file is a JSON object, not {type(doc).__name__}")
+    if doc.get("format") != "wirepath.paths/1":
+        raise SchemaError(
+            f"{where}: format {doc.get('format')!r} is not a paths file (want wirepath.paths/1)"
+        )
+    algorithm = doc.get("algorithm")
+    if algorithm == "nesting":
+        if not isinstance(doc.get("patterns"), list):
+            raise SchemaError(f"{where}: a nesting paths file needs a 'patterns' list")
+        for k, pat in enumerate(doc["patterns"]):
+            if not isinstance(pat, dict) or not {"id", "count", "total_latency_s", "root"} <= set(pat):
+                raise SchemaError(f"{where}: pattern {k} needs id, count, total_latency_s and root")
+    elif algorithm == "convolution":
+        if not isinstance(doc.get("paths"), list):
+            raise SchemaError(f"{where}: a convolution paths file needs a 'paths' list")
+        for k, path in enumerate(doc["paths"]):
+            nodes = path.get("nodes") if isinstance(path, dict) else None
+            if not isinstance(nodes, list) or len(nodes) < 2:
+                raise SchemaError(f"{where}: path {k} needs 'nodes', a list of at least two names")
+            if len(path.get("counts", [])) != len(nodes) - 1:
+                raise SchemaError(f"{where}: path {k} needs len(nodes) - 1 = {len(nodes) - 1} counts")
+            if len(path.get("delays_s", [])) != len(nodes) - 2:
+                raise SchemaError(f"{where}: path {k} needs len(nodes) - 2 = {len(nodes) - 2} delay lists")
+    else:
+        raise SchemaError(f"{where}: unknown algorithm {algorithm!r} (must be nesting or convolution)")
+
+
+def visits(root: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None, int]]:
+    """Every visit of a pattern tree in preorder: ``(visit, parent visit or None, depth)``.
+
+    Examples
+    --------
+    >>> tree = {"node": "WS1", "caller": "client", "children": [
+    ...     {"node": "AP1", "caller": "WS1", "children": []}]}
+    >>> [(v["node"], d) for v, _, d in visits(tree)]
+    [('WS1', 0), ('AP1', 1)]
+    """
+    stack: list[tuple[dict[str, Any], dict[str, Any] | None, int]] = [(root, None, 0)]
+    while stack:
+        v, parent, depth = stack.pop()
+        yield v, parent, depth
+        stack.extend((c, v, depth + 1) for c in reversed(v.get("children", [])))
+
+
+def pattern_shape(root: dict[str, Any]) -> Shape:
+    """The ``tracefmt.patterns.Shape`` of a pattern tree (for its id and text).
+
+    Examples
+    --------
+    >>> pattern_shape({"node": "WS1", "caller": "client", "children": []})
+    Shape(caller='client', node='WS1', children=())
+    """
+    return Shape(root["caller"], root["node"], tuple(pattern_shape(c) for c in root.get("children", [])))
+
+
+def _mean(stats: dict[str, float] | None) -> float:
+    return float(stats["mean"]) if stats else 0.0
+
+
+def self_times(root: dict[str, Any]) -> list[float]:
+    """Mean time each visit spends itself, in preorder: its latency minus its children's.
+
+    Children are taken as called one after another (what nesting sees in RPC systems);
+    where they overlap the difference would go negative and is clipped to 0.
+
+    Examples
+    --------
+    >>> tree = {"latency_s": {"mean": 0.010}, "children": [{"latency_s": {"mean": 0.004}, "children": []}]}
+    >>> [round(s, 6) for s in self_times(tree)]
+    [0.006, 0.004]
+    """
+    out = []
+    for v, _, _ in visits(root):
+        kids = sum(_mean(c.get("latency_s")) for c in v.get("children", []))
+        out.append(max(0.0, _mean(v.get("latency_s")) - kids))
+    return out
+
+
+def select_patterns(
+    doc: dict[str, Any], *, top: int | None = None, sort: str = "total", min_share: float = 0.0
+) -> list[dict[str, Any]]:
+    """The patterns to show: sorted, those below ``min_share`` dropped, the first ``top``.
+
+    Parameters
+    ----------
+    doc : dict
+        A nesting paths document.
+    top : int, optional
+        Keep at most this many.
+    sort : {"total", "count"}
+        By total latency or by instance count.
+    min_share : float
+        Drop patterns holding less than this share (0..1) of all patterns' total latency
+        (``sort="total"``) or instances (``sort="count"``).
+
+    Examples
+    --------
+    >>> doc = {"patterns": [{"id": "a", "count": 9, "total_latency_s": 1.0},
+    ...                     {"id": "b", "count": 1, "total_latency_s": 3.0}]}
+    >>> [p["id"] for p in select_patterns(doc)], [p["id"] for p in select_patterns(doc, sort="count")]
+    (['b', 'a'], ['a', 'b'])
+    >>> [p["id"] for p in select_patterns(doc, min_share=0.5)]
+    ['b']
+    """
+    if sort not in SORTS:
+        raise ParameterError(f"unknown sort {sort!r} (must be one of {', '.join(SORTS)})")
+    if top is not None and top < 1:
+        raise ParameterError(f"top must be at least 1, not {top}")
+    if not 0.0 <= min_share <= 1.0:
+        raise ParameterError(f"min_share must be between 0 and 1, not {min_share}")
+    key = "total_latency_s" if sort == "total" else "count"
+    pats = sorted(doc.get("patterns", []), key=lambda p: (-float(p[key]), p["id"]))
+    whole = sum(float(p[key]) for p in pats)
+    if min_share > 0 and whole > 0:
+        pats = [p for p in pats if float(p[key]) / whole >= min_share]
+    return pats[:top]
+
+
+def _merge_stats(parts: Sequence[tuple[int, dict[str, float] | None]]) -> dict[str, float] | None:
+    """Statistics of a union of groups: mean and std exact (pooled); percentiles are the
+    count-weighted mean of the groups' (an approximation, flagged on the pattern)."""
+    parts = [(n, s) for n, s in parts if s is not None]
+    if not parts:
+        return None
+    total = sum(n for n, _ in parts)
+    mean = sum(n * s["mean"] for n, s in parts) / total
+    var = sum(n * (s["std"] ** 2 + (s["mean"] - mean) ** 2) for n, s in parts) / total
+    out = {name: sum(n * s[name] for n, s in parts) / total for name in _STATS}
+    out["mean"], out["std"] = mean, math.sqrt(max(var, 0.0))
+    return out
+
+
+def _rename(root: dict[str, Any], name: Any) -> dict[str, Any]:
+    v = {**root, "node": name(root["node"]), "caller": name(root["caller"])}
+    v["children"] = [_rename(c, name) for c in root.get("children", [])]
+    return v
+
+
+def collapse_replicas(doc: dict[str, Any], globs: Sequence[str]) -> dict[str, Any]:
+    """Merge patterns that differ only in which replica served them.
+
+    Every node name matching one of ``globs`` (shell-style, e.g. ``WS*``) is renamed to
+    that glob; patterns whose renamed shapes are equal become one pattern under the id of
+    the renamed shape, with counts and total latencies summed, means and standard
+    deviations pooled exactly, and percentiles averaged by count (marked
+    ``"approx_percentiles": true``, since percentiles of a union need the raw values).
+
+    Examples
+    --------
+    >>> def pat(ws, ms, n):
+    ...     leaf = {"mean": ms, "p50": ms, "p90": ms, "p99": ms, "std": 0.0}
+    ...     return {"id": ws, "count": n, "total_latency_s": n * ms,
+    ...             "root": {"node": ws, "caller": "c", "latency_s": leaf, "delay_s": None, "children": []}}
+    >>> doc = {"format": "wirepath.paths/1", "algorithm": "nesting", "patterns": [pat("WS1", 1.0, 1),
+    ...        pat("WS2", 3.0, 3)]}
+    >>> [(p["root"]["node"], p["count"], p["root"]["latency_s"]["mean"])
+    ...  for p in collapse_replicas(doc, ["WS*"])["patterns"]]
+    [('WS*', 4, 2.5)]
+    """
+    globs = [g for g in globs if g]
+    if not globs:
+        return doc
+    if doc.get("algorithm") != "nesting":
+        raise ParameterError("collapsing replicas applies to nesting patterns (trees), not convolution paths")
+
+    def name(n: str) -> str:
+        for g in globs:
+            if fnmatch.fnmatchcase(n, g):
+                return g
+        return n
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for pat in doc.get("patterns", []):
+        renamed = _rename(pat["root"], name)
+        groups.setdefault(pattern_id(pattern_shape(renamed)), []).append({**pat, "root": renamed})
+    merged = []
+    for pid, members in groups.items():
+        if len(members) == 1:
+            merged.append({**members[0], "id": pid})
+            continue
+        counts = [int(m["count"]) for m in members]
+        # Same renamed shape, so the preorder positions of all members line up.
+        columns = zip(*(list(visits(m["root"])) for m in members), strict=True)
+        root = copy.deepcopy(members[0]["root"])
+        for (target, _, _), column in zip(visits(root), columns, strict=True):
+            target["latency_s"] = _merge_stats(
+                [(n, v.get("latency_s")) for n, (v, _, _) in zip(counts, column, strict=True)]
+            )
+            target["delay_s"] = _merge_stats(
+                [(n, v.get("delay_s")) for n, (v, _, _) in zip(counts, column, strict=True)]
+            )
+        merged.append(
+            {
+                "id": pid,
+                "count": sum(counts),
+                "total_latency_s": sum(float(m["total_latency_s"]) for m in members),
+                "root": root,
+                "approx_percentiles": True,
+                "merged_ids": [m["id"] for m in members],
+            }
+        )
+    merged.sort(key=lambda p: (-p["total_latency_s"], p["id"]))
+    out = {**doc, "patterns": merged}
+    out["params"] = {**doc.get("params", {}), "collapse": list(globs)}
+    return out
+
+
+def shape_of(pattern: dict[str, Any]) -> str:
+    """The canonical shape text of a pattern dict (``caller>node(child,...)``).
+
+    Examples
+    --------
+    >>> shape_of({"root": {"node": "WS1", "caller": "c", "children": []}})
+    'c>WS1'
+    """
+    return shape_text(pattern_shape(pattern["root"]))

@@ -1,0 +1,281 @@
+"""A self-contained offline HTML report of a paths file (and of its diff against a base run).
+
+One file, no network: inline CSS, a few lines of inline JavaScript for sorting the
+table, and every picture as inline SVG drawn by graphviz's ``dot``. Every name that
+came from a trace is HTML-escaped, so a node called ``<script>`` shows as text.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from viz.diff import PathsDiff, diff_dot, diff_paths, format_change
+from viz.dot import convolution_dot, format_s, pattern_dot
+from viz.paths import check_paths, collapse_replicas, select_patterns, shape_of
+from viz.render import render_dot
+
+__all__ = ["build_report", "inline_svg"]
+
+_CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1200px; color: #222; }
+h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 8px 0; }
+th, td { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: left; vertical-align: top; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+th[data-col] { cursor: pointer; user-select: none; background: #f4f4f4; }
+th[data-col]:hover { background: #e6eefc; }
+th.sorted-asc::after { content: " \\25B2"; } th.sorted-desc::after { content: " \\25BC"; }
+code { font-size: 12px; } .shape { max-width: 420px; word-break: break-all; }
+.sentence { font-size: 18px; font-weight: 600; color: #b00; margin: 12px 0; }
+.svg { overflow-x: auto; border: 1px solid #eee; padding: 6px; margin: 8px 0; }
+.svg svg { max-width: 100%; height: auto; }
+.muted { color: #777; }
+"""
+
+_JS = """
+(function () {
+  function cellValue(row, col, numeric) {
+    var cell = row.cells[col];
+    var raw = cell.getAttribute("data-sort");
+    if (raw === null) { raw = cell.textContent; }
+    return numeric ? parseFloat(raw) : raw.toLowerCase();
+  }
+  document.querySelectorAll("table.sortable").forEach(function (table) {
+    var heads = table.querySelectorAll("th[data-col]");
+    heads.forEach(function (th) {
+      th.addEventListener("click", function () {
+        var col = parseInt(th.getAttribute("data-col"), 10);
+        var numeric = th.getAttribute("data-type") === "num";
+        var desc = !th.classList.contains("sorted-desc");
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (a, b) {
+          var x = cellValue(a, col, numeric), y = cellValue(b, col, numeric);
+          var c = x < y ? -1 : (x > y ? 1 : 0);
+          return desc ? -c : c;
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+        heads.forEach(function (h) { h.classList.remove("sorted-asc", "sorted-desc"); });
+        th.classList.add(desc ? "sorted-desc" : "sorted-asc");
+      });
+    });
+  });
+})();
+"""
+
+_PROLOG = re.compile(r"\A.*?(?=<svg\b)", re.S)
+
+
+def inline_svg(svg: bytes | str) -> str:
+    """An SVG document as an element to paste into HTML (XML prolog and doctype dropped).
+
+    Examples
+    --------
+    >>> inline_svg('<?xml version="1.0"?>\\n<!DOCTYPE svg>\\n<svg width="1"></svg>\\n')
+    '<svg width="1"></svg>'
+    """
+    text = svg.decode("utf-8") if isinstance(svg, bytes) else svg
+    return _PROLOG.sub("", text, count=1).strip()
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _kv_table(rows: Sequence[tuple[str, Any]]) -> str:
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def _summary(doc: dict[str, Any], label: str) -> str:
+    trace, stats = doc.get("trace") or {}, doc.get("stats") or {}
+    rows: list[tuple[str, Any]] = [
+        ("algorithm", doc.get("algorithm")),
+        ("messages", f"{int(trace.get('messages') or 0):,}"),
+        ("start", trace.get("start")),
+        ("end", trace.get("end")),
+    ]
+    for key in (
+        "call_pairs",
+        "unmatched_calls",
+        "unmatched_returns",
+        "sends_ignored",
+        "instances",
+        "patterns",
+    ):
+        if stats.get(key) is not None:
+            rows.append((key.replace("_", " "), f"{int(stats[key]):,}"))
+    if stats.get("mean_parallelism") is not None:
+        rows.append(("mean parallelism", f"{float(stats['mean_parallelism']):.2f}"))
+    return f"<h3>{_e(label)}</h3>{_kv_table(rows)}"
+
+
+def _num(value: float, text: str) -> str:
+    return f'<td class="num" data-sort="{value!r}">{_e(text)}</td>'
+
+
+def _pattern_table(patterns: list[dict[str, Any]], whole: float) -> str:
+    heads = [
+        ("#", "num"),
+        ("pattern", "text"),
+        ("shape", "text"),
+        ("count", "num"),
+        ("total latency", "num"),
+        ("share", "num"),
+        ("mean", "num"),
+        ("p99", "num"),
+    ]
+    th = "".join(
+        f'<th data-col="{k}" data-type="{t}"' + (' class="num"' if t == "num" else "") + f">{_e(h)}</th>"
+        for k, (h, t) in enumerate(heads)
+    )
+    rows = []
+    for rank, p in enumerate(patterns, 1):
+        lat = p["root"].get("latency_s") or {}
+        total = float(p["total_latency_s"])
+        share = total / whole if whole > 0 else 0.0
+        rows.append(
+            "<tr>"
+            + _num(rank, str(rank))
+            + f'<td><a href="#pattern-{_e(p["id"])}"><code>{_e(p["id"])}</code></a></td>'
+            + f'<td class="shape"><code>{_e(shape_of(p))}</code></td>'
+            + _num(int(p["count"]), f"{int(p['count']):,}")
+            + _num(total, f"{total:,.3f} s")
+            + _num(share, f"{share:.1%}")
+            + _num(float(lat.get("mean", 0.0)), format_s(lat.get("mean")))
+            + _num(float(lat.get("p99", 0.0)), format_s(lat.get("p99")))
+            + "</tr>"
+        )
+    return (
+        f'<table class="sortable" id="patterns"><thead><tr>{th}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _diff_section(diff: PathsDiff, render: Callable[[str, str], bytes], top: int) -> str:
+    rows = "".join(
+        "<tr>"
+        + _num(c["change_s"], format_change(c["change_s"]))
+        + f"<td>{_e(c['label'])}</td>"
+        + _num(c["requests"], f"{c['requests']:,}")
+        + _num(c["patterns"], str(c["patterns"]))
+        + f"<td>{_e(c['where'])}</td></tr>"
+        for c in diff.changes[:top]
+    )
+    table = (
+        '<table class="sortable" id="changes"><thead><tr>'
+        '<th data-col="0" data-type="num" class="num">change</th><th data-col="1" data-type="text">where</th>'
+        '<th data-col="2" data-type="num" class="num">requests</th>'
+        '<th data-col="3" data-type="num" class="num">patterns</th><th>in words</th>'
+        f"</tr></thead><tbody>{rows}</tbody></table>"
+    )
+    svg = inline_svg(render(diff_dot(diff), "svg"))
+    counts = (
+        f"{len(diff.patterns):,} patterns in both runs, {len(diff.new):,} only in this run, "
+        f"{len(diff.gone):,} only in the base run"
+    )
+    return (
+        f'<h2 id="diff">Against the base run</h2><p class="sentence">{_e(diff.sentence())}</p>'
+        f'<p class="muted">{_e(counts)}. Each change is pooled over all patterns where that step '
+        f"occurs, weighted by the patterns' counts in this run.</p>{table}"
+        f'<div class="svg" id="diff-graph">{svg}</div>'
+    )
+
+
+def build_report(
+    doc: dict[str, Any],
+    *,
+    base: dict[str, Any] | None = None,
+    top: int = 10,
+    sort: str = "total",
+    min_share: float = 0.0,
+    collapse: Sequence[str] = (),
+    title: str = "wirepath report",
+    render: Callable[[str, str], bytes] = render_dot,
+) -> str:
+    """The HTML text of a report on paths file ``doc`` (optionally diffed against ``base``).
+
+    Parameters
+    ----------
+    doc : dict
+        A paths file (nesting or convolution).
+    base : dict, optional
+        The base run's paths file: adds the diff (sentence, top changes, diff graph).
+    top, sort, min_share, collapse
+        Which patterns to list and draw (``viz.paths.select_patterns``, replicas merged
+        by ``collapse`` globs).
+    title : str
+        The page title.
+    render : callable
+        ``render(dot_text, "svg") -> bytes``; graphviz's ``dot`` by default.
+
+    Examples
+    --------
+    >>> doc = {"format": "wirepath.paths/1", "algorithm": "nesting", "patterns": []}
+    >>> page = build_report(doc, render=lambda text, fmt: b"<svg></svg>")
+    >>> page.startswith("<!DOCTYPE html>") and "</html>" in page
+    True
+    """
+    check_paths(doc, "report")
+    parts = [f"<h1>{_e(title)}</h1>"]
+    diff = None
+    if base is not None:
+        check_paths(base, "base")
+        diff = diff_paths(base, doc, collapse=collapse)
+        parts.append(f'<p class="sentence">{_e(diff.sentence())}</p>')
+    parts.append('<h2 id="summary">Trace</h2>')
+    parts.append(_summary(doc, "this run"))
+    if base is not None:
+        parts.append(_summary(base, "base run"))
+    if doc["algorithm"] == "nesting":
+        shown = collapse_replicas(doc, collapse)
+        chosen = select_patterns(shown, top=top, sort=sort, min_share=min_share)
+        whole = sum(float(p["total_latency_s"]) for p in shown["patterns"])
+        parts.append(
+            f'<h2 id="top">Top patterns</h2><p class="muted">{len(chosen)} of {len(shown["patterns"]):,} '
+            "patterns; click a column to sort. Latencies are of the whole request (the root visit).</p>"
+        )
+        parts.append(_pattern_table(chosen, whole))
+        if diff is not None:
+            parts.append(_diff_section(diff, render, top))
+        parts.append('<h2 id="graphs">Patterns</h2>')
+        parts.append(
+            '<p class="muted">Boxes: mean latency (self plus calls below), p99, and the time the node '
+            "spends itself, shaded by its share of the request; the thick red box holds the largest "
+            "share. Edges: mean delay from the parent's call.</p>"
+        )
+        for rank, p in enumerate(chosen, 1):
+            svg = inline_svg(render(pattern_dot(p, rank=rank), "svg"))
+            parts.append(
+                f'<h3 id="pattern-{_e(p["id"])}">#{rank} <code>{_e(p["id"])}</code></h3>'
+                f'<div class="svg">{svg}</div>'
+            )
+    else:
+        paths = doc["paths"][:top]
+        rows = "".join(
+            f"<tr>{_num(k, str(k))}<td>{_e(' -> '.join(p['nodes']))}</td>"
+            + _num(float(p["counts"][0]), f"{round(p['counts'][0]):,}")
+            + "</tr>"
+            for k, p in enumerate(paths, 1)
+        )
+        parts.append(
+            '<h2 id="top">Paths</h2><table class="sortable" id="patterns"><thead><tr>'
+            '<th data-col="0" data-type="num" class="num">#</th><th data-col="1" data-type="text">path</th>'
+            '<th data-col="2" data-type="num" class="num">messages (first hop)</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>"
+        )
+        parts.append(f'<div class="svg">{inline_svg(render(convolution_dot(doc, top=top), "svg"))}</div>')
+    parts.append('<h2 id="params">Parameters</h2>')
+    params = [(k, json.dumps(v)) for k, v in sorted((doc.get("params") or {}).items())]
+    view = [("top", top), ("sort", sort), ("min_share", min_share), ("collapse", ", ".join(collapse) or "-")]
+    parts.append("<h3>inference</h3>" + _kv_table(params) + "<h3>this report</h3>" + _kv_table(view))
+    body = "\n".join(parts)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head>\n<body>\n{body}\n"
+        f"<script>{_JS}</script>\n</body></html>\n"
+    )
