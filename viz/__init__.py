@@ -1,1 +1,58 @@
-"""viz package."""
+"""Pictures, reports and exports of inferred paths.
+
+``viz.dot`` makes DOT text (pure), ``viz.render`` draws it with graphviz's ``dot``,
+``viz.diff`` compares two runs, ``viz.report`` writes the offline HTML report,
+``viz.export`` turns inferred instances into OTLP, Zipkin or Jaeger traces, and
+``viz.demo`` runs the whole job on the paper's multi-tier system.
+"""
+
+from viz.demo import DEMO_INFERENCE, DemoResult, run_demo
+from viz.diff import PathsDiff, diff_dot, diff_paths, format_change
+from viz.dot import convolution_dot, dot_quote, format_s, paths_dot, pattern_dot
+from viz.export import EXPORT_FORMATS, export_traces, write_export
+from viz.paths import (
+    SORTS,
+    check_paths,
+    collapse_replicas,
+    load_paths,
+    pattern_shape,
+    select_patterns,
+    self_times,
+    shape_of,
+    visits,
+)
+from viz.render import FORMATS, dot_binary, render_dot, write_graph
+from viz.report import build_report, inline_svg
+
+__all__ = [
+    "DEMO_INFERENCE",
+    "EXPORT_FORMATS",
+    "FORMATS",
+    "SORTS",
+    "DemoResult",
+    "PathsDiff",
+    "build_report",
+    "check_paths",
+    "collapse_replicas",
+    "convolution_dot",
+    "diff_dot",
+    "diff_paths",
+    "dot_binary",
+    "dot_quote",
+    "export_traces",
+    "format_change",
+    "format_s",
+    "inline_svg",
+    "load_paths",
+    "paths_dot",
+    "pattern_dot",
+    "pattern_shape",
+    "render_dot",
+    "run_demo",
+    "select_patterns",
+    "self_times",
+    "shape_of",
+    "visits",
+    "write_export",
+    "write_graph",
+]

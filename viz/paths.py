@@ -23,11 +23,13 @@ from tracefmt.patterns import Shape, pattern_id, shape_text
 
 __all__ = [
     "SORTS",
+    "check_paths",
     "collapse_replicas",
     "load_paths",
     "pattern_shape",
     "select_patterns",
     "self_times",
+    "shape_of",
     "visits",
 ]
 
