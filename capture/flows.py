@@ -1,0 +1,665 @@
+"""TCP reassembly and message boundaries for whole batches of segments.
+
+Segments are grouped into connections with sorts, not per-packet Python: a flow key
+hashes the two endpoints in canonical order; within a flow, a new SYN (a sequence
+number not seen before) starts a new connection, so a reused port pair is two
+connections. A connection is processed once it is over (FIN both ways, RST, idle for
+``idle_timeout_ns``, a newer connection on the same ports, or the end of input);
+until then its segments are carried to the next batch, so memory is bounded by the
+open connections, not by the file.
+
+Per direction, segments are ordered by sequence number: a segment wholly inside bytes
+already seen is a retransmission (dropped, counted), a partial overlap is trimmed, a
+hole is a gap (counted; it ends the current message). The client is the SYN's sender;
+without a SYN, the SYN-ACK's receiver; without either, the peer of a well-known or
+listening port, else of the lower port.
+
+Messages: for connections whose protocol is recognized by content
+(:func:`capture.protocols.detect_tcp`) the protocol parser splits each direction's
+byte stream; otherwise the turn-taking rule applies: a run of client-to-server bytes is
+a call, the server's answer its return, ``id = connection << 24 | turn``. UDP datagrams
+are ``send`` messages, except DNS (call/return by the QR bit, id from the transaction
+id). A message's timestamp is its first packet's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from capture.decode import PROTO_TCP, PROTO_UDP, Segments, empty_segments
+from capture.protocols import PROTOCOLS, detect_tcp, parse_dns_datagram, parse_stream
+
+__all__ = ["FlowAssembler", "FlowStats", "Messages"]
+
+_FIN, _SYN, _RST, _ACK = 0x01, 0x02, 0x04, 0x10
+_PROTO_CODE = {p: i for i, p in enumerate(PROTOCOLS)}
+_DNS_PORTS = (53, 5353, 5355)
+_WELL_KNOWN_PORTS = np.array(
+    sorted({*range(1, 1024), 1433, 1521, 2181, 3306, 5432, 5672, 6379, 8080, 8443, 9042, 9090, 9092, 9200,
+            11211, 27017, 50051}),
+    np.uint16,
+)  # fmt: skip
+_C1 = np.uint64(0xBF58476D1CE4E5B9)
+_C2 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer: a well-spread 64-bit hash of each element."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _C1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _C2
+    return x ^ (x >> np.uint64(31))
+
+
+@dataclass
+class FlowStats:
+    """Counts kept by the assembler."""
+
+    connections: int = 0
+    retransmitted: int = 0
+    gaps: int = 0
+    out_of_order: int = 0
+    unparsed_bytes: int = 0
+    flows_by_proto: Counter = field(default_factory=Counter)
+    messages_by_proto: Counter = field(default_factory=Counter)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "connections": self.connections,
+            "retransmitted": self.retransmitted,
+            "gaps": self.gaps,
+            "out_of_order": self.out_of_order,
+            "unparsed_bytes": self.unparsed_bytes,
+            "flows_by_proto": dict(sorted(self.flows_by_proto.items())),
+            "messages_by_proto": dict(sorted(self.messages_by_proto.items())),
+        }
+
+
+@dataclass(frozen=True)
+class Messages:
+    """Messages as columns. ``op``: 0 call, 1 return, 2 send; ``id`` valid where ``has_id``."""
+
+    ts_ns: np.ndarray
+    src_hi: np.ndarray
+    src_lo: np.ndarray
+    sport: np.ndarray
+    dst_hi: np.ndarray
+    dst_lo: np.ndarray
+    dport: np.ndarray
+    op: np.ndarray
+    id: np.ndarray
+    has_id: np.ndarray
+    nbytes: np.ndarray
+    flow: np.ndarray
+    proto: np.ndarray  # index into PROTOCOLS
+    label: np.ndarray  # object: str or None
+    # Where the client endpoint is the sender (calls) or the receiver (returns): the server side.
+    server_is_dst: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ts_ns)
+
+    @staticmethod
+    def concat(parts: list[Messages]) -> Messages:
+        """All messages of ``parts``, sorted by timestamp (stable)."""
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return _empty_messages()
+        cols = {k: np.concatenate([getattr(p, k) for p in parts]) for k in _MSG_FIELDS}
+        order = np.argsort(cols["ts_ns"], kind="stable")
+        return Messages(**{k: v[order] for k, v in cols.items()})
+
+
+_MSG_FIELDS = tuple(Messages.__dataclass_fields__)
+
+
+def _empty_messages() -> Messages:
+    z = np.zeros(0, np.int64)
+    u = np.zeros(0, np.uint64)
+    return Messages(
+        ts_ns=z,
+        src_hi=u,
+        src_lo=u,
+        sport=np.zeros(0, np.uint16),
+        dst_hi=u,
+        dst_lo=u,
+        dport=np.zeros(0, np.uint16),
+        op=np.zeros(0, np.int8),
+        id=u,
+        has_id=np.zeros(0, bool),
+        nbytes=z,
+        flow=u,
+        proto=np.zeros(0, np.int8),
+        label=np.zeros(0, object),
+        server_is_dst=np.zeros(0, bool),
+    )
+
+
+def _flow_keys(s: Segments) -> tuple[np.ndarray, np.ndarray]:
+    """(flow key, sent by the canonical first endpoint) of each segment."""
+    lt = (s.src_hi < s.dst_hi) | (
+        (s.src_hi == s.dst_hi) & ((s.src_lo < s.dst_lo) | ((s.src_lo == s.dst_lo) & (s.sport <= s.dport)))
+    )
+    a_hi = np.where(lt, s.src_hi, s.dst_hi)
+    a_lo = np.where(lt, s.src_lo, s.dst_lo)
+    b_hi = np.where(lt, s.dst_hi, s.src_hi)
+    b_lo = np.where(lt, s.dst_lo, s.src_lo)
+    ports = (np.where(lt, s.sport, s.dport).astype(np.uint64) << np.uint64(16)) | np.where(
+        lt, s.dport, s.sport
+    ).astype(np.uint64)
+    ports |= s.proto.astype(np.uint64) << np.uint64(32)
+    key = _mix(a_hi ^ _mix(a_lo ^ _mix(b_hi ^ _mix(b_lo ^ _mix(ports)))))
+    return key, lt
+
+
+def _first_in_group(starts: np.ndarray, cond: np.ndarray, n: int) -> np.ndarray:
+    """Per group (given its start indices), the first index where ``cond`` holds, or -1."""
+    big = np.iinfo(np.int64).max
+    idx = np.where(cond, np.arange(n), big)
+    first = np.minimum.reduceat(idx, starts) if n else np.zeros(0, np.int64)
+    return np.where(first == big, -1, first)
+
+
+class FlowAssembler:
+    """Turn decoded segments into messages, batch by batch, carrying open connections.
+
+    Parameters
+    ----------
+    idle_timeout_ns : int
+        A connection with no packet for this long (capture time) is processed as over.
+    max_carry : int
+        A connection holding more segments than this is processed without waiting for
+        its end (its later packets form a new connection record).
+
+    Examples
+    --------
+    >>> from capture.decode import Decoder
+    >>> from capture.source import PacketBatch
+    >>> import dpkt
+    >>> def seg(ts, sport, dport, seq, flags, data=b""):
+    ...     t = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq, flags=flags, data=data)
+    ...     ip = dpkt.ip.IP(src=bytes([10, 0, 0, 1 if sport > 1024 else 2]),
+    ...                     dst=bytes([10, 0, 0, 2 if sport > 1024 else 1]), p=6, data=t)
+    ...     ip.len = len(bytes(ip))
+    ...     return (ts, bytes(ip))
+    >>> pk = [seg(0, 40000, 80, 99, 2), seg(1, 80, 40000, 500, 0x12),
+    ...       seg(2, 40000, 80, 100, 0x18, b"GET / HTTP/1.1\\r\\n\\r\\n"),
+    ...       seg(3, 80, 40000, 501, 0x18, b"HTTP/1.1 200 OK\\r\\nContent-Length: 0\\r\\n\\r\\n")]
+    >>> fa = FlowAssembler()
+    >>> m = fa.feed(Decoder().decode(PacketBatch.from_packets(pk, linktype=101)), final=True)
+    >>> m.op.tolist(), m.ts_ns.tolist(), [PROTOCOLS[p] for p in m.proto], list(m.label)
+    ([0, 1], [2, 3], ['http', 'http'], ['GET /', 'GET /'])
+    """
+
+    def __init__(self, *, idle_timeout_ns: int = 60_000_000_000, max_carry: int = 1 << 17) -> None:
+        self.idle_timeout_ns = idle_timeout_ns
+        self.max_carry = max_carry
+        self.stats = FlowStats()
+        self._pending = empty_segments()
+        self._udp_flows: dict[int, int] = {}
+        self._listening: set[int] = set()
+
+    @property
+    def watermark_ns(self) -> int | None:
+        """No message still to come is older than this (None: nothing is pending)."""
+        return int(self._pending.ts_ns.min()) if len(self._pending) else None
+
+    def feed(self, segs: Segments, *, final: bool = False) -> Messages:
+        """Messages completed by ``segs`` (all remaining ones when ``final``)."""
+        tcp = segs.proto == PROTO_TCP
+        parts = []
+        udp = ~tcp & (segs.proto == PROTO_UDP)
+        if udp.any():
+            parts.append(self._udp(segs.take(np.flatnonzero(udp))))
+        both = (
+            Segments.concat([self._pending, segs.take(np.flatnonzero(tcp))]) if tcp.any() else self._pending
+        )
+        self._pending = empty_segments()
+        if len(both):
+            parts.append(self._tcp(both, final))
+        return Messages.concat(parts)
+
+    # ---- UDP --------------------------------------------------------------------------------
+    def _udp(self, s: Segments) -> Messages:
+        n = len(s)
+        key, _ = _flow_keys(s)
+        flow = _mix(key) >> np.uint64(24)
+        new = np.setdiff1d(np.unique(key), np.fromiter(self._udp_flows, np.uint64, len(self._udp_flows)))
+        self._udp_flows.update(dict.fromkeys(new.tolist(), 0))
+        self.stats.flows_by_proto["udp"] += len(new)
+        op = np.full(n, 2, np.int8)
+        mid = np.zeros(n, np.uint64)
+        has = np.zeros(n, bool)
+        proto = np.full(n, _PROTO_CODE["udp"], np.int8)
+        label = np.full(n, None, object)
+        server_is_dst = s.dport <= s.sport
+        dns = np.flatnonzero(np.isin(s.sport, _DNS_PORTS) | np.isin(s.dport, _DNS_PORTS))
+        for i in dns.tolist():  # DNS messages are few; each needs its name decoded anyway
+            parsed = parse_dns_datagram(s.payload(i))
+            if parsed is None:
+                continue
+            is_resp, txid, lab = parsed
+            op[i] = 1 if is_resp else 0
+            mid[i] = (int(flow[i]) << 24) | txid
+            has[i] = True
+            proto[i] = _PROTO_CODE["dns"]
+            label[i] = lab
+            server_is_dst[i] = not is_resp
+        for p in np.unique(proto).tolist():
+            self.stats.messages_by_proto[PROTOCOLS[p]] += int((proto == p).sum())
+        return Messages(
+            ts_ns=s.ts_ns,
+            src_hi=s.src_hi,
+            src_lo=s.src_lo,
+            sport=s.sport,
+            dst_hi=s.dst_hi,
+            dst_lo=s.dst_lo,
+            dport=s.dport,
+            op=op,
+            id=mid,
+            has_id=has,
+            nbytes=s.pay_len,
+            flow=flow,
+            proto=proto,
+            label=label,
+            server_is_dst=server_is_dst,
+        )
+
+    # ---- TCP --------------------------------------------------------------------------------
+    def _tcp(self, s: Segments, final: bool) -> Messages:
+        n = len(s)
+        key, from_a = _flow_keys(s)
+        order = np.argsort(key, kind="stable")  # stable: time order kept within a flow
+        s = s.take(order)
+        key, from_a = key[order], from_a[order]
+        flags = s.flags
+        flow_start = np.r_[True, key[1:] != key[:-1]]
+        synonly = ((flags & _SYN) != 0) & ((flags & _ACK) == 0)
+        # A SYN with a new sequence number on the same ports starts a new connection.
+        si = np.flatnonzero(synonly)
+        new_conn = np.zeros(n, bool)
+        if len(si):
+            same_as_prev = np.r_[False, (key[si[1:]] == key[si[:-1]]) & (s.seq[si[1:]] == s.seq[si[:-1]])]
+            new_conn[si[~same_as_prev]] = True
+        piece_start = flow_start | new_conn
+        starts = np.flatnonzero(piece_start)
+        piece = np.cumsum(piece_start) - 1
+        npieces = len(starts)
+        ends = np.r_[starts[1:], n]
+        last_ts = np.maximum.reduceat(s.ts_ns, starts)
+        now = int(s.ts_ns.max())
+
+        fin_a = np.logical_or.reduceat(((flags & _FIN) != 0) & from_a, starts)
+        fin_b = np.logical_or.reduceat(((flags & _FIN) != 0) & ~from_a, starts)
+        rst = np.logical_or.reduceat((flags & _RST) != 0, starts)
+        has_next = np.r_[~flow_start[starts[1:]], False]
+        done = (
+            final
+            | has_next
+            | (fin_a & fin_b)
+            | rst
+            | (last_ts < now - self.idle_timeout_ns)
+            | ((ends - starts) > self.max_carry)
+        )
+        if not done.all():
+            keep = ~done[piece]
+            self._pending = s.take(np.flatnonzero(keep))  # flows stay in time order
+            sel = np.flatnonzero(~keep)
+            if not len(sel):
+                return _empty_messages()
+            s = s.take(sel)
+            key, from_a, flags, synonly = key[sel], from_a[sel], flags[sel], synonly[sel]
+            piece_start = np.r_[True, (piece[sel][1:] != piece[sel][:-1])]
+            starts = np.flatnonzero(piece_start)
+            piece = np.cumsum(piece_start) - 1
+            npieces = len(starts)
+            n = len(s)
+        self.stats.connections += npieces
+        return self._messages(s, key, from_a, flags, synonly, starts, piece, npieces)
+
+    def _client_is_a(
+        self, s: Segments, from_a: np.ndarray, flags: np.ndarray, synonly: np.ndarray, starts: np.ndarray
+    ) -> np.ndarray:
+        n = len(s)
+        f_syn = _first_in_group(starts, synonly, n)
+        synack = ((flags & _SYN) != 0) & ((flags & _ACK) != 0)
+        f_sa = _first_in_group(starts, synack, n)
+        first = starts
+        a_port = np.where(from_a, s.sport, s.dport)[first]
+        b_port = np.where(from_a, s.dport, s.sport)[first]
+        a_addr = np.where(from_a, s.src_lo, s.dst_lo)[first]
+        b_addr = np.where(from_a, s.dst_lo, s.src_lo)[first]
+        # Learn listening endpoints from SYNs, so later mid-way connections know their server.
+        if len(np.flatnonzero(f_syn >= 0)):
+            fs = f_syn[f_syn >= 0]
+            lk = _mix(s.dst_lo[fs] ^ s.dport[fs].astype(np.uint64))
+            self._listening.update(lk.tolist())
+        a_known = np.isin(a_port, _WELL_KNOWN_PORTS)
+        b_known = np.isin(b_port, _WELL_KNOWN_PORTS)
+        if self._listening:
+            lst = np.fromiter(self._listening, np.uint64)
+            a_known |= np.isin(_mix(a_addr ^ a_port.astype(np.uint64)), lst)
+            b_known |= np.isin(_mix(b_addr ^ b_port.astype(np.uint64)), lst)
+        by_port = np.where(
+            a_known != b_known, b_known, np.where(a_port != b_port, a_port > b_port, from_a[first])
+        )
+        client_is_a = np.where(
+            f_syn >= 0,
+            from_a[np.maximum(f_syn, 0)],
+            np.where(f_sa >= 0, ~from_a[np.maximum(f_sa, 0)], by_port),
+        )
+        return client_is_a
+
+    def _messages(
+        self,
+        s: Segments,
+        key: np.ndarray,
+        from_a: np.ndarray,
+        flags: np.ndarray,
+        synonly: np.ndarray,
+        starts: np.ndarray,
+        piece: np.ndarray,
+        npieces: int,
+    ) -> Messages:
+        n = len(s)
+        # Connection ids from the ports, addresses and the client's initial sequence number,
+        # so two capture points that saw the same connection give it the same id.
+        f_syn = _first_in_group(starts, synonly, n)
+        isn = np.where(f_syn >= 0, s.seq[np.maximum(f_syn, 0)], 0).astype(np.uint64)
+        flow_ids = _mix(key[starts] ^ _mix(isn)) >> np.uint64(24)
+        client_is_a = self._client_is_a(s, from_a, flags, synonly, starts)
+        d = (from_a != client_is_a[piece]).astype(np.int64)  # 0 client->server, 1 back
+        tidx = np.arange(n)
+        g = piece * 2 + d
+        # Initial sequence number per direction: from the SYN (or SYN-ACK) when seen.
+        syn_any = (flags & _SYN) != 0
+        has_data = s.pay_len > 0
+        ng = 2 * npieces
+        base = np.zeros(ng, np.int64)
+        from_syn = np.zeros(ng, bool)
+        si = np.flatnonzero(syn_any)
+        # The last SYN of a direction wins (a retransmitted SYN carries the same number).
+        base[g[si]] = s.seq[si].astype(np.int64) + 1
+        from_syn[g[si]] = True
+        di = np.flatnonzero(has_data)
+        if not len(di):
+            return _empty_messages()
+        gd = g[di]
+        first_data = np.full(ng, -1, np.int64)
+        first_data[gd[::-1]] = di[::-1]  # first data segment (time order) of each group
+        no_syn = ~from_syn & (first_data >= 0)
+        base[no_syn] = s.seq[first_data[no_syn]].astype(np.int64)
+        rel = ((s.seq[di].astype(np.int64) - base[gd] + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+        plen = s.pay_len[di]
+        # Order each direction's data by sequence number, earliest copy first.
+        o = np.lexsort((tidx[di], rel, gd))
+        di, gd, rel, plen = di[o], gd[o], rel[o], plen[o]
+        end = rel + plen
+        m = len(di)
+        gstart = np.r_[True, gd[1:] != gd[:-1]]
+        big = np.int64(1) << np.int64(34)
+        shift = np.int64(1) << np.int64(32)
+        acc = np.maximum.accumulate(gd * big + end + shift)
+        prev_max = np.empty(m, np.int64)
+        prev_max[1:] = acc[:-1] - gd[1:] * big - shift
+        first_ref = np.where(from_syn[gd], 0, rel)
+        prev_max[gstart] = first_ref[gstart]
+        dup = end <= prev_max
+        gap = rel > prev_max
+        self.stats.retransmitted += int(dup.sum())
+        self.stats.gaps += int(gap.sum())
+        ooo = np.r_[False, (di[1:] < di[:-1]) & ~gstart[1:]]
+        self.stats.out_of_order += int((ooo & ~dup).sum())
+        keep = ~dup
+        di, gd, rel, end, gap, prev_max = di[keep], gd[keep], rel[keep], end[keep], gap[keep], prev_max[keep]
+        kstart = np.maximum(rel, prev_max)
+        skip = kstart - rel
+        klen = end - kstart
+        kcap = np.clip(s.pay_cap[di] - skip, 0, klen)
+        trunc_before = np.r_[False, kcap[:-1] < klen[:-1]] & np.r_[False, gd[1:] == gd[:-1]]
+        run_start = np.r_[True, gd[1:] != gd[:-1]] | gap | trunc_before
+        # The captured bytes of each direction in sequence order, all directions back to back.
+        sstart = np.zeros(len(di), np.int64)
+        np.cumsum(kcap[:-1], out=sstart[1:])
+        total = int(kcap.sum())
+        src = np.repeat(s.pay_off[di] + skip - sstart, kcap) + np.arange(total)
+        stream = s.data[src].tobytes() if total else b""
+
+        kp = gd // 2
+        kd = gd % 2
+        # Protocol of each connection from the first bytes of each direction.
+        gfirst = np.full(ng, -1, np.int64)
+        gfirst[gd[::-1]] = np.arange(len(gd))[::-1]
+        protos = np.full(npieces, "tcp", object)
+        pf = starts  # first segment of each piece, for its ports
+        cport = np.where(from_a[pf] == client_is_a, s.sport[pf], s.dport[pf])
+        sport_ = np.where(from_a[pf] == client_is_a, s.dport[pf], s.sport[pf])
+        for p in range(npieces):  # per connection: a look at its first bytes
+            c, v = gfirst[2 * p], gfirst[2 * p + 1]
+            cb = stream[sstart[c] : sstart[c] + 64] if c >= 0 else b""
+            sb = stream[sstart[v] : sstart[v] + 64] if v >= 0 else b""
+            protos[p] = detect_tcp(cb, sb, int(cport[p]), int(sport_[p]))
+
+        parsed = np.array([pr not in ("tcp",) for pr in protos], bool)
+        out: list[Messages] = []
+        generic = ~parsed[kp]
+        extra_generic: list[int] = []
+        if parsed.any():
+            pm, fallback = self._parsed_messages(
+                s,
+                di,
+                kp,
+                kd,
+                run_start,
+                sstart,
+                kcap,
+                klen,
+                stream,
+                protos,
+                parsed,
+                flow_ids,
+                client_is_a,
+                from_a,
+                starts,
+            )
+            out.append(pm)
+            extra_generic = fallback
+        if extra_generic:
+            generic |= np.isin(kp, extra_generic)
+            for p in extra_generic:
+                protos[p] = "tcp"
+        for p in np.flatnonzero(np.isin(np.arange(npieces), np.unique(kp))).tolist():
+            self.stats.flows_by_proto[protos[p]] += 1
+        if generic.any():
+            out.append(self._turns(s, di[generic], kp[generic], kd[generic], klen[generic], run_start[generic],
+                                   flow_ids))  # fmt: skip
+        return Messages.concat(out)
+
+    def _turns(
+        self,
+        s: Segments,
+        di: np.ndarray,
+        kp: np.ndarray,
+        kd: np.ndarray,
+        klen: np.ndarray,
+        run_start: np.ndarray,
+        flow_ids: np.ndarray,
+    ) -> Messages:
+        """The turn-taking rule over kept data segments of generic connections (vectorized)."""
+        o = np.lexsort((di, kp))  # time order within each connection
+        di, kp, kd, klen, gap = di[o], kp[o], kd[o], klen[o], run_start[o]
+        pstart = np.r_[True, kp[1:] != kp[:-1]]
+        turn = pstart | np.r_[True, kd[1:] != kd[:-1]] | gap
+        ts = np.flatnonzero(turn)
+        nb = np.add.reduceat(klen, ts)
+        tkp, tkd = kp[ts], kd[ts]
+        is_call = tkd == 0
+        tp_start = pstart[ts]
+        # Number calls within each connection; a return takes its preceding call's number.
+        ccount = np.cumsum(is_call)
+        base = np.maximum.accumulate(np.where(tp_start, ccount - is_call, 0))
+        call_no = ccount - base
+        has_id = call_no > 0
+        mid = (flow_ids[tkp] << np.uint64(24)) | (call_no.astype(np.uint64) & np.uint64(0xFFFFFF))
+        seg = di[ts]
+        self.stats.messages_by_proto["tcp"] += len(ts)
+        return Messages(
+            ts_ns=s.ts_ns[seg],
+            src_hi=s.src_hi[seg],
+            src_lo=s.src_lo[seg],
+            sport=s.sport[seg],
+            dst_hi=s.dst_hi[seg],
+            dst_lo=s.dst_lo[seg],
+            dport=s.dport[seg],
+            op=np.where(is_call, 0, 1).astype(np.int8),
+            id=np.where(has_id, mid, 0).astype(np.uint64),
+            has_id=has_id,
+            nbytes=nb,
+            flow=flow_ids[tkp],
+            proto=np.full(len(ts), _PROTO_CODE["tcp"], np.int8),
+            label=np.full(len(ts), None, object),
+            server_is_dst=is_call,
+        )
+
+    def _parsed_messages(
+        self,
+        s: Segments,
+        di: np.ndarray,
+        kp: np.ndarray,
+        kd: np.ndarray,
+        run_start: np.ndarray,
+        sstart: np.ndarray,
+        kcap: np.ndarray,
+        klen: np.ndarray,
+        stream: bytes,
+        protos: np.ndarray,
+        parsed: np.ndarray,
+        flow_ids: np.ndarray,
+        client_is_a: np.ndarray,
+        from_a: np.ndarray,
+        starts: np.ndarray,
+    ) -> tuple[Messages, list[int]]:
+        """Protocol parsers over each direction's runs; pairing of calls and returns."""
+        sel = np.flatnonzero(parsed[kp] & run_start)
+        # run r spans kept segments [rs[r], re[r]) in stream bytes [sstart[rs], sstart[re-1]+kcap)
+        rs_all = np.flatnonzero(run_start)
+        re_all = np.r_[rs_all[1:], len(run_start)]
+        run_end_of = dict(zip(rs_all.tolist(), re_all.tolist(), strict=True))
+        rows: list[tuple[int, int, int, int, str | None, int | None, bool]] = []
+        # (piece, dir, global offset, length, label, key, first message after a gap)
+        ctxs: dict[int, dict] = {}
+        fallback: set[int] = set()
+        seen_dir: dict[tuple[int, int], int] = {}
+        for r in sel.tolist():
+            p, dr = int(kp[r]), int(kd[r])
+            re_ = run_end_of[r]
+            a = int(sstart[r])
+            b = int(sstart[re_ - 1] + kcap[re_ - 1])
+            ctx = ctxs.setdefault(p, {})
+            msgs = parse_stream(protos[p], stream[a:b], dr, ctx)
+            after_gap = (p, dr) in seen_dir
+            seen_dir[(p, dr)] = seen_dir.get((p, dr), 0) + len(msgs)
+            used = 0
+            for i, (off, ln, lab, k) in enumerate(msgs):
+                rows.append((p, dr, a + off, ln, lab, k, after_gap and i == 0))
+                used = max(used, off + ln)
+            self.stats.unparsed_bytes += max(0, (b - a) - used)
+        # A connection where a direction with data gave no message at all is not that protocol.
+        dirs_with_data = set(zip(kp[sel].tolist(), kd[sel].tolist(), strict=True))
+        for p, dr in dirs_with_data:
+            if seen_dir.get((p, dr), 0) == 0:
+                fallback.add(p)
+        rows = [r for r in rows if r[0] not in fallback]
+        if not rows:
+            return _empty_messages(), sorted(fallback)
+        off = np.array([r[2] for r in rows], np.int64)
+        seg_of = np.searchsorted(sstart, off, side="right") - 1
+        seg_of = np.clip(seg_of, 0, len(di) - 1)
+        srow = di[seg_of]
+        ts = s.ts_ns[srow]
+        m = len(rows)
+        op = np.zeros(m, np.int8)
+        mid = np.zeros(m, np.uint64)
+        has = np.zeros(m, bool)
+        labels = np.full(m, None, object)
+        # Pair per connection in time order: explicit keys match directly; the rest in order.
+        order = np.lexsort((off, ts, np.array([r[0] for r in rows])))
+        cur_p = -1
+        queue: list[int] = []
+        keyed: dict[int, int] = {}
+        calls = 0
+        for i in order.tolist():
+            p, dr, _, _, lab, k, after_gap = rows[i]
+            if p != cur_p:
+                cur_p, queue, keyed, calls = p, [], {}, 0
+            fid = int(flow_ids[p])
+            if dr == 0:
+                op[i] = 0
+                calls += 1
+                labels[i] = lab
+                if k is not None:
+                    mid[i] = (fid << 24) | (k & 0xFFFFFF)
+                    keyed[k] = i
+                else:
+                    mid[i] = (fid << 24) | (calls & 0xFFFFFF)
+                    queue.append(i)
+                has[i] = True
+            else:
+                op[i] = 1
+                j = None
+                if k is not None:
+                    j = keyed.pop(k, None)
+                    mid[i] = (fid << 24) | (k & 0xFFFFFF)
+                    has[i] = True
+                else:
+                    if after_gap and len(queue) > 1:
+                        # Responses were lost in the gap: answer the newest call, not the oldest.
+                        queue = queue[-1:]
+                    if queue:
+                        j = queue.pop(0)
+                        mid[i] = mid[j]
+                        has[i] = True
+                if j is not None:
+                    labels[i] = labels[j]
+                elif lab is not None and labels[i] is None:
+                    labels[i] = lab
+        pieces = np.array([r[0] for r in rows], np.int64)
+        is_call = op == 0
+        sender_is_a = np.where(is_call, client_is_a[pieces], ~client_is_a[pieces])
+        # Addresses from the piece's first segment, oriented by direction.
+        f = starts[pieces]
+        a_hi = np.where(from_a[f], s.src_hi[f], s.dst_hi[f])
+        a_lo = np.where(from_a[f], s.src_lo[f], s.dst_lo[f])
+        a_pt = np.where(from_a[f], s.sport[f], s.dport[f])
+        b_hi = np.where(from_a[f], s.dst_hi[f], s.src_hi[f])
+        b_lo = np.where(from_a[f], s.dst_lo[f], s.src_lo[f])
+        b_pt = np.where(from_a[f], s.dport[f], s.sport[f])
+        proto_codes = np.array([_PROTO_CODE[protos[p]] for p in pieces.tolist()], np.int8)
+        for pc_, cnt in zip(*np.unique(proto_codes, return_counts=True), strict=True):
+            self.stats.messages_by_proto[PROTOCOLS[int(pc_)]] += int(cnt)
+        return (
+            Messages(
+                ts_ns=ts,
+                src_hi=np.where(sender_is_a, a_hi, b_hi),
+                src_lo=np.where(sender_is_a, a_lo, b_lo),
+                sport=np.where(sender_is_a, a_pt, b_pt),
+                dst_hi=np.where(sender_is_a, b_hi, a_hi),
+                dst_lo=np.where(sender_is_a, b_lo, a_lo),
+                dport=np.where(sender_is_a, b_pt, a_pt),
+                op=op,
+                id=mid,
+                has_id=has,
+                nbytes=np.array([r[3] for r in rows], np.int64),
+                flow=flow_ids[pieces],
+                proto=proto_codes,
+                label=labels,
+                server_is_dst=is_call,
+            ),
+            sorted(fallback),
+        )

@@ -1,0 +1,548 @@
+"""The live capture agent: record an interface into rotating pcap files, then into a trace.
+
+Packets are recorded by ``tcpdump`` running as a child process (libpcap on an AF_PACKET
+TPACKET_V3 ring): ``benchmarks/live.py`` measured it against scapy's sniffer, which drops
+packets at a small fraction of the rate tcpdump sustains (numbers in BENCHMARKS.md).
+
+- Files: ``DIR/capture-<start>.pcap``, then ``...pcap1``, ``...pcap2`` when
+  ``rotate_mb`` is given (tcpdump ``-C``). tcpdump writes each packet out whole as it
+  arrives (``-U``), so every file on disk holds whole records at every moment and can be
+  copied or read while the capture runs.
+- Stopping: after ``duration_s``, when ``stop`` is set (the CLI sets it on SIGINT and
+  SIGTERM), or when tcpdump exits. tcpdump is stopped with SIGINT, so it flushes what it
+  has and reports what it received and what the kernel dropped; then all files of the run
+  are converted into ``DIR/trace.parquet`` in one pass (a connection may span a rotation).
+- Privileges: capturing needs root or CAP_NET_RAW; without them one
+  :class:`~tracefmt.MissingToolError` says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tracefmt import MissingToolError, ParameterError, TraceFileError, WirepathError
+
+__all__ = [
+    "DEFAULT_BUFFER_MB",
+    "DEFAULT_SNAPLEN",
+    "LiveCapture",
+    "LiveReport",
+    "LiveStats",
+    "capture_files",
+    "capture_live",
+    "parse_tcpdump_stats",
+    "tcpdump_command",
+]
+
+PathLike = str | os.PathLike[str]
+
+DEFAULT_SNAPLEN = 262144
+DEFAULT_BUFFER_MB = 32
+_PRIVILEGE_HINT = (
+    "live capture needs root or CAP_NET_RAW: run it with sudo, or grant the capability to "
+    "tcpdump once (sudo setcap cap_net_raw,cap_net_admin=eip $(command -v tcpdump))"
+)
+_STATS = {
+    "captured": re.compile(r"(\d+) packets? captured"),
+    "received": re.compile(r"(\d+) packets? received by filter"),
+    "dropped_kernel": re.compile(r"(\d+) packets? dropped by kernel"),
+    "dropped_interface": re.compile(r"(\d+) packets? dropped by interface"),
+}
+
+
+@dataclass(frozen=True)
+class LiveStats:
+    """What tcpdump reports when it stops.
+
+    Attributes
+    ----------
+    captured : int
+        Packets written to the files.
+    received : int or None
+        Packets that passed the filter (``received by filter``).
+    dropped_kernel : int or None
+        Packets the kernel dropped because the capture buffer was full.
+    dropped_interface : int or None
+        Packets the interface dropped, where the driver reports it.
+    """
+
+    captured: int = 0
+    received: int | None = None
+    dropped_kernel: int | None = None
+    dropped_interface: int | None = None
+
+    def to_json(self) -> dict[str, int | None]:
+        """The counters as a JSON-ready dict."""
+        return {
+            "captured": self.captured,
+            "received": self.received,
+            "dropped_kernel": self.dropped_kernel,
+            "dropped_interface": self.dropped_interface,
+        }
+
+
+@dataclass(frozen=True)
+class LiveReport:
+    """What :func:`capture_live` recorded.
+
+    Attributes
+    ----------
+    iface : str
+        The interface.
+    files : list of str
+        The pcap files of this run, in order.
+    stats : LiveStats
+        tcpdump's counters (packets captured, received, dropped by the kernel).
+    started, duration_s : str, float
+        Start instant (ISO-8601, UTC) and seconds recorded.
+    stopped_by : str
+        ``duration``, ``signal`` (stop requested: Ctrl-C, SIGTERM) or ``tcpdump`` (it exited).
+    trace : str or None
+        The trace written (``DIR/trace.parquet``), or None when conversion was off.
+    conversion : dict or None
+        The converter's report (messages, capture statistics), as JSON.
+    """
+
+    iface: str
+    files: list[str]
+    stats: LiveStats
+    started: str
+    duration_s: float
+    stopped_by: str
+    trace: str | None = None
+    conversion: dict[str, Any] | None = field(default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict."""
+        return {
+            "iface": self.iface,
+            "files": self.files,
+            "packets": self.stats.to_json(),
+            "started": self.started,
+            "duration_s": round(self.duration_s, 6),
+            "stopped_by": self.stopped_by,
+            "trace": self.trace,
+            "conversion": self.conversion,
+        }
+
+
+def tcpdump_command(
+    iface: str,
+    pcap: PathLike,
+    *,
+    bpf: str | None = None,
+    rotate_mb: int | None = None,
+    snaplen: int = DEFAULT_SNAPLEN,
+    buffer_mb: int = DEFAULT_BUFFER_MB,
+    promisc: bool = True,
+    tcpdump: str = "tcpdump",
+    as_root: bool | None = None,
+) -> list[str]:
+    """The tcpdump command line that records ``iface`` into ``pcap`` (and its rotations).
+
+    Parameters
+    ----------
+    iface : str
+        Interface to record (``any`` for all).
+    pcap : str or path-like
+        First file; rotations append 1, 2, ... to its name.
+    bpf : str, optional
+        Capture filter (pcap-filter syntax), e.g. ``tcp port 8080``.
+    rotate_mb : int, optional
+        Start a new file once the current one exceeds this many million bytes.
+    snaplen : int
+        Bytes kept of each packet.
+    buffer_mb : int
+        Kernel capture buffer in MiB; a bigger one rides out longer bursts.
+    promisc : bool
+        Put the interface in promiscuous mode (needed on a mirrored switch port).
+    tcpdump : str
+        The tcpdump binary.
+    as_root : bool, optional
+        Running as root (default: the current effective user id is 0). tcpdump then
+        stays root (``-Z root``) instead of switching to its own user, which could not
+        open the rotated files in a root-owned directory.
+
+    Examples
+    --------
+    >>> " ".join(tcpdump_command("eth1", "/cap/c.pcap", bpf="tcp", rotate_mb=100, as_root=False))
+    'tcpdump -i eth1 -n -U -s 262144 -B 32768 -w /cap/c.pcap -C 100 tcp'
+    """
+    if snaplen < 64 or snaplen > DEFAULT_SNAPLEN:
+        raise ParameterError(f"--snaplen {snaplen} is out of range (64 to {DEFAULT_SNAPLEN} bytes)")
+    if rotate_mb is not None and rotate_mb < 1:
+        raise ParameterError(f"--rotate-mb {rotate_mb} must be at least 1 (million bytes per file)")
+    if buffer_mb < 1:
+        raise ParameterError(f"--buffer-mb {buffer_mb} must be at least 1 (MiB)")
+    cmd = [tcpdump, "-i", iface, "-n", "-U", "-s", str(snaplen), "-B", str(buffer_mb * 1024)]
+    if not promisc:
+        cmd.append("-p")
+    if as_root if as_root is not None else os.geteuid() == 0:
+        cmd += ["-Z", "root"]
+    cmd += ["-w", str(pcap)]
+    if rotate_mb is not None:
+        cmd += ["-C", str(rotate_mb)]
+    if bpf:
+        cmd.append(bpf)
+    return cmd
+
+
+def parse_tcpdump_stats(text: str) -> LiveStats:
+    """tcpdump's closing counters from its standard error.
+
+    Examples
+    --------
+    >>> parse_tcpdump_stats('''tcpdump: listening on eth0, link-type EN10MB (Ethernet)
+    ... 1500 packets captured
+    ... 1520 packets received by filter
+    ... 20 packets dropped by kernel''')
+    LiveStats(captured=1500, received=1520, dropped_kernel=20, dropped_interface=None)
+    """
+    found: dict[str, int] = {}
+    for key, pattern in _STATS.items():
+        matches = pattern.findall(text)
+        if matches:
+            found[key] = int(matches[-1])
+    return LiveStats(
+        captured=found.get("captured", 0),
+        received=found.get("received"),
+        dropped_kernel=found.get("dropped_kernel"),
+        dropped_interface=found.get("dropped_interface"),
+    )
+
+
+def _rotation_index(path: Path, first: str) -> int:
+    suffix = path.name[len(first) :]
+    return int(suffix) if suffix else 0
+
+
+def capture_files(first: PathLike) -> list[Path]:
+    """The files of one recording, in order: ``first``, then its rotations ``first1``, ``first2``...
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in ("c.pcap", "c.pcap10", "c.pcap2", "c.pcap1", "other.pcap"):
+    ...     _ = (d / name).write_bytes(b"")
+    >>> [p.name for p in capture_files(d / "c.pcap")]
+    ['c.pcap', 'c.pcap1', 'c.pcap2', 'c.pcap10']
+    """
+    first = Path(first)
+    name = first.name
+    files = [
+        p
+        for p in first.parent.glob(glob_escape(name) + "*")
+        if p.name == name or (p.name[len(name) :].isdigit() and p.is_file())
+    ]
+    return sorted(files, key=lambda p: _rotation_index(p, name))
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with glob wildcards escaped (for a file name used as a glob prefix)."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def _interfaces() -> list[str]:
+    try:
+        return sorted(name for _, name in socket.if_nameindex())
+    except OSError:
+        return []
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGINT if the agent dies, so tcpdump never outlives it."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+
+
+class LiveCapture:
+    """A running tcpdump recording one interface into rotating pcap files.
+
+    Use as a context manager or call :meth:`start` and :meth:`stop`::
+
+        with LiveCapture("eth1", "cap/") as cap:
+            time.sleep(10)
+        cap.stats, cap.files()
+
+    Parameters
+    ----------
+    iface : str
+        Interface to record (a mirrored switch port, a bridge, a host interface, ``any``).
+    out_dir : str or path-like
+        Directory for the files (created).
+    bpf, rotate_mb, snaplen, buffer_mb, promisc :
+        As in :func:`tcpdump_command`.
+    tcpdump : str, optional
+        The tcpdump binary (default: found on PATH).
+    """
+
+    def __init__(
+        self,
+        iface: str,
+        out_dir: PathLike,
+        *,
+        bpf: str | None = None,
+        rotate_mb: int | None = None,
+        snaplen: int = DEFAULT_SNAPLEN,
+        buffer_mb: int = DEFAULT_BUFFER_MB,
+        promisc: bool = True,
+        tcpdump: str | None = None,
+    ) -> None:
+        binary = tcpdump or shutil.which("tcpdump")
+        if binary is None:
+            raise MissingToolError("tcpdump is needed for live capture: apt-get install tcpdump")
+        if iface != "any" and (known := _interfaces()) and iface not in known:
+            raise ParameterError(f"no interface {iface!r} here (interfaces: {', '.join([*known, 'any'])})")
+        self.iface = iface
+        self.bpf = bpf
+        self.out_dir = Path(out_dir)
+        self.started = datetime.now(UTC)
+        stamp = self.started.strftime("%Y%m%dT%H%M%S.%fZ")
+        self.first_file = self.out_dir / f"capture-{stamp}.pcap"
+        self.command = tcpdump_command(
+            iface,
+            self.first_file,
+            bpf=bpf,
+            rotate_mb=rotate_mb,
+            snaplen=snaplen,
+            buffer_mb=buffer_mb,
+            promisc=promisc,
+            tcpdump=binary,
+        )
+        self.stats: LiveStats | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: list[str] = []
+        self._ready = threading.Event()
+        self._reader: threading.Thread | None = None
+        self._t0 = 0.0
+        self.duration_s = 0.0
+
+    def __enter__(self) -> LiveCapture:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def files(self) -> list[Path]:
+        """The pcap files written so far, in order."""
+        return capture_files(self.first_file)
+
+    @property
+    def running(self) -> bool:
+        """Whether tcpdump is still recording."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def _read_stderr(self) -> None:
+        stream = self._proc.stderr if self._proc is not None else None
+        for raw in stream or ():
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self._stderr.append(line)
+            if "listening on" in line:
+                self._ready.set()
+        self._ready.set()
+
+    def start(self, *, timeout_s: float = 10.0) -> None:
+        """Start tcpdump and return once it is recording (its ``listening on`` line).
+
+        Raises
+        ------
+        MissingToolError
+            No permission to capture (not root, no CAP_NET_RAW).
+        ParameterError
+            tcpdump refused the interface or the filter (its message is quoted).
+        TraceFileError
+            The directory cannot be written.
+        """
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TraceFileError(
+                f"{self.out_dir}: cannot create the capture directory ({exc.strerror})"
+            ) from None
+        if not os.access(self.out_dir, os.W_OK | os.X_OK):
+            raise TraceFileError(f"{self.out_dir}: the capture directory is not writable")
+        self._proc = subprocess.Popen(
+            self.command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # Ctrl-C reaches the agent, which stops tcpdump cleanly
+            preexec_fn=_die_with_parent,  # only sets the parent-death signal
+        )
+        self._t0 = time.monotonic()
+        self._reader = threading.Thread(target=self._read_stderr, name="tcpdump-stderr", daemon=True)
+        self._reader.start()
+        self._ready.wait(timeout_s)
+        if self._proc.poll() is not None or not self._ready.is_set():
+            self._fail()
+
+    def _fail(self) -> None:
+        """tcpdump ended (or never got ready): one clear error from what it said."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            self.stop()
+        if self._reader is not None:
+            self._reader.join(2.0)
+        said = [
+            ln.removeprefix("tcpdump: ") for ln in self._stderr if ln.strip() and "listening on" not in ln
+        ]
+        text = "; ".join(said) or "no message"
+        low = text.lower()
+        if "permission" in low or "not permitted" in low:
+            raise MissingToolError(_PRIVILEGE_HINT)
+        if "syntax error" in low or "filter" in low or "expression" in low:
+            raise ParameterError(f"--filter {self.bpf!r} is not a valid capture filter (tcpdump: {text})")
+        if "no such device" in low or "doesn't exist" in low:
+            raise ParameterError(f"no interface {self.iface!r} (tcpdump: {text})")
+        code = proc.returncode if proc is not None else None
+        raise WirepathError(f"tcpdump stopped (exit status {code}): {text}")
+
+    def stop(self, *, timeout_s: float = 10.0) -> LiveStats:
+        """Stop tcpdump (SIGINT: it writes what it holds), wait, and return its counters."""
+        proc = self._proc
+        if proc is None:
+            return LiveStats()
+        if proc.poll() is None:
+            for sig, wait in ((signal.SIGINT, timeout_s), (signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(sig)
+                try:
+                    proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if self.duration_s == 0.0:
+            self.duration_s = time.monotonic() - self._t0
+        if self._reader is not None:
+            self._reader.join(5.0)
+        if proc.stderr is not None:
+            proc.stderr.close()
+        self.stats = parse_tcpdump_stats("\n".join(self._stderr))
+        return self.stats
+
+    def wait(self, *, duration_s: float | None = None, stop: threading.Event | None = None) -> str:
+        """Record until ``duration_s`` passes, ``stop`` is set or tcpdump exits; says which."""
+        deadline = None if duration_s is None else self._t0 + duration_s
+        while True:
+            if stop is not None and stop.is_set():
+                return "signal"
+            if not self.running:
+                return "tcpdump"
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return "duration"
+            step = 0.1 if deadline is None else min(0.1, deadline - now)
+            if stop is not None:
+                stop.wait(step)
+            else:
+                time.sleep(step)
+
+
+def capture_live(
+    iface: str,
+    out_dir: PathLike,
+    *,
+    bpf: str | None = None,
+    duration_s: float | None = None,
+    rotate_mb: int | None = None,
+    snaplen: int = DEFAULT_SNAPLEN,
+    buffer_mb: int = DEFAULT_BUFFER_MB,
+    promisc: bool = True,
+    names: Mapping[str, str] | None = None,
+    convert: bool = True,
+    stop: threading.Event | None = None,
+    on_ready: Callable[[LiveCapture], None] | None = None,
+    convert_options: Mapping[str, Any] | None = None,
+) -> LiveReport:
+    """Record ``iface`` into ``out_dir`` until stopped, then convert the files into a trace.
+
+    Parameters
+    ----------
+    iface : str
+        Interface to record: a mirrored switch port, a bridge, a host interface, ``any``.
+    out_dir : str or path-like
+        Directory for the pcap files and ``trace.parquet``.
+    bpf : str, optional
+        Capture filter, e.g. ``tcp port 8080 or tcp port 5432``.
+    duration_s : float, optional
+        Stop after this many seconds (default: only when ``stop`` is set or tcpdump exits).
+    rotate_mb : int, optional
+        Start a new file past this many million bytes.
+    snaplen, buffer_mb, promisc :
+        As in :func:`tcpdump_command`.
+    names : mapping, optional
+        Node names (address, address:port or CIDR -> name) for the trace.
+    convert : bool
+        Convert the files into ``out_dir/trace.parquet`` when the recording ends.
+    stop : threading.Event, optional
+        Set it (from a signal handler, another thread) to end the recording.
+    on_ready : callable, optional
+        Called with the :class:`LiveCapture` once tcpdump records.
+    convert_options : mapping, optional
+        More keyword arguments for ``capture.convert_pcaps``.
+
+    Returns
+    -------
+    LiveReport
+
+    Raises
+    ------
+    MissingToolError
+        No tcpdump, or no permission to capture.
+    ParameterError
+        Unknown interface, bad filter or option.
+    """
+    if duration_s is not None and duration_s <= 0:
+        raise ParameterError(f"--duration {duration_s} must be positive (seconds)")
+    cap = LiveCapture(
+        iface, out_dir, bpf=bpf, rotate_mb=rotate_mb, snaplen=snaplen, buffer_mb=buffer_mb, promisc=promisc
+    )
+    cap.start()
+    try:
+        if on_ready is not None:
+            on_ready(cap)
+        stopped_by = cap.wait(duration_s=duration_s, stop=stop)
+    finally:
+        stats = cap.stop()
+    files = [str(p) for p in cap.files()]
+    trace = conversion = None
+    if convert:
+        trace = str(Path(out_dir) / "trace.parquet")
+        conversion = _convert(files, trace, names=names, options=convert_options or {})
+    return LiveReport(
+        iface=iface,
+        files=files,
+        stats=stats,
+        started=cap.started.isoformat().replace("+00:00", "Z"),
+        duration_s=cap.duration_s,
+        stopped_by=stopped_by,
+        trace=trace,
+        conversion=conversion,
+    )
+
+
+def _convert(
+    files: Sequence[str], trace: str, *, names: Mapping[str, str] | None, options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """All files of the run into one trace (TCP connections may span a rotation)."""
+    from capture import convert_pcaps  # the ingest pipeline; imported late, it is big
+
+    report = convert_pcaps(files, trace, names=dict(names) if names else None, **options)
+    return report.to_json() if hasattr(report, "to_json") else dict(vars(report))

@@ -1,0 +1,449 @@
+"""Application protocols: detection by content and message boundaries in a byte stream.
+
+A parser gets one direction of one connection as contiguous byte runs (a run ends at a
+gap in the capture) and returns the messages it finds as
+``(offset, length, label, key)``: ``offset`` into the run, ``key`` the protocol's own
+call identifier (DNS transaction id, memcached opaque) or ``None`` when calls and
+returns pair in order. Parsers never raise on garbage: what does not parse ends the
+run's messages (the rest is counted as unparsed by the caller).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable
+
+__all__ = ["PROTOCOLS", "Message", "detect_tcp", "parse_dns_datagram", "parse_stream"]
+
+#: (offset, length, label, key) of one message in a run of stream bytes.
+Message = tuple[int, int, str | None, int | None]
+
+PROTOCOLS = ("http", "dns", "redis", "memcached", "mysql", "postgresql", "thrift", "http2", "tcp", "udp")
+
+_METHODS = (
+    b"GET",
+    b"POST",
+    b"PUT",
+    b"DELETE",
+    b"HEAD",
+    b"OPTIONS",
+    b"PATCH",
+    b"CONNECT",
+    b"TRACE",
+    b"PROPFIND",
+    b"PROPPATCH",
+    b"MKCOL",
+    b"COPY",
+    b"MOVE",
+    b"LOCK",
+    b"UNLOCK",
+    b"SEARCH",
+    b"REPORT",
+)
+_REQ_LINE = re.compile(rb"([A-Z][A-Z_-]{1,15}) (\S{1,8192}) HTTP/1\.[019]\r?\n")
+_STATUS_LINE = re.compile(rb"HTTP/1\.[019] (\d{3})[^\r\n]*\r?\n")
+_HDR_END = re.compile(rb"\r?\n\r?\n")
+_CL = re.compile(rb"\r?\ncontent-length[ \t]*:[ \t]*(\d+)", re.IGNORECASE)
+_TE_CHUNKED = re.compile(rb"\r?\ntransfer-encoding[ \t]*:[^\r\n]*chunked", re.IGNORECASE)
+_CLOSE = re.compile(rb"\r?\nconnection[ \t]*:[ \t]*close", re.IGNORECASE)
+_MEMCACHED_CMDS = (
+    b"get ",
+    b"gets ",
+    b"set ",
+    b"add ",
+    b"replace ",
+    b"append ",
+    b"prepend ",
+    b"cas ",
+    b"delete ",
+    b"incr ",
+    b"decr ",
+    b"touch ",
+    b"gat ",
+    b"gats ",
+    b"stats",
+    b"flush_all",
+    b"version",
+    b"verbosity ",
+    b"quit",
+)
+_MEMCACHED_STORE = (b"set", b"add", b"replace", b"append", b"prepend", b"cas")
+_MEMCACHED_END = (
+    b"END\r\n",
+    b"STORED\r\n",
+    b"NOT_STORED\r\n",
+    b"EXISTS\r\n",
+    b"NOT_FOUND\r\n",
+    b"DELETED\r\n",
+    b"TOUCHED\r\n",
+    b"OK\r\n",
+    b"ERROR\r\n",
+)
+_WELL_KNOWN = {
+    80: "http",
+    8080: "http",
+    8000: "http",
+    53: "dns",
+    6379: "redis",
+    11211: "memcached",
+    3306: "mysql",
+    5432: "postgresql",
+    9090: "thrift",
+    50051: "http2",
+}
+
+
+def _is_request(head: bytes) -> bool:
+    sp = head.find(b" ")
+    return 0 < sp <= 16 and head[:sp] in _METHODS
+
+
+def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
+    """The protocol of a connection from the first bytes each side sent and the ports.
+
+    Content decides; the server port is a tie-breaker only for content that could be
+    several things (length-prefixed binary protocols).
+
+    Examples
+    --------
+    >>> detect_tcp(b"GET / HTTP/1.1\\r\\n", b"HTTP/1.1 200 OK\\r\\n", 40000, 8888)
+    'http'
+    >>> detect_tcp(b"*1\\r\\n$4\\r\\nPING\\r\\n", b"+PONG\\r\\n", 40000, 7000)
+    'redis'
+    >>> detect_tcp(b"\\x00\\x01", b"", 40000, 5555)
+    'tcp'
+    """
+    if client.startswith(b"PRI * HTTP/2.0"):
+        return "http2"
+    if _is_request(client[:20]) or server.startswith(b"HTTP/1."):
+        return "http"
+    if client[:1] == b"*" and client[1:2].isdigit():
+        return "redis"
+    if client[:1] == b"\x80" and len(client) >= 24 and server[:1] in (b"\x81", b""):
+        return "memcached"
+    if any(client.startswith(c) for c in _MEMCACHED_CMDS):
+        return "memcached"
+    if 53 in (sport, dport) and len(client) >= 14 and int.from_bytes(client[:2], "big") >= 12:
+        return "dns"
+    port = dport if dport in _WELL_KNOWN else sport
+    guess = _WELL_KNOWN.get(port, "tcp")
+    # Text protocols on their own port with content the checks above missed (inline commands).
+    if guess == "redis" and (client[:1].isalpha() or server[:1] in (b"+", b"-", b"$", b":")):
+        return "redis"
+    return "tcp"
+
+
+# ---- HTTP/1.x ----------------------------------------------------------------------------
+def _http_body_end(buf: bytes, pos: int, head_end: int, head: bytes, *, request: bool, no_body: bool) -> int:
+    """End offset of the message whose header ends at ``head_end``; -1 when not in ``buf``."""
+    if no_body:
+        return head_end
+    if _TE_CHUNKED.search(head):
+        p = head_end
+        n = len(buf)
+        while True:
+            eol = buf.find(b"\r\n", p, p + 64)
+            if eol < 0:
+                return -1 if n - p < 64 else n
+            size_s = buf[p:eol].split(b";", 1)[0].strip()
+            try:
+                size = int(size_s, 16)
+            except ValueError:
+                return n  # malformed chunk size: the message runs to the end of the run
+            p = eol + 2
+            if size == 0:
+                # trailers end with an empty line
+                end = buf.find(b"\r\n\r\n", p - 2)
+                return end + 4 if end >= 0 else n
+            p += size + 2
+            if p > n:
+                return -1
+    m = _CL.search(head)
+    if m:
+        return head_end + int(m.group(1))
+    if request:
+        return head_end
+    return -1  # response without length: runs until the connection closes
+
+
+def _parse_http(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+    out: list[Message] = []
+    pos, n = 0, len(buf)
+    methods: list[bytes] = ctx.setdefault("methods", [])
+    while pos < n:
+        m = (_REQ_LINE if direction == 0 else _STATUS_LINE).match(buf, pos)
+        if m is None:
+            # Garbage or the tail of a message cut by a gap: look for the next start line.
+            nxt = _resync_http(buf, pos + 1, direction)
+            if nxt < 0:
+                break
+            pos = nxt
+            continue
+        he = _HDR_END.search(buf, m.end() - 2)
+        if he is None:
+            out.append((pos, n - pos, _http_label(m, direction), None))
+            break
+        head = buf[pos : he.start() + 2]
+        head_end = he.end()
+        if direction == 0:
+            method = m.group(1)
+            methods.append(method)
+            end = _http_body_end(buf, pos, head_end, head, request=True, no_body=False)
+            label = _http_label(m, 0)
+        else:
+            status = int(m.group(1))
+            interim = 100 <= status < 200
+            req = methods.pop(0) if methods and not interim else b""
+            no_body = interim or status in (204, 304) or req == b"HEAD"
+            end = _http_body_end(buf, pos, head_end, head, request=False, no_body=no_body)
+            label = _http_label(m, 1)
+            if interim:
+                # 100 Continue is part of the exchange, not a return of its own.
+                pos = head_end
+                continue
+        if end < 0 or end > n:
+            end = n
+        out.append((pos, end - pos, label, None))
+        pos = end
+    return out
+
+
+def _resync_http(buf: bytes, start: int, direction: int) -> int:
+    if direction == 1:
+        return buf.find(b"HTTP/1.", start)
+    best = -1
+    for meth in (b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"OPTIONS ", b"PATCH "):
+        i = buf.find(meth, start)
+        if i >= 0 and (best < 0 or i < best) and (i == 0 or buf[i - 1 : i] == b"\n"):
+            best = i
+    return best
+
+
+def _http_label(m: re.Match[bytes], direction: int) -> str:
+    if direction == 0:
+        path = m.group(2)[:200].split(b"?", 1)[0]
+        return f"{m.group(1).decode('ascii', 'replace')} {path.decode('utf-8', 'replace')}"
+    return m.group(1).decode("ascii")
+
+
+# ---- Redis RESP ---------------------------------------------------------------------------
+def _resp_end(buf: bytes, pos: int, depth: int = 0) -> int:
+    """End of one RESP value at ``pos``; -1 when incomplete; -2 when not RESP."""
+    n = len(buf)
+    if pos >= n:
+        return -1
+    t = buf[pos : pos + 1]
+    eol = buf.find(b"\r\n", pos)
+    if eol < 0:
+        return -1 if n - pos < 1 << 16 else -2
+    if t in (b"+", b"-", b":", b",", b"#", b"_", b"(", b"("):
+        return eol + 2
+    if t in (b"$", b"!", b"=", b"*", b"%", b"~", b">", b"|"):
+        try:
+            count = int(buf[pos + 1 : eol])
+        except ValueError:
+            return -2
+        if t in (b"$", b"!", b"="):
+            if count < 0:
+                return eol + 2
+            end = eol + 2 + count + 2
+            return end if end <= n else -1
+        if count < 0:
+            return eol + 2
+        if depth > 32:
+            return -2
+        p = eol + 2
+        for _ in range(count * (2 if t in (b"%", b"|") else 1)):
+            p = _resp_end(buf, p, depth + 1)
+            if p < 0:
+                return p
+        return p
+    # inline command: one line
+    return eol + 2
+
+
+def _parse_redis(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+    out: list[Message] = []
+    pos, n = 0, len(buf)
+    while pos < n:
+        end = _resp_end(buf, pos)
+        if end == -2:
+            break
+        if end == -1:
+            end = n
+        label = None
+        if direction == 0:
+            label = _redis_command(buf, pos, end)
+        out.append((pos, end - pos, label, None))
+        pos = end
+    return out
+
+
+def _redis_command(buf: bytes, pos: int, end: int) -> str:
+    if buf[pos : pos + 1] == b"*":
+        parts = buf[pos:end].split(b"\r\n", 3)
+        word = parts[2] if len(parts) > 2 else b""
+    else:
+        word = buf[pos:end].split(None, 1)[0] if buf[pos:end].strip() else b""
+    return word[:32].decode("ascii", "replace").upper()
+
+
+# ---- memcached ----------------------------------------------------------------------------
+def _parse_memcached(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+    out: list[Message] = []
+    pos, n = 0, len(buf)
+    while pos < n:
+        if buf[pos] in (0x80, 0x81):  # binary protocol: 24-byte header, body length at 8
+            if n - pos < 24:
+                out.append((pos, n - pos, None, None))
+                break
+            _magic, opcode, _kl, _el, _dt, _st, blen, opaque = struct.unpack_from(">BBHBBHII", buf, pos)
+            end = min(pos + 24 + blen, n)
+            out.append((pos, end - pos, f"op{opcode:#04x}", opaque))
+            pos = end
+            continue
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            out.append((pos, n - pos, None, None))
+            break
+        line = buf[pos:eol]
+        word = line.split(b" ", 1)[0]
+        if direction == 0:
+            end = eol + 2
+            if word in _MEMCACHED_STORE:
+                try:
+                    end += int(line.split()[4]) + 2
+                except (IndexError, ValueError):
+                    pass
+            out.append((pos, min(end, n) - pos, word[:32].decode("ascii", "replace"), None))
+            pos = min(end, n)
+            continue
+        # A response: VALUE blocks up to END, or one status line.
+        p = pos
+        while True:
+            eol = buf.find(b"\r\n", p)
+            if eol < 0:
+                p = n
+                break
+            line = buf[p:eol]
+            if line.startswith(b"VALUE "):
+                try:
+                    p = eol + 2 + int(line.split()[3]) + 2
+                except (IndexError, ValueError):
+                    p = eol + 2
+                continue
+            if line.startswith(b"STAT "):
+                p = eol + 2
+                continue
+            p = eol + 2
+            break
+        p = min(p, n)
+        out.append((pos, p - pos, None, None))
+        pos = p
+    return out
+
+
+# ---- DNS ----------------------------------------------------------------------------------
+def _dns_name(buf: bytes, pos: int) -> str:
+    labels: list[str] = []
+    hops = 0
+    while pos < len(buf) and hops < 64:
+        ln = buf[pos]
+        if ln == 0:
+            break
+        if ln & 0xC0 == 0xC0:
+            if pos + 1 >= len(buf):
+                break
+            pos = ((ln & 0x3F) << 8) | buf[pos + 1]
+            hops += 1
+            continue
+        labels.append(buf[pos + 1 : pos + 1 + ln].decode("ascii", "replace"))
+        pos += 1 + ln
+        hops += 1
+    return ".".join(labels)
+
+
+def parse_dns_datagram(buf: bytes) -> tuple[bool, int, str] | None:
+    """``(is_response, transaction id, label)`` of a DNS message, or ``None`` if it is not one.
+
+    Examples
+    --------
+    >>> q = bytes.fromhex("abcd01000001000000000000") + b"\\x03www\\x07example\\x03com\\x00\\x00\\x01\\x00\\x01"
+    >>> parse_dns_datagram(q)
+    (False, 43981, 'A www.example.com')
+    >>> parse_dns_datagram(b"garbage") is None
+    True
+    """
+    if len(buf) < 12:
+        return None
+    txid, flags, qd, an, ns, ar = struct.unpack_from(">HHHHHH", buf)
+    if qd > 64 or an > 4096 or (flags >> 11) & 0xF > 6:
+        return None
+    label = ""
+    if qd:
+        name = _dns_name(buf, 12)
+        p = 12
+        while p < len(buf) and buf[p] != 0 and buf[p] & 0xC0 != 0xC0:
+            p += 1 + buf[p]
+        p += 2 if p < len(buf) and buf[p] & 0xC0 == 0xC0 else 1
+        qtype = struct.unpack_from(">H", buf, p)[0] if p + 2 <= len(buf) else 0
+        label = f"{_QTYPES.get(qtype, str(qtype))} {name}"
+    return bool(flags & 0x8000), txid, label
+
+
+_QTYPES = {
+    1: "A",
+    2: "NS",
+    5: "CNAME",
+    6: "SOA",
+    12: "PTR",
+    15: "MX",
+    16: "TXT",
+    28: "AAAA",
+    33: "SRV",
+    255: "ANY",
+}
+
+
+def _parse_dns_tcp(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+    out: list[Message] = []
+    pos, n = 0, len(buf)
+    while pos + 2 <= n:
+        ln = int.from_bytes(buf[pos : pos + 2], "big")
+        end = min(pos + 2 + ln, n)
+        parsed = parse_dns_datagram(buf[pos + 2 : end])
+        if parsed is None:
+            break
+        out.append((pos, end - pos, parsed[2] if direction == 0 else None, parsed[1]))
+        pos = end
+    return out
+
+
+def _parse_none(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+    return [(0, len(buf), None, None)] if buf else []
+
+
+_PARSERS: dict[str, Callable[[bytes, int, dict], list[Message]]] = {
+    "http": _parse_http,
+    "redis": _parse_redis,
+    "memcached": _parse_memcached,
+    "dns": _parse_dns_tcp,
+}
+
+
+def parse_stream(proto: str, buf: bytes, direction: int, ctx: dict) -> list[Message]:
+    """Messages in one gap-free run of a connection's direction (0 client, 1 server).
+
+    Never raises on malformed bytes: parsing stops where the bytes stop making sense.
+
+    Examples
+    --------
+    >>> parse_stream("http", b"GET /a HTTP/1.1\\r\\nHost: x\\r\\n\\r\\nGET /b HTTP/1.1\\r\\n\\r\\n", 0, {})
+    [(0, 28, 'GET /a', None), (28, 19, 'GET /b', None)]
+    """
+    parser = _PARSERS.get(proto, _parse_none)
+    try:
+        return parser(buf, direction, ctx)
+    except (ValueError, IndexError, struct.error, RecursionError):
+        return []
