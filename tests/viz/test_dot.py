@@ -185,7 +185,7 @@ def test_collapse_pools_means_and_stds_exactly(docs):
 def test_collapse_keeps_different_shapes_apart_and_matches_truth(runs):
     # The true patterns of the synthetic trace, collapsed over AP and DB replicas, are the
     # shapes client>WS(AUTH?, AP(DB)) with WS1/WS2 kept apart: counts add up per shape.
-    truth = {"format": "wirepath.paths/1", "algorithm": "nesting", **runs["base"]["truth"]}
+    truth = {**runs["base"]["truth"], "format": "wirepath.paths/1", "algorithm": "nesting"}
     merged = collapse_replicas(truth, ["AP*", "DB*"])
     counts: dict[tuple[str, bool], int] = {}
     for p in truth["patterns"]:

@@ -1,0 +1,120 @@
+"""The run-versus-run diff finds where time was added: hand-made cases and synthetic ground truth."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tracefmt import ParameterError
+from viz.diff import diff_dot, diff_paths
+
+# multitier-slow.toml: WS2 waits 201 ms between calls instead of 1 ms.
+INJECTED_S = 0.200
+
+
+def _run(docs, *, auth=0.004, wait=0.001, db=0.010, count=10):
+    v = docs.visit
+    gap0 = 0.002
+    ap_delay = gap0 + auth + wait
+    ap = v("AP1", "WS1", 0.003 + db, ap_delay, v("DB1", "AP1", db, 0.003))
+    root = v("WS1", "client", ap_delay + 0.003 + db + 0.001, None, v("AUTH", "WS1", auth, gap0), ap)
+    return docs.paths_doc(("p", count, root))
+
+
+def test_an_added_wait_is_found_where_it_is(docs):
+    diff = diff_paths(_run(docs), _run(docs, wait=0.101))
+    assert diff.sentence() == "WS1 -> AP1: +0.10 s in 10 of 10 requests"
+    top = diff.changes[0]
+    assert top["kind"] == "wait"
+    assert top["where"] == "at WS1, between its call to AUTH returning and its call to AP1"
+    assert all(abs(c["change_s"]) < 1e-9 for c in diff.changes[1:])
+
+
+def test_a_slower_leaf_is_blamed_not_its_callers(docs):
+    diff = diff_paths(_run(docs), _run(docs, db=0.060))
+    top = diff.changes[0]
+    assert (top["label"], top["kind"]) == ("AP1 -> DB1", "leaf")
+    assert top["change_s"] == pytest.approx(0.050)
+    # The callers got 50 ms slower too, but they spent none of it themselves.
+    assert all(abs(c["change_s"]) < 1e-9 for c in diff.changes[1:])
+
+
+def test_a_slower_first_call_does_not_blame_the_wait_before_the_next(docs):
+    diff = diff_paths(_run(docs), _run(docs, auth=0.054))
+    assert (diff.changes[0]["label"], diff.changes[0]["kind"]) == ("WS1 -> AUTH", "leaf")
+    waits = [c for c in diff.changes if c["kind"] == "wait"]
+    assert all(abs(c["change_s"]) < 1e-9 for c in waits)
+
+
+def test_unmatched_patterns_are_listed_not_compared(docs):
+    v = docs.visit
+    base = docs.paths_doc(("a", 5, v("WS1", "c", 0.01, None)), ("gone", 3, v("WS9", "c", 0.01, None)))
+    slow = docs.paths_doc(("a", 5, v("WS1", "c", 0.02, None)), ("new", 2, v("WS7", "c", 0.5, None)))
+    diff = diff_paths(base, slow)
+    assert [p["id"] for p in diff.patterns] == ["a"]
+    assert [p["count"] for p in diff.new] == [2]
+    assert [p["count"] for p in diff.gone] == [3]
+    assert diff.sentence() == "c -> WS1: +10 ms in 5 of 7 requests"
+    assert diff_paths(base, slow, min_count=6).sentence().startswith("no pattern appears in both runs")
+
+
+def _with_auth(doc, node="WS2"):
+    return sum(
+        p["count"]
+        for p in doc["patterns"]
+        if p["root"]["node"] == node and any(c["node"] == "AUTH" for c in p["root"]["children"])
+    )
+
+
+def _paths(truth):
+    return {**truth, "format": "wirepath.paths/1", "algorithm": "nesting"}
+
+
+@pytest.mark.parametrize("source", ["truth", "inferred"])
+def test_the_injected_delay_is_found_at_ws2_before_its_ap_call(runs, source):
+    if source == "truth":
+        base, slow = _paths(runs["base"]["truth"]), _paths(runs["slow"]["truth"])
+    else:
+        base, slow = runs["base"]["doc"], runs["slow"]["doc"]
+    diff = diff_paths(base, slow, collapse=["AP*", "DB*"])
+    top = diff.changes[0]
+    assert top["key"] == ["wait", "WS2", "AP*", "AUTH"]
+    tolerance = 0.002 if source == "truth" else 0.02
+    assert top["change_s"] == pytest.approx(INJECTED_S, abs=tolerance)
+    # In how many requests: the slow run's true requests where WS2 called AUTH.
+    true_requests = _with_auth(runs["slow"]["truth"])
+    if source == "truth":
+        assert top["requests"] == true_requests
+    else:
+        assert top["requests"] == pytest.approx(true_requests, rel=0.1)
+    assert re.fullmatch(r"WS2 -> AP\*: \+0\.2\d s in [\d,]+ of [\d,]+ requests", diff.sentence())
+    # Nothing else moved by more than a few milliseconds per request.
+    assert all(
+        abs(c["change_s"]) < 0.2 * INJECTED_S or c["requests"] < 0.01 * diff.requests
+        for c in diff.changes[1:]
+    )
+
+
+def test_the_diff_graph_is_red_exactly_where_the_delay_is(runs):
+    diff = diff_paths(_paths(runs["base"]["truth"]), _paths(runs["slow"]["truth"]), collapse=["AP*", "DB*"])
+    text = diff_dot(diff, top=4)
+    labels = dict(re.findall(r'^\s*"(d\d+_\w+)" \[label="([^\\"]+)', text, re.M))
+    red_edges = re.findall(r'^\s*"(d\d+_v\d+)" -> "(d\d+_v\d+)" \[label="[^"]*", color="red3"', text, re.M)
+    assert red_edges
+    for a, b in red_edges:
+        assert (labels[a], labels[b]) == ("WS2", "AP*")
+    red_nodes = re.findall(r'^\s*"(d\d+_v\d+)" \[label="[^"]*", color="red3"', text, re.M)
+    assert {labels[n] for n in red_nodes} == {"WS2"}
+    # The drawn red edges are those of the patterns where WS2 called AUTH first.
+    drawn_with_auth = sum(1 for p in diff.patterns[:4] if "WS2>AUTH" in p["shape"])
+    assert len(red_edges) == drawn_with_auth > 0
+    assert "+200 ms" in text
+
+
+def test_diff_refuses_convolution_and_bad_min_count(docs):
+    conv = {"format": "wirepath.paths/1", "algorithm": "convolution", "paths": []}
+    with pytest.raises(ParameterError, match="slow run is a convolution paths file"):
+        diff_paths(_run(docs), conv)
+    with pytest.raises(ParameterError, match="min_count must be at least 1"):
+        diff_paths(_run(docs), _run(docs), min_count=0)
