@@ -211,6 +211,7 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         use_ids=not args.no_ids,
         density=args.density,
         board=args.board,
+        rounds=args.rounds,
         sort=args.sort,
     )
     window = tracefmt.parse_duration_ns(args.window) / 1e9 if args.window else None
@@ -434,6 +435,13 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--z", type=float, default=0.0, help="children penalty weight (default 0)")
     p.add_argument("--board", choices=list(infer.BOARDS), default="delay", help="scoreboard (default delay)")
     p.add_argument("--density", action="store_true", help="score by bin densities, not raw counts")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="refinement rounds: penalties over the children each parent got (default 0)",
+    )
     p.add_argument("--bin-base", type=float, default=1.05, help="delay bin growth factor (default 1.05)")
     p.add_argument("--bin-min", default="1us", metavar="DURATION", help="smallest delay bin (default 1us)")
     p.add_argument(
