@@ -6,7 +6,8 @@ inferred parent, instance, pattern and confidence.
 """
 
 from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
-from infer.evaluate import evaluate_paths, true_pairs, true_patterns
+from infer.convolution import ConvolutionParams, ConvolutionResult, DelaySpike, LinearPath, infer_convolution
+from infer.evaluate import evaluate_convolution, evaluate_paths, true_linear_paths, true_pairs, true_patterns
 from infer.nesting import BOARDS, NestingParams, NestingResult, infer_nesting, read_instances
 from infer.patterns import Pattern, build_patterns, group_stats
 from tracefmt.patterns import latency_stats
@@ -14,18 +15,25 @@ from tracefmt.patterns import latency_stats
 __all__ = [
     "BOARDS",
     "CallPairs",
+    "ConvolutionParams",
+    "ConvolutionResult",
+    "DelaySpike",
+    "LinearPath",
     "NestingParams",
     "NestingResult",
     "NodeCodes",
     "Pattern",
     "build_patterns",
+    "evaluate_convolution",
     "evaluate_paths",
     "group_stats",
+    "infer_convolution",
     "infer_nesting",
     "latency_stats",
     "match_calls",
     "node_codes",
     "read_instances",
+    "true_linear_paths",
     "true_pairs",
     "true_patterns",
 ]

@@ -7,6 +7,7 @@ patterns share ids, and latencies are compared on the timestamps as written.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,9 +15,27 @@ import pyarrow as pa
 
 from infer.callpairs import CallPairs, node_codes
 from infer.patterns import Pattern, build_patterns
-from tracefmt import OP_CALL, OP_RETURN, SchemaError, op_codes, sort_trace, validate_trace
+from tracefmt import (
+    OP_CALL,
+    OP_RETURN,
+    OP_SEND,
+    ParameterError,
+    SchemaError,
+    op_codes,
+    sort_trace,
+    validate_trace,
+)
 
-__all__ = ["DEFAULT_NS", "DEFAULT_TOLERANCES", "evaluate_paths", "true_pairs", "true_patterns"]
+__all__ = [
+    "DEFAULT_NS",
+    "DEFAULT_TOLERANCES",
+    "LinearTruth",
+    "evaluate_convolution",
+    "evaluate_paths",
+    "true_linear_paths",
+    "true_pairs",
+    "true_patterns",
+]
 
 DEFAULT_NS = (1, 2, 3, 5, 10, 20)
 DEFAULT_TOLERANCES = (0.0, 0.02, 0.06)
@@ -120,9 +139,16 @@ def evaluate_paths(
         (they are None without it).
     ns, tolerances :
         Top-N sizes and count tolerances of the top-N missing rate.
+
+    A convolution paths file (``"algorithm": "convolution"``) is scored by
+    :func:`evaluate_convolution`.
     """
     if paths.get("format") != "wirepath.paths/1":
         raise SchemaError(f"not a paths file (format {paths.get('format')!r}, expected 'wirepath.paths/1')")
+    if paths.get("algorithm") == "convolution":
+        if instances is not None:
+            raise ParameterError("--instances scores nesting instances; a convolution paths file has none")
+        return evaluate_convolution(paths, trace, ns=ns, tolerances=tolerances)
     trace = sort_trace(validate_trace(trace))
     pairs, parent, names, inst = true_pairs(trace)
     truth = build_patterns(pairs, parent, names, sort="count")[0]
@@ -224,3 +250,237 @@ def _instance_scores(
         "false_positives": int(2 * size[~exact].sum()),
     }
     return inst_report, msg_report
+
+
+# --- convolution paths files -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LinearTruth:
+    """True linear paths of a synthetic trace: every instance's messages in causal order.
+
+    Attributes
+    ----------
+    patterns : dict
+        Node sequence (tuple) -> per-hop delay samples: an array of shape
+        ``(instances, len(nodes) - 2)`` in seconds (delay from a message to the next).
+    nonlinear_instances : int
+        Instances whose messages do not form one chain (parallel calls, fan-out), left out.
+    """
+
+    patterns: dict[tuple[str, ...], np.ndarray]
+    nonlinear_instances: int
+
+    def count(self, nodes: tuple[str, ...]) -> int:
+        return int(self.patterns[nodes].shape[0])
+
+    def by_count(self) -> list[tuple[str, ...]]:
+        """Node sequences by instance count, descending (ties by the sequence)."""
+        return sorted(self.patterns, key=lambda k: (-self.count(k), k))
+
+    def prefix_counts(self) -> dict[tuple[str, ...], int]:
+        """Messages on every hop in context: prefix (two nodes or more) -> true messages."""
+        out: dict[tuple[str, ...], int] = {}
+        for nodes, delays in self.patterns.items():
+            for k in range(2, len(nodes) + 1):
+                out[nodes[:k]] = out.get(nodes[:k], 0) + int(delays.shape[0])
+        return out
+
+
+def true_linear_paths(trace: pa.Table) -> LinearTruth:
+    """Each true instance as a linear path: its messages in order, sender of the first then
+    every receiver, when each message leaves the node the previous one reached.
+
+    Order is time, then (for one-way messages stamped in the same clock tick) the position
+    in the ``true_parent`` chain, then the row.
+    """
+    _truth_columns(trace)
+    trace = sort_trace(validate_trace(trace))
+    nodes = node_codes(trace)
+    ts = trace["timestamp"].cast(pa.int64()).to_numpy()
+    inst = trace["true_instance"].to_numpy().astype(np.int64)
+    uid = trace["true_call"].to_numpy().astype(np.int64)
+    tpar = trace["true_parent"].fill_null(np.uint64(2**64 - 1)).to_numpy().astype(np.int64)
+    keep = np.ones(ts.size, bool)
+    if "point" in trace.column_names:
+        keep = trace["point"].cast(pa.string()).to_numpy(zero_copy_only=False) == "p1"
+    # Depth along the true_parent chain of one-way messages (their true_call is unique).
+    send = (op_codes(trace) == OP_SEND) & keep
+    rows = np.flatnonzero(send)
+    by_uid = rows[np.argsort(uid[rows], kind="stable")]
+    at = np.minimum(np.searchsorted(uid[by_uid], tpar[rows]), max(by_uid.size - 1, 0))
+    parent_row = np.full(ts.size, -1, np.int64)
+    if by_uid.size:
+        parent_row[rows] = np.where(uid[by_uid][at] == tpar[rows], by_uid[at], -1)
+    depth = np.zeros(ts.size, np.int64)
+    anc = parent_row.copy()
+    while (anc >= 0).any():
+        depth += anc >= 0
+        anc = np.where(anc >= 0, parent_row[np.maximum(anc, 0)], -1)
+    rows = np.flatnonzero(keep)
+    rows = rows[np.lexsort((rows, depth[rows], ts[rows], inst[rows]))]
+    if rows.size == 0:
+        return LinearTruth({}, 0)
+    snd, rcv, t, g = nodes.sender[rows], nodes.receiver[rows], ts[rows], inst[rows]
+    starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
+    ends = np.append(starts[1:], rows.size)
+    same = np.concatenate([g[1:] == g[:-1], [False]])
+    broken = same & (np.append(snd[1:], -1) != rcv)  # next message leaves elsewhere
+    bad = np.add.reduceat(broken.astype(np.int64), starts) > 0
+    names = nodes.names
+    groups: dict[tuple[str, ...], list[np.ndarray]] = {}
+    for lo, hi, b in zip(starts.tolist(), ends.tolist(), bad.tolist(), strict=True):
+        if b:
+            continue
+        seq = (names[snd[lo]], *(names[r] for r in rcv[lo:hi]))
+        groups.setdefault(seq, []).append(np.diff(t[lo:hi]) / 1e9)
+    patterns = {k: np.vstack(v) if v[0].size else np.zeros((len(v), 0)) for k, v in groups.items()}
+    return LinearTruth(patterns, int(bad.sum()))
+
+
+def _hops_match(delays: list[list[float]], samples: np.ndarray, tol: float, share: float) -> bool:
+    """Every hop's reported delays account (within ``tol``) for ``share`` of its true delays."""
+    for k in range(samples.shape[1]):
+        found = np.asarray(delays[k], np.float64) if k < len(delays) else np.zeros(0)
+        if found.size == 0:
+            return False
+        near = (np.abs(samples[:, k][:, None] - found[None, :]) <= tol).any(axis=1)
+        if near.mean() < share:
+            return False
+    return True
+
+
+def evaluate_convolution(
+    paths: dict[str, Any],
+    trace: pa.Table,
+    *,
+    ns: tuple[int, ...] = DEFAULT_NS,
+    tolerances: tuple[float, ...] = DEFAULT_TOLERANCES,
+    tolerance_s: float | None = None,
+    share: float = 0.5,
+) -> dict[str, Any]:
+    """Score a convolution paths file against the truth of a synthetic trace.
+
+    A true linear path (:func:`true_linear_paths`) is *found* when an inferred path starts
+    with its node sequence and, on every hop, the delays reported account for at least
+    ``share`` of its true delays within ``tolerance_s`` (default: the quantum plus the
+    delay band). An inferred path is a false positive unless its node sequence is a true
+    path's; one that is a true path's beginning is counted as ``partial`` too.
+
+    Returns
+    -------
+    dict
+        The ``results.md`` accuracy report, plus ``edges`` (hops in context, the paper's
+        graph comparison: a hop is right when its path so far begins a true path) and
+        message counts compared hop by hop (estimated against true). ``instances`` has
+        no inferred side (convolution finds no instances).
+
+    Examples
+    --------
+    >>> import synth, infer
+    >>> cfg = synth.parse_config('''nodes = ["a", "b", "c"]
+    ... [trace]
+    ... messages = 3000
+    ... parallelism = 4
+    ... [[tracelet]]
+    ... kind = "messages"
+    ... client = "a"
+    ... think_s = [0.5, 1.5]
+    ... [[tracelet.hop]]
+    ... to = "b"
+    ... [[tracelet.hop]]
+    ... to = "c"
+    ... delay_s = [0.05, 0.002]''')
+    >>> table, _ = synth.generate_table(cfg)
+    >>> r = infer.infer_convolution(table, quantum_s=0.01, max_lag_s=0.5)
+    >>> report = evaluate_convolution(r.to_json(), table)
+    >>> report["patterns"]["false_negatives"], report["patterns"]["false_positives"]
+    (0, 0)
+    """
+    params = paths.get("params", {})
+    quantum = float(params.get("quantum_s", 0.0))
+    tol = float(tolerance_s) if tolerance_s is not None else quantum + float(params.get("band_s", 0.0))
+    truth = true_linear_paths(trace)
+    inferred = [p for p in paths.get("paths", []) if len(p.get("nodes", [])) >= 2]
+    inferred = sorted(inferred, key=lambda p: (-float(p["count"]), p["nodes"]))
+    true_seqs = set(truth.patterns)
+    true_prefixes = truth.prefix_counts()
+
+    def found_in(seq: tuple[str, ...], candidates: list[dict[str, Any]]) -> bool:
+        n = len(seq)
+        return any(
+            tuple(p["nodes"][:n]) == seq and _hops_match(p["delays_s"], truth.patterns[seq], tol, share)
+            for p in candidates
+        )
+
+    found = {seq for seq in true_seqs if found_in(seq, inferred)}
+    exact = [p for p in inferred if tuple(p["nodes"]) in true_seqs]
+    partial = [
+        p for p in inferred if tuple(p["nodes"]) not in true_seqs and tuple(p["nodes"]) in true_prefixes
+    ]
+    fp = len(inferred) - len(exact)
+    report: dict[str, Any] = {
+        "patterns": {
+            "true": len(true_seqs),
+            "inferred": len(inferred),
+            "false_negatives": len(true_seqs) - len(found),
+            "false_positives": fp,
+            "false_positive_rate": fp / len(inferred) if inferred else 0.0,
+            "partial": len(partial),
+            "nonlinear_instances": truth.nonlinear_instances,
+        }
+    }
+    ranked = truth.by_count()
+    top = []
+    for n in ns:
+        if n > len(ranked):
+            continue
+        wanted = ranked[:n]
+        for t in tolerances:
+            chosen = inferred
+            if len(inferred) >= n:
+                cut = float(inferred[n - 1]["count"]) * (1.0 - t)
+                chosen = [p for p in inferred if float(p["count"]) >= cut]
+            missing = sum(not found_in(seq, chosen) for seq in wanted)
+            top.append({"n": n, "missing": missing, "missing_rate": missing / n, "tolerance": t})
+    report["top_n"] = top
+    # Hops in context: every prefix of an inferred path, with its estimated messages.
+    est: dict[tuple[str, ...], float] = {}
+    for p in inferred:
+        for k, c in enumerate(p["counts"]):
+            est[tuple(p["nodes"][: k + 2])] = float(c)
+    wrong = [k for k in est if k not in true_prefixes]
+    report["edges"] = {
+        "true": len(true_prefixes),
+        "inferred": len(est),
+        "false_negatives": sum(k not in est for k in true_prefixes),
+        "false_positives": len(wrong),
+        "false_positive_rate": len(wrong) / len(est) if est else 0.0,
+    }
+    true_msgs = sum(true_prefixes.values())
+    report["messages"] = {
+        "true": true_msgs,
+        "false_negatives": round(sum(max(c - est.get(k, 0.0), 0.0) for k, c in true_prefixes.items())),
+        "false_positives": round(sum(max(c - true_prefixes.get(k, 0), 0.0) for k, c in est.items())),
+    }
+    report["instances"] = {
+        "true": sum(truth.count(s) for s in true_seqs),
+        "inferred": None,
+        "false_negatives": None,
+        "false_positives": None,
+    }
+    errors = []
+    for seq in found:
+        samples = truth.patterns[seq]
+        p = next(p for p in inferred if tuple(p["nodes"][: len(seq)]) == seq)
+        for k in range(samples.shape[1]):
+            d0 = float(p["delays_s"][k][0])
+            near = samples[:, k][np.abs(samples[:, k] - d0) <= tol]
+            if near.size and near.mean() > 0:
+                errors.append(abs(d0 - near.mean()) / near.mean())
+    report["delay_error"] = (
+        {"median_rel": float(np.median(errors)), "p90_rel": float(np.percentile(errors, 90))}
+        if errors
+        else {"median_rel": None, "p90_rel": None}
+    )
+    return report

@@ -1,0 +1,717 @@
+"""The convolution algorithm (Aguilera et al., SOSP 2003) for free-form message traces.
+
+Uses only timestamp, sender and receiver, so it works for any messaging pattern.
+
+1. Signals: every directed edge A->B is a signal, one value per quantum ``mu``: the
+   square root of the number of messages on the edge in that quantum.
+2. Correlation: for an edge into B and an edge out of B, the cross-correlation of the
+   output with the input (FFT, ``scipy.fft``) at lags ``0 .. max_lag``. A peak at lag d
+   says the output holds a copy of the input shifted by d: a causal delay.
+3. Spikes: local maxima at least ``n_sigma`` standard deviations above the mean, separated
+   by a point no higher than ``sep_sigma`` (the paper: 4 and 3). ``band_s`` sums the
+   correlation over a band of lags first, so a delay that varies still makes one spike.
+4. Paths: from each root, every out-edge; from each vertex (a visit of a node, reached by
+   an edge into it), every out-edge of that node whose correlation with the edge in has
+   spikes. Edges carry the delays found (most frequent first) and estimated counts.
+
+Refinements (each a parameter; measured in BENCHMARKS.md and docs/paper-reproduction.md):
+``min_count`` drops paths with fewer estimated messages; ``short_paths`` drops a delay
+that a longer sibling path through the same node explains; ``max_repeats`` cuts cycles;
+``plausible`` drops peaks at negative lags whose tail reaches lag 0 and peaks cut off at
+``max_lag``; ``max_depth`` limits the hops of a path.
+
+Cost: O(m) to build the signals, O(S log S) time and O(S) memory per edge pair for
+``S = T / mu`` quanta; every edge pair is correlated at most once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import pyarrow as pa
+
+from infer._convsignal import Correlator, find_spikes, local_background, moving_mean
+from infer.callpairs import node_codes
+from tracefmt import ParameterError, SchemaError, sort_trace, validate_trace
+from tracefmt.patterns import path_id
+from tracefmt.units import format_instant_ns
+
+__all__ = ["ConvolutionParams", "ConvolutionResult", "DelaySpike", "LinearPath", "infer_convolution"]
+
+_MIN_LAGS = 10  # the spike statistics need a few lags of background
+_RING = 24  # half-width of the local background, in spike widths
+_NEG_MARGIN = 8  # quanta of negative lags examined beyond the band (plausibility)
+
+
+@dataclass(frozen=True)
+class ConvolutionParams:
+    """Every parameter of ``infer_convolution`` (all recorded in the paths file)."""
+
+    quantum_s: float
+    max_lag_s: float
+    n_sigma: float = 4.0
+    sep_sigma: float = 3.0
+    band_s: float = 0.0
+    root: tuple[str, ...] | None = None
+    min_count: float = 1.0
+    short_paths: bool = True
+    max_repeats: int = 0
+    plausible: bool = True
+    max_depth: int = 32
+    count_estimate: str = "raw"
+    delay_estimate: str = "centroid"
+    root_share: float = 0.5
+    max_vertices: int = 100_000
+
+    def check(self) -> None:
+        """Raise ``ParameterError`` naming the first bad parameter."""
+        for name in ("quantum_s", "max_lag_s", "n_sigma", "sep_sigma", "band_s", "min_count", "root_share"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value):
+                raise ParameterError(f"{name} must be a finite number, not {value!r}")
+        if not self.quantum_s > 0:
+            raise ParameterError(f"quantum_s must be > 0, not {self.quantum_s}")
+        if self.max_lag_s / self.quantum_s < _MIN_LAGS:
+            raise ParameterError(
+                f"max_lag_s = {self.max_lag_s:g} s spans {int(self.max_lag_s / self.quantum_s)} lags of "
+                f"quantum {self.quantum_s:g} s; the spike statistics need at least {_MIN_LAGS} "
+                f"(max_lag_s >= {_MIN_LAGS * self.quantum_s:g})"
+            )
+        if not 0 <= self.sep_sigma <= self.n_sigma:
+            raise ParameterError(
+                f"need 0 <= sep_sigma <= n_sigma, not sep_sigma={self.sep_sigma}, n_sigma={self.n_sigma}"
+            )
+        for name in ("band_s", "min_count"):
+            if getattr(self, name) < 0:
+                raise ParameterError(f"{name} must be >= 0, not {getattr(self, name)}")
+        if not 0 < self.root_share <= 1:
+            raise ParameterError(f"root_share must be in (0, 1], not {self.root_share}")
+        for name, least in (("max_repeats", 0), ("max_depth", 1), ("max_vertices", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ParameterError(f"{name} must be an integer >= {least}, not {value!r}")
+        if self.count_estimate not in ("raw", "sqrt"):
+            raise ParameterError(f"unknown count_estimate {self.count_estimate!r} (must be raw or sqrt)")
+        if self.delay_estimate not in ("centroid", "lag"):
+            raise ParameterError(f"unknown delay_estimate {self.delay_estimate!r} (must be centroid or lag)")
+
+    @property
+    def band_quanta(self) -> int:
+        return round(self.band_s / self.quantum_s)
+
+
+@dataclass(frozen=True)
+class DelaySpike:
+    """One delay found between a message on an edge into a node and one on an edge out.
+
+    Attributes
+    ----------
+    delay_s : float
+        The delay (centroid of the spike, or its peak lag, times the quantum).
+    lag : int
+        Peak lag in quanta.
+    count : float
+        Estimated number of message pairs with this delay.
+    z : float
+        Peak height in standard deviations above the mean.
+    """
+
+    delay_s: float
+    lag: int
+    count: float
+    z: float
+
+
+@dataclass(frozen=True)
+class LinearPath:
+    """One root-to-leaf path of the output graph.
+
+    ``counts[k]`` is the estimated number of messages on hop k (``nodes[k] -> nodes[k+1]``);
+    ``delays_s[k]`` the delays (most frequent first) from a message on hop k to the one it
+    causes on hop k+1, with ``delay_counts[k]`` their estimated message counts.
+    """
+
+    nodes: tuple[str, ...]
+    delays_s: tuple[tuple[float, ...], ...]
+    delay_counts: tuple[tuple[float, ...], ...]
+    counts: tuple[float, ...]
+
+    @property
+    def id(self) -> str:
+        return path_id(self.nodes)
+
+    @property
+    def count(self) -> float:
+        """Estimated messages on the last hop: how often the whole path is taken."""
+        return self.counts[-1]
+
+    @property
+    def latency_s(self) -> float:
+        """Sum of the most frequent delay of every hop."""
+        return float(sum(d[0] for d in self.delays_s))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "nodes": list(self.nodes),
+            "delays_s": [list(d) for d in self.delays_s],
+            "delay_counts": [list(c) for c in self.delay_counts],
+            "counts": list(self.counts),
+            "count": self.count,
+            "latency_s": self.latency_s,
+        }
+
+
+@dataclass(frozen=True)
+class ConvolutionResult:
+    """The output graph of the convolution algorithm and its linear paths.
+
+    Attributes
+    ----------
+    graph : networkx.DiGraph
+        Vertices are visits (``node``, ``depth``); an edge u->v is one hop with ``edge``
+        (``"A->B"``), ``count`` (estimated messages), ``spikes`` (DelaySpike, most frequent
+        first; none on a root's hop).
+    paths : list of LinearPath
+        Root-to-leaf paths, by estimated count, descending.
+    roots : list of str
+        Nodes the paths start from.
+    params : ConvolutionParams
+    stats : dict
+        Work done and what each refinement removed.
+    notes : list of str
+        Why a result is empty or thin (one edge, no root found, ...).
+    trace_info : dict
+        Messages and time span of the input.
+    """
+
+    graph: nx.DiGraph
+    paths: list[LinearPath]
+    roots: list[str]
+    params: ConvolutionParams
+    stats: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    trace_info: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self, *, top: int | None = None, min_count: float | None = None) -> dict[str, Any]:
+        """The paths file of ``results.md`` (``"algorithm": "convolution"``)."""
+        floor = self.params.min_count if min_count is None else min_count
+        chosen = [p for p in self.paths if p.count >= floor][:top]
+        params = asdict(self.params)
+        params["root"] = list(self.params.root) if self.params.root is not None else None
+        g = self.graph
+        return {
+            "format": "wirepath.paths/1",
+            "algorithm": "convolution",
+            "params": {**params, "top": top},
+            "trace": {
+                "messages": self.trace_info.get("messages", 0),
+                "start": format_instant_ns(self.trace_info.get("start_ns")),
+                "end": format_instant_ns(self.trace_info.get("end_ns")),
+            },
+            "stats": dict(self.stats),
+            "notes": list(self.notes),
+            "roots": list(self.roots),
+            "paths": [p.to_json() for p in chosen],
+            "graph": {
+                "vertices": [
+                    {"id": int(v), "node": d["node"], "depth": d["depth"]} for v, d in g.nodes(data=True)
+                ],
+                "edges": [
+                    {
+                        "source": int(u),
+                        "target": int(v),
+                        "edge": d["edge"],
+                        "count": d["count"],
+                        "delays_s": [s.delay_s for s in d["spikes"]],
+                        "delay_counts": [s.count for s in d["spikes"]],
+                    }
+                    for u, v, d in g.edges(data=True)
+                ],
+            },
+        }
+
+
+class _Pairs:
+    """Spikes of every (edge in, edge out) pair, computed once each."""
+
+    def __init__(self, corr: Correlator, params: ConvolutionParams, stats: dict[str, int]) -> None:
+        self.corr = corr
+        self.p = params
+        self.stats = stats
+        self.memo: dict[tuple[int, int], tuple[DelaySpike, ...]] = {}
+
+    def spikes(self, e_in: int, e_out: int) -> tuple[DelaySpike, ...]:
+        key = (e_in, e_out)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = self._compute(e_in, e_out)
+        return hit
+
+    def _compute(self, e_in: int, e_out: int) -> tuple[DelaySpike, ...]:
+        p, corr = self.p, self.corr
+        self.stats["pairs_correlated"] += 1
+        sq, raw = corr.correlate(e_in, e_out)
+        neg, half = corr.neg, p.band_quanta
+        core, ring = 2 * half + 1, _RING * (half + 1)
+        smooth = moving_mean(sq, half)
+        # Deviation from a local background (a ring of lags around each lag), so slow swings
+        # of the load, which correlate every pair of busy edges, do not pass for spikes.
+        resid = smooth - local_background(smooth, ring, core)
+        body = resid[neg:]  # lags 0 .. max_lag
+        mean, std = float(body.mean()), float(body.std())
+        if std > 0:
+            # Background statistics without the runs that stand out, so strong spikes do
+            # not hide weaker ones by inflating the deviation.
+            quiet = body[(body - mean) / std <= p.sep_sigma]
+            if quiet.size >= _MIN_LAGS:
+                mean, std = float(quiet.mean()), float(quiet.std())
+        if not std > 0:
+            return ()
+        z = (resid - mean) / std
+        # The band's moving mean flattens a peak's top: locate peaks on the unsmoothed residual.
+        exact = sq - local_background(sq, ring, core) if half else z
+        first = 0 if p.plausible else neg
+        found = find_spikes(z[first:], n_sigma=p.n_sigma, sep_sigma=p.sep_sigma, locate=exact[first:])
+        shift = neg if p.plausible else 0
+        last = corr.max_lag
+        reach = half + 2  # a spike's counted extent around its peak
+        keep = []
+        for s in found:
+            lag = s.lag - shift
+            if p.plausible and lag < 0:
+                self.stats["spikes_negative"] += 1
+                continue
+            if p.plausible and lag >= last - half:
+                self.stats["spikes_at_max_lag"] += 1
+                continue
+            lo = max(s.lo - shift, lag - reach, 0)
+            hi = min(s.hi - shift, lag + reach, last)
+            keep.append((lag, lo, hi, s.z))
+        if not keep:
+            return ()
+        # Counts from the raw-count correlation: above its background it rises by exactly
+        # the number of message pairs at each lag (undoing the overlap scaling).
+        series = raw if p.count_estimate == "raw" else sq
+        excess = (series - local_background(series, ring, core))[neg:] * corr.overlap[neg:] / corr.n_slots
+        out = []
+        for lag, lo, hi, zval in keep:
+            w = np.maximum(excess[lo : hi + 1], 0.0)
+            count = float(w.sum())
+            if p.delay_estimate == "centroid" and count > 0:
+                delay = float((np.arange(lo, hi + 1) * w).sum() / count) * p.quantum_s
+            else:
+                delay = lag * p.quantum_s
+            out.append(DelaySpike(delay, lag, count, zval))
+        self.stats["spikes"] += len(out)
+        return tuple(sorted(out, key=lambda s: (-s.count, s.lag)))
+
+
+@dataclass
+class _Vertex:
+    node: int
+    edge: int  # edge into this vertex, -1 at a root
+    parent: int
+    depth: int
+    spikes: tuple[DelaySpike, ...]
+    children: list[int] = field(default_factory=list)
+    count: float = 0.0
+    alive: bool = True
+
+
+def _edge_fraction(spikes: tuple[DelaySpike, ...], n_in: int, n_out: int) -> float:
+    """Share of messages on the edge in that go on to this edge out (capped by its size)."""
+    return min(sum(s.count for s in spikes), float(n_out)) / max(n_in, 1)
+
+
+def infer_convolution(
+    trace: pa.Table,
+    *,
+    quantum_s: float,
+    max_lag_s: float,
+    n_sigma: float = 4.0,
+    sep_sigma: float = 3.0,
+    band_s: float = 0.0,
+    root: str | list[str] | tuple[str, ...] | None = None,
+    min_count: float = 1.0,
+    short_paths: bool = True,
+    max_repeats: int = 0,
+    plausible: bool = True,
+    max_depth: int = 32,
+    count_estimate: str = "raw",
+    delay_estimate: str = "centroid",
+    root_share: float = 0.5,
+    max_vertices: int = 100_000,
+) -> ConvolutionResult:
+    """Infer causal paths of a message trace with the convolution algorithm.
+
+    Parameters
+    ----------
+    trace : pyarrow.Table
+        A message trace (``tracefmt``); only timestamp, sender and receiver are read.
+    quantum_s : float
+        Time resolution ``mu``: signals hold one value per quantum.
+    max_lag_s : float
+        Longest causal delay looked for (at least 10 quanta).
+    n_sigma, sep_sigma : float
+        A spike is at least ``n_sigma`` standard deviations above the mean; two spikes are
+        separated by a point at most ``sep_sigma`` above it (the paper: 4 and 3). Mean and
+        deviation are those of lags 0 .. max_lag without the runs above ``sep_sigma``.
+    band_s : float
+        Delay band ``v``: spikes are sought in the correlation summed over
+        ``[d - band, d + band]``, so delays that vary by about the band still peak.
+    root : str or list of str, optional
+        Node(s) the paths start from. By default the nodes that start activity: senders
+        of edges whose messages the edges into the sender explain less than
+        ``root_share`` of (every edge of a node that receives nothing).
+    min_count : float
+        Drop hops (and paths) with fewer estimated messages.
+    short_paths : bool
+        Drop a delay from vertex v to node C when a longer path from v returns to the
+        same node and reaches C after the same total delay (within the quanta and band):
+        the short path is that longer path seen with its middle left out.
+    max_repeats : int
+        How often a path may repeat a transition (edge in, edge out); a path ends where it
+        would repeat more (cuts cycles such as a client's next request).
+    plausible : bool
+        Drop peaks at negative lags whose tail reaches lag 0 (an effect taken for a cause)
+        and peaks at ``max_lag`` (cut off, not located).
+    max_depth : int
+        Most hops in a path.
+    count_estimate : {"raw", "sqrt"}
+        Estimate message counts from the correlation of raw counts (exact above the
+        background) or from the square-rooted one (the paper's peak height; low when
+        quanta hold several messages).
+    delay_estimate : {"centroid", "lag"}
+        Report a spike's delay as its centroid (sub-quantum) or as its peak lag times the
+        quantum (the paper's way).
+    root_share : float
+        See ``root``.
+    max_vertices : int
+        Stop growing the graph beyond this many vertices (noted in the result).
+
+    Returns
+    -------
+    ConvolutionResult
+
+    Raises
+    ------
+    SchemaError
+        The trace is empty or spans no time.
+    ParameterError
+        A parameter is out of range, the quantum is longer than the trace, or a root is
+        unknown or sends nothing.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> ts = [t * 10**9 for k in range(60) for t in (10 * k + k % 3, 10 * k + k % 3 + 2)]
+    >>> t = pa.table({"timestamp": pa.array(ts, pa.timestamp("ns")),
+    ...     "sender": ["a", "b"] * 60, "receiver": ["b", "c"] * 60,
+    ...     "op": ["send"] * 120, "id": pa.array([None] * 120, pa.uint64())})
+    >>> r = infer_convolution(t, quantum_s=1.0, max_lag_s=20.0)
+    >>> [(p.nodes, p.delays_s) for p in r.paths]
+    [(('a', 'b', 'c'), ((2.0,),))]
+    """
+    roots_given = (root,) if isinstance(root, str) else (tuple(root) if root is not None else None)
+    params = ConvolutionParams(
+        quantum_s=quantum_s,
+        max_lag_s=max_lag_s,
+        n_sigma=n_sigma,
+        sep_sigma=sep_sigma,
+        band_s=band_s,
+        root=roots_given,
+        min_count=min_count,
+        short_paths=short_paths,
+        max_repeats=max_repeats,
+        plausible=plausible,
+        max_depth=max_depth,
+        count_estimate=count_estimate,
+        delay_estimate=delay_estimate,
+        root_share=root_share,
+        max_vertices=max_vertices,
+    )
+    params.check()
+    trace = sort_trace(validate_trace(trace))
+    if trace.num_rows == 0:
+        raise SchemaError("the trace has no messages")
+    ts = trace["timestamp"].cast(pa.int64()).to_numpy()
+    t0, t1 = int(ts[0]), int(ts[-1])
+    if t1 == t0:
+        raise SchemaError(
+            f"all {trace.num_rows:,} messages share one timestamp (the trace spans 0 s): "
+            "convolution needs messages spread over time"
+        )
+    span_s = (t1 - t0) / 1e9
+    if quantum_s > span_s:
+        raise ParameterError(
+            f"quantum {quantum_s:g} s is longer than the trace ({span_s:g} s): choose a quantum well "
+            f"below the span, e.g. {span_s / 1000:.3g} s"
+        )
+    q_ns = quantum_s * 1e9
+    slots = np.floor((ts - t0) / q_ns).astype(np.int64)
+    n_slots = int(slots[-1]) + 1
+    nodes = node_codes(trace)
+    names = nodes.names
+    n_nodes = len(names)
+    ekey, edge = np.unique(nodes.sender * n_nodes + nodes.receiver, return_inverse=True)
+    edge = edge.ravel()
+    e_src, e_dst = ekey // n_nodes, ekey % n_nodes
+    max_lag = int(max_lag_s / quantum_s)
+    neg = params.band_quanta + _NEG_MARGIN if params.plausible else 0
+    corr = Correlator(slots, edge, ekey.size, n_slots, max_lag, neg)
+    stats: dict[str, Any] = {
+        "messages": trace.num_rows,
+        "edges": int(ekey.size),
+        "quanta": n_slots,
+        "fft_length": corr.n_fft,
+        "pairs_correlated": 0,
+        "spikes": 0,
+        "spikes_negative": 0,
+        "spikes_at_max_lag": 0,
+        "cut_min_count": 0,
+        "cut_repeats": 0,
+        "cut_depth": 0,
+        "short_delays": 0,
+        "short_hops": 0,
+    }
+    pairs = _Pairs(corr, params, stats)
+    out_edges: list[list[int]] = [[] for _ in range(n_nodes)]
+    in_edges: list[list[int]] = [[] for _ in range(n_nodes)]
+    for e, (a, b) in enumerate(zip(e_src.tolist(), e_dst.tolist(), strict=True)):
+        out_edges[a].append(e)
+        in_edges[b].append(e)
+    counts = corr.counts
+    notes: list[str] = []
+    if ekey.size == 1:
+        notes.append(
+            f"the trace has one directed edge ({names[e_src[0]]}->{names[e_dst[0]]}): there is no edge "
+            "pair to correlate, so no causal delay to find"
+        )
+
+    # Roots and the edges paths start with.
+    if params.root is not None:
+        index = {n: i for i, n in enumerate(names)}
+        start_edges = []
+        for r in params.root:
+            if r not in index:
+                raise ParameterError(f"root {r!r} is not a node of the trace (nodes: {', '.join(names)})")
+            if not out_edges[index[r]]:
+                senders = sorted({names[a] for a in e_src.tolist()})
+                raise ParameterError(f"root {r!r} sends no messages (nodes that send: {', '.join(senders)})")
+            start_edges += out_edges[index[r]]
+    else:
+        start_edges = []
+        for e in range(ekey.size):
+            into = in_edges[e_src[e]]
+            if not into:
+                start_edges.append(e)
+                continue
+            explained = sum(sum(s.count for s in pairs.spikes(z, e)) for z in into) / max(counts[e], 1)
+            if explained < params.root_share:
+                start_edges.append(e)
+        if not start_edges:
+            notes.append(
+                "no node starts activity: every edge is explained by the edges into its sender "
+                "(a closed loop?); give root= (--root NODE)"
+            )
+
+    # Grow the vertex tree from the roots, depth first.
+    verts: list[_Vertex] = []
+    root_vertex: dict[int, int] = {}
+    stack: list[int] = []
+    for e in sorted(start_edges, key=lambda e: (e_src[e], e_dst[e])):
+        a = int(e_src[e])
+        if a not in root_vertex:
+            root_vertex[a] = len(verts)
+            verts.append(_Vertex(a, -1, -1, 0, ()))
+        rv = root_vertex[a]
+        if counts[e] < params.min_count:
+            stats["cut_min_count"] += 1
+            continue
+        verts.append(_Vertex(int(e_dst[e]), e, rv, 1, (), count=float(counts[e])))
+        verts[rv].children.append(len(verts) - 1)
+        stack.append(len(verts) - 1)
+    truncated = False
+    while stack:
+        v = stack.pop()
+        vx = verts[v]
+        if vx.depth >= params.max_depth:
+            if any(pairs.spikes(vx.edge, e) for e in out_edges[vx.node]):
+                stats["cut_depth"] += 1
+            continue
+        used: dict[tuple[int, int], int] = {}
+        u = v
+        while verts[u].parent >= 0 and verts[verts[u].parent].edge >= 0:
+            t = (verts[verts[u].parent].edge, verts[u].edge)
+            used[t] = used.get(t, 0) + 1
+            u = verts[u].parent
+        for e in out_edges[vx.node]:
+            spikes = pairs.spikes(vx.edge, e)
+            if not spikes:
+                continue
+            if used.get((vx.edge, e), 0) > params.max_repeats:
+                stats["cut_repeats"] += 1
+                continue
+            c = vx.count * _edge_fraction(spikes, counts[vx.edge], counts[e])
+            if c < params.min_count:
+                stats["cut_min_count"] += 1
+                continue
+            if len(verts) >= params.max_vertices:
+                truncated = True
+                break
+            verts.append(_Vertex(int(e_dst[e]), e, v, vx.depth + 1, spikes, count=c))
+            vx.children.append(len(verts) - 1)
+            stack.append(len(verts) - 1)
+        if truncated:
+            notes.append(f"the graph was cut at {params.max_vertices:,} vertices (max_vertices)")
+            break
+
+    if params.short_paths:
+        _drop_short_paths(verts, params, stats)
+    _recount(verts, root_vertex.values(), counts, params, stats)
+
+    graph = nx.DiGraph()
+    alive = [k for k, vx in enumerate(verts) if vx.alive]
+    for k in alive:
+        graph.add_node(k, node=names[verts[k].node], depth=verts[k].depth)
+    for k in alive:
+        vx = verts[k]
+        if vx.parent >= 0:
+            graph.add_edge(
+                vx.parent,
+                k,
+                edge=f"{names[e_src[vx.edge]]}->{names[e_dst[vx.edge]]}",
+                count=vx.count,
+                spikes=list(vx.spikes),
+            )
+    paths = _linear_paths(verts, root_vertex.values(), names)
+    paths.sort(key=lambda p: (-p.count, p.id))
+    stats["vertices"] = graph.number_of_nodes()
+    stats["paths"] = len(paths)
+    stats["ffts"] = corr.ffts
+    if not paths and not notes:
+        notes.append("no path found: no hop kept min_count estimated messages")
+    return ConvolutionResult(
+        graph=graph,
+        paths=paths,
+        roots=[names[a] for a in sorted(root_vertex)],
+        params=params,
+        stats=stats,
+        notes=notes,
+        trace_info={"messages": trace.num_rows, "start_ns": t0, "end_ns": t1},
+    )
+
+
+def _subtree(verts: list[_Vertex], v: int) -> list[int]:
+    out, stack = [], [v]
+    while stack:
+        u = stack.pop()
+        if verts[u].alive:
+            out.append(u)
+            stack.extend(verts[u].children)
+    return out
+
+
+def _drop_short_paths(verts: list[_Vertex], params: ConvolutionParams, stats: dict[str, Any]) -> None:
+    """Drop delays explained by a longer path from the same vertex (deepest vertices first).
+
+    A hop v -> C at delay d is short when another child branch of v comes back to v's node
+    (a vertex w) and w's own hop to C (the same edge) comes a cumulative d after v's
+    message, within the tolerance: the short hop is that longer path with its middle
+    left out.
+    """
+    # Cumulative delay ranges from each path's first message to each vertex's message.
+    lo = np.zeros(len(verts))
+    hi = np.zeros(len(verts))
+    for k, vx in enumerate(verts):  # parents precede children
+        if vx.parent >= 0 and vx.spikes:
+            lo[k] = lo[vx.parent] + min(s.delay_s for s in vx.spikes)
+            hi[k] = hi[vx.parent] + max(s.delay_s for s in vx.spikes)
+        elif vx.parent >= 0:
+            lo[k], hi[k] = lo[vx.parent], hi[vx.parent]
+    order = sorted(range(len(verts)), key=lambda k: -verts[k].depth)
+    for v in order:
+        vx = verts[v]
+        if not vx.alive or vx.edge < 0 or len(vx.children) < 2:
+            continue
+        for c in list(vx.children):
+            cx = verts[c]
+            if not cx.alive or not cx.spikes:
+                continue
+            rivals = []
+            for other in vx.children:
+                if other == c or not verts[other].alive:
+                    continue
+                for y in _subtree(verts, other):
+                    if verts[y].edge == cx.edge and y != c:
+                        hops = verts[y].depth - vx.depth
+                        # Centroids locate a spike within a fraction of a quantum; peak
+                        # lags only within one quantum per hop.
+                        slack = 2 if params.delay_estimate == "centroid" else hops
+                        tol = slack * params.quantum_s + params.band_s / 2
+                        rivals.append((lo[y] - lo[v] - tol, hi[y] - hi[v] + tol))
+            if not rivals:
+                continue
+            kept = tuple(s for s in cx.spikes if not any(a <= s.delay_s <= b for a, b in rivals))
+            if len(kept) == len(cx.spikes):
+                continue
+            stats["short_delays"] += len(cx.spikes) - len(kept)
+            if kept:
+                cx.spikes = kept
+            else:
+                stats["short_hops"] += 1
+                for u in _subtree(verts, c):
+                    verts[u].alive = False
+        vx.children = [c for c in vx.children if verts[c].alive]
+
+
+def _recount(
+    verts: list[_Vertex], roots: Any, counts: np.ndarray, params: ConvolutionParams, stats: dict[str, Any]
+) -> None:
+    """Counts top-down after pruning; hops under ``min_count`` go, with their subtrees."""
+    for vx in verts:  # parents precede children
+        if not vx.alive or vx.parent < 0:
+            continue
+        par = verts[vx.parent]
+        if not par.alive:
+            vx.alive = False
+            continue
+        if par.edge >= 0:
+            vx.count = par.count * _edge_fraction(vx.spikes, counts[par.edge], counts[vx.edge])
+        if vx.count < params.min_count:
+            vx.alive = False
+            stats["cut_min_count"] += 1
+    for vx in verts:
+        vx.children = [c for c in vx.children if verts[c].alive]
+    for r in roots:
+        if not verts[r].children:
+            verts[r].alive = False
+
+
+def _linear_paths(verts: list[_Vertex], roots: Any, names: list[str]) -> list[LinearPath]:
+    out = []
+    for r in roots:
+        if not verts[r].alive:
+            continue
+        stack = [(r, [r])]
+        while stack:
+            v, trail = stack.pop()
+            kids = verts[v].children
+            if not kids and len(trail) > 1:
+                hops = [verts[k] for k in trail[1:]]
+                out.append(
+                    LinearPath(
+                        nodes=tuple(names[verts[k].node] for k in trail),
+                        delays_s=tuple(tuple(s.delay_s for s in h.spikes) for h in hops[1:]),
+                        delay_counts=tuple(tuple(s.count for s in h.spikes) for h in hops[1:]),
+                        counts=tuple(h.count for h in hops),
+                    )
+                )
+            for k in kids:
+                stack.append((k, [*trail, k]))
+    return out
