@@ -1,0 +1,245 @@
+"""Exports checked against each format's published definition and the instances they came from.
+
+* OTLP/JSON is parsed by the ``opentelemetry-proto`` package (protobuf's JSON mapping)
+  into ``ExportTraceServiceRequest``, after turning the hex trace and span ids into
+  base64 as the OTLP specification tells receivers to (OTLP/JSON's one deviation from
+  the protobuf mapping).
+* Zipkin v2 is checked against the ``Span`` and ``Endpoint`` definitions of
+  openzipkin/zipkin-api's ``zipkin2-api.yaml``, transcribed below.
+* Jaeger is checked against the JSON model of jaegertracing/jaeger
+  (``model/json/model.go``: ``Trace``, ``Span``, ``Reference``, ``Process``, ``KeyValue``),
+  wrapped in ``{"data": [...]}`` as its query API answers and its UI loads from a file.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tracefmt import ParameterError, SchemaError
+from viz.export import export_traces, write_export
+
+HEX16 = re.compile(r"[0-9a-f]{16}")
+HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+@pytest.fixture(scope="module")
+def instances(runs):
+    return runs["slow"]["result"].instances_table()
+
+
+def _truth(instances, max_traces=None):
+    """Per exported trace, from the instances table: the pairs, their times and parents."""
+    parent = instances["parent"].fill_null(-1).to_numpy()
+    t_call = instances["t_call"].cast(pa.int64()).to_numpy()
+    roots = np.flatnonzero(parent < 0)
+    roots = roots[np.argsort(t_call[roots], kind="stable")][:max_traces]
+    inst = instances["instance"].to_numpy()
+    keep = np.isin(inst, instances["pair"].to_numpy()[roots])
+    return roots.size, int(keep.sum())
+
+
+# --- OTLP --------------------------------------------------------------------------
+
+
+def _otlp_to_proto_json(doc):
+    """OTLP/JSON -> protobuf JSON mapping: hex ids become base64 (the spec's one difference)."""
+    doc = copy.deepcopy(doc)
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for span in ss["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+    return doc
+
+
+def test_otlp_parses_into_export_trace_service_request(instances):
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    doc = json.loads(json.dumps(export_traces(instances, "otlp", max_traces=300)))
+    request = json_format.Parse(json.dumps(_otlp_to_proto_json(doc)), ExportTraceServiceRequest())
+    spans = [(rs, s) for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    n_traces, n_visits = _truth(instances, 300)
+    assert len(spans) == n_visits + n_traces  # a server span per visit, a client span per request
+    assert len({s.trace_id for _, s in spans}) == n_traces
+    by_id = {(s.trace_id, s.span_id): (rs, s) for rs, s in spans}
+    assert len(by_id) == len(spans)
+    pair_time = dict(
+        zip(
+            instances["t_call"].cast(pa.int64()).to_pylist(),
+            (
+                instances["t_return"].cast(pa.int64()).to_numpy()
+                - instances["t_call"].cast(pa.int64()).to_numpy()
+            ),
+            strict=False,
+        )
+    )
+    for rs, s in spans:
+        assert len(s.trace_id) == 16
+        assert len(s.span_id) == 8
+        assert s.kind in (Span.SPAN_KIND_SERVER, Span.SPAN_KIND_CLIENT)
+        assert s.end_time_unix_nano - s.start_time_unix_nano == pair_time[s.start_time_unix_nano]
+        service = rs.resource.attributes[0]
+        assert service.key == "service.name"
+        attrs = {a.key: a.value for a in s.attributes}
+        assert attrs["wirepath.pattern"].string_value
+        if s.kind == Span.SPAN_KIND_CLIENT:
+            assert not s.parent_span_id
+            continue
+        assert 0.0 <= attrs["wirepath.confidence"].double_value <= 1.0
+        parent_rs, parent = by_id[(s.trace_id, s.parent_span_id)]
+        # The parent span belongs to the node that made this call.
+        assert parent_rs.resource.attributes[0].value.string_value == attrs["peer.service"].string_value
+        assert parent.start_time_unix_nano <= s.start_time_unix_nano
+    # The hex ids of the file are the bytes the protobuf holds.
+    first = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert HEX32.fullmatch(first["traceId"])
+    assert bytes.fromhex(first["traceId"]) in {s.trace_id for _, s in spans}
+    assert isinstance(first["startTimeUnixNano"], str)
+    assert isinstance(first["kind"], int)
+
+
+# --- Zipkin v2 (zipkin2-api.yaml) --------------------------------------------------
+
+_ZIPKIN_SPAN_FIELDS = {
+    "traceId", "name", "parentId", "id", "kind", "timestamp", "duration", "debug", "shared",
+    "localEndpoint", "remoteEndpoint", "annotations", "tags",
+}  # fmt: skip
+_ZIPKIN_ENDPOINT = {"serviceName": str, "ipv4": str, "ipv6": str, "port": int}
+
+
+def _check_zipkin_span(span):
+    assert set(span) <= _ZIPKIN_SPAN_FIELDS
+    # traceId: 16 or 32 lowercase hex; id and parentId: 16 lowercase hex.
+    assert HEX16.fullmatch(span["traceId"]) or HEX32.fullmatch(span["traceId"])
+    assert HEX16.fullmatch(span["id"])
+    if "parentId" in span:
+        assert HEX16.fullmatch(span["parentId"])
+    assert span.get("kind", "CLIENT") in ("CLIENT", "SERVER", "PRODUCER", "CONSUMER")
+    # timestamp: epoch microseconds, int64; duration: microseconds, less than one rounded up.
+    assert type(span["timestamp"]) is int
+    assert type(span["duration"]) is int
+    assert span["duration"] >= 1
+    assert 1e15 < span["timestamp"] < 1e17
+    # name: the operation, in lowercase.
+    assert span["name"] == span["name"].lower()
+    for key in ("localEndpoint", "remoteEndpoint"):
+        endpoint = span.get(key, {})
+        assert set(endpoint) <= set(_ZIPKIN_ENDPOINT)
+        for field, kind in _ZIPKIN_ENDPOINT.items():
+            if field in endpoint:
+                assert isinstance(endpoint[field], kind)
+        # serviceName: a lower-case label.
+        assert endpoint.get("serviceName", "").lower() == endpoint.get("serviceName", "")
+    tags = span.get("tags", {})
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items())
+
+
+def test_zipkin_follows_zipkin2_api(instances):
+    spans = json.loads(json.dumps(export_traces(instances, "zipkin")))
+    assert isinstance(spans, list)  # ListOfSpans
+    for span in spans:
+        _check_zipkin_span(span)
+    n_traces, n_visits = _truth(instances)
+    assert len(spans) == n_traces + n_visits
+    ids = {(s["traceId"], s["id"]) for s in spans}
+    assert len(ids) == len(spans)
+    assert all((s["traceId"], s["parentId"]) in ids for s in spans if "parentId" in s)
+    assert sum(s["kind"] == "CLIENT" for s in spans) == n_traces
+    # A server span's duration is its call-to-return time, rounded up to a microsecond.
+    dur = instances["t_return"].cast(pa.int64()).to_numpy() - instances["t_call"].cast(pa.int64()).to_numpy()
+    server = sorted(s["duration"] for s in spans if s["kind"] == "SERVER")
+    assert server == sorted(np.maximum(1, -(-dur // 1000)).tolist())
+
+
+# --- Jaeger (model/json/model.go) --------------------------------------------------
+
+_JAEGER_TYPES = {"string": str, "bool": bool, "int64": int, "float64": float, "binary": str}
+
+
+def _check_keyvalue(kv):
+    assert set(kv) <= {"key", "type", "value"}
+    assert isinstance(kv["key"], str)
+    assert isinstance(kv["value"], _JAEGER_TYPES[kv["type"]])
+
+
+def _check_jaeger_trace(trace):
+    assert set(trace) <= {"traceID", "spans", "processes", "warnings"}
+    assert HEX32.fullmatch(trace["traceID"])
+    for pid, process in trace["processes"].items():
+        assert isinstance(pid, str)
+        assert set(process) <= {"serviceName", "tags"}
+        assert isinstance(process["serviceName"], str)
+        for kv in process.get("tags", []):
+            _check_keyvalue(kv)
+    ids = {s["spanID"] for s in trace["spans"]}
+    for span in trace["spans"]:
+        assert set(span) <= {
+            "traceID", "spanID", "flags", "operationName", "references", "startTime", "duration",
+            "tags", "logs", "processID", "warnings",
+        }  # fmt: skip
+        assert span["traceID"] == trace["traceID"]
+        assert HEX16.fullmatch(span["spanID"])
+        assert isinstance(span["operationName"], str)
+        assert type(span["startTime"]) is int
+        assert span["startTime"] >= 0
+        assert type(span["duration"]) is int
+        assert span["duration"] >= 0
+        assert type(span.get("flags", 0)) is int
+        assert span["processID"] in trace["processes"]
+        for ref in span.get("references", []):
+            assert ref["refType"] in ("CHILD_OF", "FOLLOWS_FROM")
+            assert ref["traceID"] == trace["traceID"]
+            assert ref["spanID"] in ids
+        for kv in span.get("tags", []):
+            _check_keyvalue(kv)
+
+
+def test_jaeger_follows_the_json_model(instances):
+    doc = json.loads(json.dumps(export_traces(instances, "jaeger", max_traces=500)))
+    n_traces, n_visits = _truth(instances, 500)
+    assert len(doc["data"]) == n_traces
+    for trace in doc["data"]:
+        _check_jaeger_trace(trace)
+        roots = [s for s in trace["spans"] if not s["references"]]
+        assert len(roots) == 1  # the client span
+        kinds = {kv["value"] for s in trace["spans"] for kv in s["tags"] if kv["key"] == "span.kind"}
+        assert kinds == {"client", "server"}
+    assert sum(len(t["spans"]) for t in doc["data"]) == n_traces + n_visits
+
+
+def test_the_checks_catch_broken_shapes(instances):
+    zipkin = export_traces(instances, "zipkin", max_traces=1)
+    bad = {**zipkin[0], "id": zipkin[0]["id"].upper()}
+    with pytest.raises(AssertionError):
+        _check_zipkin_span(bad)
+    jaeger = export_traces(instances, "jaeger", max_traces=1)["data"][0]
+    broken = copy.deepcopy(jaeger)
+    broken["spans"][1]["references"][0]["spanID"] = "0" * 16
+    with pytest.raises(AssertionError):
+        _check_jaeger_trace(broken)
+
+
+def test_write_export_counts_and_is_deterministic(instances, tmp_path):
+    a = write_export(instances, "zipkin", tmp_path / "a.json", max_traces=50)
+    write_export(instances, "zipkin", tmp_path / "b.json", max_traces=50)
+    assert a["traces"] == 50
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_export_rejects_bad_input(instances):
+    with pytest.raises(ParameterError, match="unknown export format 'xml'"):
+        export_traces(instances, "xml")
+    with pytest.raises(ParameterError, match="max_traces must be at least 1"):
+        export_traces(instances, "otlp", max_traces=0)
+    with pytest.raises(SchemaError, match="not an instances table: missing confidence"):
+        export_traces(instances.drop_columns(["confidence"]), "otlp")
