@@ -33,6 +33,7 @@ code { font-size: 12px; } .shape { max-width: 420px; word-break: break-all; }
 .sentence { font-size: 18px; font-weight: 600; color: #b00; margin: 12px 0; }
 .svg { overflow-x: auto; border: 1px solid #eee; padding: 6px; margin: 8px 0; }
 .svg svg { max-width: 100%; height: auto; }
+#diff-graph svg { max-width: none; }
 .muted { color: #777; }
 """
 

@@ -1,0 +1,57 @@
+"""``wirepath demo`` shows the injected delay where it is (checked against the synthetic truth)."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+import pytest
+
+from viz.demo import run_demo
+
+pytestmark = pytest.mark.needs_dot
+
+
+def _ws2_auth_requests(truth):
+    return sum(
+        p["count"]
+        for p in truth["patterns"]
+        if p["root"]["node"] == "WS2" and any(c["node"] == "AUTH" for c in p["root"]["children"])
+    )
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    steps: list[str] = []
+    return out, run_demo(out, messages=30_000, seed=5, on_step=steps.append), steps
+
+
+def test_demo_finds_the_injected_delay(demo):
+    out, result, steps = demo
+    truth = json.loads((out / "slow-truth.json").read_text())
+    top = result.diff.changes[0]
+    # multitier-slow.toml: WS2 waits 200 ms more between its AUTH call and its AP call.
+    assert top["key"] == ["wait", "WS2", "AP*", "AUTH"]
+    assert top["change_s"] == pytest.approx(0.200, abs=0.02)
+    assert top["requests"] == pytest.approx(_ws2_auth_requests(truth), rel=0.1)
+    assert result.diff.requests == truth["instances"]
+    m = re.fullmatch(r"WS2 -> AP\*: \+0\.2\d s in ([\d,]+) of ([\d,]+) requests", result.sentence)
+    assert m is not None
+    assert int(m.group(2).replace(",", "")) == truth["instances"]
+    assert len(steps) >= 5
+
+
+def test_demo_writes_every_file_it_names(demo):
+    out, result, _ = demo
+    for key, path in result.files.items():
+        assert (out / path.split("/")[-1]).stat().st_size > 100, key
+    report = (out / "report.html").read_text()
+    assert html.escape(result.sentence) in report
+    diff_dot = (out / "diff.dot").read_text()
+    assert 'color="red3"' in diff_dot
+    assert (out / "diff.png").read_bytes().startswith(b"\x89PNG")
+    # The slowest pattern of the slow run is WS2 calling AUTH, then AP*.
+    assert result.top_patterns[0]["root"]["node"] == "WS2"
+    assert [c["node"] for c in result.top_patterns[0]["root"]["children"]] == ["AUTH", "AP*"]

@@ -1,0 +1,86 @@
+"""The HTML report in a real headless Chromium: loads clean, sorts by clicking, escapes names."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from viz.report import build_report, inline_svg
+
+pytestmark = [pytest.mark.browser, pytest.mark.needs_dot]
+
+
+@pytest.fixture(scope="module")
+def demo_page(runs, tmp_path_factory):
+    page = build_report(runs["slow"]["doc"], base=runs["base"]["doc"], collapse=["AP*", "DB*"], top=8)
+    path = tmp_path_factory.mktemp("report") / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def _column(driver, table_id, k):
+    rows = driver.find_elements("css selector", f"#{table_id} tbody tr")
+    return [float(r.find_elements("tag name", "td")[k].get_attribute("data-sort")) for r in rows]
+
+
+def test_report_loads_clean_and_sorts_by_clicking(open_page, demo_page, tmp_path):
+    page = open_page(demo_page)
+    driver = page.driver
+    assert page.console_errors() == []
+    counts = _column(driver, "patterns", 3)
+    assert len(counts) == 8
+    totals = _column(driver, "patterns", 4)
+    assert totals == sorted(totals, reverse=True)  # as written: by total latency
+    header = driver.find_element("css selector", '#patterns th[data-col="3"]')
+    header.click()
+    assert _column(driver, "patterns", 3) == sorted(counts, reverse=True)
+    header.click()
+    assert _column(driver, "patterns", 3) == sorted(counts)
+    driver.find_element("css selector", '#patterns th[data-col="1"]').click()
+    ids = [r.text for r in driver.find_elements("css selector", "#patterns tbody tr td:nth-child(2)")]
+    assert ids == sorted(ids, reverse=True)
+    # Every pattern has its picture, plus the diff graph; the sentence names WS2's AP call.
+    assert len(driver.find_elements("css selector", "div.svg svg")) == 9
+    sentence = driver.find_element("css selector", "p.sentence").text
+    assert re.match(r"WS2 -> AP\*: \+0\.2\d s in [\d,]+ of [\d,]+ requests", sentence)
+    assert page.console_errors() == []
+    shot = page.screenshot(tmp_path / "report.png")
+    assert shot.stat().st_size > 20_000
+
+
+def test_report_is_self_contained(demo_page):
+    html = demo_page.read_text(encoding="utf-8")
+    # No external resource: no src= at all, and hrefs only to anchors or the empty icon.
+    assert " src=" not in html
+    hrefs = set(re.findall(r'href="([^"]*)"', html))
+    assert all(h.startswith("#") or h == "data:," for h in hrefs)
+
+
+def test_a_node_named_script_shows_as_text(open_page, docs, tmp_path):
+    evil = "<script>document.title='pwned'</script>"
+    v = docs.visit
+    doc = docs.paths_doc(("e" * 16, 3, v(evil, "client & co", 0.01, None, v("DB<1>", evil, 0.005, 0.001))))
+    doc["params"] = {"note": "</td><script>document.title='pwned2'</script>"}
+    path = tmp_path / "evil.html"
+    path.write_text(build_report(doc, title=evil), encoding="utf-8")
+    page = open_page(path)
+    driver = page.driver
+    assert page.console_errors() == []
+    # The title is the escaped text itself, so no injected script ran.
+    assert driver.title == evil
+    scripts = driver.find_elements("tag name", "script")
+    assert len(scripts) == 1  # the report's own sorting script
+    shape = driver.find_element("css selector", "#patterns tbody td.shape").text
+    assert shape == f"client & co>{evil}({evil}>DB<1>)"
+    svg_texts = [t.get_attribute("textContent") for t in driver.find_elements("css selector", "svg text")]
+    assert evil in svg_texts
+    assert "DB<1>" in svg_texts
+    assert "</td><script>document.title='pwned2'</script>" in driver.find_element(
+        "id", "params"
+    ).find_element("xpath", "following-sibling::table").text.replace('"', "")
+
+
+def test_inline_svg_drops_the_prolog():
+    svg = '<?xml version="1.0" standalone="no"?>\n<!DOCTYPE svg PUBLIC "x" "y">\n<!-- c -->\n<svg a="1"/>'
+    assert inline_svg(svg) == '<svg a="1"/>'
