@@ -44,6 +44,8 @@ __all__ = [
     "LiveStats",
     "capture_files",
     "capture_live",
+    "glob_escape",
+    "may_capture",
     "parse_tcpdump_stats",
     "tcpdump_command",
 ]
@@ -52,6 +54,7 @@ PathLike = str | os.PathLike[str]
 
 DEFAULT_SNAPLEN = 262144
 DEFAULT_BUFFER_MB = 32
+_BLOCK_TIMEOUT_S = 1.25  # libpcap's packet-buffer timeout (1 s, tcpdump's) and a margin
 _PRIVILEGE_HINT = (
     "live capture needs root or CAP_NET_RAW: run it with sudo, or grant the capability to "
     "tcpdump once (sudo setcap cap_net_raw,cap_net_admin=eip $(command -v tcpdump))"
@@ -149,6 +152,7 @@ def tcpdump_command(
     snaplen: int = DEFAULT_SNAPLEN,
     buffer_mb: int = DEFAULT_BUFFER_MB,
     promisc: bool = True,
+    immediate: bool = False,
     tcpdump: str = "tcpdump",
     as_root: bool | None = None,
 ) -> list[str]:
@@ -170,6 +174,9 @@ def tcpdump_command(
         Kernel capture buffer in MiB; a bigger one rides out longer bursts.
     promisc : bool
         Put the interface in promiscuous mode (needed on a mirrored switch port).
+    immediate : bool
+        Hand each packet to tcpdump as it arrives (``--immediate-mode``) instead of a ring
+        block at a time: files lag the wire by nothing, at a higher CPU cost per packet.
     tcpdump : str
         The tcpdump binary.
     as_root : bool, optional
@@ -191,6 +198,8 @@ def tcpdump_command(
     cmd = [tcpdump, "-i", iface, "-n", "-U", "-s", str(snaplen), "-B", str(buffer_mb * 1024)]
     if not promisc:
         cmd.append("-p")
+    if immediate:
+        cmd.append("--immediate-mode")
     if as_root if as_root is not None else os.geteuid() == 0:
         cmd += ["-Z", "root"]
     cmd += ["-w", str(pcap)]
@@ -264,6 +273,33 @@ def _interfaces() -> list[str]:
         return []
 
 
+def may_capture(tcpdump: str = "tcpdump") -> bool:
+    """Whether this process (or the tcpdump binary, through file capabilities) may capture.
+
+    Examples
+    --------
+    >>> isinstance(may_capture(), bool)
+    True
+    """
+    try:
+        socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0).close()
+        return True
+    except PermissionError:
+        pass
+    except OSError:  # no AF_PACKET here: let tcpdump say what it can do
+        return True
+    binary = shutil.which(tcpdump) or tcpdump
+    try:
+        return bool(os.getxattr(binary, "security.capability"))
+    except OSError:
+        return False
+
+
+def _sleep_unless_exits(proc: subprocess.Popen[bytes], seconds: float) -> None:
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(seconds)
+
+
 def _die_with_parent() -> None:
     """In the child: get SIGINT if the agent dies, so tcpdump never outlives it."""
     with contextlib.suppress(OSError, AttributeError):
@@ -286,7 +322,7 @@ class LiveCapture:
         Interface to record (a mirrored switch port, a bridge, a host interface, ``any``).
     out_dir : str or path-like
         Directory for the files (created).
-    bpf, rotate_mb, snaplen, buffer_mb, promisc :
+    bpf, rotate_mb, snaplen, buffer_mb, promisc, immediate :
         As in :func:`tcpdump_command`.
     tcpdump : str, optional
         The tcpdump binary (default: found on PATH).
@@ -302,6 +338,7 @@ class LiveCapture:
         snaplen: int = DEFAULT_SNAPLEN,
         buffer_mb: int = DEFAULT_BUFFER_MB,
         promisc: bool = True,
+        immediate: bool = False,
         tcpdump: str | None = None,
     ) -> None:
         binary = tcpdump or shutil.which("tcpdump")
@@ -323,12 +360,15 @@ class LiveCapture:
             snaplen=snaplen,
             buffer_mb=buffer_mb,
             promisc=promisc,
+            immediate=immediate,
             tcpdump=binary,
         )
+        self.immediate = immediate
         self.stats: LiveStats | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: list[str] = []
         self._ready = threading.Event()
+        self._listening = False
         self._reader: threading.Thread | None = None
         self._t0 = 0.0
         self.duration_s = 0.0
@@ -355,6 +395,7 @@ class LiveCapture:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self._stderr.append(line)
             if "listening on" in line:
+                self._listening = True
                 self._ready.set()
         self._ready.set()
 
@@ -370,6 +411,8 @@ class LiveCapture:
         TraceFileError
             The directory cannot be written.
         """
+        if not may_capture(self.command[0]):
+            raise MissingToolError(_PRIVILEGE_HINT)
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -396,10 +439,7 @@ class LiveCapture:
     def _fail(self) -> None:
         """tcpdump ended (or never got ready): one clear error from what it said."""
         proc = self._proc
-        if proc is not None and proc.poll() is None:
-            self.stop()
-        if self._reader is not None:
-            self._reader.join(2.0)
+        self.stop()
         said = [
             ln.removeprefix("tcpdump: ") for ln in self._stderr if ln.strip() and "listening on" not in ln
         ]
@@ -407,10 +447,11 @@ class LiveCapture:
         low = text.lower()
         if "permission" in low or "not permitted" in low:
             raise MissingToolError(_PRIVILEGE_HINT)
-        if "syntax error" in low or "filter" in low or "expression" in low:
-            raise ParameterError(f"--filter {self.bpf!r} is not a valid capture filter (tcpdump: {text})")
         if "no such device" in low or "doesn't exist" in low:
             raise ParameterError(f"no interface {self.iface!r} (tcpdump: {text})")
+        if (self.bpf and not self._listening) or "syntax error" in low:
+            # tcpdump compiles the filter before it starts listening: failing then, it was the filter.
+            raise ParameterError(f"--filter {self.bpf!r} is not a valid capture filter (tcpdump: {text})")
         code = proc.returncode if proc is not None else None
         raise WirepathError(f"tcpdump stopped (exit status {code}): {text}")
 
@@ -419,6 +460,11 @@ class LiveCapture:
         proc = self._proc
         if proc is None:
             return LiveStats()
+        if proc.poll() is None and not self.immediate:
+            # libpcap hands packets over a ring block at a time; a block that is not full goes
+            # out when its timer (libpcap's 1 s timeout) expires. Stopping before that would
+            # lose the packets in it, so let it expire first.
+            _sleep_unless_exits(proc, _BLOCK_TIMEOUT_S)
         if proc.poll() is None:
             for sig, wait in ((signal.SIGINT, timeout_s), (signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
                 with contextlib.suppress(ProcessLookupError):
@@ -465,6 +511,7 @@ def capture_live(
     snaplen: int = DEFAULT_SNAPLEN,
     buffer_mb: int = DEFAULT_BUFFER_MB,
     promisc: bool = True,
+    immediate: bool = False,
     names: Mapping[str, str] | None = None,
     convert: bool = True,
     stop: threading.Event | None = None,
@@ -485,7 +532,7 @@ def capture_live(
         Stop after this many seconds (default: only when ``stop`` is set or tcpdump exits).
     rotate_mb : int, optional
         Start a new file past this many million bytes.
-    snaplen, buffer_mb, promisc :
+    snaplen, buffer_mb, promisc, immediate :
         As in :func:`tcpdump_command`.
     names : mapping, optional
         Node names (address, address:port or CIDR -> name) for the trace.
@@ -512,7 +559,14 @@ def capture_live(
     if duration_s is not None and duration_s <= 0:
         raise ParameterError(f"--duration {duration_s} must be positive (seconds)")
     cap = LiveCapture(
-        iface, out_dir, bpf=bpf, rotate_mb=rotate_mb, snaplen=snaplen, buffer_mb=buffer_mb, promisc=promisc
+        iface,
+        out_dir,
+        bpf=bpf,
+        rotate_mb=rotate_mb,
+        snaplen=snaplen,
+        buffer_mb=buffer_mb,
+        promisc=promisc,
+        immediate=immediate,
     )
     cap.start()
     try:

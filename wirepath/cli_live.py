@@ -3,9 +3,124 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+import tracefmt
+from capture.live import DEFAULT_BUFFER_MB, DEFAULT_SNAPLEN, LiveCapture, LiveReport, capture_live
+from wirepath._cli import add_verb, emit
 
 __all__ = ["register"]
 
 
 def register(sources: argparse._SubParsersAction) -> None:
     """Add ``capture live`` to the ``capture`` verb's sub-verbs."""
+    p = add_verb(
+        sources,
+        "live",
+        _cmd_live,
+        "record an interface into rotating pcap files and a trace",
+        "Record an interface with tcpdump (libpcap, AF_PACKET ring) into rotating pcap files\n"
+        "in DIR, whole records on disk at every moment; on Ctrl-C, SIGTERM or after --duration,\n"
+        "stop, report packets received and dropped by the kernel, and convert every file of the\n"
+        "run into DIR/trace.parquet. Needs root or CAP_NET_RAW.\n\n"
+        "A mirrored switch port (SPAN) is just an interface: plug the monitor port into a NIC,\n"
+        "bring it up without an address (ip link set eth1 up) and record it; the interface is\n"
+        "put in promiscuous mode, so it keeps packets addressed to other hosts.\n\n"
+        "examples: wirepath capture live --iface eth1 --duration 60s --out cap/\n"
+        "          wirepath capture live --iface br0 --filter 'tcp port 8080' --rotate-mb 100 --out cap/",
+    )
+    p.add_argument("--iface", required=True, metavar="IF", help="interface to record (or 'any')")
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="directory for the pcap files and trace.parquet"
+    )
+    p.add_argument(
+        "--filter", metavar="BPF", help="capture filter (pcap-filter syntax), e.g. 'tcp port 8080'"
+    )
+    p.add_argument(
+        "--duration", metavar="DURATION", help="stop after DURATION (e.g. 30s, 5m); default: Ctrl-C"
+    )
+    p.add_argument("--rotate-mb", type=int, metavar="N", help="start a new pcap file past N million bytes")
+    p.add_argument(
+        "--snaplen",
+        type=int,
+        default=DEFAULT_SNAPLEN,
+        metavar="N",
+        help=f"bytes kept per packet ({DEFAULT_SNAPLEN})",
+    )
+    p.add_argument(
+        "--buffer-mb",
+        type=int,
+        default=DEFAULT_BUFFER_MB,
+        metavar="N",
+        help=f"kernel capture buffer, MiB ({DEFAULT_BUFFER_MB}); raise it if the kernel drops packets",
+    )
+    p.add_argument("--no-promisc", action="store_true", help="do not put the interface in promiscuous mode")
+    p.add_argument("--names", metavar="N.toml", help="node names for the trace (address, address:port, CIDR)")
+    p.add_argument("--no-convert", action="store_true", help="only record the pcap files")
+
+
+def _cmd_live(args: argparse.Namespace) -> int:
+    names = tracefmt.load_names(args.names) if args.names else None
+    duration = tracefmt.parse_duration_ns(args.duration) / 1e9 if args.duration else None
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    def on_ready(cap: LiveCapture) -> None:
+        until = f"for {args.duration}" if duration else "until Ctrl-C"
+        print(f"recording {cap.iface} into {cap.first_file} {until}", file=sys.stderr, flush=True)
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        report = capture_live(
+            args.iface,
+            args.out,
+            bpf=args.filter,
+            duration_s=duration,
+            rotate_mb=args.rotate_mb,
+            snaplen=args.snaplen,
+            buffer_mb=args.buffer_mb,
+            promisc=not args.no_promisc,
+            names=names,
+            convert=not args.no_convert,
+            stop=stop,
+            on_ready=on_ready,
+        )
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    emit(args, report.to_json(), _summary(report))
+    return 0
+
+
+def _summary(report: LiveReport) -> str:
+    s = report.stats
+    counts = [f"received by filter {s.received:,}" if s.received is not None else None]
+    counts.append(f"dropped by kernel {s.dropped_kernel:,}" if s.dropped_kernel is not None else None)
+    if s.dropped_interface:
+        counts.append(f"dropped by interface {s.dropped_interface:,}")
+    detail = "; ".join(c for c in counts if c)
+    nfiles = len(report.files)
+    lines = [
+        f"recorded {s.captured:,} packets on {report.iface} in {report.duration_s:,.1f} s"
+        + (f" ({detail})" if detail else ""),
+        f"{nfiles} pcap file{'s' if nfiles != 1 else ''}: " + ", ".join(report.files),
+    ]
+    if s.dropped_kernel:
+        lines.append("the kernel dropped packets: raise --buffer-mb, narrow --filter or lower --snaplen")
+    if report.trace is not None:
+        messages = (report.conversion or {}).get("messages")
+        lines.append(
+            f"wrote {messages:,} messages to {report.trace}"
+            if messages is not None
+            else f"wrote {report.trace}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,322 @@
+"""The live capture agent: tcpdump's command line and counters, and real recordings in a
+private network namespace (root only), stopped by SIGINT, SIGTERM or a duration."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import dpkt
+import pytest
+
+import capture
+import tracefmt
+from capture.live import (
+    LiveCapture,
+    capture_files,
+    capture_live,
+    parse_tcpdump_stats,
+    tcpdump_command,
+)
+from wirepath.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+IS_ROOT = os.geteuid() == 0
+needs_root = pytest.mark.needs_root
+root_only = pytest.mark.skipif(not IS_ROOT, reason="needs root (network namespaces, packet capture)")
+HAS_CONVERT = hasattr(capture, "convert_pcaps")
+
+
+# --- without privileges -------------------------------------------------------------------
+
+
+def test_command_line_options() -> None:
+    cmd = tcpdump_command("br0", "/d/c.pcap", snaplen=128, buffer_mb=4, promisc=False, as_root=True)
+    assert cmd == [
+        "tcpdump",
+        "-i",
+        "br0",
+        "-n",
+        "-U",
+        "-s",
+        "128",
+        "-B",
+        "4096",
+        "-p",
+        "-Z",
+        "root",
+        "-w",
+        "/d/c.pcap",
+    ]
+    assert tcpdump_command("eth0", "c.pcap", bpf="udp and port 53", as_root=False)[-1] == "udp and port 53"
+    with pytest.raises(tracefmt.ParameterError, match="--snaplen 10 is out of range"):
+        tcpdump_command("eth0", "c.pcap", snaplen=10)
+    with pytest.raises(tracefmt.ParameterError, match="--rotate-mb 0 must be at least 1"):
+        tcpdump_command("eth0", "c.pcap", rotate_mb=0)
+    with pytest.raises(tracefmt.ParameterError, match="--buffer-mb 0"):
+        tcpdump_command("eth0", "c.pcap", buffer_mb=0)
+
+
+def test_tcpdump_counters() -> None:
+    # tcpdump 4.99's closing lines; libpcap adds "dropped by interface" where the driver counts.
+    text = (
+        "tcpdump: listening on br0, link-type EN10MB (Ethernet), snapshot length 262144 bytes\n"
+        "^C\n1 packet captured\n3 packets received by filter\n2 packets dropped by kernel\n"
+        "7 packets dropped by interface\n"
+    )
+    assert parse_tcpdump_stats(text).to_json() == {
+        "captured": 1,
+        "received": 3,
+        "dropped_kernel": 2,
+        "dropped_interface": 7,
+    }
+    assert parse_tcpdump_stats("").captured == 0
+    assert parse_tcpdump_stats("").dropped_kernel is None
+
+
+def test_rotated_files_in_order(tmp_path: Path) -> None:
+    for name in ("c[1].pcap", "c[1].pcap2", "c[1].pcap11", "c[1].pcapx", "c[1].pcap1", "d.pcap"):
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in capture_files(tmp_path / "c[1].pcap")] == [
+        "c[1].pcap",
+        "c[1].pcap1",
+        "c[1].pcap2",
+        "c[1].pcap11",
+    ]
+    assert capture_files(tmp_path / "none.pcap") == []
+
+
+def test_unknown_interface_names_the_real_ones(tmp_path: Path) -> None:
+    with pytest.raises(tracefmt.ParameterError, match=r"no interface 'nosuch0' here \(interfaces: .*lo"):
+        LiveCapture("nosuch0", tmp_path)
+    with pytest.raises(tracefmt.ParameterError, match="--duration -1 must be positive"):
+        capture_live("lo", tmp_path, duration_s=-1)
+
+
+def test_missing_tcpdump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(tracefmt.MissingToolError, match="apt-get install tcpdump"):
+        LiveCapture("lo", tmp_path)
+
+
+def test_cli_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["capture", "live", "--help"]) == 0
+    out = capsys.readouterr().out
+    for option in ("--iface", "--filter", "--duration", "--rotate-mb", "--snaplen", "--names", "--out"):
+        assert option in out
+    assert "mirrored switch port" in out
+    assert main(["capture", "live", "--out", "x"]) == 2
+
+
+def test_without_privileges_one_clear_error(tmp_path: Path) -> None:
+    """As an unprivileged user (root drops to nobody with setpriv), capture fails with one line."""
+    cmd = [sys.executable, "-m", "wirepath", "capture", "live", "--iface", "lo", "--duration", "1s"]
+    cmd += ["--out", str(tmp_path / "cap")]
+    # The check comes before any file is written: the directory stays untouched.
+    if IS_ROOT:
+        if shutil.which("setpriv") is None:
+            pytest.skip("needs setpriv (util-linux) to drop privileges")
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", *cmd]
+    elif _has_net_raw():
+        pytest.skip("this user may capture (CAP_NET_RAW)")
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert run.returncode == 1, run.stderr
+    assert not (tmp_path / "cap").exists()
+    assert run.stderr.strip().splitlines() == [
+        "error: live capture needs root or CAP_NET_RAW: run it with sudo, or grant the capability to "
+        "tcpdump once (sudo setcap cap_net_raw,cap_net_admin=eip $(command -v tcpdump))"
+    ]
+
+
+def _has_net_raw() -> bool:
+    import socket
+
+    try:
+        socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0).close()
+    except PermissionError:
+        return False
+    return True
+
+
+# --- real recordings in a private network namespace (root) --------------------------------
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    """A fresh network namespace whose loopback nobody else uses."""
+    if not IS_ROOT:
+        pytest.skip("needs root (network namespaces, packet capture)")
+    name = f"wpl-{uuid.uuid4().hex[:10]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+class Agent:
+    """``wirepath capture live`` running in a namespace, as a user would start it."""
+
+    def __init__(self, ns: str, out: Path, *extra: str) -> None:
+        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "wirepath", "capture", "live"]
+        cmd += ["--iface", "lo", "--out", str(out), "--json", *extra]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.err: list[str] = []
+        self.ready = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        if not self.ready.wait(30):
+            self.proc.kill()
+            raise AssertionError(f"the agent did not start: {self.err}")
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.err.append(line)
+            if line.startswith("recording "):
+                self.ready.set()
+        self.ready.set()
+
+    def stop(self, sig: int | None) -> tuple[int, dict]:
+        if sig is not None:
+            self.proc.send_signal(sig)
+        out, _ = self.proc.communicate(timeout=120)
+        self.reader.join(5)
+        return self.proc.returncode, json.loads(out) if out.strip() else {}
+
+
+_UDP_SENDER = """
+import socket, sys
+n = int(sys.argv[1])
+rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); rx.bind(("127.0.0.1", 9999))
+rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
+tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for k in range(n):
+    tx.sendto(b"wirepath-live %08d " % k + b"x" * 80, ("127.0.0.1", 9999))
+"""
+
+_HTTP_LOAD = """
+import http.client, http.server, sys, threading
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def do_GET(self):
+        body = b"ok " + self.path.encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 8080), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+conn = http.client.HTTPConnection("127.0.0.1", 8080)
+for k in range(int(sys.argv[1])):
+    conn.request("GET", f"/item/{k}"); conn.getresponse().read()
+conn.close(); srv.shutdown()
+"""
+
+
+def _in_ns(ns: str, script: str, *args: str) -> None:
+    subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", script, *args], check=True, timeout=120)
+
+
+def _udp_payload_numbers(files: list[str]) -> list[int]:
+    seen = []
+    for f in files:
+        with open(f, "rb") as fh:
+            for _, buf in dpkt.pcap.Reader(fh):
+                payload = bytes(dpkt.ethernet.Ethernet(buf).data.data.data)
+                if payload.startswith(b"wirepath-live "):
+                    seen.append(int(payload.split()[1]))
+    return seen
+
+
+@needs_root
+@root_only
+def test_sigint_writes_every_packet_in_rotated_files(netns: str, tmp_path: Path) -> None:
+    n = 20_000  # ~3.2 MB of records: four files at --rotate-mb 1
+    agent = Agent(netns, tmp_path / "cap", "--rotate-mb", "1")
+    _in_ns(netns, _UDP_SENDER, str(n))
+    code, doc = agent.stop(signal.SIGINT)
+    assert code == 0, agent.err
+    files = doc["files"]
+    assert len(files) >= 4
+    assert [Path(f).name for f in files] == [p.name for p in capture_files(files[0])]
+    # Every datagram is in the files, once, in order, and tcpdump's counters agree.
+    assert _udp_payload_numbers(files) == list(range(n))
+    assert doc["packets"]["captured"] == n
+    assert doc["packets"]["dropped_kernel"] == 0
+    assert doc["stopped_by"] == "signal"
+    # Each file is whole: independent readers (tcpdump itself) read every one to the end.
+    for f in files:
+        run = subprocess.run(["tcpdump", "-nr", f, "-c", "1"], capture_output=True, text=True, check=False)
+        assert run.returncode == 0, run.stderr
+    if HAS_CONVERT:
+        trace = tracefmt.read_trace(doc["trace"])
+        assert trace.num_rows == n
+        assert set(trace["op"].to_pylist()) == {"send"}
+
+
+@needs_root
+@root_only
+def test_sigterm_keeps_the_http_calls_and_returns(netns: str, tmp_path: Path) -> None:
+    n = 100
+    agent = Agent(netns, tmp_path / "cap")
+    _in_ns(netns, _HTTP_LOAD, str(n))
+    code, doc = agent.stop(signal.SIGTERM)
+    assert code == 0, agent.err
+    (pcap,) = doc["files"]
+    # Wireshark's HTTP dissector finds every request and response in the file.
+    out = subprocess.run(
+        [
+            "tshark",
+            "-n",
+            "-r",
+            pcap,
+            "-Y",
+            "http",
+            "-T",
+            "fields",
+            "-e",
+            "http.request",
+            "-e",
+            "http.response",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    kinds = [line.split("\t") for line in out.splitlines()]
+    assert sum(k[0] == "1" for k in kinds) == sum(k[1] == "1" for k in kinds) == n
+    if HAS_CONVERT:
+        trace = tracefmt.read_trace(doc["trace"])
+        ops = trace["op"].to_pylist()
+        assert ops.count("call") == ops.count("return") == n
+
+
+@needs_root
+@root_only
+def test_duration_stops_the_recording(netns: str, tmp_path: Path) -> None:
+    agent = Agent(netns, tmp_path / "cap", "--duration", "1s", "--no-convert", "--filter", "udp port 9999")
+    _in_ns(netns, _UDP_SENDER, "100")
+    code, doc = agent.stop(None)
+    assert code == 0, agent.err
+    assert doc["stopped_by"] == "duration"
+    assert 0.9 <= doc["duration_s"] < 10
+    assert doc["trace"] is None
+    assert doc["packets"]["captured"] == 100
+    assert sorted(_udp_payload_numbers(doc["files"])) == list(range(100))
+
+
+@needs_root
+@root_only
+def test_bad_filter_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(tracefmt.ParameterError, match="'tcp port nope' is not a valid capture filter"):
+        capture_live("lo", tmp_path, bpf="tcp port nope", duration_s=1)
