@@ -1,0 +1,424 @@
+"""Minimum-description-length grouping of a series: the groups of ``jumpavg`` 0.4.2 ``classify()``.
+
+The series is cut into groups, each taken as one normal distribution; the cut is the one
+whose total description length in bits is smallest. ``jumpavg`` finds it with a dynamic
+program over group ends: after each run ``i`` it keeps, for every start ``j <= i``, the best
+grouping of the runs before ``j`` followed by one open group ``[j, i]``, and records the
+cheapest. That is ``N**2 / 2`` group evaluations, each a handful of Python objects.
+
+Here the same program runs with one numpy vector per step: the running statistics of all
+open groups are updated at once (the same Welford arithmetic, operation for operation, so
+every average and deviation is bit-identical), their bits are computed as one vector, and
+the few candidates within a hair of the cheapest are re-evaluated with ``jumpavg``'s scalar
+formulas (``math.log``, ``math.lgamma``) so that ties and the kept bit totals are exactly
+``jumpavg``'s, whatever the platform's vector ``log`` does. Ties go where ``jumpavg`` sends
+them: to the new group first, then to the earliest start.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tracefmt import ParameterError
+
+__all__ = ["DIRECTIONS", "MdlGroup", "MdlResult", "classify_mdl"]
+
+#: A series' direction: which way is better.
+DIRECTIONS = ("bigger-is-better", "smaller-is-better")
+
+_LN2 = math.log(2)
+_SWAP = {"regression": "progression", "progression": "regression", "normal": "normal"}
+
+
+@dataclass(frozen=True)
+class MdlGroup:
+    """One group of consecutive runs.
+
+    ``start`` and ``size`` count runs (a run of several trials is one undivisible unit);
+    ``samples`` counts the values inside; ``avg`` and ``stdev`` are population statistics of
+    the samples; ``comment`` is ``normal`` for the first group, else ``regression`` or
+    ``progression`` against the previous group (in the series' direction); ``bits`` is the
+    group's description length.
+    """
+
+    start: int
+    size: int
+    samples: int
+    avg: float
+    stdev: float
+    comment: str
+    bits: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "size": self.size,
+            "samples": self.samples,
+            "avg": self.avg,
+            "stdev": self.stdev,
+            "comment": self.comment,
+            "bits": self.bits,
+        }
+
+
+@dataclass(frozen=True)
+class MdlResult:
+    """The grouping of a series: its groups, the total bits and the encoding parameters."""
+
+    groups: tuple[MdlGroup, ...]
+    total_bits: float
+    unit: float
+    max_value: float
+    direction: str
+
+    @property
+    def runs(self) -> int:
+        return sum(g.size for g in self.groups)
+
+    def run_averages(self) -> np.ndarray:
+        """AVG[t]: the average of the group holding run ``t``."""
+        return np.repeat([g.avg for g in self.groups], [g.size for g in self.groups])
+
+    def run_marks(self) -> np.ndarray:
+        """Per run ``normal``, or ``regression``/``progression`` at the first run of such a group."""
+        marks = np.full(self.runs, "normal", dtype=object)
+        for g in self.groups:
+            marks[g.start] = g.comment
+        return marks
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": "mdl",
+            "unit": self.unit,
+            "max_value": self.max_value,
+            "direction": self.direction,
+            "total_bits": self.total_bits,
+            "groups": [g.to_json() for g in self.groups],
+        }
+
+
+def _runs(values: Iterable[float | Iterable[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Sizes, averages and deviations of the runs as ``AvgStdevStats.for_runs`` computes them."""
+    items = list(values)
+    if not items:
+        raise ParameterError("empty series: MDL grouping needs at least one value")
+    scalar = [isinstance(v, int | float | np.integer | np.floating) for v in items]
+    rows = [[v] if s or isinstance(v, str | bytes) else list(v) for v, s in zip(items, scalar, strict=True)]
+    lengths = np.array([len(r) for r in rows], dtype=np.int64)
+    if (lengths == 0).any():
+        raise ParameterError(
+            f"run {int(np.argmax(lengths == 0))} has no values (every run needs one or more)"
+        )
+    width = int(lengths.max())
+    table = np.zeros((len(rows), width))
+    try:
+        for k, r in enumerate(rows):
+            table[k, : len(r)] = r
+    except (TypeError, ValueError):
+        raise ParameterError(f"run {k} holds a non-numeric value: {r!r}") from None
+    present = np.arange(width) < lengths[:, None]
+    if not np.isfinite(table[present]).all():
+        k = int(np.argmax(~np.isfinite(table).all(axis=1) & present.any(axis=1)))
+        raise ParameterError(f"run {k} holds NaN or infinity ({rows[k]!r}); drop failed runs first")
+    if (table[present] < 0).any():
+        k = int(np.argmax((table < 0).any(axis=1)))
+        raise ParameterError(f"run {k} holds a negative value ({rows[k]!r}); measurements must be >= 0")
+    max_value = float(table.max())
+    if max_value <= 0.0:
+        raise ParameterError("every value is 0: MDL grouping needs a positive maximum")
+    # Welford over the trials of every run at once (one column a step), as for_runs does.
+    avg = np.zeros(len(rows))
+    m2 = np.zeros(len(rows))
+    for c in range(width):
+        live = lengths > c
+        x = table[:, c]
+        delta = x - avg
+        new_avg = avg + delta * 1 / (c + 1)
+        new_m2 = m2 + delta * delta * c * 1 / (c + 1)
+        avg = np.where(live, new_avg, avg)
+        m2 = np.where(live, new_m2, m2)
+    stdev = np.sqrt(m2 / lengths)
+    # A bare float enters jumpavg as itself, not through for_runs.
+    single = np.array(scalar)
+    avg[single] = table[single, 0]
+    stdev[single] = 0.0
+    return lengths.astype(np.float64), avg, stdev, max_value
+
+
+def _renorm(n: float, avg: float, stdev: float) -> tuple[float, float]:
+    """``AvgStdevStats.for_runs([stats])``: the statistics after one more pass (copies, new groups)."""
+    return 0.0 + avg * n / n, math.sqrt((0.0 + stdev * stdev * n) / n)
+
+
+def _bits(n: int, avg: float, stdev: float, max_value: float, unit: float, prev_avg: float | None) -> float:
+    """``BitCountingGroup.bits`` of a group with these statistics, operation for operation."""
+    # The group hands its statistics through for_runs once more before counting.
+    avg, stdev = _renorm(n, avg, stdev)
+    bits = 0.0
+    max_v = max_value / unit
+    avg = avg / unit
+    bits += math.log(n * (n + 1), 2)
+    if prev_avg is None:
+        bits += math.log(max_v + 1, 2)
+    else:
+        prev = prev_avg / unit
+        norm = prev * prev
+        norm -= (prev - 1) * max_v
+        norm += max_v * max_v / 2
+        bits -= math.log((abs(avg - prev) + 1) / norm, 2)
+    if n < 2:
+        return bits
+    stdev = stdev / unit
+    bits += math.log((stdev + 1) * (stdev + 2), 2)
+    bits += math.log(1 - 1 / (max_v + 2), 2)
+    sphere = math.log(2)
+    sphere += math.log(math.pi) * ((n - 1) / 2)
+    sphere -= math.lgamma((n - 1) / 2)
+    sphere += math.log(stdev + 1) * (n - 2)
+    sphere += math.log(n) * ((n - 2) / 2)
+    return bits + sphere / math.log(2)
+
+
+def classify_mdl(
+    values: Sequence[float | Sequence[float]] | np.ndarray,
+    *,
+    unit: float | None = None,
+    sbps: float | None = None,
+    direction: str = "bigger-is-better",
+) -> MdlResult:
+    """Group a series by minimum description length, exactly as ``jumpavg.classify`` 0.4.2.
+
+    Parameters
+    ----------
+    values : sequence of float or of sequences of float
+        The runs in time order. A run given as a list of trials is one undivisible unit.
+    unit : float, optional
+        Resolution of the values; ``None`` or 0 derives it from ``sbps``.
+    sbps : float, optional
+        Significant bits per sample: the unit is ``max / (2**(sbps+1) - 1)``; default 12.
+    direction : str
+        ``bigger-is-better`` (throughput: a lower group is a regression, as in jumpavg) or
+        ``smaller-is-better`` (latency: a higher group is a regression).
+
+    Returns
+    -------
+    MdlResult
+        Groups with start, size, average, deviation, comment and bits, as ``jumpavg``.
+
+    Raises
+    ------
+    ParameterError
+        Empty series, an empty run, NaN, infinity, negative or non-numeric values, an
+        all-zero series, or an unknown direction.
+
+    Examples
+    --------
+    >>> r = classify_mdl([2.1, 3.1, 3.2], unit=0.1)
+    >>> [(g.start, g.size, round(g.avg, 2), g.comment) for g in r.groups]
+    [(0, 1, 2.1, 'normal'), (1, 2, 3.15, 'progression')]
+    >>> classify_mdl([5.0, 5.0, 5.0]).groups[0].comment
+    'normal'
+    """
+    if direction not in DIRECTIONS:
+        raise ParameterError(f"unknown direction {direction!r} (must be one of {', '.join(DIRECTIONS)})")
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
+    sizes, run_avg, run_sd, max_value = _runs(values)
+    if not unit:
+        max_in_units = pow(2.0, (sbps or 12.0) + 1.0) - 1.0
+        unit = max_value / max_in_units
+    if unit <= 0 or not math.isfinite(unit):
+        raise ParameterError(f"unit must be a positive number, not {unit!r}")
+    starts, bits, stats, best = _program(sizes, run_avg, run_sd, max_value, unit)
+    # The total as jumpavg's record keeps it: the bits before the last group plus its bits.
+    total_bits = float(best[starts[-1]]) + bits[-1]
+    return _result(starts, bits, stats, float(best[1]), sizes, max_value, unit, direction, total_bits)
+
+
+def _program(
+    sizes: np.ndarray, run_avg: np.ndarray, run_sd: np.ndarray, max_value: float, unit: float
+) -> tuple[list[int], list[float], list[tuple[float, float, float]], np.ndarray]:
+    """The dynamic program: per run end ``i`` the winning start, its group bits and statistics.
+
+    Also returns the best bits of the runs before each start, as jumpavg keeps them.
+    """
+    count = len(sizes)
+    max_v = max_value / unit
+    cum = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    total = int(cum[-1])
+    # Bits that depend on a group's sample count k only (k >= 2): length, deviation cut-off,
+    # sphere area without its deviation term.
+    ks = np.arange(total + 1, dtype=np.float64)
+    t_size = np.zeros(total + 1)
+    if total >= 2:
+        big = ks[2:]
+        lgam = np.array([math.lgamma((k - 1) / 2) for k in range(2, total + 1)])
+        t_size[2:] = (
+            np.log(big * (big + 1))
+            + math.log(1 - 1 / (max_v + 2))
+            + math.log(2)
+            + math.log(math.pi) * ((big - 1) / 2)
+            - lgam
+            + np.log(big) * ((big - 2) / 2)
+        ) / _LN2
+    # Reversed tables: for bare values the open groups' sizes at step i are i+1-j, a slice.
+    plain = bool((sizes == 1).all() and (run_sd == 0).all())
+    t_rev = t_size[::-1].copy()
+    km1_rev = (ks - 1)[::-1].astype(np.float32)
+    counts = np.arange(count, -1, -1, dtype=np.float64)
+    # The vector pass computes logarithms and their combination in float32; this bounds its
+    # error in bits (a few float32 ulp of at most log(max_v + 2) per term, the deviation term
+    # multiplied by up to k), so every start that could be the cheapest is re-evaluated
+    # exactly.
+    tol = 4e-6 * (math.log(max_v + 2) + 1) * (total + 3) / _LN2
+
+    n = np.zeros(count)  # samples of the open group starting at j
+    a = np.zeros(count)  # its average and deviation, exactly as jumpavg keeps them
+    s = np.zeros(count)
+    prev = np.zeros(count)  # previous group's average in units, fixed when j opens
+    prev_raw: list[float | None] = [None] * count
+    const = np.zeros(count)  # best bits before j plus log2(norm_j): fixed when j opens
+    const[0] = math.log(max_v + 1, 2)  # the first group's average: uniform up to the maximum
+    best = np.zeros(count + 1)  # best bits of the runs before j
+    starts: list[int] = []
+    win_bits: list[float] = []
+    win_stats: list[tuple[float, float, float]] = []
+    t0, t1, t2 = (np.empty(count) for _ in range(3))
+    f0, f1, f2 = (np.empty(count, dtype=np.float32) for _ in range(3))
+    inv_unit = 1.0 / unit
+    for i in range(count):
+        m, xa, xs = float(sizes[i]), float(run_avg[i]), float(run_sd[i])
+        near: list[int] = []
+        if i:
+            aa, ss = a[:i], s[:i]
+            u0, u1, u2 = t0[:i], t1[:i], t2[:i]
+            # Sample counts of the open groups before and after this run.
+            old = counts[count - i : count] if plain else n[:i]
+            # for_runs([stats, run]) with jumpavg's operation order, for every open group.
+            np.multiply(aa, old, out=u0)
+            np.divide(u0, old, out=u0)  # a1 = a * n / n
+            np.multiply(ss, ss, out=u1)
+            np.multiply(u1, old, out=u1)  # m2 = s * s * n
+            if xs != 0.0:
+                np.add(u1, xs * xs * m, out=u1)
+            np.subtract(xa, u0, out=u2)  # delta
+            np.multiply(u2, u2, out=aa)
+            np.multiply(aa, old, out=aa)  # delta * delta * n ...
+            if plain:
+                new = counts[count - i - 1 : count - 1]
+            else:
+                new = np.add(old, m, out=old)
+                np.multiply(aa, m, out=aa)
+                np.multiply(u2, m, out=u2)
+            np.divide(aa, new, out=aa)
+            np.add(u1, aa, out=u1)  # m2 + delta * delta * n * m / (n + m)
+            np.divide(u1, new, out=u1)
+            np.sqrt(u1, out=ss)
+            np.divide(u2, new, out=u2)
+            np.add(u0, u2, out=aa)  # a1 + delta * m / (n + m)
+            # Approximate bits of every open group (2+ samples each), in float32 but for
+            # the sums that need float64.
+            g0, g1, g2 = f0[:i], f1[:i], f2[:i]
+            np.multiply(aa, inv_unit, out=u0)
+            np.subtract(u0, prev[:i], out=g0, casting="same_kind")
+            np.abs(g0, out=g0)
+            g0 += 1.0
+            np.log(g0, out=g0)  # log(|avg - prev| + 1)
+            g0[0] = 0.0  # the first group's average is coded against no previous one
+            np.multiply(ss, inv_unit, out=g1, casting="same_kind")
+            g1 += 1.0
+            np.log(g1, out=g2)  # log(sd + 1)
+            g1 += 1.0
+            np.log(g1, out=g1)  # log(sd + 2)
+            if plain:
+                g2 *= km1_rev[total - i - 1 : total - 1]
+                sizes_bits = t_rev[total - i - 1 : total - 1]
+            else:
+                k = cum[i + 1] - cum[:i]
+                g2 *= (k - 1).astype(np.float32)
+                sizes_bits = t_size[k]
+            g2 += g1
+            g2 -= g0
+            g2 *= np.float32(1 / _LN2)
+            np.add(sizes_bits, g2, out=u0)
+            u0 += const[:i]
+            lo = float(u0.min())
+            # The winner is the cheapest; keep every start that could be it.
+            near = np.flatnonzero(u0 <= lo + 2 * tol + 1e-9 * abs(lo)).tolist()
+        n[i] = m
+        a[i], s[i] = (xa, xs) if m == 1.0 and xs == 0.0 else _renorm(m, xa, xs)
+        # Exact bits for the new group and the near-cheapest, then jumpavg's scan: the new
+        # group first, then the earliest start; only a strictly smaller total wins.
+        win, win_g = i, _bits(int(m), a[i], s[i], max_value, unit, prev_raw[i])
+        win_total = best[i] + win_g
+        for j in near:
+            g = _bits(int(cum[i + 1] - cum[j]), float(a[j]), float(s[j]), max_value, unit, prev_raw[j])
+            if best[j] + g < win_total:
+                win, win_g, win_total = j, g, best[j] + g
+        starts.append(win)
+        win_bits.append(win_g)
+        win_stats.append((float(cum[i + 1] - cum[win]), float(a[win]), float(s[win])))
+        best[i + 1] = win_total
+        if i == 0:
+            # jumpavg computes the first record's bits only when it copies it, after one
+            # more pass of for_runs (no change for a bare value).
+            best[1] = _bits(int(m), *_renorm(m, a[0], s[0]), max_value, unit, None)
+        if i + 1 < count:
+            # The next new group follows this record's last group, whose average it codes
+            # as copied (one more pass of for_runs).
+            prev_raw[i + 1] = _renorm(*win_stats[-1][:2], 0.0)[0]
+            nxt = prev_raw[i + 1] / unit
+            prev[i + 1] = nxt
+            norm = nxt * nxt
+            norm -= (nxt - 1) * max_v
+            norm += max_v * max_v / 2
+            const[i + 1] = best[i + 1] + math.log(norm) / _LN2
+    return starts, win_bits, win_stats, best
+
+
+def _result(
+    starts: list[int],
+    win_bits: list[float],
+    win_stats: list[tuple[float, float, float]],
+    best1: float,
+    sizes: np.ndarray,
+    max_value: float,
+    unit: float,
+    direction: str,
+    total_bits: float,
+) -> MdlResult:
+    """Walk the winning starts back from the end and comment the groups as jumpavg does."""
+    ends = []
+    end = len(starts) - 1
+    while end >= 0:
+        ends.append(end)
+        end = starts[end] - 1
+    ends.reverse()
+    cum = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    groups = []
+    prev_avg = None
+    for g, end in enumerate(ends):
+        start = starts[end]
+        nf, avg, sd = win_stats[end]
+        bits = win_bits[end]
+        if g < len(ends) - 1:
+            # Every group but the last was copied once into the grouping that follows it.
+            avg, sd = _renorm(nf, avg, sd)
+            if end == 0:
+                bits = best1
+        comment = "normal"
+        if prev_avg is not None and avg < prev_avg:
+            comment = "regression"
+        elif prev_avg is not None and avg > prev_avg:
+            comment = "progression"
+        prev_avg = avg
+        if direction == "smaller-is-better":
+            comment = _SWAP[comment]
+        size_samples = int(cum[end + 1] - cum[start])
+        groups.append(MdlGroup(start, end - start + 1, size_samples, avg, sd, comment, bits))
+    return MdlResult(tuple(groups), total_bits, unit, max_value, direction)
