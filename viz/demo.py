@@ -24,20 +24,24 @@ import infer
 import synth
 import tracefmt
 from tracefmt import ParameterError
-from viz.diff import PathsDiff, diff_dot, diff_paths
-from viz.dot import paths_dot
+from viz.diff import PathsDiff, diff_convolution, diff_dot, diff_paths, format_change
+from viz.dot import format_s, paths_dot
 from viz.export import write_export
 from viz.paths import collapse_replicas, select_patterns
 from viz.render import dot_binary, write_graph
 from viz.report import build_report
 
-__all__ = ["DEMO_INFERENCE", "DemoResult", "run_demo"]
+__all__ = ["DEMO_CONVOLUTION", "DEMO_INFERENCE", "DemoResult", "run_demo"]
 
 _SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "synth"
 
 #: Nesting settings of the demo: the joint scoreboard with densities and no overlap
 #: penalty, the most accurate on these workloads (docs/paper-reproduction.md).
 DEMO_INFERENCE: dict[str, Any] = {"board": "joint", "density": True, "x": 0.0}
+
+#: Convolution settings of the demo: 2 ms quanta resolve the tiers' millisecond delays,
+#: half a second covers the added 200 ms; paths start at the client.
+DEMO_CONVOLUTION: dict[str, Any] = {"quantum_s": 0.002, "max_lag_s": 0.5, "root": "client"}
 
 
 @dataclass(frozen=True)
@@ -50,11 +54,26 @@ class DemoResult:
     files: dict[str, str]
     runs: dict[str, dict[str, Any]]
     seconds: dict[str, float] = field(default_factory=dict)
+    convolution: list[dict[str, Any]] = field(default_factory=list)
+
+    def convolution_sentence(self) -> str | None:
+        """The convolution algorithm's view of the biggest change (None when not run)."""
+        if not self.convolution:
+            return None
+        c = self.convolution[0]
+        parts = c["label"].split(" -> ")
+        return (
+            f"convolution: at {c['at']}, between {parts[0]} -> {parts[1]} and {parts[1]} -> {parts[2]}: "
+            f"{format_s(c['base_s'])} -> {format_s(c['slow_s'])} ({format_change(c['change_s'])}), "
+            f"about {c['messages']:,} messages"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready summary (``wirepath demo --json``)."""
         return {
             "sentence": self.sentence,
+            "convolution_sentence": self.convolution_sentence(),
+            "convolution_changes": self.convolution[:5],
             "changes": self.diff.changes[:5],
             "top_patterns": [
                 {"id": p["id"], "count": p["count"], "total_latency_s": p["total_latency_s"]}
@@ -81,6 +100,7 @@ def run_demo(
     collapse: Sequence[str] = ("AP*", "DB*"),
     top: int = 3,
     configs: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None,
+    convolution: bool = True,
     on_step: Callable[[str], None] | None = None,
 ) -> DemoResult:
     """Run the demo into ``out_dir`` and return what it found.
@@ -97,6 +117,9 @@ def run_demo(
         Patterns to draw and print.
     configs : (base, slow), optional
         Synth configurations; the paper's multitier pair from ``samples/synth/`` by default.
+    convolution : bool
+        Also infer both runs with the convolution algorithm (``DEMO_CONVOLUTION``) and
+        compare their delays (the paper's Figure 13).
     on_step : callable, optional
         Called with a short description before each step (for progress output).
     """
@@ -113,6 +136,7 @@ def run_demo(
     runs: dict[str, dict[str, Any]] = {}
     seconds: dict[str, float] = {}
     docs: dict[str, dict[str, Any]] = {}
+    conv_docs: dict[str, dict[str, Any]] = {}
     for name, cfg_path in (("base", base_cfg), ("slow", slow_cfg)):
         t0 = time.perf_counter()
         step(f"synthesizing the {name} run from {cfg_path}")
@@ -128,7 +152,8 @@ def run_demo(
         seconds[f"synth_{name}"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         step(f"inferring the {name} run's paths (nesting, {report.messages:,} messages)")
-        result = infer.infer_nesting(tracefmt.read_trace(trace_path), **DEMO_INFERENCE)
+        trace = tracefmt.read_trace(trace_path)
+        result = infer.infer_nesting(trace, **DEMO_INFERENCE)
         doc = result.to_json()
         paths_path = out / f"{name}-paths.json"
         _write_json(doc, paths_path)
@@ -136,6 +161,14 @@ def run_demo(
         result.write_instances(instances_path)
         seconds[f"infer_{name}"] = time.perf_counter() - t0
         docs[name] = doc
+        if convolution:
+            t0 = time.perf_counter()
+            step(f"inferring the {name} run's paths (convolution, quantum {DEMO_CONVOLUTION['quantum_s']} s)")
+            conv = infer.infer_convolution(trace, **DEMO_CONVOLUTION).to_json()
+            conv_docs[name] = conv
+            _write_json(conv, out / f"{name}-convolution.json")
+            files[f"{name}_convolution"] = str(out / f"{name}-convolution.json")
+            seconds[f"convolution_{name}"] = time.perf_counter() - t0
         runs[name] = {
             "config": str(cfg_path),
             "messages": report.messages,
@@ -169,6 +202,13 @@ def run_demo(
     write_graph(text, out / "diff.svg")
     write_graph(text, out / "diff.png")
     files["diff_graph"] = str(out / "diff.svg")
+    conv_changes: list[dict[str, Any]] = []
+    if conv_docs:
+        conv_changes = diff_convolution(conv_docs["base"], conv_docs["slow"], collapse=collapse)
+        text = paths_dot(conv_docs["slow"], top=top)
+        (out / "slow-convolution.dot").write_text(text, encoding="utf-8")
+        write_graph(text, out / "slow-convolution.svg")
+        files["slow_convolution_graph"] = str(out / "slow-convolution.svg")
     files["diff_png"] = str(out / "diff.png")
     page = build_report(
         docs["slow"], base=docs["base"], top=10, collapse=collapse, title="wirepath demo: the slow run"
@@ -185,5 +225,11 @@ def run_demo(
     files["otlp"] = str(out / "slow-traces.otlp.json")
     seconds["diff_draw_report"] = time.perf_counter() - t0
     return DemoResult(
-        sentence=diff.sentence(), diff=diff, top_patterns=chosen, files=files, runs=runs, seconds=seconds
+        sentence=diff.sentence(),
+        diff=diff,
+        top_patterns=chosen,
+        files=files,
+        runs=runs,
+        seconds=seconds,
+        convolution=conv_changes,
     )

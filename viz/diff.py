@@ -27,7 +27,7 @@ from tracefmt import ParameterError
 from viz.dot import _Graph, format_s
 from viz.paths import check_paths, collapse_replicas, shape_of, visits
 
-__all__ = ["PathsDiff", "diff_dot", "diff_paths", "format_change"]
+__all__ = ["PathsDiff", "diff_convolution", "diff_dot", "diff_paths", "format_change"]
 
 
 def format_change(seconds: float) -> str:
@@ -366,3 +366,71 @@ def diff_dot(diff: PathsDiff, *, top: int = 3, min_change_s: float = 0.001, rel:
             )
         g.close_cluster()
     return g.text()
+
+
+def diff_convolution(
+    base: dict[str, Any], slow: dict[str, Any], *, collapse: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """Delay changes between two convolution paths files, biggest ``|change| x messages`` first.
+
+    Paths are matched by their node sequence. The delay at hop k + 1 (``delays_s[k]``,
+    most frequent first) is what ``nodes[k+1]`` takes between a message from
+    ``nodes[k]`` and the one it sends on to ``nodes[k+2]``; the most frequent delays are
+    compared and pooled over paths by that (from, at, to) triple, weighted by the slow
+    run's message count on the later hop (a hop shared by several paths counts once).
+    Node names matching a ``collapse`` glob are replaced by the glob.
+
+    Examples
+    --------
+    >>> def doc(d):
+    ...     return {"format": "wirepath.paths/1", "algorithm": "convolution", "paths": [
+    ...         {"nodes": ["c", "WS2", "AP1"], "delays_s": [[d]], "counts": [10, 8]}]}
+    >>> c = diff_convolution(doc(0.001), doc(0.201))[0]
+    >>> c["label"], round(c["change_s"], 3), c["messages"]
+    ('c -> WS2 -> AP1', 0.2, 8)
+    """
+    import fnmatch
+
+    for doc, where in ((base, "base"), (slow, "slow")):
+        check_paths(doc, where)
+        if doc["algorithm"] != "convolution":
+            raise ParameterError(f"the {where} run is a {doc['algorithm']} paths file, not convolution")
+
+    def name(n: str) -> str:
+        return next((g for g in collapse if fnmatch.fnmatchcase(n, g)), n)
+
+    by_nodes = {tuple(p["nodes"]): p for p in base["paths"]}
+    pooled: dict[tuple[str, str, str], list[float]] = {}
+    seen: set[tuple[str, ...]] = set()
+    for sp in slow["paths"]:
+        bp = by_nodes.get(tuple(sp["nodes"]))
+        if bp is None:
+            continue
+        nodes = [name(n) for n in sp["nodes"]]
+        for k, (db, ds) in enumerate(zip(bp["delays_s"], sp["delays_s"], strict=True)):
+            # Paths share their first hops (one vertex of the output graph): count each once.
+            prefix = tuple(sp["nodes"][: k + 3])
+            if not db or not ds or prefix in seen:
+                continue
+            seen.add(prefix)
+            weight = float(sp["counts"][k + 1])
+            acc = pooled.setdefault((nodes[k], nodes[k + 1], nodes[k + 2]), [0.0, 0.0, 0.0])
+            acc[0] += weight
+            acc[1] += weight * float(db[0])
+            acc[2] += weight * float(ds[0])
+    out = []
+    for (a, b, c), (w, sum_b, sum_s) in pooled.items():
+        if w <= 0:
+            continue
+        out.append(
+            {
+                "label": f"{a} -> {b} -> {c}",
+                "at": b,
+                "base_s": sum_b / w,
+                "slow_s": sum_s / w,
+                "change_s": (sum_s - sum_b) / w,
+                "messages": round(w),
+            }
+        )
+    out.sort(key=lambda c: (-abs(c["change_s"]) * c["messages"], c["label"]))
+    return out

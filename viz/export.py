@@ -205,14 +205,17 @@ def _zipkin(s: _Spans) -> list[dict[str, Any]]:
 def _jaeger(s: _Spans) -> dict[str, Any]:
     types = {"string": "string", "double": "float64", "int": "int64"}
     traces: dict[str, dict[str, Any]] = {}
+    pids: dict[str, dict[str, str]] = {}  # per trace: service -> process id
     for k in range(len(s)):
         tid = s.trace[k]
-        trace = traces.setdefault(tid, {"traceID": tid, "spans": [], "processes": {}, "warnings": None})
-        procs = trace["processes"]
-        pid = next((p for p, v in procs.items() if v["serviceName"] == s.service[k]), None)
+        trace = traces.get(tid)
+        if trace is None:
+            trace = traces[tid] = {"traceID": tid, "spans": [], "processes": {}, "warnings": None}
+            pids[tid] = {}
+        pid = pids[tid].get(s.service[k])
         if pid is None:
-            pid = f"p{len(procs) + 1}"
-            procs[pid] = {"serviceName": s.service[k], "tags": []}
+            pid = pids[tid][s.service[k]] = f"p{len(pids[tid]) + 1}"
+            trace["processes"][pid] = {"serviceName": s.service[k], "tags": []}
         ts, dur = _micro(s, k)
         refs = [] if s.parent[k] is None else [{"refType": "CHILD_OF", "traceID": tid, "spanID": s.parent[k]}]
         tags = [{"key": "span.kind", "type": "string", "value": s.kind[k]}]

@@ -12,7 +12,7 @@ from typing import Any
 
 import infer
 from tracefmt import ParameterError
-from viz.demo import DEMO_INFERENCE, run_demo
+from viz.demo import DEMO_CONVOLUTION, DEMO_INFERENCE, run_demo
 from viz.diff import diff_dot, diff_paths
 from viz.dot import paths_dot
 from viz.export import EXPORT_FORMATS, write_export
@@ -118,6 +118,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         seed=args.seed,
         collapse=args.collapse if args.collapse is not None else ("AP*", "DB*"),
         top=args.top,
+        convolution=not args.no_convolution,
         on_step=step,
     )
     elapsed = time.perf_counter() - t0
@@ -125,7 +126,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     lines = [
         f"two runs of the multi-tier system: {base['messages']:,} and {slow['messages']:,} messages, "
         f"{base['instances']:,} and {slow['instances']:,} requests; the slow run adds a delay somewhere",
-        f"nesting ({', '.join(f'{k}={v}' for k, v in DEMO_INFERENCE.items())}); replicas merged: "
+        f"nesting ({', '.join(f'{k}={v}' for k, v in DEMO_INFERENCE.items())})"
+        + (
+            f" and convolution ({', '.join(f'{k}={v}' for k, v in DEMO_CONVOLUTION.items())})"
+            if result.convolution
+            else ""
+        )
+        + "; replicas merged: "
         + ", ".join(result.diff.params["collapse"]),
         "",
         "slowest patterns of the slow run (by total latency):",
@@ -137,16 +144,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if result.diff.changes:
         lines.append(f"  ({result.diff.changes[0]['where']})")
     lines += ["top changes:"] + ["  " + line for line in result.diff.text_lines(5)]
+    conv = result.convolution_sentence()
+    if conv:
+        lines += ["", conv]
     lines += ["", f"wrote into {args.out}/:"]
     names = [
         ("report", "the HTML report: open it in a browser"),
         ("diff_graph", "diff graph, red where slower"),
         ("slow_graph", "top patterns of the slow run"),
         ("base_graph", "top patterns of the base run"),
+        ("slow_convolution_graph", "top convolution paths of the slow run"),
         ("otlp", "slow run's first requests as OTLP/JSON traces"),
         ("slow_paths", "paths files (results.md): base-paths.json, slow-paths.json"),
     ]
-    lines += [f"  {result.files[key]:<34} {what}" for key, what in names]
+    lines += [f"  {result.files[key]:<34} {what}" for key, what in names if key in result.files]
     lines.append(f"done in {elapsed:.1f} s")
     emit(args, {**result.to_json(), "elapsed_s": elapsed}, "\n".join(lines))
     return 0
@@ -279,4 +290,5 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     p.add_argument("--parallelism", type=float, default=2.0, metavar="K", help="mean parallelism (default 2)")
     p.add_argument("--seed", type=int, default=1, help="random seed of both runs (default 1)")
     p.add_argument("--top", type=int, default=3, metavar="N", help="patterns to print and draw (default 3)")
+    p.add_argument("--no-convolution", action="store_true", help="skip the convolution algorithm")
     _collapse_option(p)

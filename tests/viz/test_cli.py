@@ -88,6 +88,7 @@ def test_demo_verb(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "where the time went:\n  WS2 -> AP*: +0.2" in captured.out
     assert str(out / "report.html") in captured.out
+    assert "convolution: at WS2, between AUTH -> WS2 and WS2 -> AP*" in captured.out
     assert "... synthesizing the base run" in captured.err
     assert (out / "report.html").exists()
 

@@ -43,6 +43,20 @@ def test_demo_finds_the_injected_delay(demo):
     assert len(steps) >= 5
 
 
+def test_convolution_sees_the_same_delay(demo):
+    out, result, _ = demo
+    truth = json.loads((out / "slow-truth.json").read_text())
+    top = result.convolution[0]
+    # A message from AUTH back to WS2 is followed 200 ms later by WS2's call to an AP.
+    assert top["label"] == "AUTH -> WS2 -> AP*"
+    assert top["base_s"] == pytest.approx(0.001, abs=0.001)
+    assert top["slow_s"] == pytest.approx(0.201, abs=0.003)
+    assert top["messages"] == pytest.approx(_ws2_auth_requests(truth), rel=0.15)
+    assert result.convolution_sentence().startswith(
+        "convolution: at WS2, between AUTH -> WS2 and WS2 -> AP*:"
+    )
+
+
 def test_demo_writes_every_file_it_names(demo):
     out, result, _ = demo
     for key, path in result.files.items():

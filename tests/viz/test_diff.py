@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tracefmt import ParameterError
-from viz.diff import diff_dot, diff_paths
+from viz.diff import diff_convolution, diff_dot, diff_paths
 
 # multitier-slow.toml: WS2 waits 201 ms between calls instead of 1 ms.
 INJECTED_S = 0.200
@@ -118,3 +118,31 @@ def test_diff_refuses_convolution_and_bad_min_count(docs):
         diff_paths(_run(docs), conv)
     with pytest.raises(ParameterError, match="min_count must be at least 1"):
         diff_paths(_run(docs), _run(docs), min_count=0)
+
+
+def _conv(wait_s, counts=(100, 50, 50, 40)):
+    # Two linear paths sharing their first three hops, as results.md describes them.
+    return {
+        "format": "wirepath.paths/1",
+        "algorithm": "convolution",
+        "paths": [
+            {"nodes": ["c", "WS2", "AUTH", "WS2", "AP1"], "delays_s": [[0.002], [0.005], [wait_s]],
+             "counts": list(counts)},
+            {"nodes": ["c", "WS2", "AUTH", "WS2", "AP2"], "delays_s": [[0.002], [0.005], [wait_s, 0.5]],
+             "counts": [*counts[:3], 10]},
+        ],
+    }  # fmt: skip
+
+
+def test_convolution_diff_pools_hops_once():
+    changes = diff_convolution(_conv(0.001), _conv(0.201))
+    top = changes[0]
+    assert top["label"] == "AUTH -> WS2 -> AP1"
+    assert top["change_s"] == pytest.approx(0.2)
+    assert top["messages"] == 40
+    merged = diff_convolution(_conv(0.001), _conv(0.201), collapse=["AP*"])[0]
+    assert (merged["label"], merged["messages"]) == ("AUTH -> WS2 -> AP*", 50)
+    # The shared hops c -> WS2 -> AUTH and WS2 -> AUTH -> WS2 count once, not once per path.
+    shared = [c for c in changes if c["label"] == "WS2 -> AUTH -> WS2"]
+    assert shared[0]["messages"] == 50
+    assert shared[0]["change_s"] == 0
