@@ -263,11 +263,14 @@ class _Pairs:
         # of the load, which correlate every pair of busy edges, do not pass for spikes.
         resid = smooth - local_background(smooth, ring, core)
         body = resid[neg:]  # lags 0 .. max_lag
+        # Mean and deviation of the background: the lags that do not stand out (judged
+        # against the median and the scaled median absolute deviation first), so strong
+        # spikes do not hide weaker ones by inflating the deviation, even in short windows.
         mean, std = float(body.mean()), float(body.std())
-        if std > 0:
-            # Background statistics without the runs that stand out, so strong spikes do
-            # not hide weaker ones by inflating the deviation.
-            quiet = body[(body - mean) / std <= p.sep_sigma]
+        med = float(np.median(body))
+        mad = 1.4826 * float(np.median(np.abs(body - med)))
+        if mad > 0:
+            quiet = body[(body - med) / mad <= p.sep_sigma]
             if quiet.size >= _MIN_LAGS:
                 mean, std = float(quiet.mean()), float(quiet.std())
         if not std > 0:
@@ -325,7 +328,7 @@ class _Vertex:
 
 def _edge_fraction(spikes: tuple[DelaySpike, ...], n_in: int, n_out: int) -> float:
     """Share of messages on the edge in that go on to this edge out (capped by its size)."""
-    return min(sum(s.count for s in spikes), float(n_out)) / max(n_in, 1)
+    return float(min(sum(s.count for s in spikes), float(n_out)) / max(int(n_in), 1))
 
 
 def infer_convolution(
@@ -462,6 +465,20 @@ def infer_convolution(
     edge = edge.ravel()
     e_src, e_dst = ekey // n_nodes, ekey % n_nodes
     max_lag = int(max_lag_s / quantum_s)
+    notes: list[str] = []
+    if max_lag > n_slots // 2:
+        # Beyond half the trace two signals overlap too little for a fair background.
+        if n_slots // 2 < _MIN_LAGS:
+            raise ParameterError(
+                f"the trace spans only {n_slots} quanta of {quantum_s:g} s; the spike statistics need "
+                f"lags up to at least {_MIN_LAGS} quanta within half the trace: use a quantum of at most "
+                f"{span_s / (2 * _MIN_LAGS + 2):.3g} s"
+            )
+        notes.append(
+            f"max_lag cut from {max_lag_s:g} s to half the trace ({n_slots // 2 * quantum_s:g} s): "
+            "longer lags overlap too little"
+        )
+        max_lag = n_slots // 2
     neg = params.band_quanta + _NEG_MARGIN if params.plausible else 0
     corr = Correlator(slots, edge, ekey.size, n_slots, max_lag, neg)
     stats: dict[str, Any] = {
@@ -486,7 +503,6 @@ def infer_convolution(
         out_edges[a].append(e)
         in_edges[b].append(e)
     counts = corr.counts
-    notes: list[str] = []
     if ekey.size == 1:
         notes.append(
             f"the trace has one directed edge ({names[e_src[0]]}->{names[e_dst[0]]}): there is no edge "

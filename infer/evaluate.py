@@ -338,14 +338,11 @@ def true_linear_paths(trace: pa.Table) -> LinearTruth:
     return LinearTruth(patterns, int(bad.sum()))
 
 
-def _hops_match(delays: list[list[float]], samples: np.ndarray, tol: float, share: float) -> bool:
-    """Every hop's reported delays account (within ``tol``) for ``share`` of its true delays."""
+def _hops_match(delays: list[list[float]], samples: np.ndarray, tol: float) -> bool:
+    """Every hop has a reported delay within ``tol`` of its true median delay."""
     for k in range(samples.shape[1]):
         found = np.asarray(delays[k], np.float64) if k < len(delays) else np.zeros(0)
-        if found.size == 0:
-            return False
-        near = (np.abs(samples[:, k][:, None] - found[None, :]) <= tol).any(axis=1)
-        if near.mean() < share:
+        if found.size == 0 or not (np.abs(found - np.median(samples[:, k])) <= tol).any():
             return False
     return True
 
@@ -357,14 +354,13 @@ def evaluate_convolution(
     ns: tuple[int, ...] = DEFAULT_NS,
     tolerances: tuple[float, ...] = DEFAULT_TOLERANCES,
     tolerance_s: float | None = None,
-    share: float = 0.5,
 ) -> dict[str, Any]:
     """Score a convolution paths file against the truth of a synthetic trace.
 
     A true linear path (:func:`true_linear_paths`) is *found* when an inferred path starts
-    with its node sequence and, on every hop, the delays reported account for at least
-    ``share`` of its true delays within ``tolerance_s`` (default: the quantum plus the
-    delay band). An inferred path is a false positive unless its node sequence is a true
+    with its node sequence and, on every hop, one of the delays reported is within
+    ``tolerance_s`` (default: the quantum plus the delay band) of the hop's true median
+    delay. An inferred path is a false positive unless its node sequence is a true
     path's; one that is a true path's beginning is counted as ``partial`` too.
 
     Returns
@@ -409,7 +405,7 @@ def evaluate_convolution(
     def found_in(seq: tuple[str, ...], candidates: list[dict[str, Any]]) -> bool:
         n = len(seq)
         return any(
-            tuple(p["nodes"][:n]) == seq and _hops_match(p["delays_s"], truth.patterns[seq], tol, share)
+            tuple(p["nodes"][:n]) == seq and _hops_match(p["delays_s"], truth.patterns[seq], tol)
             for p in candidates
         )
 
