@@ -24,7 +24,8 @@ demo: setup
 	$(BIN)/wirepath infer nesting $(DEMO)/synth.parquet --out $(DEMO)/paths.json \
 		--instances $(DEMO)/instances.parquet --show 3
 	$(BIN)/wirepath eval $(DEMO)/paths.json $(DEMO)/synth.parquet --instances $(DEMO)/instances.parquet
-	@echo "demo output: $(DEMO)/ (merged.parquet, merged-paths.json; synth.parquet, synth-truth.json, paths.json, instances.parquet)"
+	$(BIN)/wirepath demo --out $(DEMO)
+	@echo "demo output: $(DEMO)/ (report.html, diff.svg, slow-top.svg; merged.parquet, paths.json, ...)"
 
 test: setup lint
 	$(BIN)/pytest
