@@ -512,7 +512,7 @@ def capture_live(
     buffer_mb: int = DEFAULT_BUFFER_MB,
     promisc: bool = True,
     immediate: bool = False,
-    names: Mapping[str, str] | None = None,
+    names: Mapping[str, str] | PathLike | None = None,
     convert: bool = True,
     stop: threading.Event | None = None,
     on_ready: Callable[[LiveCapture], None] | None = None,
@@ -534,8 +534,8 @@ def capture_live(
         Start a new file past this many million bytes.
     snaplen, buffer_mb, promisc, immediate :
         As in :func:`tcpdump_command`.
-    names : mapping, optional
-        Node names (address, address:port or CIDR -> name) for the trace.
+    names : mapping or path, optional
+        Node names (address, address:port or CIDR -> name) for the trace, or a names file.
     convert : bool
         Convert the files into ``out_dir/trace.parquet`` when the recording ends.
     stop : threading.Event, optional
@@ -593,10 +593,13 @@ def capture_live(
 
 
 def _convert(
-    files: Sequence[str], trace: str, *, names: Mapping[str, str] | None, options: Mapping[str, Any]
+    files: Sequence[str],
+    trace: str,
+    *,
+    names: Mapping[str, str] | PathLike | None,
+    options: Mapping[str, Any],
 ) -> dict[str, Any]:
     """All files of the run into one trace (TCP connections may span a rotation)."""
     from capture import convert_pcaps  # the ingest pipeline; imported late, it is big
 
-    report = convert_pcaps(files, trace, names=dict(names) if names else None, **options)
-    return report.to_json() if hasattr(report, "to_json") else dict(vars(report))
+    return convert_pcaps(files, trace, names=names, **options).to_json()

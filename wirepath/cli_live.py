@@ -64,7 +64,6 @@ def register(sources: argparse._SubParsersAction) -> None:
 
 
 def _cmd_live(args: argparse.Namespace) -> int:
-    names = tracefmt.load_names(args.names) if args.names else None
     duration = tracefmt.parse_duration_ns(args.duration) / 1e9 if args.duration else None
     stop = threading.Event()
 
@@ -89,7 +88,7 @@ def _cmd_live(args: argparse.Namespace) -> int:
             snaplen=args.snaplen,
             buffer_mb=args.buffer_mb,
             promisc=not args.no_promisc,
-            names=names,
+            names=args.names,
             convert=not args.no_convert,
             stop=stop,
             on_ready=on_ready,
