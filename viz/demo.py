@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import time
@@ -205,7 +206,17 @@ def run_demo(
     conv_changes: list[dict[str, Any]] = []
     if conv_docs:
         conv_changes = diff_convolution(conv_docs["base"], conv_docs["slow"], collapse=collapse)
-        text = paths_dot(conv_docs["slow"], top=top)
+        # Draw first the paths through the biggest change, so the picture shows it.
+        slow_conv = conv_docs["slow"]
+        if conv_changes:
+            hot = conv_changes[0]["label"].split(" -> ")
+
+            def through(path: dict[str, Any]) -> bool:
+                names = [next((g for g in collapse if fnmatch.fnmatchcase(n, g)), n) for n in path["nodes"]]
+                return any(names[k : k + 3] == hot for k in range(len(names) - 2))
+
+            slow_conv = {**slow_conv, "paths": sorted(slow_conv["paths"], key=lambda p: not through(p))}
+        text = paths_dot(slow_conv, top=top)
         (out / "slow-convolution.dot").write_text(text, encoding="utf-8")
         write_graph(text, out / "slow-convolution.svg")
         files["slow_convolution_graph"] = str(out / "slow-convolution.svg")

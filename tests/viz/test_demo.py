@@ -55,6 +55,9 @@ def test_convolution_sees_the_same_delay(demo):
     assert result.convolution_sentence().startswith(
         "convolution: at WS2, between AUTH -> WS2 and WS2 -> AP*:"
     )
+    # The drawn chains go through that wait: WS2's hop to an AP carries about 201 ms.
+    chain = (out / "slow-convolution.dot").read_text()
+    assert re.search(r'"c0n3" -> "c0n4" \[label="[\d,]+ msgs\\nafter 20\d(\.\d+)? ms', chain)
 
 
 def test_demo_writes_every_file_it_names(demo):
