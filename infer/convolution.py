@@ -60,12 +60,14 @@ class ConvolutionParams:
     min_count: float = 1.0
     short_paths: bool = True
     max_repeats: int = 0
+    stop_at_root: bool = True
     plausible: bool = True
     max_depth: int = 32
     count_estimate: str = "raw"
     delay_estimate: str = "centroid"
     root_share: float = 0.5
     max_vertices: int = 100_000
+    method: str = "auto"
 
     def check(self) -> None:
         """Raise ``ParameterError`` naming the first bad parameter."""
@@ -96,6 +98,8 @@ class ConvolutionParams:
                 raise ParameterError(f"{name} must be an integer >= {least}, not {value!r}")
         if self.count_estimate not in ("raw", "sqrt"):
             raise ParameterError(f"unknown count_estimate {self.count_estimate!r} (must be raw or sqrt)")
+        if self.method not in ("auto", "fft", "direct"):
+            raise ParameterError(f"unknown method {self.method!r} (must be auto, fft or direct)")
         if self.delay_estimate not in ("centroid", "lag"):
             raise ParameterError(f"unknown delay_estimate {self.delay_estimate!r} (must be centroid or lag)")
 
@@ -343,12 +347,14 @@ def infer_convolution(
     min_count: float = 1.0,
     short_paths: bool = True,
     max_repeats: int = 0,
+    stop_at_root: bool = True,
     plausible: bool = True,
     max_depth: int = 32,
     count_estimate: str = "raw",
     delay_estimate: str = "centroid",
     root_share: float = 0.5,
     max_vertices: int = 100_000,
+    method: str = "auto",
 ) -> ConvolutionResult:
     """Infer causal paths of a message trace with the convolution algorithm.
 
@@ -379,7 +385,10 @@ def infer_convolution(
         the short path is that longer path seen with its middle left out.
     max_repeats : int
         How often a path may repeat a transition (edge in, edge out); a path ends where it
-        would repeat more (cuts cycles such as a client's next request).
+        would repeat more (cuts cycles).
+    stop_at_root : bool
+        A path ends when it comes back to its root: what the root sends next belongs to
+        its next request (a client's think time), not to this path.
     plausible : bool
         Drop peaks at negative lags whose tail reaches lag 0 (an effect taken for a cause)
         and peaks at ``max_lag`` (cut off, not located).
@@ -396,6 +405,10 @@ def infer_convolution(
         See ``root``.
     max_vertices : int
         Stop growing the graph beyond this many vertices (noted in the result).
+    method : {"auto", "fft", "direct"}
+        How each edge pair is correlated: FFT (O(S log S)), or by enumerating the pairs
+        of occupied quanta within the lag window (exact as well; far cheaper when edges
+        are sparse against S), or per pair whichever is estimated cheaper.
 
     Returns
     -------
@@ -431,12 +444,14 @@ def infer_convolution(
         min_count=min_count,
         short_paths=short_paths,
         max_repeats=max_repeats,
+        stop_at_root=stop_at_root,
         plausible=plausible,
         max_depth=max_depth,
         count_estimate=count_estimate,
         delay_estimate=delay_estimate,
         root_share=root_share,
         max_vertices=max_vertices,
+        method=method,
     )
     params.check()
     trace = sort_trace(validate_trace(trace))
@@ -480,7 +495,7 @@ def infer_convolution(
         )
         max_lag = n_slots // 2
     neg = params.band_quanta + _NEG_MARGIN if params.plausible else 0
-    corr = Correlator(slots, edge, ekey.size, n_slots, max_lag, neg)
+    corr = Correlator(slots, edge, ekey.size, n_slots, max_lag, neg, method=params.method)
     stats: dict[str, Any] = {
         "messages": trace.num_rows,
         "edges": int(ekey.size),
@@ -492,6 +507,7 @@ def infer_convolution(
         "spikes_at_max_lag": 0,
         "cut_min_count": 0,
         "cut_repeats": 0,
+        "cut_root": 0,
         "cut_depth": 0,
         "short_delays": 0,
         "short_hops": 0,
@@ -556,6 +572,10 @@ def infer_convolution(
     while stack:
         v = stack.pop()
         vx = verts[v]
+        if params.stop_at_root and vx.depth > 0 and vx.node == verts[_root_of(verts, v)].node:
+            if any(pairs.spikes(vx.edge, e) for e in out_edges[vx.node]):
+                stats["cut_root"] += 1
+            continue
         if vx.depth >= params.max_depth:
             if any(pairs.spikes(vx.edge, e) for e in out_edges[vx.node]):
                 stats["cut_depth"] += 1
@@ -610,6 +630,7 @@ def infer_convolution(
     stats["vertices"] = graph.number_of_nodes()
     stats["paths"] = len(paths)
     stats["ffts"] = corr.ffts
+    stats["pairs_direct"] = corr.direct_pairs
     if not paths and not notes:
         notes.append("no path found: no hop kept min_count estimated messages")
     return ConvolutionResult(
@@ -621,6 +642,12 @@ def infer_convolution(
         notes=notes,
         trace_info={"messages": trace.num_rows, "start_ns": t0, "end_ns": t1},
     )
+
+
+def _root_of(verts: list[_Vertex], v: int) -> int:
+    while verts[v].parent >= 0:
+        v = verts[v].parent
+    return v
 
 
 def _subtree(verts: list[_Vertex], v: int) -> list[int]:

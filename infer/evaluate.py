@@ -354,6 +354,7 @@ def evaluate_convolution(
     ns: tuple[int, ...] = DEFAULT_NS,
     tolerances: tuple[float, ...] = DEFAULT_TOLERANCES,
     tolerance_s: float | None = None,
+    min_true_count: int = 0,
 ) -> dict[str, Any]:
     """Score a convolution paths file against the truth of a synthetic trace.
 
@@ -399,7 +400,8 @@ def evaluate_convolution(
     truth = true_linear_paths(trace)
     inferred = [p for p in paths.get("paths", []) if len(p.get("nodes", [])) >= 2]
     inferred = sorted(inferred, key=lambda p: (-float(p["count"]), p["nodes"]))
-    true_seqs = set(truth.patterns)
+    all_seqs = set(truth.patterns)
+    true_seqs = {s for s in all_seqs if truth.count(s) >= min_true_count}
     true_prefixes = truth.prefix_counts()
 
     def found_in(seq: tuple[str, ...], candidates: list[dict[str, Any]]) -> bool:
@@ -410,9 +412,9 @@ def evaluate_convolution(
         )
 
     found = {seq for seq in true_seqs if found_in(seq, inferred)}
-    exact = [p for p in inferred if tuple(p["nodes"]) in true_seqs]
+    exact = [p for p in inferred if tuple(p["nodes"]) in all_seqs]
     partial = [
-        p for p in inferred if tuple(p["nodes"]) not in true_seqs and tuple(p["nodes"]) in true_prefixes
+        p for p in inferred if tuple(p["nodes"]) not in all_seqs and tuple(p["nodes"]) in true_prefixes
     ]
     fp = len(inferred) - len(exact)
     report: dict[str, Any] = {
@@ -426,7 +428,7 @@ def evaluate_convolution(
             "nonlinear_instances": truth.nonlinear_instances,
         }
     }
-    ranked = truth.by_count()
+    ranked = [s for s in truth.by_count() if s in true_seqs]
     top = []
     for n in ns:
         if n > len(ranked):

@@ -53,6 +53,7 @@ def _cmd_infer_convolution(args: argparse.Namespace) -> int:
         min_count=args.min_count,
         short_paths=not args.keep_short_paths,
         max_repeats=args.max_repeats,
+        stop_at_root=not args.through_root,
         plausible=not args.keep_implausible,
         max_depth=args.max_depth,
         count_estimate=args.count_estimate,
@@ -116,6 +117,9 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     p.add_argument("--keep-short-paths", action="store_true", help="keep delays a longer path explains")
     p.add_argument(
         "--max-repeats", type=int, default=0, metavar="N", help="times a path may repeat a transition (0)"
+    )
+    p.add_argument(
+        "--through-root", action="store_true", help="let paths go on after coming back to their root"
     )
     p.add_argument(
         "--keep-implausible", action="store_true", help="keep negative-lag tails and peaks at --max-lag"

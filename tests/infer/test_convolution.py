@@ -222,11 +222,17 @@ def test_cycles_are_cut() -> None:
         rows.append((answer, "b", "a"))
         t = answer + 0.01 + rng.normal(0, 0.0005) + (rng.uniform(0, 0.5) if rng.random() < 0.2 else 0)
     table = _table(rows)
-    r = infer.infer_convolution(table, quantum_s=0.001, max_lag_s=0.2, band_s=0.001, root="a")
-    assert r.stats["cut_repeats"] >= 1
-    assert max(len(p.nodes) for p in r.paths) <= 4  # a b a b: each transition once
-    r2 = infer.infer_convolution(table, quantum_s=0.001, max_lag_s=0.2, band_s=0.001, root="a", max_repeats=2)
-    assert max(len(p.nodes) for p in r2.paths) > max(len(p.nodes) for p in r.paths)
+    kw: dict[str, Any] = {"quantum_s": 0.001, "max_lag_s": 0.2, "band_s": 0.001, "root": "a"}
+    # By default a path ends where it comes back to its root: a b a.
+    r = infer.infer_convolution(table, **kw)
+    assert [p.nodes for p in r.paths] == [("a", "b", "a")]
+    assert r.stats["cut_root"] == 1
+    # Through the root, each transition once: a b a b (then b->a would repeat).
+    r = infer.infer_convolution(table, stop_at_root=False, **kw)
+    assert [p.nodes for p in r.paths] == [("a", "b", "a", "b")]
+    assert r.stats["cut_repeats"] == 1
+    r2 = infer.infer_convolution(table, stop_at_root=False, max_repeats=2, **kw)
+    assert max(len(p.nodes) for p in r2.paths) == 8  # each of the two transitions three times
     # Without a root everything is explained (a closed loop): the result says so.
     r3 = infer.infer_convolution(table, quantum_s=0.001, max_lag_s=0.2, band_s=0.001)
     assert r3.paths == []
@@ -326,3 +332,17 @@ def test_lags_beyond_half_the_trace_are_cut_with_a_note(chain: pa.Table) -> None
     r = infer.infer_convolution(chain, quantum_s=1.0, max_lag_s=1e5)
     assert any(n.startswith("max_lag cut") for n in r.notes)
     assert r.stats["fft_length"] < 2 * r.stats["quanta"]
+
+
+def test_direct_and_fft_correlation_give_the_same_paths(chain: pa.Table) -> None:
+    kw: dict[str, Any] = {"quantum_s": 0.01, "max_lag_s": 1.0}
+    fft = infer.infer_convolution(chain, method="fft", **kw)
+    direct = infer.infer_convolution(chain, method="direct", **kw)
+    assert fft.stats["pairs_direct"] == 0
+    assert direct.stats["ffts"] == 0
+    assert direct.stats["pairs_direct"] == direct.stats["pairs_correlated"]
+    for a, b in zip(fft.paths, direct.paths, strict=True):
+        assert a.nodes == b.nodes
+        np.testing.assert_allclose(a.counts, b.counts, rtol=1e-9)
+        for da, db in zip(a.delays_s, b.delays_s, strict=True):
+            np.testing.assert_allclose(da, db, rtol=1e-9)

@@ -188,3 +188,15 @@ def test_bad_inputs(mail: pa.Table) -> None:
     empty = infer.evaluate_paths(doc, mail)
     assert empty["patterns"]["inferred"] == 0
     assert empty["patterns"]["false_negatives"] == empty["patterns"]["true"]
+
+
+def test_rare_true_paths_can_be_left_out(mail: pa.Table) -> None:
+    truth = _truth_by_hand(mail)
+    floor = sorted(len(v) for v in truth.values())[len(truth) // 2]
+    frequent = {k for k, v in truth.items() if len(v) >= floor}
+    report = infer.evaluate_convolution(_paths_file([]), mail, min_true_count=floor)
+    assert report["patterns"]["true"] == len(frequent)
+    assert report["patterns"]["false_negatives"] == len(frequent)
+    report = infer.evaluate_convolution(_paths_file(_exact_paths(truth)), mail, min_true_count=floor)
+    assert report["patterns"]["false_negatives"] == 0
+    assert report["patterns"]["false_positives"] == 0
