@@ -1,9 +1,63 @@
 """Performance series over runs: MDL grouping, trimmed moving statistics, per-patch verdicts,
 Mako's window deviation analysis, trend compliance and the dashboard.
 
-Every function takes plain numbers or an Arrow table of the store's ``results/`` schema.
+Series live in the store's ``results/`` (:mod:`trend.series`); everything else takes plain
+numbers or :class:`Series`.
 """
 
+from trend.analysis import METHODS, SeriesTrend, alert_text, analyze_series, trend_compliance
+from trend.compare import Comparison, compare_runs, format_comparison, parse_values, read_compare_file
+from trend.dashboard import DashboardReport, graph_figure, write_dashboard
 from trend.mdl import DIRECTIONS, MdlGroup, MdlResult, classify_mdl
+from trend.series import (
+    IMPORT_COLUMNS,
+    RESULTS_SCHEMA,
+    Series,
+    load_series,
+    parse_time_ns,
+    read_result_rows,
+    results_table,
+    write_results,
+)
+from trend.sources import mrr_from_timestamps, mrr_results, paths_results, trial_windows
+from trend.tmm import TmmResult, classify_tmm
+from trend.wda import WdaResult, WdaRun, analyze_wda, load_wda_config, read_wda_runs
 
-__all__ = ["DIRECTIONS", "MdlGroup", "MdlResult", "classify_mdl"]
+__all__ = [
+    "DIRECTIONS",
+    "IMPORT_COLUMNS",
+    "METHODS",
+    "RESULTS_SCHEMA",
+    "Comparison",
+    "DashboardReport",
+    "MdlGroup",
+    "MdlResult",
+    "Series",
+    "SeriesTrend",
+    "TmmResult",
+    "WdaResult",
+    "WdaRun",
+    "alert_text",
+    "analyze_series",
+    "analyze_wda",
+    "classify_mdl",
+    "classify_tmm",
+    "compare_runs",
+    "format_comparison",
+    "graph_figure",
+    "load_series",
+    "load_wda_config",
+    "mrr_from_timestamps",
+    "mrr_results",
+    "parse_time_ns",
+    "parse_values",
+    "paths_results",
+    "read_compare_file",
+    "read_result_rows",
+    "read_wda_runs",
+    "results_table",
+    "trend_compliance",
+    "trial_windows",
+    "write_dashboard",
+    "write_results",
+]

@@ -1,11 +1,437 @@
-"""The ``trend``-related verbs of the command line."""
+"""``wirepath trend ...``: metric series in the store, their trends, verdicts and dashboard.
+
+Exit status 1 from ``trend check`` and ``trend compare`` means a regression (or a failed
+trial), so CI jobs can gate on it; ``trend wda`` exits 1 on a regression or a FAIL status.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import tracefmt
+import trend
+from wirepath._cli import Parser, add_verb, emit
 
 __all__ = ["register"]
 
 
 def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersAction) -> None:
-    """Add this module's verbs to ``verbs`` (and algorithms to ``infer``'s ``algos``)."""
+    """Add the ``trend`` verb with its sub-verbs."""
+    p = verbs.add_parser(
+        "trend",
+        help="performance series over runs: import, analyze, check, compare, wda, dashboard",
+        description="Keep throughput and latency results over runs in the store's results/ and\n"
+        "tell when they regressed: MDL grouping (CSIT's jumpavg), trimmed moving statistics,\n"
+        "per-patch verdicts, Mako's window deviation analysis, a static HTML dashboard.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="trend_verb", metavar="VERB", parser_class=Parser)
+    sub.required = True
+    _register_import(sub)
+    _register_from_paths(sub)
+    _register_from_capture(sub)
+    _register_analyze(sub)
+    _register_check(sub)
+    _register_compare(sub)
+    _register_wda(sub)
+    _register_dashboard(sub)
+
+
+def _store_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", required=True, metavar="DIR", help="the store (results under DIR/results/)")
+
+
+def _method_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--method", choices=trend.METHODS, default="mdl", help="mdl (MDL grouping, default) or tmm"
+    )
+    p.add_argument("--window", type=int, default=14, help="tmm rolling window in runs (default 14)")
+    p.add_argument("--test", action="append", metavar="TEXT", help="only tests whose name contains TEXT")
+
+
+# import -----------------------------------------------------------------------------------
+
+
+def _register_import(sub: argparse._SubParsersAction) -> None:
+    cols = ", ".join(
+        f"{c}" + ("" if d is None else f" (optional: {d})") for c, d in trend.IMPORT_COLUMNS.items()
+    )
+    p = add_verb(
+        sub,
+        "import",
+        _cmd_import,
+        "add results from a CSV or JSON file to the store",
+        "Add results (one trial a row) to STORE/results/ as a new Parquet file.\n\n"
+        f"columns: {cols}\n\n"
+        "time is ISO-8601 (UTC if no zone) or epoch seconds; value is a number, empty/nan/fail\n"
+        "for a failed trial; direction is bigger-is-better (throughput) or smaller-is-better\n"
+        "(latency); tags are ';'-separated. JSON: a list of such objects, or objects with\n"
+        "'values' (the run's trials) instead of 'value'. Several trials per build make one run.\n"
+        "A build already stored for the same test and testbed is replaced.\n\n"
+        "example:\n  wirepath trend import samples/trend/mrr.csv --store store",
+    )
+    p.add_argument("file", metavar="FILE", help="results file (.csv or .json)")
+    _store_arg(p)
+
+
+def _summary_of(table: Any) -> dict[str, int]:
+    tests = table.select(["test", "testbed"]).group_by(["test", "testbed"]).aggregate([]).num_rows
+    runs = (
+        table.select(["test", "testbed", "build"])
+        .group_by(["test", "testbed", "build"])
+        .aggregate([])
+        .num_rows
+    )
+    failed = int(np.isnan(table.column("value").to_numpy(zero_copy_only=False)).sum())
+    return {"series": tests, "runs": runs, "trials": table.num_rows, "failed_trials": failed}
+
+
+def _write(args: argparse.Namespace, table: Any, name: str) -> int:
+    store = tracefmt.Store.create(args.store)
+    path = trend.write_results(store, table, name=name)
+    doc = {"output": str(path), **_summary_of(table)}
+    text = f"wrote {doc['trials']:,} trials ({doc['runs']:,} runs of {doc['series']:,} series) to {path}"
+    if doc["failed_trials"]:
+        text += f"\n{doc['failed_trials']:,} failed trials (stored as NaN)"
+    emit(args, doc, text)
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    return _write(args, trend.read_result_rows(args.file), Path(args.file).stem)
+
+
+# from-paths / from-capture ----------------------------------------------------------------
+
+
+def _register_from_paths(sub: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        sub,
+        "from-paths",
+        _cmd_from_paths,
+        "add path latencies from an inference result to the store",
+        "Read a paths file (wirepath infer ... --out PATHS.json) and store one run of latency\n"
+        "series: per pattern 'path:ID' (its root latency, mean seconds) and per visit\n"
+        "'path:ID/K:NODE/...' (K: the child's position); for convolution results per path the\n"
+        "summed hop delays and each hop. Smaller is better.\n\n"
+        "example:\n  wirepath trend from-paths paths.json --store store --build 1234",
+    )
+    p.add_argument("paths", metavar="PATHS.json", help="paths file")
+    _store_arg(p)
+    p.add_argument("--build", required=True, help="the run's build id")
+    p.add_argument("--time", help="the run's time (ISO-8601 or epoch s; default: the trace's end)")
+    p.add_argument("--testbed", default="default", help="testbed name (default 'default')")
+    p.add_argument("--prefix", default="path:", help="series name prefix (default 'path:')")
+
+
+def _cmd_from_paths(args: argparse.Namespace) -> int:
+    t = None if args.time is None else trend.parse_time_ns(args.time)
+    table = trend.paths_results(
+        args.paths, build=args.build, time_ns=t, testbed=args.testbed, prefix=args.prefix
+    )
+    return _write(args, table, "paths")
+
+
+def _register_from_capture(sub: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        sub,
+        "from-capture",
+        _cmd_from_capture,
+        "add MRR trials measured from a capture to the store",
+        "MRR of each trial = packets received on the capture point in the trial window /\n"
+        "trial duration (regardless of loss). Trials are consecutive windows of --duration\n"
+        "from --start (default: the first packet), --gap apart. The capture is a pcap/pcapng\n"
+        "file, or a wirepath trace (.parquet), whose messages at --point are counted.\n\n"
+        "example:\n  wirepath trend from-capture rx.pcap --store store --test ip4-64b --build 77 "
+        "--trials 10 --duration 1s",
+    )
+    p.add_argument("capture", metavar="CAPTURE", help="pcap/pcapng file, or a trace .parquet")
+    _store_arg(p)
+    p.add_argument("--test", required=True, help="series name")
+    p.add_argument("--build", required=True, help="the run's build id")
+    p.add_argument("--testbed", default="default")
+    p.add_argument("--start", help="first trial's start (ISO-8601 or epoch s; default: first packet)")
+    p.add_argument("--duration", default="1s", help="trial duration (default 1s)")
+    p.add_argument("--trials", type=int, default=10, help="number of trials (default 10)")
+    p.add_argument("--gap", default="0s", help="pause between trials (default 0s)")
+    p.add_argument("--point", help="capture point to count in a trace (the 'point' column)")
+
+
+def _capture_timestamps(path: str, point: str | None) -> np.ndarray:
+    if tracefmt.trace_format(path) == "parquet":
+        table = tracefmt.read_trace(path)
+        ts = table.column("timestamp").cast("int64").to_numpy()
+        if point is not None:
+            if "point" not in table.column_names:
+                raise tracefmt.ParameterError(f"{path} has no 'point' column; drop --point")
+            points = table.column("point").cast("string").to_numpy(zero_copy_only=False)
+            if point not in set(points.tolist()):
+                known = ", ".join(sorted({str(x) for x in points.tolist()}))
+                raise tracefmt.ParameterError(f"no messages at point {point!r} (points: {known})")
+            ts = ts[points == point]
+        return ts
+    if point is not None:
+        raise tracefmt.ParameterError("--point applies to a trace (.parquet), not to a packet capture")
+    import capture  # the capture package reads pcap/pcapng; only this verb needs it
+
+    return capture.packet_timestamps(path)
+
+
+def _cmd_from_capture(args: argparse.Namespace) -> int:
+    ts = _capture_timestamps(args.capture, args.point)
+    if ts.size == 0:
+        raise tracefmt.ParameterError(f"{args.capture} holds no packets")
+    start = int(ts.min()) if args.start is None else trend.parse_time_ns(args.start)
+    windows = trend.trial_windows(
+        start,
+        tracefmt.parse_duration_ns(args.duration),
+        args.trials,
+        gap_ns=tracefmt.parse_duration_ns(args.gap),
+    )
+    rates = trend.mrr_from_timestamps(ts, windows)
+    table = trend.mrr_results(rates, test=args.test, build=args.build, time_ns=start, testbed=args.testbed)
+    store = tracefmt.Store.create(args.store)
+    path = trend.write_results(store, table, name="capture")
+    doc = {"output": str(path), "test": args.test, "build": args.build, "trials_pps": rates.tolist()}
+    text = (
+        f"MRR of {args.test} build {args.build}: {rates.mean():,.0f} pps "
+        f"(trials {', '.join(f'{r:,.0f}' for r in rates)})\nwrote {path}"
+    )
+    emit(args, doc, text)
+    return 0
+
+
+# analyze / check --------------------------------------------------------------------------
+
+
+def _register_analyze(sub: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        sub,
+        "analyze",
+        _cmd_analyze,
+        "trend, anomalies and trend compliance of every series",
+        "Per series (test x testbed): the trend value, short-term change (vs one week\n"
+        "before) and long-term change (vs the best of the last quarter except the last\n"
+        "week), regressions and progressions, runs in the last group. Failed runs are left\n"
+        "out and marked where they are.\n\n"
+        "example:\n  wirepath trend analyze --store store --method mdl",
+    )
+    _store_arg(p)
+    _method_args(p)
+
+
+def _analyze(args: argparse.Namespace) -> list[trend.SeriesTrend]:
+    series = trend.load_series(args.store, tests=args.test)
+    if not series:
+        raise tracefmt.ParameterError(
+            f"no series in {args.store}/results" + (f" matching {', '.join(args.test)}" if args.test else "")
+        )
+    return [trend.analyze_series(s, method=args.method, window=args.window) for s in series]
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:+.2f}%"
+
+
+def _table(trends: list[trend.SeriesTrend]) -> str:
+    width = max(len(t.series.test) for t in trends)
+    lines = [
+        f"{'test':<{width}}  {'testbed':<10} {'runs':>5} {'trend':>12} {'short':>8} {'long':>8} "
+        f"{'regr':>4} {'progr':>5} {'last grp':>8}  newest"
+    ]
+    for t in trends:
+        s = t.series
+        last = "n/a" if t.last_trend is None else f"{t.last_trend:.6g}"
+        newest = "REGRESSION" if t.regressed else t.marks[-1]
+        lines.append(
+            f"{s.test:<{width}}  {s.testbed:<10} {s.runs:>5} {last:>12} {_pct(t.short_change):>8} "
+            f"{_pct(t.long_change):>8} {t.regressions:>4} {t.progressions:>5} "
+            f"{t.runs_in_last_group:>8}  {newest}"
+        )
+    return "\n".join(lines)
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    trends = _analyze(args)
+    doc = {"method": args.method, "series": [t.to_json() for t in trends]}
+    emit(args, doc, _table(trends))
+    return 0
+
+
+def _register_check(sub: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        sub,
+        "check",
+        _cmd_check,
+        "exit 1 when the newest run of any series is in a regression",
+        "Analyze every series and exit 1 when any is in a regression at its newest run\n"
+        "(mdl: its last group is lower than the one before, higher for latency; tmm: the\n"
+        "newest run is below TMM - 3 TMSD). Prints a Markdown alert naming the regressed\n"
+        "tests, for mail or a CI comment (also written to --alert FILE).\n\n"
+        "example:\n  wirepath trend check --store store --alert alert.md || echo regressed",
+    )
+    _store_arg(p)
+    _method_args(p)
+    p.add_argument("--alert", metavar="FILE.md", help="also write the alert text here")
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    trends = _analyze(args)
+    text = trend.alert_text(trends)
+    if args.alert:
+        Path(args.alert).write_text(text + "\n")
+    bad = [t for t in trends if t.regressed]
+    doc = {
+        "regression": bool(bad),
+        "series": len(trends),
+        "regressed": [{"test": t.series.test, "testbed": t.series.testbed} for t in bad],
+        "alert": text,
+    }
+    emit(args, doc, text)
+    return 1 if bad else 0
+
+
+# compare ----------------------------------------------------------------------------------
+
+
+def _register_compare(sub: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        sub,
+        "compare",
+        _cmd_compare,
+        "per-patch verdict: parent trials against current trials (exit 1 on regression)",
+        "Group the parent's trials and the current (patched) trials with the trend's MDL\n"
+        "method: one group is normal, two groups a regression (current lower; higher for\n"
+        "smaller-is-better) or a progression. Prints per test (indexed from 0) the values in\n"
+        "measured order and sorted, the difference of averages, the groups with their bits\n"
+        "(counted in the unit the decision uses), which grouping is shorter by how many bits,\n"
+        "and the verdict. Exit 1 if any test regressed or any trial failed ('fail' or 'nan').\n\n"
+        "examples:\n"
+        "  wirepath trend compare --parent 10.1,10.2,10.0 --current 9.1,9.2,9.0\n"
+        "  wirepath trend compare --parent-file parent.txt --current-file current.txt\n"
+        "  (files: lines 'test: v1, v2, ...' or JSON {\"test\": [v1, v2, ...]})",
+    )
+    p.add_argument("--parent", metavar="V,V,...", help="the parent's trial values (one test)")
+    p.add_argument("--current", metavar="V,V,...", help="the current trial values (one test)")
+    p.add_argument("--parent-file", metavar="FILE", help="the parent's trials of many tests")
+    p.add_argument("--current-file", metavar="FILE", help="the current trials of the same tests")
+    p.add_argument("--name", default="test", help="test name with --parent/--current")
+    p.add_argument(
+        "--direction", choices=trend.DIRECTIONS, default="bigger-is-better", help="default bigger-is-better"
+    )
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    inline = args.parent is not None or args.current is not None
+    files = args.parent_file is not None or args.current_file is not None
+    if inline == files:
+        raise tracefmt.ParameterError("give --parent and --current, or --parent-file and --current-file")
+    if inline:
+        if args.parent is None or args.current is None:
+            raise tracefmt.ParameterError("--parent and --current go together")
+        parent = {args.name: trend.parse_values(args.parent, "--parent")}
+        current = {args.name: trend.parse_values(args.current, "--current")}
+    else:
+        if args.parent_file is None or args.current_file is None:
+            raise tracefmt.ParameterError("--parent-file and --current-file go together")
+        parent, current = (
+            trend.read_compare_file(args.parent_file),
+            trend.read_compare_file(args.current_file),
+        )
+        if list(parent) != list(current):
+            only = sorted(set(parent) ^ set(current))
+            detail = f"only in one file: {', '.join(only)}" if only else "the tests are in another order"
+            raise tracefmt.ParameterError(f"parent and current files must list the same tests ({detail})")
+    results = [
+        trend.compare_runs(parent[name], current[name], test=name, direction=args.direction)
+        for name in parent
+    ]
+    blocks = [trend.format_comparison(k, c) for k, c in enumerate(results)]
+    bad = [k for k, c in enumerate(results) if c.bad]
+    named = ", ".join(f"{k} ({results[k].test})" for k in bad)
+    summary = (
+        f"{len(bad)} of {len(results)} tests regressed or failed: {named}"
+        if bad
+        else f"all {len(results)} tests normal or progressed"
+    )
+    doc = {"failed": bool(bad), "tests": [c.to_json() for c in results]}
+    emit(args, doc, "\n\n".join([*blocks, summary]))
+    return 1 if bad else 0
+
+
+# wda --------------------------------------------------------------------------------------
+
+
+def _register_wda(sub: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        sub,
+        "wda",
+        _cmd_wda,
+        "Mako's window deviation analysis of the current run (exit 1 on regression or FAIL)",
+        "CHECKS.json uses Mako's field names: tolerance_check_list with data_filter\n"
+        "{value_key, ignore_missing_data}, recent_window_size, minimum_historical_window_size,\n"
+        "direction_bias (NO_BIAS, IGNORE_INCREASE, IGNORE_DECREASE), mean_tolerance_params_list\n"
+        "[{const_term, mean_coeff, stddev_coeff}], median_tolerance_params_list [{const_term,\n"
+        "median_coeff, mad_coeff}]; plus run_order (TIMESTAMP or BUILD_ID).\n"
+        "RUNS.csv: run_key,timestamp_ms,build_id,metric,value (empty value: the run lacks the\n"
+        "metric; nan: a NaN value). The current run is the last in run order.\n\n"
+        "example:\n  wirepath trend wda --config samples/trend/wda_checks.json samples/trend/wda_runs.csv",
+    )
+    p.add_argument("--config", required=True, metavar="CHECKS.json")
+    p.add_argument("runs", metavar="RUNS.csv")
+
+
+def _cmd_wda(args: argparse.Namespace) -> int:
+    config = trend.load_wda_config(args.config)
+    result = trend.analyze_wda(config, trend.read_wda_runs(args.runs))
+    lines = [f"{result.status}: {result.message}"]
+    for check, c in zip(config["tolerance_check_list"], result.checks, strict=False):
+        key = check["data_filter"]["value_key"]
+        if c["result"] == "SKIPPED":
+            lines.append(f"  {key}: SKIPPED ({c['data_length']} values, {c['needed']} needed)")
+            continue
+        st = c["stats"]
+        lines.append(
+            f"  {key}: {c['result']}  historic mean {st['historic_mean']:.6g} "
+            f"median {st['historic_median']:.6g} | recent mean {st['recent_mean']:.6g} "
+            f"median {st['recent_median']:.6g}"
+        )
+        for prm in c["params"]:
+            mark = "regressed" if prm["is_regressed"] else "ok"
+            lines.append(
+                f"    {prm['kind']}: |delta| {abs(prm['delta']):.6g} "
+                f"vs tolerance {prm['tolerance']:.6g}: {mark}"
+            )
+    emit(args, result.to_json(), "\n".join(lines))
+    return 1 if result.regression or result.status == "FAIL" else 0
+
+
+# dashboard --------------------------------------------------------------------------------
+
+
+def _register_dashboard(sub: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        sub,
+        "dashboard",
+        _cmd_dashboard,
+        "write the static HTML dashboard of every series",
+        "Write OUT/index.html (per testbed: test, trend, short- and long-term change,\n"
+        "regressions, progressions, runs in the last group; failed tests of the last 7 days)\n"
+        "and one interactive plotly graph per test (self-contained, works offline).\n\n"
+        "example:\n  wirepath trend dashboard --store store --out site/",
+    )
+    _store_arg(p)
+    _method_args(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    trends = _analyze(args)
+    report = trend.write_dashboard(trends, args.out)
+    doc = {"index": str(report.index), "graphs": [str(g) for g in report.graphs], "series": len(trends)}
+    emit(args, doc, f"wrote {report.index} and {len(report.graphs)} graphs ({len(trends)} series)")
+    return 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import jumpavg
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tracefmt import ParameterError
@@ -93,8 +93,8 @@ def test_agrees_with_jumpavg_on_a_long_series():
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.floats(min_value=0.0, max_value=1e9, allow_nan=False), min_size=1, max_size=30))
 def test_agrees_with_jumpavg_on_any_small_series(values):
-    if max(values) <= 0:
-        return
+    # jumpavg divides by a unit of max / 8191, which underflows for subnormal maxima.
+    assume(max(values) > 1e-300)
     assert _ours(values) == _jumpavg(values)
 
 

@@ -1,0 +1,228 @@
+"""One series analysed: trend values, marks, trend compliance; the alert text for many.
+
+Failed runs (every trial failed) are left out of the grouping and marked ``failed`` at
+their own place: the marks of the other runs never shift (CSIT's dashboard maps failed
+runs to 0.0 for grouping and then puts the marks one run late).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tracefmt import ParameterError, format_instant_ns
+from trend.mdl import MdlGroup, classify_mdl
+from trend.series import Series
+from trend.tmm import classify_tmm
+
+__all__ = ["METHODS", "SeriesTrend", "alert_text", "analyze_series", "trend_compliance"]
+
+METHODS = ("mdl", "tmm")
+WEEK_NS = 7 * 86_400 * 1_000_000_000
+QUARTER_NS = 90 * 86_400 * 1_000_000_000
+
+
+@dataclass(frozen=True)
+class SeriesTrend:
+    """A series with its trend: per run the trend value (group average or TMM) and mark."""
+
+    series: Series
+    method: str
+    values: np.ndarray
+    trend: np.ndarray
+    marks: np.ndarray
+    groups: tuple[MdlGroup, ...]
+    short_change: float | None
+    long_change: float | None
+
+    @property
+    def regressions(self) -> int:
+        return int((self.marks == "regression").sum())
+
+    @property
+    def progressions(self) -> int:
+        return int((self.marks == "progression").sum())
+
+    @property
+    def last_trend(self) -> float | None:
+        ok = ~np.isnan(self.trend)
+        return float(self.trend[ok][-1]) if ok.any() else None
+
+    @property
+    def runs_in_last_group(self) -> int:
+        """Runs since the trend last changed (the last group's runs for ``mdl``)."""
+        anomalies = np.flatnonzero(np.isin(self.marks, ["regression", "progression"]))
+        valid = self.marks != "failed"
+        start = anomalies[-1] if anomalies.size else 0
+        return int(valid[start:].sum())
+
+    @property
+    def regressed(self) -> bool:
+        """Whether the newest run is in a regression: it is marked one (``tmm``) or its
+        group is one (``mdl``)."""
+        if self.method == "mdl":
+            return bool(self.groups) and self.groups[-1].comment == "regression"
+        valid = self.marks[self.marks != "failed"]
+        return bool(valid.size) and valid[-1] == "regression"
+
+    @property
+    def regression_start(self) -> int | None:
+        """The run where the newest regression started."""
+        hits = np.flatnonzero(self.marks == "regression")
+        return int(hits[-1]) if hits.size else None
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.series
+
+        def num(x: float) -> float | None:
+            return None if np.isnan(x) else float(x)
+
+        return {
+            "test": s.test,
+            "testbed": s.testbed,
+            "unit": s.unit,
+            "direction": s.direction,
+            "method": self.method,
+            "runs": [
+                {
+                    "build": b,
+                    "time": format_instant_ns(int(t)),
+                    "value": num(v),
+                    "trend": num(tr),
+                    "mark": m,
+                    "failed_trials": int(f),
+                }
+                for b, t, v, tr, m, f in zip(
+                    s.builds, s.times_ns, self.values, self.trend, self.marks, s.failed_trials, strict=True
+                )
+            ],
+            "groups": [g.to_json() for g in self.groups],
+            "last_trend": self.last_trend,
+            "short_change": self.short_change,
+            "long_change": self.long_change,
+            "regressions": self.regressions,
+            "progressions": self.progressions,
+            "runs_in_last_group": self.runs_in_last_group,
+            "regressed": self.regressed,
+        }
+
+
+def trend_compliance(
+    times_ns: np.ndarray, trend: np.ndarray, direction: str = "bigger-is-better"
+) -> tuple[float | None, float | None]:
+    """Short- and long-term change of the last trend value, as fractions.
+
+    Short-term: against the trend value one week before the last run (the last run at or
+    before that instant). Long-term: against the best trend value (the maximum; the minimum
+    for a smaller-is-better series) of the runs from one quarter (90 days) to one week
+    before the last run. ``None`` where no such run exists or the reference is 0.
+
+    Examples
+    --------
+    >>> day = 86_400 * 10**9
+    >>> t = np.array([0, 30, 80, 93, 100]) * day
+    >>> trend_compliance(t, np.array([10.0, 12.0, 11.0, 10.0, 9.0]))
+    (-0.1, -0.25)
+    """
+    ok = ~np.isnan(trend)
+    times_ns, trend = np.asarray(times_ns)[ok], np.asarray(trend)[ok]
+    if trend.size == 0:
+        return None, None
+    last_t, v = times_ns[-1], float(trend[-1])
+
+    def change(ref: float) -> float | None:
+        return None if ref == 0 else (v - ref) / ref
+
+    week = np.flatnonzero(times_ns <= last_t - WEEK_NS)
+    short = change(float(trend[week[-1]])) if week.size else None
+    window = (times_ns >= last_t - QUARTER_NS) & (times_ns <= last_t - WEEK_NS)
+    if not window.any():
+        return short, None
+    best = trend[window].max() if direction == "bigger-is-better" else trend[window].min()
+    return short, change(float(best))
+
+
+def analyze_series(series: Series, *, method: str = "mdl", window: int = 14) -> SeriesTrend:
+    """The trend of one series by ``mdl`` (jumpavg grouping; runs of several trials stay
+    whole) or ``tmm`` (trimmed moving statistics over ``window`` runs).
+
+    A series whose valid values are all equal (zero included) is one normal group.
+
+    Examples
+    --------
+    >>> s = Series("ip4", "tb1", "pps", "bigger-is-better", ("b1", "b2", "b3"),
+    ...            np.array([0, 1, 2]) * 10**9, (np.array([5.0]), np.array([np.nan]), np.array([5.0])))
+    >>> analyze_series(s).marks.tolist()
+    ['normal', 'failed', 'normal']
+    """
+    if method not in METHODS:
+        raise ParameterError(f"unknown method {method!r} (must be one of {', '.join(METHODS)})")
+    values = series.values
+    valid = ~np.isnan(values)
+    idx = np.flatnonzero(valid)
+    trend = np.full(series.runs, np.nan)
+    marks = np.full(series.runs, "failed", dtype=object)
+    groups: tuple[MdlGroup, ...] = ()
+    ok = values[valid]
+    if ok.size and (ok == ok[0]).all():
+        trend[idx] = ok[0]
+        marks[idx] = "normal"
+        trials = sum(int((~np.isnan(series.trials[k])).sum()) for k in idx)
+        groups = (MdlGroup(0, int(idx.size), trials, float(ok[0]), 0.0, "normal", float("nan")),)
+    elif ok.size and method == "mdl":
+        runs = []
+        for k in idx:
+            t = series.trials[k]
+            t = t[~np.isnan(t)]
+            runs.append(float(t[0]) if t.size == 1 else t.tolist())
+        result = classify_mdl(runs, direction=series.direction)
+        trend[idx] = result.run_averages()
+        marks[idx] = result.run_marks()
+        groups = result.groups
+    elif ok.size:
+        result = classify_tmm(ok, window=window, direction=series.direction)
+        trend[idx] = result.tmm
+        marks[idx] = result.marks
+    short, long = trend_compliance(series.times_ns, trend, series.direction)
+    return SeriesTrend(series, method, values, trend, marks, groups, short, long)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:+.2f} %"
+
+
+def alert_text(trends: Sequence[SeriesTrend]) -> str:
+    """A short Markdown alert naming the regressed tests, for mail or a CI comment.
+
+    Examples
+    --------
+    >>> print(alert_text([]))
+    ## wirepath trend: no regressions
+    <BLANKLINE>
+    0 series checked.
+    """
+    bad = [t for t in trends if t.regressed]
+    if not bad:
+        return f"## wirepath trend: no regressions\n\n{len(trends)} series checked."
+    lines = [
+        f"## wirepath trend: {len(bad)} regressed test{'s' if len(bad) != 1 else ''}",
+        "",
+        f"{len(bad)} of {len(trends)} series are in a regression at their newest run.",
+        "",
+        "| test | testbed | since build | trend | change vs previous | short-term | long-term |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t in bad:
+        s = t.series
+        k = t.regression_start
+        since = "?" if k is None else f"{s.builds[k]} ({(format_instant_ns(int(s.times_ns[k])) or '')[:10]})"
+        before = t.trend[:k][~np.isnan(t.trend[:k])] if k else np.array([])
+        change = None if before.size == 0 or before[-1] == 0 else (t.last_trend - before[-1]) / before[-1]
+        lines.append(
+            f"| {s.test} | {s.testbed} | {since} | {t.last_trend:.6g} {s.unit} | {_pct(change)} "
+            f"| {_pct(t.short_change)} | {_pct(t.long_change)} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,175 @@
+"""Two more sources of series: MRR from captured packets, path latencies from a paths file.
+
+MRR (maximum receive rate) of a trial is the number of packets received at a capture
+point during the trial window divided by the trial duration, regardless of loss. Path
+latencies come from ``wirepath infer`` results: one series per pattern (the root visit's
+mean latency) and one per visit inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from tracefmt import ParameterError, ParseError, TraceFileError
+from tracefmt.patterns import path_id
+from trend.series import parse_time_ns, results_table
+
+__all__ = ["mrr_from_timestamps", "mrr_results", "paths_results", "trial_windows"]
+
+
+def trial_windows(start_ns: int, duration_ns: int, trials: int, *, gap_ns: int = 0) -> np.ndarray:
+    """``trials`` consecutive windows ``[start, end)`` of ``duration_ns``, ``gap_ns`` apart.
+
+    Examples
+    --------
+    >>> trial_windows(0, 10, 3, gap_ns=5).tolist()
+    [[0, 10], [15, 25], [30, 40]]
+    """
+    if duration_ns <= 0:
+        raise ParameterError(f"trial duration must be positive, not {duration_ns} ns")
+    if trials < 1:
+        raise ParameterError(f"trials must be at least 1, not {trials}")
+    if gap_ns < 0:
+        raise ParameterError(f"gap must not be negative, not {gap_ns} ns")
+    starts = start_ns + np.arange(trials, dtype=np.int64) * (duration_ns + gap_ns)
+    return np.stack([starts, starts + duration_ns], axis=1)
+
+
+def mrr_from_timestamps(ts_ns: np.ndarray, windows_ns: np.ndarray) -> np.ndarray:
+    """Packets per second received in each trial window: count in ``[start, end)`` / duration.
+
+    Parameters
+    ----------
+    ts_ns : numpy.ndarray
+        Packet timestamps, int64 ns (any order).
+    windows_ns : numpy.ndarray
+        Shape (trials, 2): start and end of each trial window, int64 ns.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 packets per second per trial.
+
+    Examples
+    --------
+    >>> ts = np.array([0, 100, 200, 999_999_999, 1_000_000_000, 1_500_000_000])
+    >>> mrr_from_timestamps(ts, trial_windows(0, 1_000_000_000, 2)).tolist()
+    [4.0, 2.0]
+    """
+    ts = np.sort(np.asarray(ts_ns, dtype=np.int64))
+    w = np.asarray(windows_ns, dtype=np.int64)
+    if w.ndim != 2 or w.shape[1] != 2 or w.shape[0] == 0:
+        raise ParameterError("trial windows must be a (trials, 2) array of [start, end) in ns")
+    if (w[:, 1] <= w[:, 0]).any():
+        raise ParameterError("every trial window must end after it starts")
+    counts = np.searchsorted(ts, w[:, 1], side="left") - np.searchsorted(ts, w[:, 0], side="left")
+    return counts / ((w[:, 1] - w[:, 0]) / 1e9)
+
+
+def mrr_results(
+    rates_pps: np.ndarray, *, test: str, build: str, time_ns: int, testbed: str = "default", tags: str = ""
+) -> pa.Table:
+    """One run of MRR trials as a results table (unit ``pps``, bigger is better)."""
+    return results_table(
+        [
+            {
+                "test": test,
+                "testbed": testbed,
+                "build": build,
+                "time_ns": time_ns,
+                "values": [float(r) for r in rates_pps],
+                "unit": "pps",
+                "direction": "bigger-is-better",
+                "tags": tags,
+            }
+        ],
+        source="capture",
+    )
+
+
+def _visits(node: dict[str, Any], trail: str, out: list[tuple[str, float]]) -> None:
+    for k, child in enumerate(node.get("children") or []):
+        key = f"{trail}/{k}:{child['node']}"
+        out.append((key, float(child["latency_s"]["mean"])))
+        _visits(child, key, out)
+
+
+def paths_results(
+    source: str | os.PathLike[str] | dict[str, Any],
+    *,
+    build: str,
+    time_ns: int | None = None,
+    testbed: str = "default",
+    prefix: str = "path:",
+) -> pa.Table:
+    """Latency series rows from a paths file (``wirepath.paths/1``), one run of each.
+
+    Nesting: ``{prefix}{pattern id}`` holds the pattern's root latency (mean, seconds) and
+    ``{prefix}{pattern id}/{k}:{node}/...`` each visit's, the ``k`` being the child's
+    position under its parent (calls in order). Convolution: ``{prefix}{path id}`` holds the
+    sum of the most frequent hop delays and ``.../hop{k}`` each one. The run's time is the
+    trace's end unless ``time_ns`` is given. All are smaller-is-better, in seconds.
+
+    Examples
+    --------
+    >>> doc = {"format": "wirepath.paths/1", "algorithm": "nesting", "trace": {"end": "2024-05-01T00:00:00Z"},
+    ...        "patterns": [{"id": "p1", "root": {"node": "WS", "caller": "client",
+    ...        "latency_s": {"mean": 0.02}, "children": [{"node": "DB", "caller": "WS",
+    ...        "latency_s": {"mean": 0.01}, "children": []}]}}]}
+    >>> t = paths_results(doc, build="b1")
+    >>> t.column("test").to_pylist(), t.column("value").to_pylist()
+    (['path:p1', 'path:p1/0:DB'], [0.02, 0.01])
+    """
+    name = "<paths>"
+    if isinstance(source, dict):
+        doc = source
+    else:
+        name = str(source)
+        try:
+            doc = json.loads(Path(source).read_text())
+        except OSError as e:
+            raise TraceFileError(f"cannot read {name}: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise ParseError(name, e.lineno, f"not JSON: {e.msg}") from None
+    if not isinstance(doc, dict) or doc.get("format") != "wirepath.paths/1":
+        raise ParseError(name, 1, 'not a paths file (expected "format": "wirepath.paths/1")')
+    if time_ns is None:
+        end = (doc.get("trace") or {}).get("end")
+        if end is None:
+            raise ParameterError(f"{name} names no trace end: give the run's time (--time)")
+        time_ns = parse_time_ns(end)
+    rows: list[tuple[str, float]] = []
+    try:
+        if "patterns" in doc:
+            for p in doc["patterns"]:
+                rows.append((f"{prefix}{p['id']}", float(p["root"]["latency_s"]["mean"])))
+                _visits(p["root"], f"{prefix}{p['id']}", rows)
+        for path in doc.get("paths") or []:
+            pid = f"{prefix}{path_id(path['nodes'])}"
+            hops = [float(d[0]) for d in path["delays_s"] if d]
+            rows.append((pid, float(sum(hops))))
+            rows += [(f"{pid}/hop{k}", v) for k, v in enumerate(hops)]
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        raise ParseError(name, 1, f"malformed pattern or path ({type(e).__name__}: {e})") from None
+    if not rows:
+        raise ParseError(name, 1, "no patterns or paths in the file")
+    records = [
+        {
+            "test": test,
+            "testbed": testbed,
+            "build": build,
+            "time_ns": time_ns,
+            "value": value,
+            "unit": "s",
+            "direction": "smaller-is-better",
+            "tags": "pattern" if "/" not in test[len(prefix) :] else "visit",
+        }
+        for test, value in rows
+    ]
+    return results_table(records, source=name)
