@@ -10,13 +10,16 @@ call to child call), kept apart for each pattern.
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from infer.callpairs import CallPairs
-from tracefmt.patterns import Shape, pattern_id, shape_text
+from tracefmt.patterns import Shape, join_text, shape_text, text_id
 
 __all__ = ["Pattern", "build_patterns", "group_stats"]
 
@@ -32,17 +35,43 @@ def _mix(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(31))
 
 
-def group_stats(group: np.ndarray, values: np.ndarray, n_groups: int) -> dict[str, np.ndarray]:
+def _sorted_by_group(group: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` and ``group`` sorted by (group, value)."""
+    group = group.astype(np.int64)
+    if values.size and np.issubdtype(values.dtype, np.integer):
+        lo = int(values.min())
+        bits = (int(values.max()) - lo).bit_length()
+        if bits + int(group.max()).bit_length() <= 62:
+            # Group and value packed in one int64: a single plain sort, no argsort.
+            key = np.sort((group << bits) | (values.astype(np.int64) - lo))
+            return (key & ((1 << bits) - 1)) + lo, key >> bits
+    # One sort of values, then one of (group, value rank) keys: faster than lexsort.
+    by_value = np.argsort(values, kind="stable")
+    rank = np.empty(values.size, np.int64)
+    rank[by_value] = np.arange(values.size)
+    width = max(values.size, 1)
+    key = np.sort(group * width + rank)
+    return values[by_value[key % width]], key // width
+
+
+def group_stats(
+    group: np.ndarray, values: np.ndarray, n_groups: int, *, scale: float = 1.0
+) -> dict[str, np.ndarray]:
     """``latency_stats`` of every group at once (numpy's linear percentiles), no loop per group.
+
+    Integer ``values`` (nanoseconds, say) sort fastest; ``scale`` multiplies every
+    result (1e-9 for seconds).
 
     Examples
     --------
     >>> g = group_stats(np.array([0, 0, 0, 1]), np.array([1.0, 2.0, 3.0, 5.0]), 2)
     >>> g["p50"].tolist(), g["mean"].tolist()
     ([2.0, 5.0], [2.0, 5.0])
+    >>> group_stats(np.array([1, 0, 1]), np.array([3, 7, 1]), 2, scale=0.5)["p50"].tolist()
+    [3.5, 1.0]
     """
-    order = np.lexsort((values, group))
-    v, g = values[order], group[order]
+    v, g = _sorted_by_group(group, values)
+    v = v.astype(np.float64) * scale
     count = np.bincount(g, minlength=n_groups)
     first = np.concatenate([[0], np.cumsum(count)[:-1]])
     safe = np.maximum(count, 1)
@@ -57,10 +86,6 @@ def group_stats(group: np.ndarray, values: np.ndarray, n_groups: int) -> dict[st
         vhi = v[np.minimum(first + hi, max(v.size - 1, 0))] if v.size else np.zeros(n_groups)
         out[f"p{q}"] = np.where(count > 0, vlo + (vhi - vlo) * (pos - lo), 0.0)
     return out
-
-
-def _stats_at(stats: dict[str, np.ndarray], k: int) -> dict[str, float]:
-    return {name: float(stats[name][k]) for name in ("mean", "p50", "p90", "p99", "std")}
 
 
 @dataclass
@@ -100,6 +125,19 @@ class Pattern:
         }
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many small acyclic objects: its
+    full passes over them cost a fifth of the pattern building on large traces."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Depth of every pair and its root, by pointer jumping (O(log depth) passes)."""
     n = parent.size
@@ -124,9 +162,10 @@ def build_patterns(
     if n == 0:
         return [], np.zeros(0, np.int64), np.zeros(0, np.int64)
     depth, root = _depths(parent)
-    # Children in call order: sorted by (parent, call time, index).
+    # Children in call order: pairs are in call-time order already, so a stable sort by
+    # parent gives (parent, call time, index).
     kids = np.flatnonzero(parent >= 0)
-    kids = kids[np.lexsort((kids, pairs.t_call[kids], parent[kids]))]
+    kids = kids[np.argsort(parent[kids], kind="stable")]
     kid_parent = parent[kids]
     starts = np.ones(kids.size, bool)
     starts[1:] = kid_parent[1:] != kid_parent[:-1]
@@ -145,8 +184,12 @@ def build_patterns(
         level = kid_depth == d
         c = kids[level]
         done = _mix(h[c] ^ _mix(n_children[c].astype(np.uint64)))
-        np.add.at(h, kid_parent[level], done * power[rank[level] + 1])
-        np.add.at(size, kid_parent[level], size[c])
+        # Siblings are adjacent (kids are sorted by parent): sum them per run, wrapping.
+        par = kid_parent[level]
+        run = np.flatnonzero(np.concatenate([[True], par[1:] != par[:-1]])) if par.size else par
+        if par.size:
+            h[par[run]] += np.add.reduceat(done * power[rank[level] + 1], run)
+            size[par[run]] += np.add.reduceat(size[c], run)
         h[c] = done
     roots = np.flatnonzero(parent < 0)
     h[roots] = _mix(h[roots] ^ _mix(n_children[roots].astype(np.uint64)))
@@ -163,42 +206,56 @@ def build_patterns(
         order_pos[kids[level]] = order_pos[kid_parent[level]] + 1 + sib_before[level]
 
     uniq, pat_of_root = np.unique(h[roots], return_inverse=True)
-    pattern_index = pat_of_root.ravel()[np.searchsorted(roots, root)]
+    pat_of_root = pat_of_root.ravel()
+    by_root = np.empty(n, np.int64)
+    by_root[roots] = pat_of_root
+    pattern_index = by_root[root]
 
-    lat = (pairs.t_return - pairs.t_call) / 1e9
-    delay = np.where(parent >= 0, (pairs.t_call - pairs.t_call[np.maximum(parent, 0)]) / 1e9, np.nan)
-    # One group per (pattern, visit position): latency and delay statistics of all at once.
-    _, group = np.unique(pattern_index * (int(size.max()) + 1) + order_pos, return_inverse=True)
-    group = group.ravel()
-    n_groups = int(group.max()) + 1
-    lat_stats = group_stats(group, lat, n_groups)
-    is_child = parent >= 0
-    delay_stats = group_stats(group[is_child], delay[is_child], n_groups)
-    first_member = np.zeros(n_groups, np.int64)
-    first_member[group[::-1]] = np.arange(n - 1, -1, -1)
+    lat_ns = pairs.t_return - pairs.t_call
+    lat = lat_ns / 1e9
+    # One group per (pattern, visit position), numbered in that order: a pattern's
+    # groups follow those of the patterns before it, one per visit.
+    rep_root = roots[np.unique(pat_of_root, return_index=True)[1]]
+    visits = size[rep_root]
+    first_group = np.concatenate([[0], np.cumsum(visits)[:-1]])
+    group = first_group[pattern_index] + order_pos
+    n_groups = int(visits.sum())
+    lat_stats = group_stats(group, lat_ns, n_groups, scale=1e-9)
+    kid = np.flatnonzero(parent >= 0)
+    delay_stats = group_stats(group[kid], pairs.t_call[kid] - pairs.t_call[parent[kid]], n_groups, scale=1e-9)
 
+    count = np.bincount(pat_of_root, minlength=uniq.size)
+    total = np.bincount(pat_of_root, weights=lat[roots], minlength=uniq.size)
+
+    # Kids are sorted by parent: a call's children start after all earlier calls' ones.
+    first_kid = np.concatenate([[0], np.cumsum(n_children)[:-1]])
+    caller, callee = pairs.caller, pairs.callee
+
+    # Equal subtree hashes, equal shapes: build each shape and its text once.
+    memo: dict[int, tuple[Shape, str]] = {}
+
+    def shape(i: int) -> tuple[Shape, str]:
+        key = int(h[i])
+        if key not in memo:
+            lo = first_kid[i]
+            kids_of = [shape(c) for c in kids[lo : lo + n_children[i]].tolist()]
+            a, b = names[caller[i]], names[callee[i]]
+            memo[key] = (Shape(a, b, tuple(k[0] for k in kids_of)), join_text(a, b, [k[1] for k in kids_of]))
+        return memo[key]
+
+    stat_names = ("mean", "p50", "p90", "p99", "std")
+    lat_rows = np.column_stack([lat_stats[k] for k in stat_names]).tolist()
+    delay_rows = np.column_stack([delay_stats[k] for k in stat_names]).tolist()
     patterns: list[Pattern] = []
-    rep_root = roots[np.unique(pat_of_root.ravel(), return_index=True)[1]]
-    count = np.bincount(pat_of_root.ravel(), minlength=uniq.size)
-    total = np.bincount(pat_of_root.ravel(), weights=lat[roots], minlength=uniq.size)
-
-    # Child ranges of every call at once; only the representatives' trees are built.
-    first_kid = np.searchsorted(kid_parent, np.arange(n))
-    last_kid = np.searchsorted(kid_parent, np.arange(1, n + 1))
-
-    def shape(i: int) -> Shape:
-        children = kids[first_kid[i] : last_kid[i]].tolist()
-        return Shape(names[pairs.caller[i]], names[pairs.callee[i]], tuple(shape(c) for c in children))
-
-    for u in range(uniq.size):
-        s = shape(int(rep_root[u]))
-        patterns.append(Pattern(pattern_id(s), s, int(count[u]), float(total[u])))
-    # Groups are numbered in (pattern, preorder position) order.
-    for k in range(n_groups):
-        i = first_member[k]
-        pat = patterns[int(pattern_index[i])]
-        pat.latency.append(_stats_at(lat_stats, k))
-        pat.delay.append(None if parent[i] < 0 else _stats_at(delay_stats, k))
+    with _collector_paused():
+        for u, (g0, nv) in enumerate(zip(first_group.tolist(), visits.tolist(), strict=True)):
+            s, text = shape(int(rep_root[u]))
+            pat = Pattern(text_id(text), s, int(count[u]), float(total[u]))
+            pat.latency = [dict(zip(stat_names, row, strict=True)) for row in lat_rows[g0 : g0 + nv]]
+            # The first visit in preorder is the root, which has no delay.
+            rows = delay_rows[g0 + 1 : g0 + nv]
+            pat.delay = [None, *(dict(zip(stat_names, row, strict=True)) for row in rows)]
+            patterns.append(pat)
     if sort == "count":
         order = sorted(range(len(patterns)), key=lambda i: (-patterns[i].count, patterns[i].id))
     else:

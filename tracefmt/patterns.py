@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Shape", "latency_stats", "path_id", "pattern_id", "shape_text"]
+__all__ = ["Shape", "join_text", "latency_stats", "path_id", "pattern_id", "shape_text", "text_id"]
 
 
 @dataclass(frozen=True)
@@ -37,13 +37,29 @@ class Shape:
 
 def shape_text(shape: Shape) -> str:
     """The canonical text of a shape (see the module docstring)."""
-    head = f"{shape.caller}>{shape.node}"
-    if not shape.children:
-        return head
-    return head + "(" + ",".join(shape_text(c) for c in shape.children) + ")"
+    return join_text(shape.caller, shape.node, [shape_text(c) for c in shape.children])
 
 
-def _digest(text: str) -> str:
+def join_text(caller: str, node: str, child_texts: Sequence[str]) -> str:
+    """The canonical text of a visit from its children's texts (for building many at once).
+
+    Examples
+    --------
+    >>> join_text("client", "WS1", ["WS1>AP1", "WS1>AUTH"])
+    'client>WS1(WS1>AP1,WS1>AUTH)'
+    """
+    head = f"{caller}>{node}"
+    return head + "(" + ",".join(child_texts) + ")" if child_texts else head
+
+
+def text_id(text: str) -> str:
+    """The id of a pattern or path from its canonical text: 16 hex digits of BLAKE2b.
+
+    Examples
+    --------
+    >>> text_id("client>WS1") == pattern_id(Shape("client", "WS1"))
+    True
+    """
     return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
 
 
@@ -57,7 +73,7 @@ def pattern_id(shape: Shape) -> str:
     >>> pattern_id(Shape("client", "WS1")) == pattern_id(Shape("client", "WS2"))
     False
     """
-    return _digest(shape_text(shape))
+    return text_id(shape_text(shape))
 
 
 def path_id(nodes: Sequence[str]) -> str:
@@ -68,7 +84,7 @@ def path_id(nodes: Sequence[str]) -> str:
     >>> len(path_id(["client", "relay1", "mx"]))
     16
     """
-    return _digest(">".join(nodes))
+    return text_id(">".join(nodes))
 
 
 def latency_stats(values: np.ndarray) -> dict[str, float]:
