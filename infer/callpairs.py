@@ -91,7 +91,10 @@ class CallPairs:
 
         Row order is call-time order, with calls at one instant as the trace has them.
         """
-        order = np.argsort(call_row, kind="stable")
+        # Rows are distinct and below the trace length: place them, no sort needed.
+        slot = np.full(ts.size, -1, np.int64)
+        slot[call_row] = np.arange(call_row.size)
+        order = slot[slot >= 0]
         call_row, return_row = call_row[order], return_row[order]
         return cls(
             caller=nodes.sender[call_row],
@@ -136,12 +139,9 @@ def _fifo_match(
     tie = np.concatenate([[0], np.cumsum(np.diff(ts) != 0)])
     # Nearly sorted already, so this stable sort is close to linear.
     order = np.argsort(tie * 2 + ~is_call, kind="stable")
-    order = order[np.lexsort((ident[order], pair[order] * 2 + has_id[order]))]
+    by_key, start = _group_order(pair[order] * 2 + has_id[order], ident[order])
+    order = order[by_key]
     c = is_call[order]
-    start = np.zeros(n, bool)
-    start[0] = True
-    for k in (pair[order], has_id[order], ident[order]):
-        start[1:] |= k[1:] != k[:-1]
     group = np.cumsum(start) - 1
     step = np.where(c, 1, -1).astype(np.int64)
     total = np.cumsum(step)
@@ -162,6 +162,38 @@ def _fifo_match(
     first_call = np.searchsorted(group[calls_sorted], group[rets_sorted], side="left")
     pick = calls_sorted[first_call + ret_rank[rets_sorted]]
     return order[pick], order[rets_sorted]
+
+
+def _group_order(major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stable order by (major, minor), and where in that order each (major, minor) group
+    starts: one plain sort of packed int64 keys when they fit (ids replaced by their rank
+    among distinct ids when their range is wide), else lexsort."""
+    n = major.size
+    lo = int(minor.min()) if n else 0
+    span = int(minor.max()) - lo if n else 0
+    if span >= n:
+        _, code = np.unique(minor, return_inverse=True)
+        code, span = code.ravel().astype(np.int64), int(code.max()) if n else 0
+    else:
+        code = (
+            (minor - np.uint64(lo)).astype(np.int64)
+            if minor.dtype.kind == "u"
+            else minor.astype(np.int64) - lo
+        )
+    minor_bits, pos_bits = span.bit_length(), max(n - 1, 0).bit_length()
+    start = np.ones(n, bool)
+    if int(major.max(initial=0)).bit_length() + minor_bits + pos_bits > 63:
+        order = np.lexsort((minor, major))
+        for k in (major[order], minor[order]):
+            start[1:] &= k[1:] == k[:-1]
+        return order, ~start | (np.arange(n) == 0)
+    # The position last makes every key unique, so an unstable sort keeps the order.
+    key = np.sort(
+        (((major.astype(np.int64) << minor_bits) | code) << pos_bits) | np.arange(n, dtype=np.int64)
+    )
+    high = key >> pos_bits
+    start[1:] = high[1:] != high[:-1]
+    return key & ((1 << pos_bits) - 1), start
 
 
 def _rank_in_group(group: np.ndarray, mask: np.ndarray) -> np.ndarray:

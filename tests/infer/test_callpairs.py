@@ -437,3 +437,22 @@ def test_serial_trace_with_id_faults_matches_every_true_call(serial_toml: str, f
     if "reused" in faults:
         assert len(set(ids.tolist())) <= 3
     assert_pairs_are_true(table, pairs_of(table), h)
+
+
+@pytest.mark.parametrize(
+    ("major_max", "minor_max"),
+    [(10, 5), (10, 2**64 - 1), (2**50, 2**64 - 1), (2**50, 7)],
+    ids=["packed", "ranked-ids", "lexsort-fallback", "wide-major"],
+)
+def test_group_order_is_a_stable_sort_by_major_then_minor(major_max: int, minor_max: int) -> None:
+    from infer.callpairs import _group_order
+
+    rng = np.random.default_rng(3)
+    n = 2000
+    major = rng.integers(0, 4, n) * (major_max // 3)
+    minor = rng.choice(np.array([0, 1, minor_max // 2, minor_max], np.uint64), n)
+    order, start = _group_order(major, minor)
+    want = np.lexsort((minor, major))
+    assert np.array_equal(order, want)
+    keys = list(zip(major[want].tolist(), minor[want].tolist(), strict=True))
+    assert start.tolist() == [i == 0 or keys[i] != keys[i - 1] for i in range(n)]
