@@ -43,10 +43,11 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     out = _graph_out(args, str(Path(args.paths).with_suffix("." + (args.format or "svg"))))
     write_graph(text, out, args.format)
     if doc["algorithm"] == "nesting":
-        shown = select_patterns(
-            collapse_replicas(doc, args.collapse), top=args.top, sort=args.sort, min_share=args.min_share
-        )
-        what = f"{len(shown)} of {len(doc['patterns']):,} patterns"
+        merged = collapse_replicas(doc, args.collapse)
+        shown = select_patterns(merged, top=args.top, sort=args.sort, min_share=args.min_share)
+        what = f"{len(shown)} of {len(merged['patterns']):,} patterns"
+        if args.collapse:
+            what += f" ({len(doc['patterns']):,} before merging replicas)"
     else:
         shown = doc["paths"][: args.top]
         what = f"{len(shown)} of {len(doc['paths']):,} convolution paths"
