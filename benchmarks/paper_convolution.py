@@ -1,0 +1,322 @@
+"""Reproduce the paper's convolution experiments; write them into docs/paper-reproduction.md.
+
+    python benchmarks/paper_convolution.py [--messages 200000] [--out docs/paper-reproduction.md]
+
+1. Figure 13: ``multitier.toml`` against ``multitier-slow.toml`` (200 ms more at WS2
+   between its AUTH call's answer and its AP call): WS2's delays on the convolution
+   paths, normal against slow, next to the true delays from the truth columns.
+2. The e-mail quantum study on ``mail.toml``: quantum 5 s .. 720 s; delays read as the
+   paper does (peak lag) and as centroids; false positive rates, before and after
+   dropping paths under 100 messages; false negatives among frequent true paths.
+3. Nesting and convolution on the same RPC trace.
+4. What each refinement of ours does (switched off one at a time).
+
+Only the block between ``<!-- convolution:begin -->`` and ``<!-- convolution:end -->`` is
+written (appended when absent); the rest of the file belongs to paper_nesting.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+# benchmarks/synth.py would shadow the synth package when this runs as a file.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import infer  # noqa: E402
+import synth  # noqa: E402
+import tracefmt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples" / "synth"
+BEGIN, END = "<!-- convolution:begin -->", "<!-- convolution:end -->"
+_TMP = Path(tempfile.mkdtemp(prefix="wirepath-paper-conv-"))
+
+
+def generate(name: str, **changes: Any) -> pa.Table:
+    config = replace(synth.load_config(SAMPLES / f"{name}.toml"), **changes)
+    path = _TMP / f"{name}-{abs(hash(tuple(sorted(changes.items())))) % 10**8}.parquet"
+    synth.generate_trace(config, path)
+    return tracefmt.read_trace(path)
+
+
+def _weighted(pairs: list[tuple[float, float]]) -> float | None:
+    if not pairs:
+        return None
+    d, w = np.array(pairs).T
+    return float((d * w).sum() / w.sum())
+
+
+def delays_after(doc: dict[str, Any], before: str, at: str, after_prefix: str) -> float | None:
+    """Mean (weighted by messages) of the most frequent delay at node ``at`` between a hop
+    from ``before`` and a hop to a node starting with ``after_prefix``, over all paths."""
+    seen: dict[tuple[str, ...], tuple[float, float]] = {}
+    for p in doc["paths"]:
+        n = p["nodes"]
+        for k in range(len(n) - 2):
+            if n[k] == before and n[k + 1] == at and n[k + 2].startswith(after_prefix):
+                seen[tuple(n[: k + 3])] = (p["delays_s"][k][0], p["counts"][k + 1])
+    return _weighted(list(seen.values()))
+
+
+def true_delay(trace: pa.Table, before: str, at: str, after_prefix: str) -> float:
+    truth = infer.true_linear_paths(trace)
+    values = []
+    for nodes, d in truth.patterns.items():
+        for k in range(len(nodes) - 2):
+            if nodes[k] == before and nodes[k + 1] == at and nodes[k + 2].startswith(after_prefix):
+                values.append(d[:, k])
+    return float(np.median(np.concatenate(values)))
+
+
+def span_s(trace: pa.Table) -> float:
+    return float(np.ptp(trace["timestamp"].cast(pa.int64()).to_numpy())) / 1e9
+
+
+def ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.1f} ms"
+
+
+def figure13(messages: int) -> list[str]:
+    rows = []
+    runs = {
+        "normal": generate("multitier", messages=messages),
+        "slow": generate("multitier-slow", messages=messages),
+    }
+    hops = [
+        ("AUTH", "WS2", "AP", "AUTH's answer -> WS2's AP call"),
+        ("client", "WS2", "AUTH", "client's call -> WS2's AUTH call"),
+        ("AUTH", "WS1", "AP", "AUTH's answer -> WS1's AP call (unchanged)"),
+    ]
+    for quantum, band in ((0.001, 0.002), (0.01, 0.01), (0.1, 0.1)):
+        docs = {}
+        for name, trace in runs.items():
+            span = span_s(trace)
+            lag = min(1.0, span / 2 - quantum) if quantum * 20 < span / 2 else None
+            if lag is None:
+                docs[name] = None
+                continue
+            docs[name] = infer.infer_convolution(
+                trace, quantum_s=quantum, max_lag_s=max(lag, 10 * quantum), band_s=band
+            ).to_json()
+        for before, at, after, label in hops:
+            got = [delays_after(docs[n], before, at, after) if docs[n] else None for n in runs]
+            truth = [true_delay(runs[n], before, at, after) for n in runs]
+            change = "-" if None in got else ms(got[1] - got[0])  # type: ignore[operator]
+            rows.append(
+                f"| {quantum * 1e3:g} ms | {label} | {ms(got[0])} | {ms(got[1])} | {change} | "
+                f"{ms(truth[0])} -> {ms(truth[1])} |"
+            )
+    spans = ", ".join(f"{n} {span_s(trace):.1f} s" for n, trace in runs.items())
+    return [f"Trace spans: {spans}.", "", *rows]
+
+
+def mail_study(messages: int) -> list[str]:
+    trace = generate("mail", messages=messages)
+    span = span_s(trace)
+    rows = []
+    for q in (1, 2, 5, 10, 30, 60, 120, 360, 720):
+        lags = 50
+        kw: dict[str, Any] = {"quantum_s": float(q), "max_lag_s": float(lags * q)}
+        t0 = time.perf_counter()
+        r_lag = infer.infer_convolution(trace, delay_estimate="lag", **kw)
+        dt = time.perf_counter() - t0
+        r_cen = infer.infer_convolution(trace, **kw)
+        hub_lag = sorted({round(d, 1) for e in _edges(r_lag, "hub->mx1") for d in e})
+        hub_cen = [round(d, 1) for e in _edges(r_cen, "hub->mx1") for d in e]
+        all_doc = r_lag.to_json()
+        rep = infer.evaluate_convolution(all_doc, trace, tolerance_s=q)
+        rep100 = infer.evaluate_convolution(r_lag.to_json(min_count=100), trace, tolerance_s=q)
+        freq = infer.evaluate_convolution(all_doc, trace, tolerance_s=q, min_true_count=100)
+        p, p100 = rep["patterns"], rep100["patterns"]
+        rows.append(
+            f"| {q} s | {r_lag.stats['quanta']:,} | {', '.join(map(str, hub_lag)) or '-'} | "
+            f"{', '.join(map(str, hub_cen)) or '-'} | {p['inferred']} | {p['false_positive_rate']:.0%} "
+            f"({rep['edges']['false_positive_rate']:.0%}) | {p100['inferred']} | "
+            f"{p100['false_positive_rate']:.0%} ({rep100['edges']['false_positive_rate']:.0%}) | "
+            f"{freq['patterns']['false_negatives']} of {freq['patterns']['true']} | {dt:.2f} s |"
+        )
+        print(rows[-1], flush=True)
+    head = (
+        f"`mail.toml`, {trace.num_rows:,} one-way messages over {span / 86400:.1f} days; true hub -> mx1 "
+        "delays: 1.5 s (70%) and 12.5 s (30%, the queue)."
+    )
+    return [head, "", *rows]
+
+
+def _edges(r: infer.ConvolutionResult, edge: str) -> list[list[float]]:
+    return [[s.delay_s for s in d["spikes"]] for _, _, d in r.graph.edges(data=True) if d["edge"] == edge][:1]
+
+
+def nesting_vs_convolution(messages: int) -> list[str]:
+    trace = generate("multitier", messages=messages)
+    t0 = time.perf_counter()
+    nest = infer.infer_nesting(trace)
+    t_nest = time.perf_counter() - t0
+    inst = nest.instances_table()
+    rn = infer.evaluate_paths(nest.to_json(), trace, instances=inst)
+    t0 = time.perf_counter()
+    conv = infer.infer_convolution(trace, quantum_s=0.001, max_lag_s=1.0, band_s=0.002)
+    t_conv = time.perf_counter() - t0
+    rc = infer.evaluate_paths(conv.to_json(), trace)
+
+    def top5(rep: dict[str, Any]) -> str:
+        r = [x for x in rep["top_n"] if x["n"] == 5]
+        return " / ".join(f"{x['missing']}" for x in r) or "-"
+
+    rows = [
+        f"| nesting (defaults) | {rn['patterns']['true']} trees | {rn['patterns']['inferred']} | "
+        f"{rn['patterns']['false_negatives']} | {rn['patterns']['false_positives']} | {top5(rn)} | "
+        f"{_pct(rn['delay_error']['median_rel'])} | {t_nest:.2f} s |",
+        f"| convolution (1 ms, band 2 ms) | {rc['patterns']['true']} linear | {rc['patterns']['inferred']} | "
+        f"{rc['patterns']['false_negatives']} | {rc['patterns']['false_positives']} | {top5(rc)} | "
+        f"{_pct(rc['delay_error']['median_rel'])} | {t_conv:.2f} s |",
+    ]
+    conv100 = infer.evaluate_paths(conv.to_json(min_count=1000), trace)
+    rows.append(
+        f"| convolution, paths >= 1,000 messages | {conv100['patterns']['true']} linear | "
+        f"{conv100['patterns']['inferred']} | {conv100['patterns']['false_negatives']} | "
+        f"{conv100['patterns']['false_positives']} | {top5(conv100)} | "
+        f"{_pct(conv100['delay_error']['median_rel'])} | - |"
+    )
+    return [f"`multitier.toml`, {trace.num_rows:,} messages, mean parallelism 40.", "", *rows]
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def refinements(messages: int) -> list[str]:
+    rpc = generate("multitier", messages=messages)
+    rpc1 = generate("multitier", messages=messages // 4, parallelism=1.0)
+    mail = generate("mail", messages=messages // 2)
+    cases = [
+        ("multitier, parallelism 40", rpc, {"quantum_s": 0.001, "max_lag_s": 1.0, "band_s": 0.002}),
+        ("multitier, parallelism 1", rpc1, {"quantum_s": 0.001, "max_lag_s": 1.0, "band_s": 0.002}),
+        ("mail", mail, {"quantum_s": 5.0, "max_lag_s": 250.0}),
+    ]
+    variants: list[tuple[str, dict[str, Any], int | None]] = [
+        ("all on (defaults)", {}, None),
+        ("short_paths=False", {"short_paths": False}, None),
+        ("stop_at_root=False", {"stop_at_root": False}, None),
+        ("plausible=False", {"plausible": False}, None),
+        ("max_repeats=2 (with stop_at_root=False)", {"max_repeats": 2, "stop_at_root": False}, None),
+        ("max_depth=4", {"max_depth": 4}, None),
+        ("min_count=100", {}, 100),
+        ("count_estimate='sqrt'", {"count_estimate": "sqrt"}, None),
+    ]
+    rows = []
+    for case, trace, base in cases:
+        for label, kw, floor in variants:
+            r = infer.infer_convolution(trace, **base, **kw)
+            doc = r.to_json(min_count=floor) if floor else r.to_json()
+            rep = infer.evaluate_paths(doc, trace)
+            p, e, m = rep["patterns"], rep["edges"], rep["messages"]
+            rows.append(
+                f"| {case} | {label} | {p['inferred']} | {p['false_negatives']} of {p['true']} | "
+                f"{p['false_positives']} | {e['false_positive_rate']:.0%} | "
+                f"{m['false_negatives'] / m['true']:.0%} / {m['false_positives'] / m['true']:.0%} |"
+            )
+            print(rows[-1], flush=True)
+    return rows
+
+
+def write_block(out: Path, block: str) -> None:
+    text = out.read_text(encoding="utf-8") if out.exists() else ""
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    wrapped = f"{BEGIN}\n{block.rstrip()}\n{END}"
+    if pattern.search(text):
+        text = pattern.sub(lambda _: wrapped, text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + wrapped + "\n"
+    out.write_text(text, encoding="utf-8")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--out", default=str(ROOT / "docs" / "paper-reproduction.md"))
+    args = ap.parse_args()
+    fig13 = figure13(args.messages)
+    mail = mail_study(80_000)
+    versus = nesting_vs_convolution(args.messages)
+    refine = refinements(args.messages)
+    block = "\n".join(
+        [
+            "# Reproducing the paper's convolution experiments",
+            "",
+            f"Made by `python benchmarks/paper_convolution.py --messages {args.messages}`; every number",
+            "below comes from that run (synthetic traces from `samples/synth/`, truth from their",
+            "truth columns; scores by `wirepath eval`).",
+            "",
+            "## Figure 13: the added delay at WS2",
+            "",
+            "`multitier.toml` against `multitier-slow.toml` (200 ms more at WS2 between AUTH's answer",
+            "and WS2's AP call). Each cell is the most frequent delay the convolution paths give at",
+            "that point (averaged over the paths through it, weighted by their messages); the last",
+            "column is the true median from the truth columns, normal -> slow. A dash: the trace is",
+            "too short for that quantum (fewer than 20 quanta in half of it).",
+            "",
+            *fig13[:2],
+            "| quantum | delay at WS2 | normal | slow | change | truth |",
+            "|---:|---|---:|---:|---:|---:|",
+            *fig13[2:],
+            "",
+            "The paper (quantum 0.1 s, a longer trace) saw WS2's delay go from about 0.02 s to",
+            "about 0.21 s. Here the change shows where it was made (AUTH's answer -> WS2's AP call)",
+            "and nowhere else (WS1's and WS2's AUTH call stay put).",
+            "",
+            "## The e-mail quantum study",
+            "",
+            "Delays at hub -> mx1 as the paper reads them (the peak's lag times the quantum) and as",
+            "our centroids; FP: share of inferred paths that are no true path (in brackets: share",
+            "of inferred hops-in-context that begin no true path, the paper's graph comparison);",
+            "then the same after dropping paths with under 100 estimated messages; FN: true paths",
+            "taken at least 100 times that no inferred path shows (node sequence, and every hop's",
+            "delay within one quantum of the true median). Lags up to 50 quanta.",
+            "",
+            *mail[:2],
+            "| quantum | S | hub->mx1 delays (lag) | (centroid) | paths | FP | paths >= 100 | FP | "
+            "FN (frequent) | time |",
+            "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|",
+            *mail[2:],
+            "",
+            "## Nesting and convolution on the same RPC trace",
+            "",
+            *versus[:2],
+            "| algorithm | true patterns | inferred | FN | FP | top-5 missing (0/2/6%) | delay error "
+            "(median) | time |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            *versus[2:],
+            "",
+            "Nesting scores trees (call pairs and their parents); convolution scores linear paths,",
+            "the calls and returns of an instance in time order. Convolution's false positives",
+            "are mostly derived paths: after a return into AP1 it cannot tell whether WS1 or WS2",
+            "called, so it offers both (the paper's 'partial and derived paths').",
+            "",
+            "## What each refinement does",
+            "",
+            "One switched off (or changed) at a time. Paths FN / FP; edges FP: share of inferred",
+            "hops-in-context that begin no true path; messages: FN / FP of the estimated",
+            "messages per hop-in-context against the true ones, as shares of all true messages.",
+            "",
+            "| trace | setting | paths | FN | FP | edges FP | messages FN / FP |",
+            "|---|---|---:|---:|---:|---:|---:|",
+            *refine,
+        ]
+    )
+    write_block(Path(args.out), block)
+    print(f"wrote the convolution block of {args.out}")
+
+
+if __name__ == "__main__":
+    main()
