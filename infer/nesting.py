@@ -13,8 +13,9 @@
 5. Paths: unparented calls are roots; instances are their trees; instances of one
    shape form a pattern (``infer.patterns``).
 
-Every phase is vectorized: sorting, searchsorted, bincount; candidates are enumerated
-in chunks of children so memory stays near O(m p) per chunk, not for the whole trace.
+Every phase is vectorized: sorting, searchsorted, bincount. Candidates are enumerated
+in chunks of parents, once when all of them fit a memory budget (O(m p)), else once per
+pass, so memory stays bounded on traces of any size.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from tracefmt.units import format_instant_ns
 
 __all__ = ["NestingParams", "NestingResult", "infer_nesting"]
 
-_CHUNK = 1 << 17  # children per candidate-enumeration chunk
+_KEEP_BYTES = 512 << 20  # candidate pairs kept between passes, beyond which they are enumerated again
 _DENSE_BOARD = 1 << 24  # scoreboard key spaces up to this size get a direct lookup table
 BOARDS = ("joint", "delay")
 
@@ -257,70 +258,6 @@ def _time_frame(p: CallPairs) -> tuple[int, int]:
     return t0, max(0, span.bit_length() - (63 - _NODE_BITS - 1))
 
 
-@dataclass(frozen=True)
-class _ParentIndex:
-    """Calls sorted by (callee, call time), split into duration classes."""
-
-    t0: int
-    shift: int
-    classes: list[tuple[np.ndarray, np.ndarray, int]]  # (keys, pair indices, longest duration)
-
-    @classmethod
-    def build(cls, p: CallPairs) -> _ParentIndex:
-        t0, shift = _time_frame(p)
-        dur = np.maximum(p.t_return - p.t_call, 1)
-        klass = np.floor(np.log2(dur)).astype(np.int64)
-        classes = []
-        for k in np.unique(klass):
-            idx = np.flatnonzero(klass == k)
-            keys = _time_key(p.callee[idx], p.t_call[idx], t0, shift)
-            order = np.argsort(keys, kind="stable")
-            classes.append((keys[order], idx[order], int(dur[idx].max())))
-        return cls(t0, shift, classes)
-
-
-def _candidates(
-    p: CallPairs, index: _ParentIndex, tol_ns: int, lo_child: int, hi_child: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """All (child, parent) candidate pairs for children ``lo_child:hi_child``.
-
-    Parents are grouped by callee and by duration class (powers of two), so a search
-    window ``[t_call - longest duration in class, t_call]`` stays tight even when a few
-    calls are very long.
-    """
-    child = np.arange(lo_child, hi_child)
-    # Queries in key order make the searches walk memory forward.
-    child = child[
-        np.argsort(_time_key(p.caller[child], p.t_call[child], index.t0, index.shift), kind="stable")
-    ]
-    tc, b = p.t_call[child], p.caller[child]
-    out_c, out_p = [], []
-    for keys, idx, longest in index.classes:
-        lo = np.searchsorted(
-            keys, _time_key(b, np.maximum(tc - longest - tol_ns, index.t0), index.t0, index.shift)
-        )
-        hi = np.searchsorted(keys, _time_key(b, tc + tol_ns, index.t0, index.shift), side="right")
-        counts = hi - lo
-        total = int(counts.sum())
-        if total == 0:
-            continue
-        rep = np.repeat(np.arange(child.size), counts)
-        pos = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(total)
-        par = idx[pos]
-        c = child[rep]
-        ok = (
-            (p.t_call[par] <= p.t_call[c] + tol_ns)
-            & (p.t_return[par] >= p.t_return[c] - tol_ns)
-            & (par != c)
-            & (p.callee[par] == p.caller[c])
-        )
-        out_c.append(c[ok])
-        out_p.append(par[ok])
-    if not out_c:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(out_c), np.concatenate(out_p)
-
-
 def _bins(delay_ns: np.ndarray, params: NestingParams) -> np.ndarray:
     """Exponential delay bins, ``2 * n_bins`` of them: a delay's magnitude picks the bin
     (0 below ``bin_min_s``) and negative delays, possible within the skew tolerance,
@@ -357,9 +294,16 @@ def _overlaps(parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> np.ndarray:
         rc, rr = inv[: tc.size], inv[tc.size :]
         width = int(times.size) + 1
     base = parent.astype(np.int64) * width
-    by_start = np.sort(base + rc)
+    by_start = base + rc
+    # Candidates come grouped by parent and in call order within (as enumerated): then
+    # the start keys are sorted already, and each parent's run starts where it changes.
+    if np.all(by_start[1:] >= by_start[:-1]):
+        run = np.flatnonzero(np.concatenate([[True], parent[1:] != parent[:-1]]))
+        group_lo = np.repeat(run, np.diff(np.append(run, parent.size)))
+    else:
+        by_start = np.sort(by_start)
+        group_lo = np.searchsorted(by_start, base, side="left")
     by_end = np.sort(base + rr)
-    group_lo = np.searchsorted(by_start, base, side="left")
     # Children of the parent starting before this one ends ...
     started = np.searchsorted(by_start, base + rr, side="left") - group_lo
     # ... minus those that ended by the time this one started.
@@ -434,6 +378,8 @@ class _Board:
         if cells >= 1 << 62:
             raise ParameterError(f"{n_nodes} nodes are too many for the {params.board} scoreboard")
         self._parts: list[tuple[np.ndarray, np.ndarray]] = []
+        # A small key space is summed in place: one bincount per chunk, no sorting.
+        self._dense = np.zeros(cells) if cells <= _DENSE_BOARD else None
         self.keys = np.zeros(0, np.int64)
         self.values = np.zeros(0)
         self._table: np.ndarray | None = None
@@ -447,10 +393,19 @@ class _Board:
         return key
 
     def add(self, pairs: CallPairs, c: np.ndarray, par: np.ndarray, weight: np.ndarray) -> None:
+        if self._dense is not None:
+            self._dense += np.bincount(
+                self.cell_keys(pairs, c, par), weights=weight, minlength=self._dense.size
+            )
+            return
         keys, inv = np.unique(self.cell_keys(pairs, c, par), return_inverse=True)
         self._parts.append((keys, np.bincount(inv.ravel(), weights=weight, minlength=keys.size)))
 
     def finish(self) -> None:
+        if self._dense is not None:
+            nonzero = np.flatnonzero(self._dense)
+            self._parts = [(nonzero, self._dense[nonzero])]
+            self._dense = None
         keys = np.concatenate([k for k, _ in self._parts]) if self._parts else np.zeros(0, np.int64)
         weights = np.concatenate([w for _, w in self._parts]) if self._parts else np.zeros(0)
         self._parts = []
@@ -519,6 +474,33 @@ class _BestSoFar:
         share = self.score[won] / np.where(self.total[won] > 0, self.total[won], 1.0)
         confidence[won] = np.where(self.total[won] > 0, share, 1.0 / np.maximum(counts[won], 1))
         return self.parent, confidence
+
+
+class _CandidateChunks:
+    """The (child, parent) candidate pairs, in chunks of parents, for the several passes
+    over them: kept from the first pass when they fit ``budget`` bytes (16 per pair),
+    else enumerated again for each pass, so memory stays bounded on any trace."""
+
+    def __init__(self, pairs: CallPairs, tol_ns: int, budget: int = _KEEP_BYTES) -> None:
+        self.pairs, self.tol_ns, self.budget = pairs, tol_ns, budget
+        self.kept: list[tuple[np.ndarray, np.ndarray]] | None = None
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        if self.kept is not None:
+            yield from self.kept
+            return
+        kept: list[tuple[np.ndarray, np.ndarray]] | None = []
+        size = 0
+        for c, par in _candidates_by_parent(self.pairs, self.tol_ns):
+            if kept is not None:
+                size += c.nbytes + par.nbytes
+                if size <= self.budget:
+                    kept.append((c, par))
+                else:
+                    kept = None
+            yield c, par
+        if kept is not None:
+            self.kept = kept
 
 
 def _candidates_by_parent(
@@ -670,23 +652,22 @@ def infer_nesting(
         )
     n = len(pairs)
     tol_ns = round(tolerance_s * 1e9)
-    index = _ParentIndex.build(pairs)
     n_nodes = len(nodes.names)
+    chunks = _CandidateChunks(pairs, tol_ns)
 
-    # Pass 1, by chunks of children: each child's candidates share one unit of weight.
-    board_ = _Board(params, n_nodes)
+    # Pass 1: each child's candidates share one unit of weight on the scoreboard.
     counts = np.zeros(n, np.int64)
-    for lo in range(0, n, _CHUNK):
-        c, par = _candidates(pairs, index, tol_ns, lo, min(lo + _CHUNK, n))
-        chunk_counts = np.bincount(c - lo, minlength=min(_CHUNK, n - lo))
-        counts[lo : lo + chunk_counts.size] = chunk_counts
+    for c, _ in chunks:
+        counts += np.bincount(c, minlength=n)
+    board_ = _Board(params, n_nodes)
+    for c, par in chunks:
         board_.add(pairs, c, par, 1.0 / counts[c])
     board_.finish()
 
     # Pass 2, by chunks of parents: every parent meets all its candidate children at
     # once, so the penalties are exact; each child keeps its best parent so far.
     best = _BestSoFar(n)
-    for c, par in _candidates_by_parent(pairs, tol_ns):
+    for c, par in chunks:
         score = board_.lookup(pairs, c, par)
         if x:
             score = score * (1.0 + _overlaps(par, pairs.t_call[c], pairs.t_return[c])) ** -x
@@ -704,7 +685,7 @@ def infer_nesting(
         for _ in range(rounds):
             chosen = _Chosen(pairs, best.parent, *ranks)
             best = _BestSoFar(n)
-            for c, par in _candidates_by_parent(pairs, tol_ns):
+            for c, par in chunks:
                 score = board_.lookup(pairs, c, par) * chosen.penalty(pairs, c, par, params)
                 best.offer(c, par, score, pairs.t_call)
     parent, confidence = best.result(counts)

@@ -579,3 +579,23 @@ def test_nan_parameters_are_rejected(h, name: str) -> None:
 def test_invalid_parameters_are_checked_before_the_trace(h) -> None:
     with pytest.raises(ParameterError, match="bin_base"):
         infer_nesting(h.trace([]), bin_base=1.0)
+
+
+@pytest.mark.parametrize("shuffled", [False, True], ids=["as-enumerated", "shuffled"])
+def test_overlap_counts_match_a_brute_force_count(shuffled: bool) -> None:
+    from infer.nesting import _overlaps
+
+    rng = np.random.default_rng(11)
+    n = 600
+    parent = np.sort(rng.integers(0, 25, n))
+    tc = rng.integers(0, 1000, n)
+    tr = tc + rng.integers(0, 60, n)  # zero-length calls included
+    order = np.lexsort((tc, parent))  # grouped by parent, in call order: as enumerated
+    if shuffled:
+        order = rng.permutation(n)
+    parent, tc, tr = parent[order], tc[order], tr[order]
+    got = _overlaps(parent, tc, tr)
+    same = parent[:, None] == parent[None, :]
+    overlap = (tc[None, :] < tr[:, None]) & (tr[None, :] > tc[:, None])
+    np.fill_diagonal(overlap, False)
+    assert np.array_equal(got, (same & overlap).sum(axis=1))
