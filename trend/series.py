@@ -352,6 +352,7 @@ def load_series(store: Store | str | os.PathLike[str], *, tests: Sequence[str] |
         table = table.filter(pa.array(keep))
     if table.num_rows == 0:
         return []
+    table = table.drop_columns(["tags"])  # not needed here, and joins cannot carry lists
     latest = (
         table.group_by(["test", "testbed", "build"])
         .aggregate([("_file", "max")])

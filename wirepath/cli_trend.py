@@ -162,7 +162,7 @@ def _register_from_capture(sub: argparse._SubParsersAction) -> None:
 
 
 def _capture_timestamps(path: str, point: str | None) -> np.ndarray:
-    if tracefmt.trace_format(path) == "parquet":
+    if path.endswith((".parquet", ".pq")):
         table = tracefmt.read_trace(path)
         ts = table.column("timestamp").cast("int64").to_numpy()
         if point is not None:
