@@ -25,6 +25,7 @@ import infer
 import synth
 import tracefmt
 from tracefmt import ParameterError
+from viz._files import write_atomic
 from viz.diff import PathsDiff, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import format_s, paths_dot
 from viz.export import write_export
@@ -87,9 +88,7 @@ class DemoResult:
 
 
 def _write_json(doc: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(doc, indent=1) + "\n")
 
 
 def run_demo(
@@ -224,11 +223,7 @@ def run_demo(
     page = build_report(
         docs["slow"], base=docs["base"], top=10, collapse=collapse, title="wirepath demo: the slow run"
     )
-    report_path = out / "report.html"
-    tmp = report_path.with_name(".report.html.partial")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, report_path)
-    files["report"] = str(report_path)
+    files["report"] = str(write_atomic(out / "report.html", page))
     step("exporting the slow run's first 200 requests as OTLP/JSON traces")
     write_export(
         infer.read_instances(files["slow_instances"]), "otlp", out / "slow-traces.otlp.json", max_traces=200

@@ -25,7 +25,7 @@ from typing import Any
 
 from tracefmt import ParameterError
 from viz.dot import _Graph, format_s
-from viz.paths import check_paths, collapse_replicas, shape_of, visits
+from viz.paths import _mean, check_paths, collapse_replicas, shape_of, visits
 
 __all__ = ["PathsDiff", "diff_convolution", "diff_dot", "diff_paths", "format_change"]
 
@@ -41,10 +41,6 @@ def format_change(seconds: float) -> str:
     if abs(seconds) >= 0.1:
         return f"{seconds:+.2f} s"
     return format_s(seconds, sign=True)
-
-
-def _mean(stats: dict[str, float] | None) -> float:
-    return float(stats["mean"]) if stats else 0.0
 
 
 def _segments(root: dict[str, Any]) -> list[tuple[tuple[str, ...], int, int, float]]:
@@ -278,13 +274,12 @@ def diff_paths(
             }
         )
     changes.sort(key=lambda c: (-abs(c["impact_s"]), c["label"]))
-    small = [{"id": p["id"], "shape": shape_of(p), "count": int(p["count"])} for p in slow_c["patterns"]]
-    new = [p for p in small if p["id"] not in by_id]
-    gone = [
-        {"id": p["id"], "shape": shape_of(p), "count": int(p["count"])}
-        for p in base_c["patterns"]
-        if p["id"] not in slow_ids
-    ]
+
+    def brief(p: dict[str, Any]) -> dict[str, Any]:
+        return {"id": p["id"], "shape": shape_of(p), "count": int(p["count"])}
+
+    new = [brief(p) for p in slow_c["patterns"] if p["id"] not in by_id]
+    gone = [brief(p) for p in base_c["patterns"] if p["id"] not in slow_ids]
     return PathsDiff(
         patterns=matched,
         changes=changes,

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import gc
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from tracefmt import ParameterError, SchemaError
+from viz._files import write_atomic
 
 __all__ = ["EXPORT_FORMATS", "export_traces", "write_export"]
 
@@ -286,11 +286,7 @@ def write_export(
     import json
 
     doc = export_traces(instances, fmt, max_traces=max_traces)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.partial")
-    tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    write_atomic(path, json.dumps(doc, separators=(",", ":")) + "\n")
     if fmt == "zipkin":
         n_spans, n_traces = len(doc), len({s["traceId"] for s in doc})
     elif fmt == "jaeger":

@@ -15,10 +15,10 @@ import json
 import math
 import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from tracefmt import ParameterError, SchemaError, TraceFileError
+from tracefmt._files import existing_file
 from tracefmt.patterns import Shape, pattern_id, shape_text
 
 __all__ = [
@@ -47,13 +47,9 @@ def load_paths(path: str | os.PathLike[str]) -> dict[str, Any]:
     SchemaError
         It is JSON but not a ``wirepath.paths/1`` document.
     """
-    p = Path(path)
+    p = existing_file(path, "a paths file (JSON)")
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TraceFileError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise TraceFileError(f"{p}: is a directory, not a paths file") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise TraceFileError(f"{p}: not a JSON paths file ({exc})") from None
     check_paths(doc, str(p))

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from tracefmt import MissingToolError, ParameterError, WirepathError
+from viz._files import write_atomic
 
 __all__ = ["FORMATS", "dot_binary", "render_dot", "write_graph"]
 
@@ -85,9 +86,4 @@ def write_graph(dot_text: str, path: str | os.PathLike[str], fmt: str | None = N
             raise ParameterError(
                 f"{target}: cannot tell the picture format from '.{fmt}' (use .svg, .png, .pdf or .dot)"
             )
-    data = render_dot(dot_text, fmt)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.partial")
-    tmp.write_bytes(data)
-    os.replace(tmp, target)
-    return target
+    return write_atomic(target, render_dot(dot_text, fmt))

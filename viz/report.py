@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+from viz._files import write_atomic
 from viz.diff import PathsDiff, diff_dot, diff_paths, format_change
 from viz.dot import convolution_dot, format_s, pattern_dot
 from viz.paths import check_paths, collapse_replicas, select_patterns, shape_of
 from viz.render import render_dot
 
-__all__ = ["build_report", "inline_svg"]
+__all__ = ["build_report", "inline_svg", "write_report"]
 
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1200px; color: #222; }
@@ -280,3 +283,8 @@ def build_report(
         f"<title>{_e(title)}</title><style>{_CSS}</style></head>\n<body>\n{body}\n"
         f"<script>{_JS}</script>\n</body></html>\n"
     )
+
+
+def write_report(page: str, path: str | os.PathLike[str]) -> Path:
+    """Write a report's HTML text to ``path`` whole (never half a page); returns the path."""
+    return write_atomic(path, page)

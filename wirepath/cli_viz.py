@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from viz.dot import paths_dot
 from viz.export import EXPORT_FORMATS, write_export
 from viz.paths import SORTS, collapse_replicas, load_paths, select_patterns
 from viz.render import FORMATS, write_graph
-from viz.report import build_report
+from viz.report import build_report, write_report
 from wirepath._cli import Parser, add_verb, emit
 
 __all__ = ["register"]
@@ -87,11 +86,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         collapse=args.collapse,
         title=args.title or f"wirepath report: {Path(args.paths).name}",
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, out)
+    out = write_report(page, args.out)
     text = f"wrote {out} ({len(page.encode('utf-8')) / 1024:,.0f} KiB, self-contained)"
     emit(args, {"out": str(out), "bytes": len(page.encode("utf-8"))}, text)
     return 0
