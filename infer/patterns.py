@@ -23,6 +23,9 @@ from tracefmt.patterns import Shape, join_text, shape_text, text_id
 
 __all__ = ["Pattern", "build_patterns", "group_stats"]
 
+#: The statistics of a latency or delay distribution, in the paths file's order.
+STAT_NAMES = ("mean", "p50", "p90", "p99", "std")
+
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _P = np.uint64(0x9E3779B97F4A7C15)  # odd: powers of it never vanish mod 2**64
@@ -96,24 +99,38 @@ class Pattern:
     shape: Shape
     count: int
     total_latency_s: float
-    latency: list[dict[str, float]] = field(default_factory=list)  # per visit, preorder
-    delay: list[dict[str, float] | None] = field(default_factory=list)
+    #: Per visit in preorder: mean, p50, p90, p99, std of the latency (call to return)
+    #: and of the delay (parent call to this call; NaN at the root), in seconds.
+    latency_table: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
+    delay_table: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
 
     @property
     def shape_text(self) -> str:
         return shape_text(self.shape)
 
+    @property
+    def latency(self) -> list[dict[str, float]]:
+        """Per visit in preorder: the latency statistics as in the paths file."""
+        return [dict(zip(STAT_NAMES, row, strict=True)) for row in self.latency_table.tolist()]
+
+    @property
+    def delay(self) -> list[dict[str, float] | None]:
+        """Per visit in preorder: the delay statistics (None at the root)."""
+        rows = self.delay_table.tolist()
+        return [None, *(dict(zip(STAT_NAMES, row, strict=True)) for row in rows[1:])] if rows else []
+
     def to_json(self) -> dict[str, Any]:
         """The pattern in the paths-file form of ``results.md``."""
-        position = iter(range(len(self.latency)))
+        latency, delay = self.latency, self.delay
+        position = iter(range(len(latency)))
 
         def visit(s: Shape) -> dict[str, Any]:
             k = next(position)
             return {
                 "node": s.node,
                 "caller": s.caller,
-                "latency_s": self.latency[k],
-                "delay_s": self.delay[k],
+                "latency_s": latency[k],
+                "delay_s": delay[k],
                 "children": [visit(c) for c in s.children],
             }
 
@@ -227,35 +244,46 @@ def build_patterns(
     count = np.bincount(pat_of_root, minlength=uniq.size)
     total = np.bincount(pat_of_root, weights=lat[roots], minlength=uniq.size)
 
-    # Kids are sorted by parent: a call's children start after all earlier calls' ones.
-    first_kid = np.concatenate([[0], np.cumsum(n_children)[:-1]])
-    caller, callee = pairs.caller, pairs.callee
+    # Shapes are built in Python for one representative instance per pattern only,
+    # from plain lists of those instances' calls (local numbers).
+    in_rep = np.zeros(n, bool)
+    in_rep[rep_root] = True
+    in_rep = in_rep[root]
+    sub = np.flatnonzero(in_rep)
+    local = np.full(n, -1, np.int64)
+    local[sub] = np.arange(sub.size)
+    n_kids = n_children[sub]
+    first = np.concatenate([[0], np.cumsum(n_kids)[:-1]]).tolist()
+    n_kids = n_kids.tolist()
+    sub_kids = local[kids[in_rep[kids]]].tolist()  # kids are sorted by parent, as sub is
+    key_of = h[sub].tolist()
+    name = np.asarray(names, dtype=object)
+    caller_of, callee_of = name[pairs.caller[sub]].tolist(), name[pairs.callee[sub]].tolist()
 
     # Equal subtree hashes, equal shapes: build each shape and its text once.
     memo: dict[int, tuple[Shape, str]] = {}
 
     def shape(i: int) -> tuple[Shape, str]:
-        key = int(h[i])
+        key = key_of[i]
         if key not in memo:
-            lo = first_kid[i]
-            kids_of = [shape(c) for c in kids[lo : lo + n_children[i]].tolist()]
-            a, b = names[caller[i]], names[callee[i]]
+            lo = first[i]
+            kids_of = [shape(c) for c in sub_kids[lo : lo + n_kids[i]]]
+            a, b = caller_of[i], callee_of[i]
             memo[key] = (Shape(a, b, tuple(k[0] for k in kids_of)), join_text(a, b, [k[1] for k in kids_of]))
         return memo[key]
 
-    stat_names = ("mean", "p50", "p90", "p99", "std")
-    lat_rows = np.column_stack([lat_stats[k] for k in stat_names]).tolist()
-    delay_rows = np.column_stack([delay_stats[k] for k in stat_names]).tolist()
+    rep_local = local[rep_root].tolist()
+    lat_rows = np.column_stack([lat_stats[k] for k in STAT_NAMES])
+    delay_rows = np.column_stack([delay_stats[k] for k in STAT_NAMES])
+    delay_rows[first_group] = np.nan  # the roots
     patterns: list[Pattern] = []
     with _collector_paused():
         for u, (g0, nv) in enumerate(zip(first_group.tolist(), visits.tolist(), strict=True)):
-            s, text = shape(int(rep_root[u]))
-            pat = Pattern(text_id(text), s, int(count[u]), float(total[u]))
-            pat.latency = [dict(zip(stat_names, row, strict=True)) for row in lat_rows[g0 : g0 + nv]]
-            # The first visit in preorder is the root, which has no delay.
-            rows = delay_rows[g0 + 1 : g0 + nv]
-            pat.delay = [None, *(dict(zip(stat_names, row, strict=True)) for row in rows)]
-            patterns.append(pat)
+            s, text = shape(rep_local[u])
+            rows = slice(g0, g0 + nv)
+            patterns.append(
+                Pattern(text_id(text), s, int(count[u]), float(total[u]), lat_rows[rows], delay_rows[rows])
+            )
     if sort == "count":
         order = sorted(range(len(patterns)), key=lambda i: (-patterns[i].count, patterns[i].id))
     else:
