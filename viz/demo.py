@@ -122,6 +122,12 @@ def run_demo(
         compare their delays (the paper's Figure 13).
     on_step : callable, optional
         Called with a short description before each step (for progress output).
+
+    Examples
+    --------
+    >>> r = run_demo("demo-out", messages=20_000)  # doctest: +SKIP
+    >>> r.sentence.startswith("WS2 -> AP*: +0.2")  # doctest: +SKIP
+    True
     """
     if messages < 1000:
         raise ParameterError(f"the demo needs at least 1000 messages per run, not {messages}")

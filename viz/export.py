@@ -282,7 +282,19 @@ def export_traces(instances: pa.Table, fmt: str, *, max_traces: int | None = Non
 def write_export(
     instances: pa.Table, fmt: str, path: str | os.PathLike[str], *, max_traces: int | None = None
 ) -> dict[str, int]:
-    """Write :func:`export_traces` as JSON into ``path`` (atomically); returns counts."""
+    """Write :func:`export_traces` as JSON into ``path`` (atomically); returns counts.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from infer import infer_nesting
+    >>> t = pa.table({"timestamp": pa.array([0, 10, 20, 30], pa.timestamp("us")),
+    ...     "sender": ["c", "w", "d", "w"], "receiver": ["w", "d", "w", "c"],
+    ...     "op": ["call", "call", "return", "return"], "id": pa.array([1, 2, 2, 1], pa.uint64())})
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "t.json"
+    >>> write_export(infer_nesting(t).instances_table(), "jaeger", out)
+    {'traces': 1, 'spans': 3}
+    """
     import json
 
     doc = export_traces(instances, fmt, max_traces=max_traces)

@@ -46,6 +46,14 @@ def load_paths(path: str | os.PathLike[str]) -> dict[str, Any]:
         The file is missing or not JSON.
     SchemaError
         It is JSON but not a ``wirepath.paths/1`` document.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "p.json"
+    >>> _ = f.write_text('{"format": "wirepath.paths/1", "algorithm": "nesting", "patterns": []}')
+    >>> load_paths(f)["algorithm"]
+    'nesting'
     """
     p = existing_file(path, "a paths file (JSON)")
     try:

@@ -24,6 +24,16 @@ def dot_binary() -> str:
     """Path of graphviz's ``dot``, or ``MissingToolError`` saying how to install it.
 
     ``WIREPATH_DOT`` names another binary (or a missing one, to test the error).
+
+    Examples
+    --------
+    >>> import os
+    >>> os.environ["WIREPATH_DOT"] = "no-such-dot"
+    >>> dot_binary()
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.MissingToolError: graphviz's 'no-such-dot' ... apt-get install graphviz ...
+    >>> del os.environ["WIREPATH_DOT"]
     """
     name = os.environ.get("WIREPATH_DOT", "dot")
     found = shutil.which(name)
@@ -51,6 +61,11 @@ def render_dot(dot_text: str, fmt: str = "svg") -> bytes:
         ``dot`` is not installed.
     WirepathError
         ``dot`` rejected the graph (its message is included).
+
+    Examples
+    --------
+    >>> render_dot('digraph { "a" -> "b"; }', "dot")
+    b'digraph { "a" -> "b"; }'
     """
     if fmt not in FORMATS:
         raise ParameterError(f"unknown picture format {fmt!r} (must be one of {', '.join(FORMATS)})")
@@ -76,6 +91,13 @@ def write_graph(dot_text: str, path: str | os.PathLike[str], fmt: str | None = N
     """Render ``dot_text`` into ``path``; the format comes from the file name unless given.
 
     The file is written atomically (a partial picture is never left behind).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> out = write_graph('digraph { "a" -> "b"; }', pathlib.Path(tempfile.mkdtemp()) / "g.dot")
+    >>> out.read_text()
+    'digraph { "a" -> "b"; }'
     """
     target = Path(path)
     if fmt is None:

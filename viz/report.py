@@ -286,5 +286,12 @@ def build_report(
 
 
 def write_report(page: str, path: str | os.PathLike[str]) -> Path:
-    """Write a report's HTML text to ``path`` whole (never half a page); returns the path."""
+    """Write a report's HTML text to ``path`` whole (never half a page); returns the path.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> write_report("<!DOCTYPE html>", pathlib.Path(tempfile.mkdtemp()) / "r.html").read_text()
+    '<!DOCTYPE html>'
+    """
     return write_atomic(path, page)

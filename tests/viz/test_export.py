@@ -243,3 +243,13 @@ def test_export_rejects_bad_input(instances):
         export_traces(instances, "otlp", max_traces=0)
     with pytest.raises(SchemaError, match="not an instances table: missing confidence"):
         export_traces(instances.drop_columns(["confidence"]), "otlp")
+
+
+@pytest.mark.parametrize("fmt", ["otlp", "zipkin", "jaeger"])
+def test_no_instances_is_an_empty_export(instances, fmt):
+    doc = export_traces(instances.slice(0, 0), fmt)
+    assert doc in (
+        {"resourceSpans": []},
+        [],
+        {"data": [], "total": 0, "limit": 0, "offset": 0, "errors": None},
+    )

@@ -8,8 +8,6 @@ import pytest
 
 from viz.report import build_report, inline_svg
 
-pytestmark = [pytest.mark.browser, pytest.mark.needs_dot]
-
 
 @pytest.fixture(scope="module")
 def demo_page(runs, tmp_path_factory):
@@ -24,6 +22,8 @@ def _column(driver, table_id, k):
     return [float(r.find_elements("tag name", "td")[k].get_attribute("data-sort")) for r in rows]
 
 
+@pytest.mark.browser
+@pytest.mark.needs_dot
 def test_report_loads_clean_and_sorts_by_clicking(open_page, demo_page, tmp_path):
     page = open_page(demo_page)
     driver = page.driver
@@ -49,6 +49,7 @@ def test_report_loads_clean_and_sorts_by_clicking(open_page, demo_page, tmp_path
     assert shot.stat().st_size > 20_000
 
 
+@pytest.mark.needs_dot
 def test_report_is_self_contained(demo_page):
     html = demo_page.read_text(encoding="utf-8")
     # No external resource: no src= at all, and hrefs only to anchors or the empty icon.
@@ -57,6 +58,8 @@ def test_report_is_self_contained(demo_page):
     assert all(h.startswith("#") or h == "data:," for h in hrefs)
 
 
+@pytest.mark.browser
+@pytest.mark.needs_dot
 def test_a_node_named_script_shows_as_text(open_page, docs, tmp_path):
     evil = "<script>document.title='pwned'</script>"
     v = docs.visit
@@ -84,3 +87,30 @@ def test_a_node_named_script_shows_as_text(open_page, docs, tmp_path):
 def test_inline_svg_drops_the_prolog():
     svg = '<?xml version="1.0" standalone="no"?>\n<!DOCTYPE svg PUBLIC "x" "y">\n<!-- c -->\n<svg a="1"/>'
     assert inline_svg(svg) == '<svg a="1"/>'
+
+
+def _fake_svg(text, fmt):
+    assert fmt == "svg"
+    return b'<?xml version="1.0"?>\n<svg id="g"><text>drawn</text></svg>\n'
+
+
+def test_report_of_convolution_paths_lists_and_draws_them():
+    doc = {
+        "format": "wirepath.paths/1",
+        "algorithm": "convolution",
+        "params": {"quantum_s": 0.002},
+        "paths": [{"nodes": ["client", "WS2", "AP1"], "delays_s": [[0.201]], "counts": [120.0, 100.0]}],
+    }
+    page = build_report(doc, render=_fake_svg)
+    assert "<td>client -&gt; WS2 -&gt; AP1</td>" in page
+    assert 'data-sort="120.0">120</td>' in page
+    assert page.count('<svg id="g">') == 1
+    assert "&quot;quantum_s&quot;" not in page  # parameters are listed by name
+    assert "<th>quantum_s</th><td>0.002</td>" in page
+
+
+def test_report_of_no_patterns_still_has_every_section(docs):
+    page = build_report(docs.paths_doc(), base=docs.paths_doc(), render=_fake_svg)
+    for anchor in ('id="summary"', 'id="top"', 'id="diff"', 'id="params"'):
+        assert anchor in page
+    assert "no pattern appears in both runs" in page
