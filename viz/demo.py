@@ -24,7 +24,7 @@ from typing import Any
 import infer
 import synth
 import tracefmt
-from tracefmt import ParameterError
+from tracefmt import ParameterError, TraceFileError
 from viz._files import write_atomic
 from viz.diff import PathsDiff, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import format_s, paths_dot
@@ -136,6 +136,12 @@ def run_demo(
     dot_binary()  # fail now, not after the inference, when graphviz is missing
     step = on_step or (lambda _text: None)
     base_cfg, slow_cfg = configs or (_SAMPLES / "multitier.toml", _SAMPLES / "multitier-slow.toml")
+    for cfg in (base_cfg, slow_cfg):
+        if not Path(cfg).is_file():
+            raise TraceFileError(
+                f"{cfg}: the demo's workload is missing (it ships in a wirepath checkout's samples/synth/; "
+                "run from a checkout installed with pip install -e .)"
+            )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}

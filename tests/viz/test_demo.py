@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from tracefmt import ParameterError, TraceFileError
 from viz.demo import run_demo
 
 pytestmark = pytest.mark.needs_dot
@@ -72,3 +73,10 @@ def test_demo_writes_every_file_it_names(demo):
     # The slowest pattern of the slow run is WS2 calling AUTH, then AP*.
     assert result.top_patterns[0]["root"]["node"] == "WS2"
     assert [c["node"] for c in result.top_patterns[0]["root"]["children"]] == ["AUTH", "AP*"]
+
+
+def test_demo_without_its_workloads_says_so(tmp_path):
+    with pytest.raises(TraceFileError, match="the demo's workload is missing"):
+        run_demo(tmp_path, configs=(tmp_path / "a.toml", tmp_path / "b.toml"))
+    with pytest.raises(ParameterError, match="at least 1000 messages"):
+        run_demo(tmp_path, messages=10)
