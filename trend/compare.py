@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tracefmt import ParameterError, ParseError, TraceFileError
-from trend.mdl import DIRECTIONS, _bits, _renorm, _runs, classify_mdl
+from trend.mdl import _bits, _renorm, _runs, check_direction, classify_mdl
 
 __all__ = ["Comparison", "compare_runs", "format_comparison", "parse_values", "read_compare_file"]
 
@@ -104,8 +104,7 @@ def compare_runs(
     >>> compare_runs([1.0, 1.0], [1.0, float("nan")]).verdict
     'failed'
     """
-    if direction not in DIRECTIONS:
-        raise ParameterError(f"unknown direction {direction!r} (must be one of {', '.join(DIRECTIONS)})")
+    check_direction(direction)
     p, c = [float(x) for x in parent], [float(x) for x in current]
     if not p or not c:
         raise ParameterError(f"test {test!r}: both the parent and the current run need trial values")

@@ -26,7 +26,7 @@ import numpy as np
 
 from tracefmt import ParameterError
 
-__all__ = ["DIRECTIONS", "MdlGroup", "MdlResult", "classify_mdl"]
+__all__ = ["DIRECTIONS", "MdlGroup", "MdlResult", "check_direction", "classify_mdl"]
 
 #: A series' direction: which way is better.
 DIRECTIONS = ("bigger-is-better", "smaller-is-better")
@@ -100,6 +100,12 @@ class MdlResult:
             "total_bits": self.total_bits,
             "groups": [g.to_json() for g in self.groups],
         }
+
+
+def check_direction(direction: str) -> None:
+    """Raise a ParameterError naming the allowed directions unless ``direction`` is one."""
+    if direction not in DIRECTIONS:
+        raise ParameterError(f"unknown direction {direction!r} (must be one of {', '.join(DIRECTIONS)})")
 
 
 def _runs(values: Iterable[float | Iterable[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
@@ -224,8 +230,7 @@ def classify_mdl(
     >>> classify_mdl([5.0, 5.0, 5.0]).groups[0].comment
     'normal'
     """
-    if direction not in DIRECTIONS:
-        raise ParameterError(f"unknown direction {direction!r} (must be one of {', '.join(DIRECTIONS)})")
+    check_direction(direction)
     if isinstance(values, np.ndarray):
         values = values.tolist()
     sizes, run_avg, run_sd, max_value = _runs(values)

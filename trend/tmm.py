@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tracefmt import ParameterError
-from trend.mdl import DIRECTIONS
+from trend.mdl import check_direction
 
 __all__ = ["TmmResult", "classify_tmm"]
 
@@ -104,8 +104,7 @@ def classify_tmm(
     >>> float(r.tmm[5])
     10.0
     """
-    if direction not in DIRECTIONS:
-        raise ParameterError(f"unknown direction {direction!r} (must be one of {', '.join(DIRECTIONS)})")
+    check_direction(direction)
     if isinstance(window, bool) or not isinstance(window, int) or window < 2:
         raise ParameterError(f"window must be an integer >= 2, not {window!r}")
     if isinstance(min_history, bool) or not isinstance(min_history, int) or not 1 <= min_history <= window:
