@@ -87,6 +87,15 @@ class DemoResult:
         }
 
 
+def _shown(path: str | os.PathLike[str]) -> str:
+    """A path as a user would type it: relative to the working directory when inside it."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
 def _write_json(doc: Any, path: Path) -> None:
     write_atomic(path, json.dumps(doc, indent=1) + "\n")
 
@@ -151,7 +160,7 @@ def run_demo(
     conv_docs: dict[str, dict[str, Any]] = {}
     for name, cfg_path in (("base", base_cfg), ("slow", slow_cfg)):
         t0 = time.perf_counter()
-        step(f"synthesizing the {name} run from {cfg_path}")
+        step(f"synthesizing the {name} run from {_shown(cfg_path)}")
         config = replace(
             synth.load_config(cfg_path),
             messages=messages,
@@ -182,7 +191,7 @@ def run_demo(
             files[f"{name}_convolution"] = str(out / f"{name}-convolution.json")
             seconds[f"convolution_{name}"] = time.perf_counter() - t0
         runs[name] = {
-            "config": str(cfg_path),
+            "config": _shown(cfg_path),
             "messages": report.messages,
             "instances": doc["stats"]["instances"],
             "patterns": doc["stats"]["patterns"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -50,13 +51,7 @@ def paths_doc(*patterns: tuple[str, int, dict[str, Any]]) -> dict[str, Any]:
 def docs() -> Any:
     """``visit`` and ``paths_doc`` helpers for hand-written paths files."""
 
-    class Helpers:
-        pass
-
-    h = Helpers()
-    h.visit = visit
-    h.paths_doc = paths_doc
-    return h
+    return SimpleNamespace(visit=visit, paths_doc=paths_doc)
 
 
 @pytest.fixture(scope="session")
