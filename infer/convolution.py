@@ -8,20 +8,27 @@ Uses only timestamp, sender and receiver, so it works for any messaging pattern.
    output with the input (FFT, ``scipy.fft``) at lags ``0 .. max_lag``. A peak at lag d
    says the output holds a copy of the input shifted by d: a causal delay.
 3. Spikes: local maxima at least ``n_sigma`` standard deviations above the mean, separated
-   by a point no higher than ``sep_sigma`` (the paper: 4 and 3). ``band_s`` sums the
-   correlation over a band of lags first, so a delay that varies still makes one spike.
-4. Paths: from each root, every out-edge; from each vertex (a visit of a node, reached by
+   by a point no higher than ``sep_sigma`` (the paper: 4 and 3). Mean and deviation are
+   those of the background: each lag's excess over a ring of neighbouring lags (load that
+   swings slowly correlates all busy edges), without the lags that stand out. ``band_s``
+   averages the correlation over a band of lags first, so a delay that varies still
+   makes one spike.
+4. Estimates: a spike's message count from the correlation of raw counts (above its
+   background it rises by one per message pair), its delay as its centroid.
+5. Paths: from each root, every out-edge; from each vertex (a visit of a node, reached by
    an edge into it), every out-edge of that node whose correlation with the edge in has
-   spikes. Edges carry the delays found (most frequent first) and estimated counts.
+   spikes. Edges carry the delays found (most frequent first) and estimated counts; a
+   hop's count is the previous hop's times the share of its messages that go on.
 
-Refinements (each a parameter; measured in BENCHMARKS.md and docs/paper-reproduction.md):
+Refinements (each a parameter; measured in docs/paper-reproduction.md):
 ``min_count`` drops paths with fewer estimated messages; ``short_paths`` drops a delay
-that a longer sibling path through the same node explains; ``max_repeats`` cuts cycles;
-``plausible`` drops peaks at negative lags whose tail reaches lag 0 and peaks cut off at
-``max_lag``; ``max_depth`` limits the hops of a path.
+that a longer sibling path through the same node explains; ``stop_at_root`` and
+``max_repeats`` cut cycles; ``plausible`` drops peaks at negative lags whose tail reaches
+lag 0 and peaks cut off at ``max_lag``; ``max_depth`` limits the hops of a path.
 
-Cost: O(m) to build the signals, O(S log S) time and O(S) memory per edge pair for
-``S = T / mu`` quanta; every edge pair is correlated at most once.
+Cost: O(m) to build the signals; per edge pair O(S log S) time and O(S) memory by FFT,
+or, when edges are sparse against S, O(pairs of occupied quanta within the lag window)
+by direct enumeration (``method="auto"`` picks per pair); each pair is correlated once.
 """
 
 from __future__ import annotations
