@@ -38,7 +38,7 @@ from tracefmt.units import format_instant_ns
 
 __all__ = ["NestingParams", "NestingResult", "infer_nesting"]
 
-_KEEP_BYTES = 512 << 20  # candidate pairs kept between passes, beyond which they are enumerated again
+_KEEP_BYTES = 640 << 20  # candidates kept between passes, beyond which they are enumerated again
 _DENSE_BOARD = 1 << 24  # scoreboard key spaces up to this size get a direct lookup table
 BOARDS = ("joint", "delay")
 
@@ -291,25 +291,37 @@ def _overlaps(parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> np.ndarray:
         rc, rr, width = tc - t0, tr - t0, span
     else:
         times, inv = np.unique(np.concatenate([tc, tr]), return_inverse=True)
+        inv = inv.ravel()
         rc, rr = inv[: tc.size], inv[tc.size :]
         width = int(times.size) + 1
     base = parent.astype(np.int64) * width
     by_start = base + rc
-    # Candidates come grouped by parent and in call order within (as enumerated): then
-    # the start keys are sorted already, and each parent's run starts where it changes.
-    if np.all(by_start[1:] >= by_start[:-1]):
-        run = np.flatnonzero(np.concatenate([[True], parent[1:] != parent[:-1]]))
-        group_lo = np.repeat(run, np.diff(np.append(run, parent.size)))
-    else:
-        by_start = np.sort(by_start)
-        group_lo = np.searchsorted(by_start, base, side="left")
-    by_end = np.sort(base + rr)
-    # Children of the parent starting before this one ends ...
-    started = np.searchsorted(by_start, base + rr, side="left") - group_lo
-    # ... minus those that ended by the time this one started.
-    ended = np.searchsorted(by_end, base + rc, side="right") - group_lo
-    self_count = np.where(tc < tr, 1, -1)
-    return np.maximum(started - ended - self_count, 0)
+    # Candidates come grouped by parent and in call order within (as enumerated); any
+    # other order is sorted so first and the counts put back.
+    order = None
+    if not np.all(by_start[1:] >= by_start[:-1]):
+        order = np.argsort(by_start, kind="stable")
+        parent, base, by_start, rc, rr = parent[order], base[order], by_start[order], rc[order], rr[order]
+    m = parent.size
+    run = np.flatnonzero(np.concatenate([[True], parent[1:] != parent[:-1]]))
+    run_len = np.diff(np.append(run, m))
+    lo, hi = np.repeat(run, run_len), np.repeat(run + run_len, run_len)
+    # Position of the first sibling starting at or after this child's end: the siblings
+    # before it started before this child ended ...
+    after_end = np.searchsorted(by_start, base + rr, side="left")
+    started = after_end - lo
+    # ... less those that ended by this child's start: sibling j ended by the start of
+    # every sibling from after_end[j] on, so a running count of those marks does it.
+    mark = np.bincount(after_end[after_end < hi], minlength=m + 1)[:m]
+    marks = np.cumsum(mark)
+    ended = marks - np.where(lo > 0, marks[np.maximum(lo - 1, 0)], 0)
+    self_count = np.where(rc < rr, 1, -1)
+    out = np.maximum(started - ended - self_count, 0)
+    if order is not None:
+        back = np.empty_like(out)
+        back[order] = out
+        out = back
+    return out
 
 
 class _Chosen:
@@ -392,13 +404,12 @@ class _Board:
             key = key * self.n_bins + _bins(pairs.t_return[par] - pairs.t_return[c], self.params)
         return key
 
-    def add(self, pairs: CallPairs, c: np.ndarray, par: np.ndarray, weight: np.ndarray) -> None:
+    def add(self, cells: np.ndarray, weight: np.ndarray) -> None:
+        """Add ``weight`` to the cells (from ``cell_keys``)."""
         if self._dense is not None:
-            self._dense += np.bincount(
-                self.cell_keys(pairs, c, par), weights=weight, minlength=self._dense.size
-            )
+            self._dense += np.bincount(cells, weights=weight, minlength=self._dense.size)
             return
-        keys, inv = np.unique(self.cell_keys(pairs, c, par), return_inverse=True)
+        keys, inv = np.unique(cells, return_inverse=True)
         self._parts.append((keys, np.bincount(inv.ravel(), weights=weight, minlength=keys.size)))
 
     def finish(self) -> None:
@@ -436,9 +447,8 @@ class _Board:
             self._table = np.zeros(space)
             self._table[self.keys] = values
 
-    def lookup(self, pairs: CallPairs, c: np.ndarray, par: np.ndarray) -> np.ndarray:
-        """Scores of candidate pairs; 0 for a cell nothing was added to."""
-        keys = self.cell_keys(pairs, c, par)
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """Scores of cells (from ``cell_keys``); 0 for a cell nothing was added to."""
         if self._table is not None:
             inside = keys < self._table.size
             return np.where(inside, self._table[np.where(inside, keys, 0)], 0.0)
@@ -461,7 +471,7 @@ class _BestSoFar:
         if c.size == 0:
             return
         self.total += np.bincount(c, weights=score, minlength=self.total.size)
-        pick = _best_parents(c, par, score, t_call)
+        pick = _best_parents(c, par, score, t_call, self.total.size)
         kids, s, t = c[pick], score[pick], t_call[par[pick]]
         better = (s > self.score[kids]) | ((s == self.score[kids]) & (t < self.t_parent[kids]))
         kids, s, t, p = kids[better], s[better], t[better], par[pick][better]
@@ -477,28 +487,30 @@ class _BestSoFar:
 
 
 class _CandidateChunks:
-    """The (child, parent) candidate pairs, in chunks of parents, for the several passes
-    over them: kept from the first pass when they fit ``budget`` bytes (16 per pair),
-    else enumerated again for each pass, so memory stays bounded on any trace."""
+    """The (child, parent) candidate pairs, in chunks of parents, with their scoreboard
+    cells, for the several passes over them: kept from the first pass when they fit
+    ``budget`` bytes (16 per pair), else enumerated again for each pass, so memory
+    stays bounded on any trace."""
 
-    def __init__(self, pairs: CallPairs, tol_ns: int, budget: int = _KEEP_BYTES) -> None:
-        self.pairs, self.tol_ns, self.budget = pairs, tol_ns, budget
-        self.kept: list[tuple[np.ndarray, np.ndarray]] | None = None
+    def __init__(self, pairs: CallPairs, tol_ns: int, board: _Board, budget: int = _KEEP_BYTES) -> None:
+        self.pairs, self.tol_ns, self.board, self.budget = pairs, tol_ns, board, budget
+        self.kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
-    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         if self.kept is not None:
             yield from self.kept
             return
-        kept: list[tuple[np.ndarray, np.ndarray]] | None = []
+        kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []
         size = 0
         for c, par in _candidates_by_parent(self.pairs, self.tol_ns):
+            chunk = (c, par, self.board.cell_keys(self.pairs, c, par))
             if kept is not None:
-                size += c.nbytes + par.nbytes
+                size += sum(a.nbytes for a in chunk)
                 if size <= self.budget:
-                    kept.append((c, par))
+                    kept.append(chunk)
                 else:
                     kept = None
-            yield c, par
+            yield chunk
         if kept is not None:
             self.kept = kept
 
@@ -540,28 +552,29 @@ def _candidates_by_parent(
             & (c != rep)
             & (p.caller[c] == p.callee[rep])
         )
-        yield c[ok], rep[ok]
+        # Half the memory for the kept candidates when pair indices fit 32 bits.
+        index = np.int32 if n < 1 << 31 else np.int64
+        yield c[ok].astype(index), rep[ok].astype(index)
 
 
-def _best_parents(all_c: np.ndarray, all_p: np.ndarray, score: np.ndarray, t_call: np.ndarray) -> np.ndarray:
+def _best_parents(
+    all_c: np.ndarray, all_p: np.ndarray, score: np.ndarray, t_call: np.ndarray, n: int
+) -> np.ndarray:
     """Index (into the candidate arrays) of each child's best candidate.
 
     The highest score wins, then the earliest parent call; should two tie on both, the
-    first enumerated.
+    first enumerated. Reductions per child by ``ufunc.at``: no sort of the candidates.
     """
-    order = np.argsort(all_c, kind="stable")
-    child_sorted = all_c[order]
-    starts = np.flatnonzero(np.concatenate([[True], child_sorted[1:] != child_sorted[:-1]]))
-    sc = score[order]
-    top = np.maximum.reduceat(sc, starts)
-    seg = np.repeat(np.arange(starts.size), np.diff(np.append(starts, sc.size)))
-    t_par = np.where(sc == top[seg], t_call[all_p[order]], np.iinfo(np.int64).max)
-    earliest = np.minimum.reduceat(t_par, starts)
-    winner = (sc == top[seg]) & (t_par == earliest[seg])
-    # Should two candidates tie on both, the first enumerated wins.
-    wins = np.flatnonzero(winner)
-    first_win = wins[np.concatenate([[True], seg[wins][1:] != seg[wins][:-1]])]
-    return order[first_win]
+    top = np.full(n, -np.inf)
+    np.maximum.at(top, all_c, score)
+    won = np.flatnonzero(score == top[all_c])
+    t_par = t_call[all_p[won]]
+    earliest = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(earliest, all_c[won], t_par)
+    won = won[t_par == earliest[all_c[won]]]
+    first = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(first, all_c[won], won)
+    return first[first < np.iinfo(np.int64).max]
 
 
 def infer_nesting(
@@ -653,26 +666,27 @@ def infer_nesting(
     n = len(pairs)
     tol_ns = round(tolerance_s * 1e9)
     n_nodes = len(nodes.names)
-    chunks = _CandidateChunks(pairs, tol_ns)
+    board_ = _Board(params, n_nodes)
+    chunks = _CandidateChunks(pairs, tol_ns, board_)
 
     # Pass 1: each child's candidates share one unit of weight on the scoreboard.
     counts = np.zeros(n, np.int64)
-    for c, _ in chunks:
+    for c, _, _ in chunks:
         counts += np.bincount(c, minlength=n)
-    board_ = _Board(params, n_nodes)
-    for c, par in chunks:
-        board_.add(pairs, c, par, 1.0 / counts[c])
+    for c, _, cells in chunks:
+        board_.add(cells, 1.0 / counts[c])
     board_.finish()
 
     # Pass 2, by chunks of parents: every parent meets all its candidate children at
     # once, so the penalties are exact; each child keeps its best parent so far.
     best = _BestSoFar(n)
-    for c, par in chunks:
-        score = board_.lookup(pairs, c, par)
+    for c, par, cells in chunks:
+        score = board_.lookup(cells)
         if x:
             score = score * (1.0 + _overlaps(par, pairs.t_call[c], pairs.t_return[c])) ** -x
         if y:
-            _, inv, cnt = np.unique(par * n_nodes + pairs.callee[c], return_inverse=True, return_counts=True)
+            dest = par.astype(np.int64) * n_nodes + pairs.callee[c]
+            _, inv, cnt = np.unique(dest, return_inverse=True, return_counts=True)
             score = score * cnt[inv.ravel()].astype(float) ** -y  # 1 + others to that destination
         if z:
             _, inv, cnt = np.unique(par, return_inverse=True, return_counts=True)
@@ -685,9 +699,8 @@ def infer_nesting(
         for _ in range(rounds):
             chosen = _Chosen(pairs, best.parent, *ranks)
             best = _BestSoFar(n)
-            for c, par in chunks:
-                score = board_.lookup(pairs, c, par) * chosen.penalty(pairs, c, par, params)
-                best.offer(c, par, score, pairs.t_call)
+            for c, par, cells in chunks:
+                best.offer(c, par, board_.lookup(cells) * chosen.penalty(pairs, c, par, params), pairs.t_call)
     parent, confidence = best.result(counts)
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     info = {"messages": trace.num_rows, "start_ns": int(ts[0]), "end_ns": int(ts[-1])}
