@@ -1,8 +1,8 @@
 """DOT text of path patterns, pure (no graphviz binary needed; ``viz.render`` draws it).
 
 A nesting pattern is drawn as its tree: the caller of the root on top, one box per
-visit with the node's name, mean latency (self plus descendants) and self time, one
-edge per call labelled with the mean delay from the parent's call. Each box is filled
+visit with the node's name, its count, mean and p99 latency (self plus descendants) and
+self time, one edge per call labelled with the mean delay from the parent's call. Each box is filled
 by its self time's share of the pattern's latency (white to red); the visit holding
 the largest share is outlined thick red: that is where the time goes. The pattern's
 header gives its instance count and total latency.
@@ -129,7 +129,8 @@ def _add_pattern(g: _Graph, pattern: dict[str, Any], prefix: str) -> None:
         ids[id(v)] = ident
         lat = v.get("latency_s") or {}
         label = (
-            f"{v['node']}\nmean {format_s(lat.get('mean'))}  p99 {format_s(lat.get('p99'))}\n"
+            f"{v['node']}\n×{int(pattern['count']):,}  mean {format_s(lat.get('mean'))}  "
+            f"p99 {format_s(lat.get('p99'))}\n"
             f"self {format_s(selfs[k])} ({shares[k]:.0%})"
         )
         attrs: dict[str, Any] = {
@@ -156,7 +157,7 @@ def pattern_dot(pattern: dict[str, Any], *, rank: int | None = None) -> str:
     ...         {"node": "DB1", "caller": "WS1", "latency_s": ms(0.008), "delay_s": ms(0.001),
     ...          "children": []}]}}
     >>> text = pattern_dot(pat)
-    >>> '"v1" [label="DB1\\\\nmean 8 ms  p99 8 ms\\\\nself 8 ms (80%)"' in text
+    >>> '"v1" [label="DB1\\\\n×3  mean 8 ms  p99 8 ms\\\\nself 8 ms (80%)"' in text
     True
     >>> '"v0" -> "v1" [label="+1 ms"];' in text
     True
