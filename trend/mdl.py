@@ -13,6 +13,10 @@ the few candidates within a hair of the cheapest are re-evaluated with ``jumpavg
 formulas (``math.log``, ``math.lgamma``) so that ties and the kept bit totals are exactly
 ``jumpavg``'s, whatever the platform's vector ``log`` does. Ties go where ``jumpavg`` sends
 them: to the new group first, then to the earliest start.
+
+Old starts whose grouping already costs more than the best by a proven bound (see
+``_prune_bound``) can never win again and are dropped, as in PELT: after a level shift the
+work restarts from the shift instead of growing with the whole series.
 """
 
 from __future__ import annotations
@@ -281,6 +285,9 @@ def _program(
     # multiplied by up to k), so every start that could be the cheapest is re-evaluated
     # exactly.
     tol = 4e-6 * (math.log(max_v + 2) + 1) * (total + 3) / _LN2
+    # Starts whose bits exceed the best by more than this can never win again (see _prune_bound).
+    prune = _prune_bound(max_v, total) + 2 * tol
+    lo = 0  # starts before lo are pruned
 
     n = np.zeros(count)  # samples of the open group starting at j
     a = np.zeros(count)  # its average and deviation, exactly as jumpavg keeps them
@@ -299,11 +306,12 @@ def _program(
     for i in range(count):
         m, xa, xs = float(sizes[i]), float(run_avg[i]), float(run_sd[i])
         near: list[int] = []
-        if i:
-            aa, ss = a[:i], s[:i]
-            u0, u1, u2 = t0[:i], t1[:i], t2[:i]
+        if i > lo:
+            aa, ss = a[lo:i], s[lo:i]
+            w = i - lo
+            u0, u1, u2 = t0[:w], t1[:w], t2[:w]
             # Sample counts of the open groups before and after this run.
-            old = counts[count - i : count] if plain else n[:i]
+            old = counts[count - i + lo : count] if plain else n[lo:i]
             # for_runs([stats, run]) with jumpavg's operation order, for every open group.
             np.multiply(aa, old, out=u0)
             np.divide(u0, old, out=u0)  # a1 = a * n / n
@@ -315,7 +323,7 @@ def _program(
             np.multiply(u2, u2, out=aa)
             np.multiply(aa, old, out=aa)  # delta * delta * n ...
             if plain:
-                new = counts[count - i - 1 : count - 1]
+                new = counts[count - i - 1 + lo : count - 1]
             else:
                 new = np.add(old, m, out=old)
                 np.multiply(aa, m, out=aa)
@@ -328,33 +336,34 @@ def _program(
             np.add(u0, u2, out=aa)  # a1 + delta * m / (n + m)
             # Approximate bits of every open group (2+ samples each), in float32 but for
             # the sums that need float64.
-            g0, g1, g2 = f0[:i], f1[:i], f2[:i]
+            g0, g1, g2 = f0[:w], f1[:w], f2[:w]
             np.multiply(aa, inv_unit, out=u0)
-            np.subtract(u0, prev[:i], out=g0, casting="same_kind")
+            np.subtract(u0, prev[lo:i], out=g0, casting="same_kind")
             np.abs(g0, out=g0)
             g0 += 1.0
             np.log(g0, out=g0)  # log(|avg - prev| + 1)
-            g0[0] = 0.0  # the first group's average is coded against no previous one
+            if lo == 0:
+                g0[0] = 0.0  # the first group's average is coded against no previous one
             np.multiply(ss, inv_unit, out=g1, casting="same_kind")
             g1 += 1.0
             np.log(g1, out=g2)  # log(sd + 1)
             g1 += 1.0
             np.log(g1, out=g1)  # log(sd + 2)
             if plain:
-                g2 *= km1_rev[total - i - 1 : total - 1]
-                sizes_bits = t_rev[total - i - 1 : total - 1]
+                g2 *= km1_rev[total - i - 1 + lo : total - 1]
+                sizes_bits = t_rev[total - i - 1 + lo : total - 1]
             else:
-                k = cum[i + 1] - cum[:i]
+                k = cum[i + 1] - cum[lo:i]
                 g2 *= (k - 1).astype(np.float32)
                 sizes_bits = t_size[k]
             g2 += g1
             g2 -= g0
             g2 *= np.float32(1 / _LN2)
             np.add(sizes_bits, g2, out=u0)
-            u0 += const[:i]
-            lo = float(u0.min())
+            u0 += const[lo:i]
+            low = float(u0.min())
             # The winner is the cheapest; keep every start that could be it.
-            near = np.flatnonzero(u0 <= lo + 2 * tol + 1e-9 * abs(lo)).tolist()
+            near = (np.flatnonzero(u0 <= low + 2 * tol + 1e-9 * abs(low)) + lo).tolist()
         n[i] = m
         a[i], s[i] = (xa, xs) if m == 1.0 and xs == 0.0 else _renorm(m, xa, xs)
         # Exact bits for the new group and the near-cheapest, then jumpavg's scan: the new
@@ -373,6 +382,11 @@ def _program(
             # jumpavg computes the first record's bits only when it copies it, after one
             # more pass of for_runs (no change for a bare value).
             best[1] = _bits(int(m), *_renorm(m, a[0], s[0]), max_value, unit, None)
+        elif i > lo and u0[0] > best[i + 1] + prune:
+            # The oldest starts cost so much more than the best that no future run can
+            # bring them back: drop the longest such prefix.
+            keep = np.flatnonzero(u0 <= best[i + 1] + prune)
+            lo = lo + int(keep[0]) if keep.size else i
         if i + 1 < count:
             # The next new group follows this record's last group, whose average it codes
             # as copied (one more pass of for_runs).
@@ -384,6 +398,38 @@ def _program(
             norm += max_v * max_v / 2
             const[i + 1] = best[i + 1] + math.log(norm) / _LN2
     return starts, win_bits, win_stats, best
+
+
+def _prune_bound(max_v: float, total: int) -> float:
+    """An upper bound K on g(A) + g(C) - g(A + C) in bits, over any two adjacent groups.
+
+    A is an open group [j, i] (its previous average fixed), C any later group [i+1, i'] with
+    any previous average, A + C the open group [j, i']. Then for every later run i'
+    ``cand(j, i') >= cand(j, i) + g(C) - K``, while the start i+1 costs
+    ``best(i+1) + g(C)``; so once ``cand(j, i) > best(i+1) + K`` the start j is never the
+    cheapest again (PELT's argument). Term by term, values in [0, M] units:
+
+    - lengths: log2(a(a+1)) + log2(c(c+1)) - log2(n(n+1)) <= log2(N(N+1));
+    - averages: A's term grows by at most log2(M+1) when C joins; C's own is at most
+      log2(max norm) = log2(M^2/2 + M);
+    - deviations: two terms of at most log2((M/2+1)(M/2+2)) each (a deviation is <= M/2),
+      one more cut-off of |log2(1 - 1/(M+2))|;
+    - sphere, data part: (a-2)ln(sA+1) + (c-2)ln(sC+1) - (n-2)ln(sAC+1) <= 2 ln(M/2+1),
+      since ln(sqrt(v)+1) is concave and increasing and n vAC >= a vA + c vC;
+    - sphere, size part: h(a) + h(c) - h(n) < 0 by Stirling's bounds on lnGamma (with
+      its 1/(12x) remainder); counted as 1.5 bits to spare.
+    """
+    half = max_v / 2
+    return (
+        math.log2(total * (total + 1.0))
+        + math.log2(max_v + 1)
+        + math.log2(max_v * max_v / 2 + max_v)
+        + 2 * math.log2((half + 1) * (half + 2))
+        + abs(math.log2(1 - 1 / (max_v + 2)))
+        + 2 * math.log2(half + 1)
+        + 1.5
+        + 1.0
+    )
 
 
 def _result(

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from tracefmt import ParameterError
 from trend import classify_mdl
+from trend.mdl import _prune_bound
 
 VECTORS = Path(__file__).resolve().parents[3] / "shared" / "data" / "trend" / "jumpavg_vectors.json"
 
@@ -88,6 +89,69 @@ def test_agrees_with_jumpavg_on_runs_of_trials():
 def test_agrees_with_jumpavg_on_a_long_series():
     values = _series(np.random.default_rng(3), 1, 400)
     assert _ours(values) == _jumpavg(values)
+
+
+def test_agrees_with_jumpavg_where_old_starts_are_pruned():
+    # Four levels 100 runs each: starts before a shift become hopeless and are dropped.
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.normal(v, v * 0.01, 100) for v in (1e6, 1.3e6, 0.9e6, 1.2e6)]).tolist()
+    assert _ours(values) == _jumpavg(values)
+
+
+def _group_bits(values, max_value, unit, prev):
+    return jumpavg.BitCountingStats.for_runs_and_params(
+        runs=values, max_value=max_value, unit=unit, prev_avg=prev
+    ).bits
+
+
+def test_prune_bound_holds_on_jumpavg_bits():
+    """g(A) + g(C) - g(A + C) <= K for adversarial adjacent groups, by jumpavg's own bits."""
+    rng = np.random.default_rng(11)
+    worst = -math.inf
+    for trial in range(1500):
+        max_value = 8191.0 * [1.0, 0.37, 1000.0][trial % 3]
+        unit = max_value / 8191.0
+        shape = trial % 4
+        na, nc = (int(x) for x in rng.integers(1, [4, 60][trial % 2], 2))
+        if shape == 0:  # same level: the split only pays headers
+            a = rng.normal(0.5, 0.01, na)
+            c = rng.normal(0.5, 0.01, nc)
+        elif shape == 1:  # extremes: 0s and maxima
+            a = rng.choice([0.0, 1.0], na)
+            c = rng.choice([0.0, 1.0], nc)
+        elif shape == 2:  # one tight group, one spread group
+            a = np.full(na, rng.random())
+            c = rng.random(nc)
+        else:
+            a, c = rng.random(na), rng.random(nc)
+        a = (np.clip(a, 0, 1) * max_value).tolist()
+        c = (np.clip(c, 0, 1) * max_value).tolist()
+        prev_a = None if trial % 5 == 0 else float(rng.random() * max_value)
+        prev_c = float(rng.choice([0.0, max_value, rng.random() * max_value]))
+        gap = (
+            _group_bits(a, max_value, unit, prev_a)
+            + _group_bits(c, max_value, unit, prev_c)
+            - _group_bits(a + c, max_value, unit, prev_a)
+        )
+        worst = max(worst, gap - _prune_bound(max_value / unit, na + nc))
+    # The adversarial corners: values at 0 and at the maximum, averages equal to the
+    # previous ones (the dearest headers for a split that buys nothing).
+    top = 8191.0
+    level = {"zero": 0.0, "max": top, "half": top / 2}
+    for na in (1, 2, 3, 10, 100):
+        for nc in (1, 2, 3, 10, 100):
+            for ka, kc in (("mix", "mix"), ("zero", "mix"), ("mix", "half"), ("max", "zero")):
+                a = [0.0 if k % 2 else top for k in range(na)] if ka == "mix" else [level[ka]] * na
+                c = [0.0 if k % 2 else top for k in range(nc)] if kc == "mix" else [level[kc]] * nc
+                for prev_a in (None, 0.0, top, sum(a) / na):
+                    for prev_c in (0.0, top, sum(c) / nc):
+                        gap = (
+                            _group_bits(a, top, 1.0, prev_a)
+                            + _group_bits(c, top, 1.0, prev_c)
+                            - _group_bits(a + c, top, 1.0, prev_a)
+                        )
+                        worst = max(worst, gap - _prune_bound(top, na + nc))
+    assert worst < 0
 
 
 @settings(max_examples=40, deadline=None)
