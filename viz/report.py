@@ -248,7 +248,7 @@ def build_report(
             parts.append(_diff_section(diff, render, top))
         parts.append('<h2 id="graphs">Patterns</h2>')
         parts.append(
-            '<p class="muted">Boxes: mean latency (self plus calls below), p99, and the time the node '
+            '<p class="muted">Boxes: count, mean latency (self plus calls below), p99, and the time the node '
             "spends itself, shaded by its share of the request; the thick red box holds the largest "
             "share. Edges: mean delay from the parent's call.</p>"
         )

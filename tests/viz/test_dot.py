@@ -49,7 +49,7 @@ def test_pattern_dot_highlights_the_visit_holding_most_latency(docs):
     )
     assert share_color(1.0) == share_color(2.0) != share_color(0.0)
     assert "self 20 ms (50%)" in lines['"v3"']
-    assert "mean 40 ms" in lines['"v0"']
+    assert "×7  mean 40 ms" in lines['"v0"']
     # Edges carry the mean delay from the parent's call; the header the count and total.
     assert '"v2" -> "v3" [label="+2 ms"];' in text
     assert '"caller" -> "v0" [label="×7"];' in text
