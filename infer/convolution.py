@@ -431,11 +431,12 @@ def infer_convolution(
 
     Examples
     --------
-    >>> import pyarrow as pa
-    >>> ts = [t * 10**9 for k in range(60) for t in (10 * k + k % 3, 10 * k + k % 3 + 2)]
+    >>> import numpy as np, pyarrow as pa
+    >>> sent = np.sort(np.random.default_rng(0).integers(0, 5000, 200)) * 10**9  # a -> b ...
+    >>> ts = np.concatenate([sent, sent + 2 * 10**9])  # ... and b forwards 2 s later
     >>> t = pa.table({"timestamp": pa.array(ts, pa.timestamp("ns")),
-    ...     "sender": ["a", "b"] * 60, "receiver": ["b", "c"] * 60,
-    ...     "op": ["send"] * 120, "id": pa.array([None] * 120, pa.uint64())})
+    ...     "sender": ["a"] * 200 + ["b"] * 200, "receiver": ["b"] * 200 + ["c"] * 200,
+    ...     "op": ["send"] * 400, "id": pa.array([None] * 400, pa.uint64())})
     >>> r = infer_convolution(t, quantum_s=1.0, max_lag_s=20.0)
     >>> [(p.nodes, p.delays_s) for p in r.paths]
     [(('a', 'b', 'c'), ((2.0,),))]
