@@ -119,7 +119,7 @@ def _summary(doc: dict[str, Any], label: str) -> str:
 
 
 def _num(value: float, text: str) -> str:
-    return f'<td class="num" data-sort="{value!r}">{_e(text)}</td>'
+    return f'<td class="num" data-sort="{float(value)!r}">{_e(text)}</td>'
 
 
 def _pattern_table(patterns: list[dict[str, Any]], whole: float) -> str:
