@@ -361,40 +361,44 @@ def load_series(store: Store | str | os.PathLike[str], *, tests: Sequence[str] |
     table = table.join(latest, ["test", "testbed", "build"])
     table = table.filter(pc.equal(table["_file"], table["_latest"]))
     table = table.sort_by([(c, "ascending") for c in ("test", "testbed", "build", "trial")])
-    cols = {c: table.column(c).to_pylist() for c in ("test", "testbed", "build", "unit", "direction")}
     t_ns = table.column("time").cast(pa.int64()).to_numpy()
-    values = table.column("value").to_numpy(zero_copy_only=False)
-    series: list[Series] = []
-    key = list(zip(cols["test"], cols["testbed"], strict=True))
-    start = 0
+    values = table.column("value").to_numpy(zero_copy_only=False).astype(np.float64)
+    codes = [
+        table.column(c).combine_chunks().dictionary_encode().indices.to_numpy()
+        for c in ("test", "testbed", "build")
+    ]
+    # Boundaries of runs (a new test, testbed or build) and of series (a new test or testbed).
     n = table.num_rows
-    while start < n:
-        end = start
-        while end < n and key[end] == key[start]:
-            end += 1
-        builds: list[str] = []
-        times: list[int] = []
-        trials: list[np.ndarray] = []
-        r = start
-        while r < end:
-            q = r
-            while q < end and cols["build"][q] == cols["build"][r]:
-                q += 1
-            builds.append(cols["build"][r])
-            times.append(int(t_ns[r:q].min()))
-            trials.append(values[r:q].astype(np.float64))
-            r = q
-        order = np.lexsort((np.array(builds, dtype=object).astype(str), np.array(times)))
+    new_series = np.zeros(n, dtype=bool)
+    new_series[0] = True
+    new_series[1:] = (np.diff(codes[0]) != 0) | (np.diff(codes[1]) != 0)
+    new_run = new_series.copy()
+    new_run[1:] |= np.diff(codes[2]) != 0
+    run_starts = np.flatnonzero(new_run)
+    run_time = np.minimum.reduceat(t_ns, run_starts)
+    run_trials = np.split(values, run_starts[1:])
+    run_series = np.cumsum(new_series)[run_starts] - 1
+    series_first = np.flatnonzero(new_series)
+    cols = {
+        c: table.column(c).take(pa.array(series_first)).to_pylist()
+        for c in ("test", "testbed", "unit", "direction")
+    }
+    run_build = table.column("build").take(pa.array(run_starts)).to_pylist()
+    bounds = np.searchsorted(run_series, np.arange(series_first.size + 1))
+    series: list[Series] = []
+    for k in range(series_first.size):
+        lo, hi = bounds[k], bounds[k + 1]
+        builds = np.array(run_build[lo:hi], dtype=object)
+        order = np.lexsort((builds.astype(str), run_time[lo:hi]))  # time, then build
         series.append(
             Series(
-                test=key[start][0],
-                testbed=key[start][1],
-                unit=cols["unit"][start],
-                direction=cols["direction"][start],
-                builds=tuple(builds[k] for k in order),
-                times_ns=np.array(times, dtype=np.int64)[order],
-                trials=tuple(trials[k] for k in order),
+                test=cols["test"][k],
+                testbed=cols["testbed"][k],
+                unit=cols["unit"][k],
+                direction=cols["direction"][k],
+                builds=tuple(builds[order].tolist()),
+                times_ns=run_time[lo:hi][order],
+                trials=tuple(run_trials[lo + j] for j in order),
             )
         )
-        start = end
     return series

@@ -170,6 +170,14 @@ def test_from_capture_counts_packets_per_trial(tmp_path, capsys):
     assert (s.unit, s.direction, s.trials[0].tolist()) == ("pps", "bigger-is-better", [500.0, 300.0, 800.0])
 
 
+def test_from_capture_of_an_empty_capture(tmp_path, capsys):
+    pcap = tmp_path / "empty.pcap"
+    _write_pcap(pcap, [])
+    argv = ["trend", "from-capture", str(pcap), "--store", str(tmp_path), "--test", "x", "--build", "1"]
+    assert main(argv) == 1
+    assert "holds no packets" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
 def test_from_capture_agrees_with_tshark_on_a_real_capture(tmp_path, capsys):
     pcap = PCAPS / "chrissanders" / "http_espn.pcapng"
