@@ -289,9 +289,10 @@ class _Pairs:
         z = (resid - mean) / std
         # The band's moving mean flattens a peak's top: locate peaks on the unsmoothed residual.
         exact = sq - local_background(sq, ring, core) if half else z
-        first = 0 if p.plausible else neg
+        # Search from a few negative lags when judging plausibility, else from lag 0.
+        first = neg - (half + _NEG_MARGIN) if p.plausible else neg
         found = find_spikes(z[first:], n_sigma=p.n_sigma, sep_sigma=p.sep_sigma, locate=exact[first:])
-        shift = neg if p.plausible else 0
+        shift = neg - first
         last = corr.max_lag
         reach = half + 2  # a spike's counted extent around its peak
         keep = []
@@ -502,7 +503,9 @@ def infer_convolution(
             "longer lags overlap too little"
         )
         max_lag = n_slots // 2
-    neg = params.band_quanta + _NEG_MARGIN if params.plausible else 0
+    # Negative lags: the ring of the local background reaches that far below lag 0 (so it
+    # is as wide there as elsewhere), plus the margin the plausibility test looks into.
+    neg = _RING * (params.band_quanta + 1) + params.band_quanta + _NEG_MARGIN
     corr = Correlator(slots, edge, ekey.size, n_slots, max_lag, neg, method=params.method)
     stats: dict[str, Any] = {
         "messages": trace.num_rows,
