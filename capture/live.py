@@ -118,6 +118,9 @@ class LiveReport:
         The trace written (``DIR/trace.parquet``), or None when conversion was off.
     conversion : dict or None
         The converter's report (messages, capture statistics), as JSON.
+    recorder_error : str or None
+        What tcpdump said when it stopped on its own (the interface went away, the disk
+        filled up); the files up to that moment are kept and converted.
     """
 
     iface: str
@@ -128,6 +131,7 @@ class LiveReport:
     stopped_by: str
     trace: str | None = None
     conversion: dict[str, Any] | None = field(default=None)
+    recorder_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON-ready dict."""
@@ -140,6 +144,7 @@ class LiveReport:
             "stopped_by": self.stopped_by,
             "trace": self.trace,
             "conversion": self.conversion,
+            "recorder_error": self.recorder_error,
         }
 
 
@@ -436,14 +441,20 @@ class LiveCapture:
         if self._proc.poll() is not None or not self._ready.is_set():
             self._fail()
 
+    def error_message(self) -> str:
+        """What tcpdump said on standard error, its closing counters left out."""
+        said = [
+            ln.removeprefix("tcpdump: ")
+            for ln in self._stderr
+            if ln.strip() and "listening on" not in ln and not any(p.search(ln) for p in _STATS.values())
+        ]
+        return "; ".join(said) or "no message"
+
     def _fail(self) -> None:
         """tcpdump ended (or never got ready): one clear error from what it said."""
         proc = self._proc
         self.stop()
-        said = [
-            ln.removeprefix("tcpdump: ") for ln in self._stderr if ln.strip() and "listening on" not in ln
-        ]
-        text = "; ".join(said) or "no message"
+        text = self.error_message()
         low = text.lower()
         if "permission" in low or "not permitted" in low:
             raise MissingToolError(_PRIVILEGE_HINT)
@@ -589,6 +600,7 @@ def capture_live(
         stopped_by=stopped_by,
         trace=trace,
         conversion=conversion,
+        recorder_error=cap.error_message() if stopped_by == "tcpdump" else None,
     )
 
 

@@ -97,6 +97,9 @@ def _cmd_live(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     emit(args, report.to_json(), _summary(report))
+    if report.recorder_error is not None:
+        print(f"error: tcpdump stopped on its own: {report.recorder_error}", file=sys.stderr)
+        return 1
     return 0
 
 

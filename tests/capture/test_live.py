@@ -164,9 +164,9 @@ def netns() -> Iterator[str]:
 class Agent:
     """``wirepath capture live`` running in a namespace, as a user would start it."""
 
-    def __init__(self, ns: str, out: Path, *extra: str) -> None:
+    def __init__(self, ns: str, out: Path, *extra: str, iface: str = "lo") -> None:
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "wirepath", "capture", "live"]
-        cmd += ["--iface", "lo", "--out", str(out), "--json", *extra]
+        cmd += ["--iface", iface, "--out", str(out), "--json", *extra]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.err: list[str] = []
         self.ready = threading.Event()
@@ -187,8 +187,14 @@ class Agent:
     def stop(self, sig: int | None) -> tuple[int, dict]:
         if sig is not None:
             self.proc.send_signal(sig)
-        out, _ = self.proc.communicate(timeout=120)
+        # Not communicate(): the reader thread owns stderr.
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read()
+        self.proc.stdout.close()
+        self.proc.wait(120)
         self.reader.join(5)
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
         return self.proc.returncode, json.loads(out) if out.strip() else {}
 
 
@@ -319,3 +325,21 @@ def test_duration_stops_the_recording(netns: str, tmp_path: Path) -> None:
 def test_bad_filter_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(tracefmt.ParameterError, match="'tcp port nope' is not a valid capture filter"):
         capture_live("lo", tmp_path, bpf="tcp port nope", duration_s=1)
+
+
+@needs_root
+@root_only
+def test_interface_gone_keeps_the_files_and_says_why(netns: str, tmp_path: Path) -> None:
+    subprocess.run(["ip", "-n", netns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True)
+    for dev in ("d0", "d1"):
+        subprocess.run(["ip", "-n", netns, "link", "set", dev, "up"], check=True)
+    agent = Agent(netns, tmp_path / "cap", iface="d0")
+    subprocess.run(["ip", "-n", netns, "link", "del", "d1"], check=True)  # takes d0 with it
+    code, doc = agent.stop(None)
+    assert code == 1
+    assert doc["stopped_by"] == "tcpdump"
+    assert "disappeared" in doc["recorder_error"] or "went down" in doc["recorder_error"]
+    assert "error: tcpdump stopped on its own: " in "".join(agent.err)
+    # What was recorded up to then is kept and converted.
+    assert len(doc["files"]) == 1
+    assert Path(doc["trace"]).exists()
