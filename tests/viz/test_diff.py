@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tracefmt import ParameterError
 from viz.diff import diff_convolution, diff_dot, diff_paths
@@ -146,3 +149,72 @@ def test_convolution_diff_pools_hops_once():
     shared = [c for c in changes if c["label"] == "WS2 -> AUTH -> WS2"]
     assert shared[0]["messages"] == 50
     assert shared[0]["change_s"] == 0
+
+
+# --- property: an injected wait is found exactly where it was put, whatever the tree --------
+
+_shapes = st.recursive(
+    st.just(()), lambda kids: st.lists(kids, min_size=1, max_size=3).map(tuple), max_leaves=8
+)
+
+
+def _build(shape, times, counter, keys, caller="c", delay=None):
+    """A visit tree with serial children: own times are consumed from ``times`` in order
+    (a leaf's whole visit, else the wait before each call and after the last); ``keys``
+    gets, in the same order, the segment each time belongs to."""
+    name = f"N{next(counter)}"
+    if not shape:
+        keys.append(["leaf", caller, name])
+        return {
+            "node": name,
+            "caller": caller,
+            "latency_s": {"mean": next(times)},
+            "delay_s": delay,
+            "children": [],
+        }
+    t, kids, prev = 0.0, [], ""
+    for sub in shape:
+        t += next(times)
+        at = len(keys)
+        keys.append(None)  # the wait before this call; its callee is named below
+        kid = _build(sub, times, counter, keys, name, {"mean": t})
+        keys[at] = ["wait", name, kid["node"], prev]
+        kids.append(kid)
+        prev = kid["node"]
+        t += kid["latency_s"]["mean"]
+    t += next(times)
+    keys.append(["reply", name, caller])
+    return {"node": name, "caller": caller, "latency_s": {"mean": t}, "delay_s": delay, "children": kids}
+
+
+def _segments_in(shape):
+    return 1 if not shape else len(shape) + 1 + sum(_segments_in(s) for s in shape)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=_shapes, data=st.data())
+def test_an_injected_wait_is_found_exactly_where_it_was_put(shape, data):
+    n = _segments_in(shape)
+    own = data.draw(st.lists(st.floats(0.001, 0.05), min_size=n, max_size=n))
+    where = data.draw(st.integers(0, n - 1))
+    slower = list(own)
+    slower[where] += 0.2
+
+    keys: list = []
+
+    def doc(times):
+        keys.clear()
+        root = _build(shape, iter(times), itertools.count(), keys)
+        return {"format": "wirepath.paths/1", "algorithm": "nesting",
+                "patterns": [{"id": "p", "count": 3, "total_latency_s": 1.0, "root": root}]}  # fmt: skip
+
+    same = diff_paths(doc(own), doc(own))
+    assert all(abs(c["change_s"]) < 1e-12 for c in same.changes)
+    diff = diff_paths(doc(own), doc(slower))
+    assert diff.changes[0]["key"] == keys[where]
+    assert diff.changes[0]["change_s"] == pytest.approx(0.2)
+    assert all(abs(c["change_s"]) < 1e-9 for c in diff.changes[1:])
+    # The same segment, found by injecting into the base instead: the opposite change.
+    back = diff_paths(doc(slower), doc(own))
+    assert back.changes[0]["key"] == diff.changes[0]["key"]
+    assert back.changes[0]["change_s"] == pytest.approx(-0.2)
