@@ -178,6 +178,13 @@ def test_shifting_all_timestamps_changes_nothing(chain: pa.Table) -> None:
     assert [p.to_json() for p in a.paths] == [p.to_json() for p in b.paths]
 
 
+def test_row_order_changes_nothing(chain: pa.Table) -> None:
+    a = infer.infer_convolution(chain, quantum_s=0.01, max_lag_s=1.0)
+    shuffled = chain.take(np.random.default_rng(5).permutation(chain.num_rows))
+    b = infer.infer_convolution(shuffled, quantum_s=0.01, max_lag_s=1.0)
+    assert [p.to_json() for p in a.paths] == [p.to_json() for p in b.paths]
+
+
 def test_rpc_paths_and_short_path_refinement(rpc: pa.Table) -> None:
     kw: dict[str, Any] = {"quantum_s": 0.001, "max_lag_s": 0.2, "band_s": 0.001}
     r = infer.infer_convolution(rpc, **kw)
