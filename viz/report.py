@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from viz._files import write_atomic
-from viz.diff import PathsDiff, diff_dot, diff_paths, format_change
+from viz.diff import PathsDiff, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import convolution_dot, format_s, pattern_dot
 from viz.paths import check_paths, collapse_replicas, select_patterns, shape_of
 from viz.render import render_dot
@@ -160,6 +160,28 @@ def _pattern_table(patterns: list[dict[str, Any]], whole: float) -> str:
     )
 
 
+def _convolution_changes(changes: list[dict[str, Any]], top: int) -> str:
+    rows = "".join(
+        "<tr>"
+        + _num(c["change_s"], format_change(c["change_s"]))
+        + f"<td>{_e(c['label'])}</td>"
+        + _num(c["base_s"], format_s(c["base_s"]))
+        + _num(c["slow_s"], format_s(c["slow_s"]))
+        + _num(c["messages"], f"{c['messages']:,}")
+        + "</tr>"
+        for c in changes[:top]
+    )
+    return (
+        '<h2 id="diff">Against the base run</h2><p class="muted">The most frequent delay at the middle '
+        "node of each hop pair, in paths found in both runs; biggest change x messages first.</p>"
+        '<table class="sortable" id="changes"><thead><tr>'
+        '<th data-col="0" data-type="num" class="num">change</th><th data-col="1" data-type="text">hops</th>'
+        '<th data-col="2" data-type="num" class="num">base</th><th data-col="3" data-type="num" class="num">'
+        'this run</th><th data-col="4" data-type="num" class="num">messages</th>'
+        f"</tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
 def _diff_section(diff: PathsDiff, render: Callable[[str, str], bytes], top: int) -> str:
     rows = "".join(
         "<tr>"
@@ -227,10 +249,14 @@ def build_report(
     check_paths(doc, "report")
     parts = [f"<h1>{_e(title)}</h1>"]
     diff = None
+    conv_changes: list[dict[str, Any]] = []
     if base is not None:
         check_paths(base, "base")
-        diff = diff_paths(base, doc, collapse=collapse)
-        parts.append(f'<p class="sentence">{_e(diff.sentence())}</p>')
+        if doc["algorithm"] == "nesting":
+            diff = diff_paths(base, doc, collapse=collapse)
+            parts.append(f'<p class="sentence">{_e(diff.sentence())}</p>')
+        else:
+            conv_changes = diff_convolution(base, doc, collapse=collapse)
     parts.append('<h2 id="summary">Trace</h2>')
     parts.append(_summary(doc, "this run"))
     if base is not None:
@@ -273,6 +299,8 @@ def build_report(
             f"<tbody>{rows}</tbody></table>"
         )
         parts.append(f'<div class="svg">{inline_svg(render(convolution_dot(doc, top=top), "svg"))}</div>')
+        if base is not None:
+            parts.append(_convolution_changes(conv_changes, top))
     parts.append('<h2 id="params">Parameters</h2>')
     params = [(k, json.dumps(v)) for k, v in sorted((doc.get("params") or {}).items())]
     view = [("top", top), ("sort", sort), ("min_share", min_share), ("collapse", ", ".join(collapse) or "-")]

@@ -94,13 +94,17 @@ def _fake_svg(text, fmt):
     return b'<?xml version="1.0"?>\n<svg id="g"><text>drawn</text></svg>\n'
 
 
-def test_report_of_convolution_paths_lists_and_draws_them():
-    doc = {
+def _conv(delay_s):
+    return {
         "format": "wirepath.paths/1",
         "algorithm": "convolution",
         "params": {"quantum_s": 0.002},
-        "paths": [{"nodes": ["client", "WS2", "AP1"], "delays_s": [[0.201]], "counts": [120.0, 100.0]}],
+        "paths": [{"nodes": ["client", "WS2", "AP1"], "delays_s": [[delay_s]], "counts": [120.0, 100.0]}],
     }
+
+
+def test_report_of_convolution_paths_lists_and_draws_them():
+    doc = _conv(0.201)
     page = build_report(doc, render=_fake_svg)
     assert "<td>client -&gt; WS2 -&gt; AP1</td>" in page
     assert 'data-sort="120.0">120</td>' in page
@@ -114,3 +118,12 @@ def test_report_of_no_patterns_still_has_every_section(docs):
     for anchor in ('id="summary"', 'id="top"', 'id="diff"', 'id="params"'):
         assert anchor in page
     assert "no pattern appears in both runs" in page
+
+
+def test_report_of_convolution_against_a_base_lists_the_delay_changes():
+    page = build_report(_conv(0.201), base=_conv(0.001), render=_fake_svg)
+    row = re.search(r'<table class="sortable" id="changes">.*?<tbody><tr>(.*?)</tr>', page).group(1)
+    assert "+0.20 s" in row
+    assert "client -&gt; WS2 -&gt; AP1" in row
+    assert ">1 ms<" in row
+    assert ">201 ms<" in row
