@@ -18,6 +18,8 @@ from wirepath.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples" / "trend"
 PCAPS = ROOT.parent / "shared" / "data" / "pcaps"
+if not PCAPS.is_dir():  # a clone elsewhere: the captures stay at /work/shared
+    PCAPS = Path("/work/shared/data/pcaps")
 
 
 @pytest.fixture(scope="module")

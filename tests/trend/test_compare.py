@@ -12,9 +12,11 @@ from tracefmt import ParameterError, ParseError
 from trend import compare_runs, read_compare_file
 from wirepath.cli import main
 
-VECTORS = json.loads(
-    (Path(__file__).resolve().parents[3] / "shared" / "data" / "trend" / "jumpavg_vectors.json").read_text()
-)
+# The reference vectors live beside the repository (../shared), as in CI; else at /work/shared.
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+if not SHARED.is_dir():
+    SHARED = Path("/work/shared")
+VECTORS = json.loads((SHARED / "data" / "trend" / "jumpavg_vectors.json").read_text())
 ROWS = VECTORS["perpatch_console_vs_decision"]["rows"]
 PERPATCH = [c for c in VECTORS["cases"] if c["name"].startswith(("perpatch", "version_divergent_perpatch"))]
 

@@ -16,7 +16,11 @@ from tracefmt import ParameterError
 from trend import classify_mdl
 from trend.mdl import _prune_bound
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "data" / "trend" / "jumpavg_vectors.json"
+# The reference vectors live beside the repository (../shared), as in CI; else at /work/shared.
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+if not SHARED.is_dir():
+    SHARED = Path("/work/shared")
+VECTORS = SHARED / "data" / "trend" / "jumpavg_vectors.json"
 
 
 def _vectors() -> dict:

@@ -13,7 +13,11 @@ from tracefmt import ParameterError, ParseError
 from trend import analyze_wda, load_wda_config, read_wda_runs
 from wirepath.cli import main
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "data" / "trend" / "wda_vectors.json"
+# The reference vectors live beside the repository (../shared), as in CI; else at /work/shared.
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+if not SHARED.is_dir():
+    SHARED = Path("/work/shared")
+VECTORS = SHARED / "data" / "trend" / "wda_vectors.json"
 CASES = json.loads(VECTORS.read_text())["cases"]
 
 
