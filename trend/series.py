@@ -19,7 +19,7 @@ import os
 import time as _time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ IMPORT_COLUMNS = {
     "tags": "",
 }
 _REQUIRED = [c for c, d in IMPORT_COLUMNS.items() if d is None]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def parse_time_ns(text: Any) -> int:
@@ -79,6 +80,8 @@ def parse_time_ns(text: Any) -> int:
     1714528800000000000
     >>> parse_time_ns(1714528800)
     1714528800000000000
+    >>> parse_time_ns("2024-05-01T04:00:00.000001+02:00")
+    1714528800000001000
     """
     if isinstance(text, int | float) and not isinstance(text, bool):
         if not math.isfinite(text):
@@ -97,7 +100,7 @@ def parse_time_ns(text: Any) -> int:
         ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
+    return (dt - _EPOCH) // timedelta(microseconds=1) * 1000  # exact, no float seconds
 
 
 def _value(raw: Any) -> float:
