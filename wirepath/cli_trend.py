@@ -11,7 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+import capture
 import tracefmt
 import trend
 from wirepath._cli import Parser, add_verb, emit
@@ -168,16 +171,15 @@ def _capture_timestamps(path: str, point: str | None) -> np.ndarray:
         if point is not None:
             if "point" not in table.column_names:
                 raise tracefmt.ParameterError(f"{path} has no 'point' column; drop --point")
-            points = table.column("point").cast("string").to_numpy(zero_copy_only=False)
-            if point not in set(points.tolist()):
-                known = ", ".join(sorted({str(x) for x in points.tolist()}))
+            points = table.column("point").cast(pa.string())
+            at = pc.equal(points, point).to_numpy(zero_copy_only=False)
+            if not at.any():
+                known = ", ".join(sorted(str(x) for x in pc.unique(points).to_pylist()))
                 raise tracefmt.ParameterError(f"no messages at point {point!r} (points: {known})")
-            ts = ts[points == point]
+            ts = ts[at]
         return ts
     if point is not None:
         raise tracefmt.ParameterError("--point applies to a trace (.parquet), not to a packet capture")
-    import capture  # the capture package reads pcap/pcapng; only this verb needs it
-
     return capture.packet_timestamps(path)
 
 
