@@ -148,8 +148,8 @@ def _convert_one(
     held: list[Messages] = []
     with TraceWriter(out, provenance={}) as writer:
 
-        def write(msgs: Messages) -> None:
-            if len(msgs):
+        def write(msgs: Messages, *, always: bool = False) -> None:
+            if len(msgs) or (always and not writer.rows):
                 writer.write(messages_table(msgs, namer, point=point))
                 if on_progress is not None:
                     on_progress(writer.rows)
@@ -177,7 +177,7 @@ def _convert_one(
                 batch = nxt
             _add_source_stats(report, src)
             _add_flow_stats(stats, asm.stats)
-        write(Messages.concat(held))
+        write(Messages.concat(held), always=True)  # an empty trace still has every column
         report.messages += writer.rows
         _add_decode_stats(report, decoder)
         report.retransmitted += stats.retransmitted

@@ -448,8 +448,9 @@ class Decoder:
                 out = bytearray()
                 for o in sorted(st["parts"]):
                     if o > len(out):
-                        break
-                    out[o:] = st["parts"][o] if o + len(st["parts"][o]) > len(out) else out[o:]
+                        break  # a hole: wait for the missing fragment
+                    part = st["parts"][o]
+                    out[o : o + len(part)] = part
                 if len(out) >= st["last"]:
                     head = bytearray(st["head"])
                     total = len(head) + st["last"]

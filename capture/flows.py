@@ -477,8 +477,8 @@ class FlowAssembler:
         for p in np.flatnonzero(np.isin(np.arange(npieces), np.unique(kp))).tolist():
             self.stats.flows_by_proto[protos[p]] += 1
         if generic.any():
-            out.append(self._turns(s, di[generic], kp[generic], kd[generic], klen[generic], run_start[generic],
-                                   flow_ids))  # fmt: skip
+            gi = np.flatnonzero(generic)
+            out.append(self._turns(s, di[gi], kp[gi], kd[gi], klen[gi], run_start[gi], flow_ids))
         return Messages.concat(out)
 
     def _turns(

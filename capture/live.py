@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import re
 import shutil
@@ -34,7 +35,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tracefmt import MissingToolError, ParameterError, TraceFileError, WirepathError
+from tracefmt import (
+    MissingToolError,
+    ParameterError,
+    TraceFileError,
+    TraceWriter,
+    WirepathError,
+    iter_trace,
+    read_trace_metadata,
+)
 
 __all__ = [
     "DEFAULT_BUFFER_MB",
@@ -76,7 +85,9 @@ class LiveStats:
     captured : int
         Packets written to the files.
     received : int or None
-        Packets that passed the filter (``received by filter``).
+        Packets that passed the filter (``received by filter``). On loopback the kernel
+        hands each packet over twice (leaving and arriving) and libpcap keeps one copy, so
+        this is twice ``captured`` there.
     dropped_kernel : int or None
         Packets the kernel dropped because the capture buffer was full.
     dropped_interface : int or None
@@ -559,6 +570,8 @@ def capture_live(
     Returns
     -------
     LiveReport
+        Also written to ``out_dir/live.json``, and (without ``trace`` and ``conversion``)
+        into the trace's provenance under ``live``.
 
     Raises
     ------
@@ -591,7 +604,7 @@ def capture_live(
     if convert:
         trace = str(Path(out_dir) / "trace.parquet")
         conversion = _convert(files, trace, names=names, options=convert_options or {})
-    return LiveReport(
+    report = LiveReport(
         iface=iface,
         files=files,
         stats=stats,
@@ -602,6 +615,22 @@ def capture_live(
         conversion=conversion,
         recorder_error=cap.error_message() if stopped_by == "tcpdump" else None,
     )
+    doc = report.to_json()
+    if trace is not None:
+        # The recording's own counters (kernel drops above all) travel with the trace.
+        _add_provenance(trace, {k: v for k, v in doc.items() if k not in ("trace", "conversion")})
+    Path(out_dir, "live.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return report
+
+
+def _add_provenance(trace: str, live: dict[str, Any]) -> None:
+    """Add ``{"live": ...}`` to the trace file's provenance (streamed: bounded memory)."""
+    meta = read_trace_metadata(trace).provenance
+    tmp = Path(trace).with_name(f".{Path(trace).name}.live.parquet")
+    with TraceWriter(tmp, provenance={**meta, "live": live}) as writer:
+        for table in iter_trace(trace):
+            writer.write(table)
+    os.replace(tmp, trace)
 
 
 def _convert(

@@ -42,6 +42,9 @@ _METHODS = (
     b"REPORT",
 )
 _REQ_LINE = re.compile(rb"([A-Z][A-Z_-]{1,15}) (\S{1,8192}) HTTP/1\.[019]\r?\n")
+# At a message boundary any upper-case token line is a request, as servers see it (they
+# answer malformed request lines such as "GET /HTTP/1.1" with 400).
+_REQ_LINE_LENIENT = re.compile(rb"([!-~]{1,20})(?: ([^\r\n]{0,8192}))?\r?\n")
 _STATUS_LINE = re.compile(rb"HTTP/1\.[019] (\d{3})[^\r\n]*\r?\n")
 _HDR_END = re.compile(rb"\r?\n\r?\n")
 _CL = re.compile(rb"\r?\ncontent-length[ \t]*:[ \t]*(\d+)", re.IGNORECASE)
@@ -96,7 +99,7 @@ _WELL_KNOWN = {
 
 def _is_request(head: bytes) -> bool:
     sp = head.find(b" ")
-    return 0 < sp <= 16 and head[:sp] in _METHODS
+    return (0 < sp <= 16 and head[:sp] in _METHODS) or _REQ_LINE.match(head) is not None
 
 
 def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
@@ -114,9 +117,9 @@ def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
     >>> detect_tcp(b"\\x00\\x01", b"", 40000, 5555)
     'tcp'
     """
-    if client.startswith(b"PRI * HTTP/2.0"):
-        return "http2"
-    if _is_request(client[:20]) or server.startswith(b"HTTP/1."):
+    if _is_request(client) or server.startswith(b"HTTP/1."):
+        return "http"
+    if _REQ_LINE.search(client) or b"HTTP/1." in server:  # junk before the first message
         return "http"
     if client[:1] == b"*" and client[1:2].isdigit():
         return "redis"
@@ -172,7 +175,7 @@ def _parse_http(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     pos, n = 0, len(buf)
     methods: list[bytes] = ctx.setdefault("methods", [])
     while pos < n:
-        m = (_REQ_LINE if direction == 0 else _STATUS_LINE).match(buf, pos)
+        m = (_REQ_LINE_LENIENT if direction == 0 else _STATUS_LINE).match(buf, pos)
         if m is None:
             # Garbage or the tail of a message cut by a gap: look for the next start line.
             nxt = _resync_http(buf, pos + 1, direction)
@@ -181,6 +184,8 @@ def _parse_http(buf: bytes, direction: int, ctx: dict) -> list[Message]:
             pos = nxt
             continue
         he = _HDR_END.search(buf, m.end() - 2)
+        if direction == 0 and m.group(1) == b"PRI" and (m.group(2) or b"").startswith(b"* HTTP/2"):
+            break  # the HTTP/2 connection preface after an Upgrade: no more HTTP/1.x here
         if he is None:
             out.append((pos, n - pos, _http_label(m, direction), None))
             break
@@ -193,7 +198,7 @@ def _parse_http(buf: bytes, direction: int, ctx: dict) -> list[Message]:
             label = _http_label(m, 0)
         else:
             status = int(m.group(1))
-            interim = 100 <= status < 200
+            interim = 100 <= status < 200 and status != 101  # 101 answers an Upgrade
             req = methods.pop(0) if methods and not interim else b""
             no_body = interim or status in (204, 304) or req == b"HEAD"
             end = _http_body_end(buf, pos, head_end, head, request=False, no_body=no_body)
@@ -210,19 +215,13 @@ def _parse_http(buf: bytes, direction: int, ctx: dict) -> list[Message]:
 
 
 def _resync_http(buf: bytes, start: int, direction: int) -> int:
-    if direction == 1:
-        return buf.find(b"HTTP/1.", start)
-    best = -1
-    for meth in (b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"OPTIONS ", b"PATCH "):
-        i = buf.find(meth, start)
-        if i >= 0 and (best < 0 or i < best) and (i == 0 or buf[i - 1 : i] == b"\n"):
-            best = i
-    return best
+    m = (_REQ_LINE if direction == 0 else _STATUS_LINE).search(buf, start)
+    return m.start() if m else -1
 
 
 def _http_label(m: re.Match[bytes], direction: int) -> str:
     if direction == 0:
-        path = m.group(2)[:200].split(b"?", 1)[0]
+        path = (m.group(2) or b"").rsplit(b" HTTP/", 1)[0][:200].split(b"?", 1)[0]
         return f"{m.group(1).decode('ascii', 'replace')} {path.decode('utf-8', 'replace')}"
     return m.group(1).decode("ascii")
 
@@ -312,10 +311,9 @@ def _parse_memcached(buf: bytes, direction: int, ctx: dict) -> list[Message]:
         if direction == 0:
             end = eol + 2
             if word in _MEMCACHED_STORE:
-                try:
-                    end += int(line.split()[4]) + 2
-                except (IndexError, ValueError):
-                    pass
+                fields = line.split()
+                if len(fields) > 4 and fields[4].isdigit():
+                    end += int(fields[4]) + 2
             out.append((pos, min(end, n) - pos, word[:32].decode("ascii", "replace"), None))
             pos = min(end, n)
             continue
@@ -369,7 +367,8 @@ def parse_dns_datagram(buf: bytes) -> tuple[bool, int, str] | None:
 
     Examples
     --------
-    >>> q = bytes.fromhex("abcd01000001000000000000") + b"\\x03www\\x07example\\x03com\\x00\\x00\\x01\\x00\\x01"
+    >>> q = bytes.fromhex("abcd01000001000000000000")
+    >>> q += b"\\x03www\\x07example\\x03com\\x00\\x00\\x01\\x00\\x01"
     >>> parse_dns_datagram(q)
     (False, 43981, 'A www.example.com')
     >>> parse_dns_datagram(b"garbage") is None
@@ -377,7 +376,7 @@ def parse_dns_datagram(buf: bytes) -> tuple[bool, int, str] | None:
     """
     if len(buf) < 12:
         return None
-    txid, flags, qd, an, ns, ar = struct.unpack_from(">HHHHHH", buf)
+    txid, flags, qd, an, _ns, _ar = struct.unpack_from(">HHHHHH", buf)
     if qd > 64 or an > 4096 or (flags >> 11) & 0xF > 6:
         return None
     label = ""

@@ -567,7 +567,7 @@ class PcapSource:
 
 def _isb_drops(buf: bytes, off: int, blen: int, bo: str) -> int:
     """``isb_ifdrop`` of an interface statistics block (0 when absent)."""
-    p, end = off + 24, off + blen - 4
+    p, end = off + 20, off + blen - 4  # after interface id and the 64-bit timestamp
     drops = 0
     while p + 4 <= end:
         code, length = struct.unpack_from(bo + "HH", buf, p)

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import argparse
 
+import capture
+import tracefmt
+from capture.naming import NODE_BY
 from wirepath import cli_live
-from wirepath._cli import Parser
+from wirepath._cli import Parser, add_verb, emit
+from wirepath._cli import end_progress as _end_progress
+from wirepath._cli import progress as _progress
 
 __all__ = ["register"]
 
@@ -30,3 +35,62 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
 
 def _register_pcap(sources: argparse._SubParsersAction) -> None:
     """Add ``capture pcap`` (pcap/pcapng files to a trace)."""
+    p = add_verb(
+        sources,
+        "pcap",
+        _cmd_pcap,
+        "turn pcap/pcapng files into a message trace",
+        "Read pcap or pcapng files (gzip allowed) and write the message trace: TCP is\n"
+        "reassembled per connection, HTTP/1.x, DNS, Redis and memcached messages are found\n"
+        "by content, other TCP traffic by request/response turns, UDP datagrams as sends.\n"
+        "Capture statistics are printed and stored in the trace's metadata.\n\n"
+        "example:\n"
+        "  wirepath capture pcap web.pcap db.pcap --point-from-file --names names.toml "
+        "--out trace.parquet",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="pcap or pcapng capture files")
+    p.add_argument("--out", required=True, metavar="T.parquet", help="the message trace to write")
+    p.add_argument(
+        "--names",
+        metavar="N.toml",
+        help="names file: address, address:port or CIDR -> node name (unnamed addresses stay)",
+    )
+    p.add_argument(
+        "--node-by",
+        choices=NODE_BY,
+        default="address",
+        help="name nodes by address (10.0.0.5) or servers by service (10.0.0.5:5432); default address",
+    )
+    p.add_argument(
+        "--point-from-file",
+        action="store_true",
+        help="each file is a capture point: estimate and apply clock offsets, drop duplicates",
+    )
+    p.add_argument(
+        "--dedup-window",
+        default="1ms",
+        metavar="DURATION",
+        help="window within which one message seen at two points is a duplicate (default 1ms)",
+    )
+    p.add_argument(
+        "--keep-payload",
+        action="store_true",
+        help="keep payload bytes (not supported: the trace never stores payload bytes)",
+    )
+
+
+def _cmd_pcap(args: argparse.Namespace) -> int:
+    progress = _progress("capture")
+    report = capture.convert_pcaps(
+        args.files,
+        args.out,
+        names=args.names,
+        node_by=args.node_by,
+        point_from_file=args.point_from_file,
+        keep_payload=args.keep_payload,
+        dedup_window_ns=tracefmt.parse_duration_ns(args.dedup_window),
+        on_progress=progress,
+    )
+    _end_progress(progress)
+    emit(args, report.to_json(), report.summary())
+    return 0

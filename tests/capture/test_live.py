@@ -267,6 +267,18 @@ def test_sigint_writes_every_packet_in_rotated_files(netns: str, tmp_path: Path)
     assert trace.num_rows == n
     assert set(trace["op"].to_pylist()) == {"send"}
     assert doc["conversion"]["messages"] == n
+    # The recording's counters are kept with the trace and beside it.
+    live = tracefmt.read_trace_metadata(doc["trace"]).provenance["live"]
+    # (On loopback the kernel hands each packet over twice, leaving and arriving; libpcap
+    # keeps one, so "received by filter" counts 2n there.)
+    assert live["packets"] == {
+        "captured": n,
+        "received": 2 * n,
+        "dropped_kernel": 0,
+        "dropped_interface": None,
+    }
+    assert live["files"] == files
+    assert json.loads((tmp_path / "cap" / "live.json").read_text()) == doc
 
 
 @needs_root

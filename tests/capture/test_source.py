@@ -1,0 +1,174 @@
+"""Packet sources: pcap/pcapng variants, gzip, damage, the fake source."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import capture
+from capture.source import FakeSource, PacketBatch
+from tracefmt import TraceFileError
+
+FRAMES = [(1_600_000_000_123_456_789, b"\x01" * 60), (1_600_000_001_000_000_001, b"\x02" * 70)]
+
+
+def pcap_bytes(frames, *, nano: bool, bo: str = "<", linktype: int = 1, snaplen: int = 65535) -> bytes:
+    magic = 0xA1B23C4D if nano else 0xA1B2C3D4
+    out = [struct.pack(bo + "IHHiIII", magic, 2, 4, 0, 0, snaplen, linktype)]
+    for ts, data in frames:
+        sec, ns = divmod(ts, 1_000_000_000)
+        frac = ns if nano else ns // 1000
+        out.append(struct.pack(bo + "IIII", sec, frac, len(data), len(data)) + data)
+    return b"".join(out)
+
+
+def _opt(code: int, value: bytes, bo: str) -> bytes:
+    pad = (-len(value)) % 4
+    return struct.pack(bo + "HH", code, len(value)) + value + b"\0" * pad
+
+
+def _block(btype: int, body: bytes, bo: str) -> bytes:
+    n = 12 + len(body)
+    return struct.pack(bo + "II", btype, n) + body + struct.pack(bo + "I", n)
+
+
+def pcapng_bytes(frames_by_iface, resolutions, *, bo: str = "<", drops: int = 0) -> bytes:
+    """A pcapng file with one interface per resolution (if_tsresol byte or None)."""
+    shb = _block(0x0A0D0D0A, struct.pack(bo + "IHHq", 0x1A2B3C4D, 1, 0, -1), bo)
+    out = [shb]
+    for i, res in enumerate(resolutions):
+        opts = (_opt(9, bytes([res]), bo) if res is not None else b"") + (_opt(0, b"", bo) if res else b"")
+        out.append(_block(1, struct.pack(bo + "HHI", 1 if i == 0 else 101, 0, 0) + opts, bo))
+    for iface, ts_ticks, data in frames_by_iface:
+        pad = (-len(data)) % 4
+        body = struct.pack(bo + "IIIII", iface, ts_ticks >> 32, ts_ticks & 0xFFFFFFFF, len(data), len(data))
+        out.append(_block(6, body + data + b"\0" * pad, bo))
+    if drops:
+        out.append(_block(5, struct.pack(bo + "III", 0, 0, 0) + _opt(5, struct.pack(bo + "Q", drops), bo)
+                          + _opt(0, b"", bo), bo))  # fmt: skip
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("nano", [False, True], ids=["micro", "nano"])
+@pytest.mark.parametrize("bo", ["<", ">"], ids=["le", "be"])
+def test_pcap_variants(tmp_path: Path, nano: bool, bo: str) -> None:
+    p = tmp_path / "a.pcap"
+    p.write_bytes(pcap_bytes(FRAMES, nano=nano, bo=bo))
+    batches = list(capture.read_packets(p))
+    ts = np.concatenate([b.ts_ns for b in batches]).tolist()
+    want = [t if nano else t // 1000 * 1000 for t, _ in FRAMES]
+    assert ts == want
+    assert [batches[0].packet(i) for i in range(2)] == [d for _, d in FRAMES]
+
+
+def test_pcapng_interfaces_with_own_resolutions(tmp_path: Path) -> None:
+    # iface 0: default microseconds; iface 1: nanoseconds (10^-9); iface 2: 2^-10 s.
+    frames = [
+        (0, 1_600_000_000_000_001, b"a" * 20),
+        (1, 1_600_000_000_000_000_007, b"b" * 21),
+        (2, 3 << 10, b"c" * 22),
+    ]
+    p = tmp_path / "a.pcapng"
+    p.write_bytes(pcapng_bytes(frames, [None, 9, 0x80 | 10], drops=5))
+    src = capture.read_packets(p)
+    (b,) = list(src)
+    assert b.ts_ns.tolist() == [1_600_000_000_000_001_000, 1_600_000_000_000_000_007, 3_000_000_000]
+    assert b.linktype.tolist() == [1, 101, 101]
+    assert b.packet(2) == b"c" * 22
+    assert src.stats.kernel_drops == 5
+
+
+def test_pcapng_big_endian(tmp_path: Path) -> None:
+    p = tmp_path / "be.pcapng"
+    p.write_bytes(pcapng_bytes([(0, 5_000_000, b"xyz")], [6], bo=">"))
+    assert capture.packet_timestamps(p).tolist() == [5_000_000_000]
+
+
+def test_gzip_and_file_objects(tmp_path: Path) -> None:
+    raw = pcap_bytes(FRAMES, nano=True)
+    p = tmp_path / "a.pcap.gz"
+    p.write_bytes(gzip.compress(raw))
+    assert capture.packet_timestamps(p).tolist() == [t for t, _ in FRAMES]
+    assert capture.packet_timestamps(io.BytesIO(raw)).tolist() == [t for t, _ in FRAMES]
+
+
+def test_small_chunks_give_the_same_packets(tmp_path: Path) -> None:
+    frames = [(i * 1000, bytes([i % 256]) * (50 + i % 300)) for i in range(2000)]
+    p = tmp_path / "many.pcap"
+    p.write_bytes(pcap_bytes(frames, nano=True))
+    got = [b.packet(i) for b in capture.read_packets(p, chunk_bytes=4096) for i in range(len(b))]
+    assert got == [d for _, d in frames]
+
+
+def test_truncated_last_record_keeps_the_rest(tmp_path: Path) -> None:
+    raw = pcap_bytes(FRAMES, nano=True)
+    p = tmp_path / "cut.pcap"
+    p.write_bytes(raw[:-10])
+    src = capture.read_packets(p)
+    assert sum(len(b) for b in src) == 1
+    assert src.stats.truncated_records == 1
+    assert "byte 100" in src.stats.damage[0]  # 24 header + 16 + 60: where the cut record starts
+
+
+def test_corrupt_length_resynchronizes(tmp_path: Path) -> None:
+    frames = [(1_600_000_000_000_000_000 + i * 1000, bytes([i]) * 40) for i in range(6)]
+    raw = bytearray(pcap_bytes(frames, nano=True))
+    bad_at = 24 + 2 * 56  # third record
+    raw[bad_at + 8 : bad_at + 12] = struct.pack("<I", 0x7FFFFFF0)
+    p = tmp_path / "bad.pcap"
+    p.write_bytes(bytes(raw))
+    src = capture.read_packets(p)
+    got = [b.packet(i)[0] for b in src for i in range(len(b))]
+    assert got == [0, 1, 3, 4, 5]  # everything before kept, the record after found again
+    assert src.stats.corrupt_records == 1
+    assert src.stats.resyncs == [bad_at]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"", "empty file"), (b"hello world, not a capture", "not a pcap or pcapng file")],
+    ids=["empty", "wrong-magic"],
+)
+def test_unreadable_files_raise_one_clear_error(tmp_path: Path, content: bytes, message: str) -> None:
+    p = tmp_path / "x.pcap"
+    p.write_bytes(content)
+    with pytest.raises(TraceFileError, match=message):
+        capture.read_packets(p)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(TraceFileError, match="no such file"):
+        capture.read_packets("/nonexistent/x.pcap")
+
+
+def test_header_only_file_has_no_packets(tmp_path: Path) -> None:
+    p = tmp_path / "h.pcap"
+    p.write_bytes(pcap_bytes([], nano=False))
+    assert capture.packet_timestamps(p).tolist() == []
+
+
+def test_fake_source_batches() -> None:
+    src = FakeSource([(i, b"x" * i) for i in range(1, 6)], batch_size=2)
+    batches = list(src)
+    assert [len(b) for b in batches] == [2, 2, 1]
+    assert src.stats.packets == 5
+    assert isinstance(batches[0], PacketBatch)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(min_size=0, max_size=600), st.booleans())
+def test_fuzz_reader_never_escapes(tail: bytes, ng: bool) -> None:
+    head = pcapng_bytes([], [6]) if ng else pcap_bytes([], nano=True)
+    try:
+        src = capture.read_packets(io.BytesIO(head + tail), chunk_bytes=4096)
+        for _ in src:
+            pass
+    except TraceFileError:
+        pass
