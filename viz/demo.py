@@ -132,11 +132,19 @@ def run_demo(
     on_step : callable, optional
         Called with a short description before each step (for progress output).
 
+    Notes
+    -----
+    A run takes seconds (``wirepath demo`` wraps it)::
+
+        result = run_demo("demo-out", messages=20_000)
+        print(result.sentence)  # WS2 -> AP*: +0.20 s in ... of ... requests
+
     Examples
     --------
-    >>> r = run_demo("demo-out", messages=20_000)  # doctest: +SKIP
-    >>> r.sentence.startswith("WS2 -> AP*: +0.2")  # doctest: +SKIP
-    True
+    >>> run_demo("demo-out", messages=10)
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.ParameterError: the demo needs at least 1000 messages per run, not 10
     """
     if messages < 1000:
         raise ParameterError(f"the demo needs at least 1000 messages per run, not {messages}")
