@@ -12,8 +12,8 @@ from typing import Any
 import infer
 from tracefmt import ParameterError
 from viz.demo import DEMO_CONVOLUTION, DEMO_INFERENCE, run_demo
-from viz.diff import diff_dot, diff_paths
-from viz.dot import paths_dot
+from viz.diff import diff_convolution, diff_dot, diff_paths, format_change
+from viz.dot import format_s, paths_dot
 from viz.export import EXPORT_FORMATS, write_export
 from viz.paths import SORTS, collapse_replicas, load_paths, select_patterns
 from viz.render import FORMATS, write_graph
@@ -38,11 +38,11 @@ def _graph_out(args: argparse.Namespace, default: str) -> Path:
 
 def _cmd_draw(args: argparse.Namespace) -> int:
     doc = load_paths(args.paths)
-    text = paths_dot(doc, top=args.top, sort=args.sort, min_share=args.min_share, collapse=args.collapse)
+    merged = collapse_replicas(doc, args.collapse) if doc["algorithm"] == "nesting" else doc
+    text = paths_dot(merged, top=args.top, sort=args.sort, min_share=args.min_share)
     out = _graph_out(args, str(Path(args.paths).with_suffix("." + (args.format or "svg"))))
     write_graph(text, out, args.format)
     if doc["algorithm"] == "nesting":
-        merged = collapse_replicas(doc, args.collapse)
         shown = select_patterns(merged, top=args.top, sort=args.sort, min_share=args.min_share)
         what = f"{len(shown)} of {len(merged['patterns']):,} patterns"
         if args.collapse:
@@ -55,9 +55,10 @@ def _cmd_draw(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    diff = diff_paths(
-        load_paths(args.base), load_paths(args.slow), collapse=args.collapse, min_count=args.min_count
-    )
+    base, slow = load_paths(args.base), load_paths(args.slow)
+    if base["algorithm"] == slow["algorithm"] == "convolution":
+        return _convolution_diff(args, base, slow)
+    diff = diff_paths(base, slow, collapse=args.collapse, min_count=args.min_count)
     out = _graph_out(args, "diff.svg")
     write_graph(diff_dot(diff, top=args.top), out, args.format)
     lines = [diff.sentence(), "top changes (where the time was added or saved):"]
@@ -71,6 +72,20 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         p.pop("root", None)
         p.pop("base_root", None)
     emit(args, {**doc, "out": str(out)}, "\n".join(lines))
+    return 0
+
+
+def _convolution_diff(args: argparse.Namespace, base: dict[str, Any], slow: dict[str, Any]) -> int:
+    changes = diff_convolution(base, slow, collapse=args.collapse)
+    lines = ["delay changes at the middle node of each hop pair (convolution paths; no graph drawn):"]
+    lines += [
+        f"  {format_change(c['change_s']):>9}  {c['label']:<28} {format_s(c['base_s'])} -> "
+        f"{format_s(c['slow_s'])}, about {c['messages']:,} messages"
+        for c in changes[: args.changes]
+    ]
+    if not changes:
+        lines = ["no path appears in both runs: nothing to compare"]
+    emit(args, {"algorithm": "convolution", "changes": changes}, "\n".join(lines))
     return 0
 
 
@@ -220,7 +235,8 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
         "shape; every visit and call is labelled base -> slow with its change, red where\n"
         "the time was added (green where saved). Changes are located where the time is\n"
         "spent: the wait of a node before a call, after its last call, or inside a node that\n"
-        "calls nobody; the top ones are printed, pooled over patterns, biggest first.\n\n"
+        "calls nobody; the top ones are printed, pooled over patterns, biggest first.\n"
+        "Two convolution paths files: the changes of the delays at each node are printed.\n\n"
         "example: wirepath viz diff base.json slow.json --collapse 'AP*' --collapse 'DB*'",
     )
     d.add_argument("base", help="paths file of the base (normal) run")

@@ -115,3 +115,20 @@ def test_errors_are_one_line(files, tmp_path, capsys, monkeypatch):
         main(["export", str(files / "slow.json"), "--format", "otlp", "--out", str(tmp_path / "x.json")]) == 1
     )
     assert "not a readable Parquet file" in capsys.readouterr().err
+
+
+def test_viz_diff_of_convolution_paths_prints_delay_changes(tmp_path, capsys):
+    def conv(delay_s):
+        return {
+            "format": "wirepath.paths/1",
+            "algorithm": "convolution",
+            "paths": [{"nodes": ["c", "WS2", "AUTH", "WS2", "AP1"], "delays_s": [[0.005], [0.002], [delay_s]],
+                       "counts": [10, 10, 10, 9]}],
+        }  # fmt: skip
+
+    for name, d in (("b", 0.001), ("s", 0.201)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(conv(d)))
+    assert main(["viz", "diff", str(tmp_path / "b.json"), str(tmp_path / "s.json"), "--collapse", "AP*"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["+0.20", "s", "AUTH", "->", "WS2", "->", "AP*", "1", "ms", "->", "201", "ms,",
+                              "about", "9", "messages"]  # fmt: skip
