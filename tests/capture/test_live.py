@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import dpkt
 import pytest
 
 import tracefmt
+from capture import packet_timestamps
 from capture.live import (
     LiveCapture,
     capture_files,
@@ -355,3 +357,23 @@ def test_interface_gone_keeps_the_files_and_says_why(netns: str, tmp_path: Path)
     # What was recorded up to then is kept and converted.
     assert len(doc["files"]) == 1
     assert Path(doc["trace"]).exists()
+
+
+@needs_root
+@root_only
+def test_cap_net_raw_without_root_is_enough(netns: str) -> None:
+    """An unprivileged user holding only CAP_NET_RAW (and NET_ADMIN for promiscuous mode) records."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv (util-linux)")
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        os.chmod(d, 0o777)  # nobody writes the capture there
+        caps = "+net_raw,+net_admin"
+        cmd = ["ip", "netns", "exec", netns, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        cmd += [f"--inh-caps={caps}", f"--ambient-caps={caps}", sys.executable, "-m", "wirepath"]
+        cmd += ["capture", "live", "--iface", "lo", "--duration", "1s", "--out", f"{d}/cap", "--json"]
+        run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert run.returncode == 0, run.stderr
+        doc = json.loads(run.stdout)
+        (pcap,) = doc["files"]
+        assert Path(pcap).stat().st_uid == 65534
+        assert len(packet_timestamps(pcap)) == doc["packets"]["captured"]
