@@ -1,0 +1,218 @@
+"""TCP reassembly and message boundaries, on hand-made conversations with known truth."""
+
+from __future__ import annotations
+
+import random
+
+import dpkt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from capture.decode import Decoder
+from capture.flows import FlowAssembler, Messages
+from capture.protocols import PROTOCOLS
+from capture.source import PacketBatch
+
+C, S = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+SYN, ACK, PSH, FIN, RST = 0x02, 0x10, 0x08, 0x01, 0x04
+
+
+def pkt(
+    ts: int, client: bool, seq: int, flags: int, data: bytes = b"", cport: int = 40000, sport: int = 7777
+):
+    src, dst = (C, S) if client else (S, C)
+    t = dpkt.tcp.TCP(
+        sport=cport if client else sport, dport=sport if client else cport, seq=seq, flags=flags, data=data
+    )
+    ip = dpkt.ip.IP(src=src, dst=dst, p=6, data=t)
+    ip.len = len(bytes(ip))
+    return (ts, bytes(ip))
+
+
+def conversation(
+    turns: list[tuple[bool, list[bytes]]],
+    *,
+    syn: bool = True,
+    t0: int = 0,
+    cport: int = 40000,
+    isn: int = 1000,
+):
+    """Packets of one connection: handshake, the given (client?, segments) turns, FINs."""
+    cs, ss = isn, 5000
+    out = []
+    t = t0
+    if syn:
+        out += [pkt(t, True, cs - 1, SYN, cport=cport), pkt(t + 1, False, ss - 1, SYN | ACK, cport=cport)]
+        t += 2
+    for client, segs in turns:
+        for data in segs:
+            t += 10
+            if client:
+                out.append(pkt(t, True, cs, PSH | ACK, data, cport=cport))
+                cs += len(data)
+            else:
+                out.append(pkt(t, False, ss, PSH | ACK, data, cport=cport))
+                ss += len(data)
+    out += [pkt(t + 10, True, cs, FIN | ACK, cport=cport), pkt(t + 11, False, ss, FIN | ACK, cport=cport)]
+    return out
+
+
+def run(packets, *, batch: int | None = None) -> Messages:
+    dec, fa = Decoder(), FlowAssembler()
+    parts = []
+    step = batch or max(1, len(packets))
+    for i in range(0, len(packets), step):
+        chunk = packets[i : i + step]
+        parts.append(
+            fa.feed(dec.decode(PacketBatch.from_packets(chunk, 101)), final=i + step >= len(packets))
+        )
+    if not packets:
+        parts.append(fa.feed(dec.decode(PacketBatch.from_packets([], 101)), final=True))
+    return Messages.concat(parts)
+
+
+def ops(m: Messages) -> list[str]:
+    return ["call" if o == 0 else "return" if o == 1 else "send" for o in m.op.tolist()]
+
+
+GENERIC = [
+    (True, [b"q1-a", b"q1-b"]),
+    (False, [b"r1"]),
+    (True, [b"q2"]),
+    (False, [b"r2-a", b"r2-b", b"r2-c"]),
+]
+
+
+def test_turn_taking_rule() -> None:
+    m = run(conversation(GENERIC))
+    assert ops(m) == ["call", "return", "call", "return"]
+    assert m.nbytes.tolist() == [8, 2, 2, 12]
+    assert m.ts_ns.tolist() == [12, 32, 42, 52]  # the first packet of each turn
+    ids = m.id.tolist()
+    assert ids[0] == ids[1] != ids[2] == ids[3]
+    assert {PROTOCOLS[p] for p in m.proto.tolist()} == {"tcp"}
+    assert len(set(m.flow.tolist())) == 1
+
+
+def test_retransmission_and_out_of_order_give_the_same_messages() -> None:
+    base = conversation(GENERIC)
+    shuffled = list(base)
+    # retransmit the first data segment later, and swap two segments of the last turn
+    shuffled.insert(5, (shuffled[2][0] + 1, shuffled[2][1]))
+    shuffled[7], shuffled[8] = shuffled[8], shuffled[7]
+    fa_m = run(shuffled)
+    ref = run(base)
+    assert ops(fa_m) == ops(ref)
+    assert fa_m.nbytes.tolist() == ref.nbytes.tolist()
+
+
+def test_retransmission_is_counted() -> None:
+    pk = conversation(GENERIC)
+    pk.insert(4, pk[3])
+    dec, fa = Decoder(), FlowAssembler()
+    fa.feed(dec.decode(PacketBatch.from_packets(pk, 101)), final=True)
+    assert fa.stats.retransmitted == 1
+
+
+def test_gap_ends_the_message_and_is_counted() -> None:
+    pk = conversation([(True, [b"aaaa", b"bbbb", b"cccc"]), (False, [b"r"])])
+    del pk[3]  # the middle client segment is lost
+    dec, fa = Decoder(), FlowAssembler()
+    m = fa.feed(dec.decode(PacketBatch.from_packets(pk, 101)), final=True)
+    assert fa.stats.gaps == 1
+    assert ops(m) == ["call", "call", "return"]
+
+
+def test_connection_seen_midway_uses_the_listening_port() -> None:
+    # No SYN: the client is the peer of the well-known (or lower) port, even if the server speaks first.
+    pk = conversation([(False, [b"late reply"]), (True, [b"next request"]), (False, [b"answer"])], syn=False)
+    m = run(pk)
+    assert ops(m) == ["return", "call", "return"]
+    assert not m.has_id[0]  # its call was before the capture began
+
+
+def test_port_reuse_is_two_connections() -> None:
+    pk = conversation(GENERIC) + conversation(GENERIC, t0=1000, isn=777777)
+    m = run(pk)
+    assert len(m) == 8
+    assert len(set(m.flow.tolist())) == 2
+
+
+@pytest.mark.parametrize("batch", [1, 3, 7])
+def test_batches_split_anywhere_give_the_same_messages(batch: int) -> None:
+    pk = []
+    for i in range(5):
+        pk += conversation(GENERIC, t0=i * 7, cport=40000 + i)
+    pk.sort(key=lambda p: p[0])
+    ref = run(pk)
+    got = run(pk, batch=batch)
+    assert sorted(zip(got.ts_ns.tolist(), got.id.tolist(), strict=True)) == sorted(
+        zip(ref.ts_ns.tolist(), ref.id.tolist(), strict=True)
+    )
+
+
+def test_rst_closes_the_connection() -> None:
+    pk = conversation(GENERIC)[:-2]
+    pk.append(pkt(999, False, 0, RST))
+    dec, fa = Decoder(), FlowAssembler()
+    m = fa.feed(dec.decode(PacketBatch.from_packets(pk, 101)), final=False)
+    assert len(m) == 4  # processed at once, without waiting for the end of input
+
+
+HTTP = [
+    (True, [b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n"]),  # pipelined
+    (False, [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhel", b"loHTTP/1.1 404 Not Found\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"]),
+    (True, [b"HEAD /c HTTP/1.1\r\n\r\n"]),
+    (False, [b"HTTP/1.1 200 OK\r\nContent-Length: 999\r\n\r\n"]),  # HEAD: no body follows
+    (True, [b"POST /d HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"]),
+    (False, [b"HTTP/1.1 100 Continue\r\n\r\n"]),
+    (True, [b"body"]),
+    (False, [b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n"]),
+]  # fmt: skip
+
+
+def test_http_on_an_unusual_port_by_content() -> None:
+    m = run(conversation(HTTP))
+    assert {PROTOCOLS[p] for p in m.proto.tolist()} == {"http"}
+    calls = [i for i, o in enumerate(m.op.tolist()) if o == 0]
+    rets = [i for i, o in enumerate(m.op.tolist()) if o == 1]
+    assert [m.label[i] for i in calls] == ["GET /a", "GET /b", "HEAD /c", "POST /d"]
+    assert len(rets) == 4  # the 100 Continue is not a return of its own
+    assert [int(m.id[i]) for i in calls] == [int(m.id[i]) for i in rets]
+    assert [m.label[i] for i in rets] == ["GET /a", "GET /b", "HEAD /c", "POST /d"]
+
+
+def test_redis_pipelining() -> None:
+    m = run(conversation([(True, [b"*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"]),
+                          (False, [b"+PONG\r\n$3\r\nval\r\n"])]))  # fmt: skip
+    assert ops(m) == ["call", "call", "return", "return"]
+    assert list(m.label) == ["PING", "GET", "PING", "GET"]
+
+
+def test_garbage_on_a_known_port_falls_back_to_turns() -> None:
+    pk = conversation([(True, [bytes(range(40))]), (False, [bytes(range(40, 90))])], cport=40000)
+    pk = [(t, b) for t, b in pk]
+    m = run(pk)
+    assert ops(m) == ["call", "return"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.randoms(use_true_random=False))
+def test_shuffled_segments_and_any_isn_give_the_same_boundaries(isn: int, rnd: random.Random) -> None:
+    pk = conversation(GENERIC)
+    ref = run(pk)
+    # shift the sequence space (wraps around 2^32) and reorder within each turn
+    moved = []
+    for ts, raw in pk:
+        ip = dpkt.ip.IP(raw)
+        ip.data.seq = (ip.data.seq + isn) % 2**32
+        ip.data.sum = 0
+        moved.append((ts, bytes(ip)))
+    last_turn = moved[-5:-2]
+    rnd.shuffle(last_turn)
+    moved[-5:-2] = last_turn
+    got = run(moved)
+    assert ops(got) == ops(ref)
+    assert got.nbytes.tolist() == ref.nbytes.tolist()
