@@ -149,7 +149,7 @@ def analyze_series(series: Series, *, method: str = "mdl", window: int = 14) -> 
     """The trend of one series by ``mdl`` (jumpavg grouping; runs of several trials stay
     whole) or ``tmm`` (trimmed moving statistics over ``window`` runs).
 
-    A series whose valid values are all equal (zero included) is one normal group.
+    A series whose valid values are all 0 is one normal group (without bits).
 
     Examples
     --------
@@ -167,7 +167,7 @@ def analyze_series(series: Series, *, method: str = "mdl", window: int = 14) -> 
     marks = np.full(series.runs, "failed", dtype=object)
     groups: tuple[MdlGroup, ...] = ()
     ok = values[valid]
-    if ok.size and (ok == ok[0]).all():
+    if ok.size and ok.max() == 0:  # nothing to group (jumpavg needs a positive maximum)
         trend[idx] = ok[0]
         marks[idx] = "normal"
         trials = sum(int((~np.isnan(series.trials[k])).sum()) for k in idx)

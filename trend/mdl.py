@@ -66,7 +66,7 @@ class MdlGroup:
             "avg": self.avg,
             "stdev": self.stdev,
             "comment": self.comment,
-            "bits": self.bits,
+            "bits": None if math.isnan(self.bits) else self.bits,
         }
 
 

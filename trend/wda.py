@@ -70,12 +70,21 @@ class WdaResult:
         return sum(c["result"] == "SKIPPED" for c in self.checks)
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON document; NaN statistics (NaN values in the data) become null."""
+
+        def clean(x: Any) -> Any:
+            if isinstance(x, dict):
+                return {k: clean(v) for k, v in x.items()}
+            if isinstance(x, list):
+                return [clean(v) for v in x]
+            return None if isinstance(x, float) and math.isnan(x) else x
+
         return {
             "status": self.status,
             "regression": self.regression,
             "message": self.message,
             "checks_skipped": self.checks_skipped,
-            "checks": list(self.checks),
+            "checks": clean(list(self.checks)),
         }
 
 

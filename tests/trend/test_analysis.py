@@ -72,6 +72,10 @@ def test_all_equal_zero_and_single_values():
     zeros = analyze_series(_series([0.0, 0.0, 0.0]))
     assert zeros.marks.tolist() == ["normal"] * 3
     assert not zeros.regressed
+    assert json.dumps(zeros.to_json(), allow_nan=False)
+    fives = analyze_series(_series([5.0] * 4))
+    (ref,) = jumpavg.classify([5.0] * 4)
+    assert [(g.size, g.avg, g.bits) for g in fives.groups] == [(4, 5.0, ref.bits)]
     one = analyze_series(_series([7.0]), method="tmm")
     assert one.marks.tolist() == ["normal"]
     assert one.last_trend == 7.0
