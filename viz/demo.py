@@ -223,11 +223,11 @@ def run_demo(
     chosen = select_patterns(slow_c, top=top)
     for name in ("base", "slow"):
         text = paths_dot(docs[name], top=top, collapse=collapse)
-        (out / f"{name}-top.dot").write_text(text, encoding="utf-8")
+        write_atomic(out / f"{name}-top.dot", text)
         write_graph(text, out / f"{name}-top.svg")
         files[f"{name}_graph"] = str(out / f"{name}-top.svg")
     text = diff_dot(diff, top=top)
-    (out / "diff.dot").write_text(text, encoding="utf-8")
+    write_atomic(out / "diff.dot", text)
     write_graph(text, out / "diff.svg")
     write_graph(text, out / "diff.png")
     files["diff_graph"] = str(out / "diff.svg")
@@ -245,7 +245,7 @@ def run_demo(
 
             slow_conv = {**slow_conv, "paths": sorted(slow_conv["paths"], key=lambda p: not through(p))}
         text = paths_dot(slow_conv, top=top)
-        (out / "slow-convolution.dot").write_text(text, encoding="utf-8")
+        write_atomic(out / "slow-convolution.dot", text)
         write_graph(text, out / "slow-convolution.svg")
         files["slow_convolution_graph"] = str(out / "slow-convolution.svg")
     files["diff_png"] = str(out / "diff.png")
