@@ -7,6 +7,8 @@ trial), so CI jobs can gate on it; ``trend wda`` exits 1 on a regression or a FA
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,17 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     _register_compare(sub)
     _register_wda(sub)
     _register_dashboard(sub)
+
+
+@contextlib.contextmanager
+def _writing(target: Any) -> Iterator[None]:
+    """Turn an OS error while writing ``target`` into one clear line."""
+    try:
+        yield
+    except OSError as e:
+        if isinstance(e, tracefmt.WirepathError):
+            raise
+        raise tracefmt.TraceFileError(f"cannot write {target}: {e.strerror or e}") from None
 
 
 def _store_arg(p: argparse.ArgumentParser) -> None:
@@ -94,8 +107,8 @@ def _summary_of(table: Any) -> dict[str, int]:
 
 
 def _write(args: argparse.Namespace, table: Any, name: str) -> int:
-    store = tracefmt.Store.create(args.store)
-    path = trend.write_results(store, table, name=name)
+    with _writing(args.store):
+        path = trend.write_results(tracefmt.Store.create(args.store), table, name=name)
     doc = {"output": str(path), **_summary_of(table)}
     text = f"wrote {doc['trials']:,} trials ({doc['runs']:,} runs of {doc['series']:,} series) to {path}"
     if doc["failed_trials"]:
@@ -196,8 +209,8 @@ def _cmd_from_capture(args: argparse.Namespace) -> int:
     )
     rates = trend.mrr_from_timestamps(ts, windows)
     table = trend.mrr_results(rates, test=args.test, build=args.build, time_ns=start, testbed=args.testbed)
-    store = tracefmt.Store.create(args.store)
-    path = trend.write_results(store, table, name="capture")
+    with _writing(args.store):
+        path = trend.write_results(tracefmt.Store.create(args.store), table, name="capture")
     doc = {"output": str(path), "test": args.test, "build": args.build, "trials_pps": rates.tolist()}
     text = (
         f"MRR of {args.test} build {args.build}: {rates.mean():,.0f} pps "
@@ -285,7 +298,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     trends = _analyze(args)
     text = trend.alert_text(trends)
     if args.alert:
-        Path(args.alert).write_text(text + "\n")
+        with _writing(args.alert):
+            Path(args.alert).write_text(text + "\n")
     bad = [t for t in trends if t.regressed]
     doc = {
         "regression": bool(bad),
@@ -433,7 +447,8 @@ def _register_dashboard(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
     trends = _analyze(args)
-    report = trend.write_dashboard(trends, args.out)
+    with _writing(args.out):
+        report = trend.write_dashboard(trends, args.out)
     doc = {"index": str(report.index), "graphs": [str(g) for g in report.graphs], "series": len(trends)}
     emit(args, doc, f"wrote {report.index} and {len(report.graphs)} graphs ({len(trends)} series)")
     return 0

@@ -256,15 +256,28 @@ def test_from_capture_reads_a_trace_at_one_point(tmp_path, capsys, make_table):
         (["from-paths", "{bad_csv}", "--store", "{empty}", "--build", "1"], "not JSON"),
         (["from-capture", "{nofile}", "--store", "{empty}", "--test", "x", "--build", "1"], ""),
         (["check", "--store", "{empty}", "--method", "iqr"], None),
+        (["import", "{good_csv}", "--store", "{good_csv}"], "cannot write"),
     ],
-    ids=["no-series", "no-store", "bad-csv", "no-file", "paths-not-json", "no-capture", "bad-method"],
+    ids=[
+        "no-series",
+        "no-store",
+        "bad-csv",
+        "no-file",
+        "paths-not-json",
+        "no-capture",
+        "bad-method",
+        "store-is-file",
+    ],
 )
 def test_bad_input_one_line(argv, message, tmp_path, capsys):
     empty = tmp_path / "empty"
     Store.create(empty)
     bad_csv = tmp_path / "bad.csv"
     bad_csv.write_text("test,build,value\nip4,1,2\n")
+    good_csv = tmp_path / "good.csv"
+    good_csv.write_text("test,build,time,value\nip4,1,0,2\n")
     names = {
+        "good_csv": good_csv,
         "empty": empty,
         "missing": tmp_path / "missing",
         "bad_csv": bad_csv,
