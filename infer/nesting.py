@@ -531,6 +531,8 @@ def _candidates_by_parent(
     lo = np.searchsorted(ckey, _time_key(p.callee, np.maximum(p.t_call - tol_ns, t0), t0, shift))
     hi = np.searchsorted(ckey, _time_key(p.callee, p.t_return + tol_ns, t0, shift), side="right")
     sizes = hi - lo
+    # Children's fields in key order: a chunk reads them in runs, not scattered.
+    c_call, c_return, c_caller = p.t_call[corder], p.t_return[corder], p.caller[corder]
     # Cut the parents into chunks of about max_pairs enumerated pairs.
     bounds = np.searchsorted(np.cumsum(sizes), np.arange(max_pairs, int(sizes.sum()) + max_pairs, max_pairs))
     start = 0
@@ -547,10 +549,10 @@ def _candidates_by_parent(
         pos = np.repeat(lo[par_idx] - np.cumsum(counts) + counts, counts) + np.arange(total)
         c = corder[pos]
         ok = (
-            (p.t_call[c] >= p.t_call[rep] - tol_ns)
-            & (p.t_return[c] <= p.t_return[rep] + tol_ns)
+            (c_call[pos] >= np.repeat(p.t_call[par_idx] - tol_ns, counts))
+            & (c_return[pos] <= np.repeat(p.t_return[par_idx] + tol_ns, counts))
             & (c != rep)
-            & (p.caller[c] == p.callee[rep])
+            & (c_caller[pos] == np.repeat(p.callee[par_idx], counts))
         )
         # Half the memory for the kept candidates when pair indices fit 32 bits.
         index = np.int32 if n < 1 << 31 else np.int64
