@@ -13,6 +13,7 @@ trials.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from tracefmt import ParameterError, ParseError, Store, TraceFileError
@@ -103,16 +105,185 @@ def parse_time_ns(text: Any) -> int:
     return (dt - _EPOCH) // timedelta(microseconds=1) * 1000  # exact, no float seconds
 
 
-def _value(raw: Any) -> float:
-    """A trial value: a number; empty, ``nan`` or ``fail`` is a failed trial (NaN)."""
-    if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "nan", "fail", "failed")):
-        return math.nan
-    if isinstance(raw, bool):
-        raise ValueError(raw)
-    v = float(raw)
-    if math.isinf(v):
-        raise ValueError(raw)
-    return v
+_NUMBER = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
+_FAILED = ["", "nan", "fail", "failed"]
+
+
+def _text(value: Any) -> str | None:
+    """A JSON scalar as the text a CSV cell would hold (numbers round-trip exactly)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _records_columns(
+    records: Iterable[dict[str, Any]], source: str
+) -> tuple[dict[str, list[Any]], list[int]]:
+    """Records (one trial each, or one run with ``values``) as columns of cell texts, and the
+    record number of every row."""
+    cols: dict[str, list[Any]] = {c: [] for c in [*IMPORT_COLUMNS, "time_ns"]}
+    line_of: list[int] = []
+    for line, rec in enumerate(records, start=1):
+        if not isinstance(rec, dict):
+            raise ParseError(source, line, "a result record must be an object")
+        given = (
+            set(rec) | ({"value"} if "values" in rec else set()) | ({"time"} if "time_ns" in rec else set())
+        )
+        missing = [c for c in _REQUIRED if c not in given]
+        if missing:
+            raise ParseError(
+                source, line, f"missing column {missing[0]!r} (required: {', '.join(_REQUIRED)})"
+            )
+        if "values" in rec:
+            trials = rec["values"]
+            if not isinstance(trials, list) or not trials:
+                raise ParseError(source, line, "values must be a non-empty list of trial values")
+            cells = {"value": [_text(v) for v in trials], "trial": [str(k) for k in range(len(trials))]}
+        else:
+            cells = {
+                "value": [_text(rec.get("value", ""))] if "value" in rec else [None],
+                "trial": [_text(rec.get("trial"))],
+            }
+        width = len(cells["value"])
+        for c in cols:
+            if c in cells:
+                cols[c] += cells[c]
+            else:
+                present = c in rec
+                cols[c] += [_text(rec[c]) if present else None] * width
+        line_of += [line] * width
+    return cols, line_of
+
+
+def _first(mask: np.ndarray) -> int | None:
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if hits.size else None
+
+
+def _strings(col: pa.Array | None, n: int, default: str) -> pa.Array:
+    """Trimmed strings; missing or empty cells take ``default``."""
+    if col is None:
+        return pa.array([default] * n, pa.string())
+    col = pc.utf8_trim_whitespace(col.cast(pa.string()))
+    return pc.if_else(pc.or_kleene(pc.is_null(col), pc.equal(col, "")).fill_null(True), default, col)
+
+
+def _columns_table(cols: dict[str, Any], line_of: np.ndarray, source: str) -> pa.Table:
+    """Check columns of cell texts and build a results table (every check vectorized)."""
+    n = len(line_of)
+    arr = {
+        k: (v if isinstance(v, pa.Array) else pa.array(v, pa.string()))
+        for k, v in cols.items()
+        if v is not None
+    }
+    arr = {k: v for k, v in arr.items() if v.null_count < n}  # columns no record gave
+
+    def fail(row: int | None, reason: str) -> None:
+        if row is not None:
+            raise ParseError(source, int(line_of[row]), reason)
+
+    if n == 0:
+        raise ParseError(source, 1, "no results (the file holds no records)")
+    given = set(arr) | ({"time"} if "time_ns" in arr else set())
+    missing = [c for c in _REQUIRED if c not in given]
+    if missing:
+        raise ParseError(
+            source, int(line_of[0]), f"missing column {missing[0]!r} (required: {', '.join(_REQUIRED)})"
+        )
+    test, build = _strings(arr["test"], n, ""), _strings(arr["build"], n, "")
+    fail(
+        _first(pc.or_(pc.equal(test, ""), pc.equal(build, "")).to_numpy(zero_copy_only=False)),
+        "test and build must not be empty",
+    )
+    testbed = _strings(arr.get("testbed"), n, "default")
+    unit = _strings(arr.get("unit"), n, "")
+    direction = _strings(arr.get("direction"), n, "bigger-is-better")
+    bad = _first(pc.invert(pc.is_in(direction, pa.array(DIRECTIONS))).to_numpy(zero_copy_only=False))
+    if bad is not None:
+        fail(bad, f"direction {direction[bad].as_py()!r} (must be one of {', '.join(DIRECTIONS)})")
+    # Values: numbers; empty, nan or fail is a failed trial.
+    raw = arr["value"].cast(pa.string()).fill_null("")
+    low = pc.utf8_lower(pc.utf8_trim_whitespace(raw))
+    failed = pc.is_in(low, pa.array(_FAILED)).to_numpy(zero_copy_only=False)
+    numeric = pc.match_substring_regex(raw, _NUMBER).to_numpy(zero_copy_only=False)
+    bad = _first(~failed & ~numeric)
+    if bad is not None:
+        fail(bad, f"value {raw[bad].as_py()!r} is not a number (empty, nan or fail marks a failed trial)")
+    value = pc.cast(
+        pc.if_else(pa.array(failed), "nan", pc.utf8_trim_whitespace(raw)), pa.float64()
+    ).to_numpy()
+    bad = _first(value < 0)
+    if bad is not None:
+        fail(bad, f"value {value[bad]:g} is negative (measurements are >= 0)")
+    # Times: one parse per distinct text (a run's trials share theirs).
+    if "time_ns" in arr:
+        t_ns = pc.cast(arr["time_ns"], pa.int64()).to_numpy(zero_copy_only=False)
+    else:
+        t_col = arr["time"].cast(pa.string()).fill_null("")
+        uniq = pc.unique(t_col)
+        parsed = np.empty(len(uniq), dtype=np.int64)
+        for k, text in enumerate(uniq.to_pylist()):
+            try:
+                parsed[k] = parse_time_ns(text)
+            except ParameterError as e:
+                fail(_first(pc.equal(t_col, text).to_numpy(zero_copy_only=False)), str(e))
+        t_ns = parsed[pc.index_in(t_col, uniq).to_numpy()]
+    # Trials: given, or numbered in row order within their run.
+    run_codes = np.stack([pc.dictionary_encode(c).indices.to_numpy() for c in (test, testbed, build)], axis=1)
+    _, run = np.unique(run_codes, axis=0, return_inverse=True)
+    run = run.reshape(-1)
+    trial_col = arr.get("trial")
+    trial_text = (
+        pa.array([""] * n, pa.string())
+        if trial_col is None
+        else pc.utf8_trim_whitespace(trial_col.cast(pa.string()).fill_null(""))
+    )
+    auto = pc.equal(trial_text, "").to_numpy(zero_copy_only=False)
+    is_int = pc.match_substring_regex(trial_text, r"^\d+$").to_numpy(zero_copy_only=False)
+    bad = _first(~auto & ~is_int)
+    if bad is not None:
+        fail(bad, f"trial {trial_text[bad].as_py()!r} is not an integer")
+    trial = np.zeros(n, dtype=np.int64)
+    trial[~auto] = pc.cast(pc.filter(trial_text, pa.array(~auto)), pa.int64()).to_numpy()
+    if auto.any():
+        rows = np.flatnonzero(auto)
+        order = rows[np.argsort(run[rows], kind="stable")]
+        keys = run[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(keys)) + 1]
+        rank = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
+        trial[order] = rank
+    pairs = np.stack([run, trial], axis=1)
+    _, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
+    dup = _first(first[inverse.reshape(-1)] != np.arange(n))
+    if dup is not None:
+        earlier = int(first[inverse.reshape(-1)][dup])
+        fail(
+            dup,
+            f"duplicate: test {test[dup].as_py()!r} testbed {testbed[dup].as_py()!r} build "
+            f"{build[dup].as_py()!r} trial {trial[dup]} already given on line {int(line_of[earlier])}",
+        )
+    # Tags: ';'-separated, split once per distinct text.
+    tag_text = _strings(arr.get("tags"), n, "")
+    tag_uniq = pc.unique(tag_text)
+    tag_lists = pa.array(
+        [[t.strip() for t in u.split(";") if t.strip()] for u in tag_uniq.to_pylist()], pa.list_(pa.string())
+    )
+    tags = tag_lists.take(pc.index_in(tag_text, tag_uniq))
+    return pa.table(
+        {
+            "test": test,
+            "testbed": testbed,
+            "build": build,
+            "time": pa.array(t_ns, pa.int64()).cast(RESULTS_SCHEMA.field("time").type),
+            "trial": pa.array(trial, pa.int32()),
+            "value": pa.array(value, pa.float64()),
+            "unit": unit,
+            "direction": direction,
+            "tags": tags,
+        }
+    ).cast(RESULTS_SCHEMA)
 
 
 def results_table(records: Iterable[dict[str, Any]], *, source: str = "<records>") -> pa.Table:
@@ -137,88 +308,22 @@ def results_table(records: Iterable[dict[str, Any]], *, source: str = "<records>
     >>> t.column("trial").to_pylist(), t.column("direction").to_pylist()
     ([0, 1], ['bigger-is-better', 'bigger-is-better'])
     """
-    cols: dict[str, list[Any]] = {f.name: [] for f in RESULTS_SCHEMA}
-    seen: dict[tuple[str, str, str, int], int] = {}
-    next_trial: dict[tuple[str, str, str], int] = {}
-    for line, rec in enumerate(records, start=1):
-        given = (
-            set(rec) | ({"value"} if "values" in rec else set()) | ({"time"} if "time_ns" in rec else set())
-        )
-        missing = [c for c in _REQUIRED if c not in given]
-        if missing:
-            raise ParseError(
-                source, line, f"missing column {missing[0]!r} (required: {', '.join(_REQUIRED)})"
-            )
-        test, build = str(rec["test"]).strip(), str(rec["build"]).strip()
-        testbed = str(rec.get("testbed") or "default").strip()
-        if not test or not build:
-            raise ParseError(source, line, "test and build must not be empty")
-        direction = str(rec.get("direction") or "bigger-is-better").strip()
-        if direction not in DIRECTIONS:
-            raise ParseError(
-                source, line, f"direction {direction!r} (must be one of {', '.join(DIRECTIONS)})"
-            )
-        try:
-            t_ns = int(rec["time_ns"]) if "time_ns" in rec else parse_time_ns(rec["time"])
-        except ParameterError as e:
-            raise ParseError(source, line, str(e)) from None
-        raw_values = rec["values"] if "values" in rec else [rec["value"]]
-        if not isinstance(raw_values, list) or not raw_values:
-            raise ParseError(source, line, "values must be a non-empty list of trial values")
-        tags = rec.get("tags") or []
-        if isinstance(tags, str):
-            tags = [t.strip() for t in tags.split(";") if t.strip()]
-        for k, raw in enumerate(raw_values):
-            try:
-                value = _value(raw)
-            except (TypeError, ValueError):
-                raise ParseError(
-                    source, line, f"value {raw!r} is not a number (empty, nan or fail marks a failed trial)"
-                ) from None
-            if value < 0:
-                raise ParseError(source, line, f"value {value:g} is negative (measurements are >= 0)")
-            run = (test, testbed, build)
-            if rec.get("trial") not in (None, "") and "values" not in rec:
-                try:
-                    trial = int(rec["trial"])
-                except (TypeError, ValueError):
-                    raise ParseError(source, line, f"trial {rec['trial']!r} is not an integer") from None
-            else:
-                trial = next_trial.get(run, 0) + k if "values" not in rec else k
-            next_trial[run] = max(next_trial.get(run, 0), trial + 1)
-            key = (*run, trial)
-            if key in seen:
-                raise ParseError(
-                    source,
-                    line,
-                    f"duplicate: test {test!r} testbed {testbed!r} build {build!r} trial {trial} "
-                    f"already given on record {seen[key]}",
-                )
-            seen[key] = line
-            for name, v in (
-                ("test", test),
-                ("testbed", testbed),
-                ("build", build),
-                ("time", t_ns),
-                ("trial", trial),
-                ("value", value),
-                ("unit", str(rec.get("unit") or "")),
-                ("direction", direction),
-                ("tags", list(tags)),
-            ):
-                cols[name].append(v)
-    if not cols["test"]:
-        raise ParseError(source, 1, "no results (the file holds no records)")
-    return (
-        pa.table(
-            {
-                **{k: v for k, v in cols.items() if k != "time"},
-                "time": pa.array(cols["time"], pa.int64()).cast(RESULTS_SCHEMA.field("time").type),
-            }
-        )
-        .select(RESULTS_SCHEMA.names)
-        .cast(RESULTS_SCHEMA)
-    )
+    cols, line_of = _records_columns(records, source)
+    return _columns_table(cols, np.asarray(line_of, dtype=np.int64), source)
+
+
+def _csv_lines(data: bytes) -> np.ndarray:
+    """1-based line numbers of the non-blank lines after the header (as the CSV reader skips
+    blank lines), found on the bytes at once."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    if buf.size and buf[-1] != 10:
+        ends = np.r_[ends, buf.size]
+    starts = np.r_[0, ends[:-1] + 1]
+    ink = np.r_[0, np.cumsum(~np.isin(buf, (9, 10, 13, 32)))]
+    blank = ink[ends] - ink[starts] == 0
+    lines = np.flatnonzero(~blank) + 1
+    return lines[1:]  # past the header
 
 
 def read_result_rows(path: str | os.PathLike[str]) -> pa.Table:
@@ -234,40 +339,43 @@ def read_result_rows(path: str | os.PathLike[str]) -> pa.Table:
     """
     name = str(path)
     try:
-        text = Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as e:
         raise TraceFileError(f"cannot read {name}: {e.strerror}") from None
     if name.endswith(".json"):
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ParseError(name, e.lineno, f"not JSON: {e.msg}") from None
+            doc = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ParseError(name, getattr(e, "lineno", 1), f"not JSON: {getattr(e, 'msg', e)}") from None
         records = doc.get("results") if isinstance(doc, dict) else doc
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise ParseError(name, 1, 'JSON results must be a list of objects (or {"results": [...]})')
         return results_table(records, source=name)
     if not name.endswith(".csv"):
         raise ParameterError(f"{name}: result files are .csv or .json")
-    rows = list(csv.reader(text.splitlines()))
-    if not rows:
+    first = data.split(b"\n", 1)[0].decode("utf-8", "replace")
+    if not first.strip():
         raise ParseError(name, 1, f"empty file (expected a header with {', '.join(_REQUIRED)})")
-    header = [h.strip() for h in rows[0]]
+    header = [h.strip() for h in next(csv.reader([first]))]
     unknown = [h for h in header if h not in IMPORT_COLUMNS]
     if unknown:
         raise ParseError(name, 1, f"unknown column {unknown[0]!r} (columns: {', '.join(IMPORT_COLUMNS)})")
-    records = []
-    for line, row in enumerate(rows[1:], start=2):
-        if not any(c.strip() for c in row):
-            continue
-        if len(row) != len(header):
-            raise ParseError(name, line, f"{len(row)} fields, the header has {len(header)}")
-        records.append(dict(zip(header, row, strict=True)))
-
-    # Error lines count records; map them back to file lines through a wrapper.
     try:
-        return results_table(records, source=name)
-    except ParseError as e:
-        raise ParseError(name, e.line + 1, e.reason) from None
+        table = pacsv.read_csv(
+            io.BytesIO(data),
+            read_options=pacsv.ReadOptions(column_names=header, skip_rows=1),
+            convert_options=pacsv.ConvertOptions(
+                column_types=dict.fromkeys(header, pa.string()), strings_can_be_null=False
+            ),
+        )
+    except pa.ArrowInvalid:
+        # Find the offending line the slow way, only now.
+        for line, row in enumerate(csv.reader(data.decode("utf-8", "replace").splitlines()), start=1):
+            if line > 1 and any(c.strip() for c in row) and len(row) != len(header):
+                raise ParseError(name, line, f"{len(row)} fields, the header has {len(header)}") from None
+        raise ParseError(name, 1, "not a CSV file this reader understands") from None
+    cols = {c: table.column(c).combine_chunks() for c in header}
+    return _columns_table(cols, _csv_lines(data), name)
 
 
 def write_results(store: Store, table: pa.Table, *, name: str = "import") -> Path:

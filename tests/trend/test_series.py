@@ -133,3 +133,45 @@ def test_load_series_filters_and_sorts(tmp_path):
     assert series[0].builds == ("b2", "b1", "b0")
     assert np.all(np.diff(series[0].times_ns) > 0)
     assert load_series(store, tests=["nothing"]) == []
+
+
+def test_json_record_without_value_or_with_blank_lines_in_csv(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(
+        json.dumps(
+            [{"test": "a", "build": "1", "time": 0, "value": 1}, {"test": "a", "build": "2", "time": 1}]
+        )
+    )
+    with pytest.raises(ParseError, match=r"r\.json:2: missing column 'value'"):
+        read_result_rows(p)
+    c = _csv(tmp_path, "ip4,b1,0,1\n\n\nip4,b2,0,x\n", header="test,build,time,value\n")
+    with pytest.raises(ParseError, match=r"r.csv:5: value 'x' is not a number"):
+        read_result_rows(c)
+
+
+def test_csv_and_json_give_the_same_table(tmp_path):
+    c = _csv(
+        tmp_path,
+        "ip4,tb,b1,2024-05-01T02:00:00Z,,10.5,pps,,mrr; 64b\n"
+        "ip4,tb,b1,2024-05-01T02:00:00Z,,fail,pps,,mrr; 64b\n",
+    )
+    j = tmp_path / "r.json"
+    j.write_text(
+        json.dumps(
+            [
+                {
+                    "test": "ip4",
+                    "testbed": "tb",
+                    "build": "b1",
+                    "time": "2024-05-01T02:00:00Z",
+                    "values": [10.5, "fail"],
+                    "unit": "pps",
+                    "tags": "mrr; 64b",
+                }
+            ]
+        )
+    )
+    a, b = read_result_rows(c), read_result_rows(j)
+    assert a.drop_columns(["value"]).equals(b.drop_columns(["value"]))
+    assert a.column("value").to_pylist()[0] == b.column("value").to_pylist()[0] == 10.5
+    assert a.column("tags").to_pylist()[0] == ["mrr", "64b"]
