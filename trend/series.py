@@ -142,17 +142,10 @@ def _records_columns(
                 raise ParseError(source, line, "values must be a non-empty list of trial values")
             cells = {"value": [_text(v) for v in trials], "trial": [str(k) for k in range(len(trials))]}
         else:
-            cells = {
-                "value": [_text(rec.get("value", ""))] if "value" in rec else [None],
-                "trial": [_text(rec.get("trial"))],
-            }
+            cells = {"value": [_text(rec["value"])], "trial": [_text(rec.get("trial"))]}
         width = len(cells["value"])
         for c in cols:
-            if c in cells:
-                cols[c] += cells[c]
-            else:
-                present = c in rec
-                cols[c] += [_text(rec[c]) if present else None] * width
+            cols[c] += cells[c] if c in cells else [_text(rec.get(c))] * width
         line_of += [line] * width
     return cols, line_of
 
