@@ -155,7 +155,16 @@ def _fmt(values: Sequence[float]) -> str:
 
 
 def format_comparison(index: int, c: Comparison) -> str:
-    """The console block of one test, as CSIT's verify job prints it (tests from 0)."""
+    """The console block of one test, as CSIT's verify job prints it (tests from 0).
+
+    Examples
+    --------
+    >>> print(format_comparison(0, compare_runs([1.0, 1.0], [1.0, float("nan")], test="ip4")))
+    test 0: ip4
+      parent values (measured order):  1, 1
+      current values (measured order): 1, nan
+      a trial failed: verdict failed
+    """
     lines = [
         f"test {index}: {c.test}",
         f"  parent values (measured order):  {_fmt(c.parent)}",

@@ -197,6 +197,16 @@ def write_dashboard(trends: Sequence[SeriesTrend], out: str | os.PathLike[str]) 
 
     "The last 7 days" end at the newest run of all series, so an old store still shows its
     last week.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from trend.series import Series
+    >>> from trend.analysis import analyze_series
+    >>> s = Series("ip4", "tb1", "pps", "bigger-is-better", ("b1",), np.array([0]), (np.array([10e6]),))
+    >>> report = write_dashboard([analyze_series(s)], tempfile.mkdtemp())
+    >>> report.index.name, len(report.graphs)
+    ('index.html', 1)
     """
     root = Path(out)
     graphs_dir = root / "graphs"

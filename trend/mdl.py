@@ -107,7 +107,16 @@ class MdlResult:
 
 
 def check_direction(direction: str) -> None:
-    """Raise a ParameterError naming the allowed directions unless ``direction`` is one."""
+    """Raise a ParameterError naming the allowed directions unless ``direction`` is one.
+
+    Examples
+    --------
+    >>> check_direction("smaller-is-better")
+    >>> check_direction("up")
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.ParameterError: unknown direction 'up' (must be one of bigger-is-better, ...)
+    """
     if direction not in DIRECTIONS:
         raise ParameterError(f"unknown direction {direction!r} (must be one of {', '.join(DIRECTIONS)})")
 

@@ -372,7 +372,18 @@ def read_result_rows(path: str | os.PathLike[str]) -> pa.Table:
 
 
 def write_results(store: Store, table: pa.Table, *, name: str = "import") -> Path:
-    """Add a results table to the store as a new Parquet file; returns its path."""
+    """Add a results table to the store as a new Parquet file; returns its path.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> store = Store.create(tempfile.mkdtemp())
+    >>> rows = results_table([{"test": "ip4", "build": "b1", "time": 0, "values": [10.0, 10.2]}])
+    >>> write_results(store, rows).parent.name
+    'results'
+    >>> [(s.test, s.builds, s.values.tolist()) for s in load_series(store)]
+    [('ip4', ('b1',), [10.1])]
+    """
     table = table.select(RESULTS_SCHEMA.names).cast(RESULTS_SCHEMA)
     store.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = _time.strftime("%Y%m%dT%H%M%S", _time.gmtime())
@@ -441,7 +452,7 @@ def load_series(store: Store | str | os.PathLike[str], *, tests: Sequence[str] |
     """Every series of the store (or those whose test name contains one of ``tests``).
 
     A (test, testbed, build) stored by several imports comes from the latest one. Runs are
-    ordered by time, then build.
+    ordered by time, then build. See :func:`write_results` for an example.
     """
     if not isinstance(store, Store):
         if not Path(store, "results").is_dir():

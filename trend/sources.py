@@ -75,7 +75,14 @@ def mrr_from_timestamps(ts_ns: np.ndarray, windows_ns: np.ndarray) -> np.ndarray
 def mrr_results(
     rates_pps: np.ndarray, *, test: str, build: str, time_ns: int, testbed: str = "default", tags: str = ""
 ) -> pa.Table:
-    """One run of MRR trials as a results table (unit ``pps``, bigger is better)."""
+    """One run of MRR trials as a results table (unit ``pps``, bigger is better).
+
+    Examples
+    --------
+    >>> t = mrr_results(np.array([4.0, 2.0]), test="ip4", build="b1", time_ns=0)
+    >>> t.column("value").to_pylist(), t.column("unit").to_pylist()
+    ([4.0, 2.0], ['pps', 'pps'])
+    """
     return results_table(
         [
             {
