@@ -527,6 +527,45 @@ class FlowAssembler:
             server_is_dst=is_call,
         )
 
+    @staticmethod
+    def _pair_in_order(
+        rows: np.ndarray,
+        pieces: np.ndarray,
+        dirs: np.ndarray,
+        flow_ids: np.ndarray,
+        op: np.ndarray,
+        mid: np.ndarray,
+        has: np.ndarray,
+        labels: np.ndarray,
+    ) -> None:
+        """Call k of a connection pairs with its return k (rows grouped by piece, direction, offset)."""
+        p, d = pieces[rows], dirs[rows]
+        grp = p * 2 + d
+        start = np.r_[True, grp[1:] != grp[:-1]]
+        first = np.maximum.accumulate(np.where(start, np.arange(len(rows)), 0))
+        k = np.arange(len(rows)) - first  # ordinal within (piece, direction)
+        fid = flow_ids[p]
+        ids = (fid << np.uint64(24)) | ((k + 1).astype(np.uint64) & np.uint64(0xFFFFFF))
+        is_call = d == 0
+        op[rows] = np.where(is_call, 0, 1)
+        # The call with the same ordinal in the same piece, if there is one.
+        call_rows = rows[is_call]
+        call_key = p[is_call] * (1 << 32) + k[is_call]
+        ret_key = p[~is_call] * (1 << 32) + k[~is_call]
+        srt = np.argsort(call_key)
+        pos = np.searchsorted(call_key[srt], ret_key)
+        pos_c = np.minimum(pos, max(len(srt) - 1, 0))
+        found = (
+            (pos < len(srt)) & (call_key[srt][pos_c] == ret_key) if len(srt) else np.zeros(len(ret_key), bool)
+        )
+        mid[rows] = ids
+        has[rows[is_call]] = True
+        ret_rows = rows[~is_call]
+        has[ret_rows] = found
+        if len(srt):
+            labels[ret_rows[found]] = labels[call_rows[srt][pos_c[found]]]
+        mid[ret_rows[~found]] = 0
+
     def _parsed_messages(
         self,
         s: Segments,
@@ -588,8 +627,21 @@ class FlowAssembler:
         mid = np.zeros(m, np.uint64)
         has = np.zeros(m, bool)
         labels = np.full(m, None, object)
+        pieces = np.array([r[0] for r in rows], np.int64)
+        dirs = np.array([r[1] for r in rows], np.int8)
+        keyed_row = np.array([r[5] is not None for r in rows], bool)
+        gap_row = np.array([r[6] for r in rows], bool)
+        labels[:] = [r[4] for r in rows]
+        # Connections without protocol ids and without gaps pair call k with return k,
+        # vectorized; the others go through the ordered loop below.
+        hard_pieces = np.unique(pieces[keyed_row | gap_row])
+        hard = np.isin(pieces, hard_pieces)
+        easy = np.flatnonzero(~hard)
+        if len(easy):
+            self._pair_in_order(easy, pieces, dirs, flow_ids, op, mid, has, labels)
         # Pair per connection in time order: explicit keys match directly; the rest in order.
-        order = np.lexsort((off, ts, np.array([r[0] for r in rows])))
+        hard_idx = np.flatnonzero(hard)
+        order = hard_idx[np.lexsort((off[hard_idx], ts[hard_idx], pieces[hard_idx]))]
         cur_p = -1
         queue: list[int] = []
         keyed: dict[int, int] = {}
@@ -629,7 +681,6 @@ class FlowAssembler:
                     labels[i] = labels[j]
                 elif lab is not None and labels[i] is None:
                     labels[i] = lab
-        pieces = np.array([r[0] for r in rows], np.int64)
         is_call = op == 0
         sender_is_a = np.where(is_call, client_is_a[pieces], ~client_is_a[pieces])
         # Addresses from the piece's first segment, oriented by direction.
@@ -640,7 +691,8 @@ class FlowAssembler:
         b_hi = np.where(from_a[f], s.dst_hi[f], s.src_hi[f])
         b_lo = np.where(from_a[f], s.dst_lo[f], s.src_lo[f])
         b_pt = np.where(from_a[f], s.dport[f], s.sport[f])
-        proto_codes = np.array([_PROTO_CODE[protos[p]] for p in pieces.tolist()], np.int8)
+        piece_codes = np.array([_PROTO_CODE[pr] for pr in protos], np.int8)
+        proto_codes = piece_codes[pieces]
         for pc_, cnt in zip(*np.unique(proto_codes, return_counts=True), strict=True):
             self.stats.messages_by_proto[PROTOCOLS[int(pc_)]] += int(cnt)
         return (

@@ -449,7 +449,9 @@ class LiveCapture:
         self._reader = threading.Thread(target=self._read_stderr, name="tcpdump-stderr", daemon=True)
         self._reader.start()
         self._ready.wait(timeout_s)
-        if self._proc.poll() is not None or not self._ready.is_set():
+        # Not listening (tcpdump closed its stderr or took too long) is a failure even if
+        # the process is not reaped yet.
+        if not self._listening or self._proc.poll() is not None:
             self._fail()
 
     def error_message(self) -> str:
@@ -601,7 +603,7 @@ def capture_live(
         stats = cap.stop()
     files = [str(p) for p in cap.files()]
     trace = conversion = None
-    if convert:
+    if convert and files:
         trace = str(Path(out_dir) / "trace.parquet")
         conversion = _convert(files, trace, names=names, options=convert_options or {})
     report = LiveReport(

@@ -142,7 +142,8 @@ def _http_body_end(buf: bytes, pos: int, head_end: int, head: bytes, *, request:
     """End offset of the message whose header ends at ``head_end``; -1 when not in ``buf``."""
     if no_body:
         return head_end
-    if _TE_CHUNKED.search(head):
+    low = head.lower()
+    if b"chunked" in low and _TE_CHUNKED.search(head):
         p = head_end
         n = len(buf)
         while True:
@@ -162,7 +163,7 @@ def _http_body_end(buf: bytes, pos: int, head_end: int, head: bytes, *, request:
             p += size + 2
             if p > n:
                 return -1
-    m = _CL.search(head)
+    m = _CL.search(head) if b"content-length" in low else None
     if m:
         return head_end + int(m.group(1))
     if request:
@@ -183,14 +184,14 @@ def _parse_http(buf: bytes, direction: int, ctx: dict) -> list[Message]:
                 break
             pos = nxt
             continue
-        he = _HDR_END.search(buf, m.end() - 2)
+        he = _header_end(buf, m.end() - 2)
         if direction == 0 and m.group(1) == b"PRI" and (m.group(2) or b"").startswith(b"* HTTP/2"):
             break  # the HTTP/2 connection preface after an Upgrade: no more HTTP/1.x here
         if he is None:
             out.append((pos, n - pos, _http_label(m, direction), None))
             break
-        head = buf[pos : he.start() + 2]
-        head_end = he.end()
+        head = buf[pos : he[0] + 2]
+        head_end = he[1]
         if direction == 0:
             method = m.group(1)
             methods.append(method)
@@ -212,6 +213,15 @@ def _parse_http(buf: bytes, direction: int, ctx: dict) -> list[Message]:
         out.append((pos, end - pos, label, None))
         pos = end
     return out
+
+
+def _header_end(buf: bytes, start: int) -> tuple[int, int] | None:
+    """(start, end) of the empty line ending a header block; bare LF line ends allowed."""
+    i = buf.find(b"\r\n\r\n", start)
+    if i >= 0 and b"\n\n" not in buf[start:i]:
+        return i, i + 4
+    m = _HDR_END.search(buf, start)
+    return (m.start(), m.end()) if m else None
 
 
 def _resync_http(buf: bytes, start: int, direction: int) -> int:
