@@ -26,7 +26,8 @@ def register(sources: argparse._SubParsersAction) -> None:
         "Record an interface with tcpdump (libpcap, AF_PACKET ring) into rotating pcap files\n"
         "in DIR, whole records on disk at every moment; on Ctrl-C, SIGTERM or after --duration,\n"
         "stop, report packets received and dropped by the kernel, and convert every file of the\n"
-        "run into DIR/trace.parquet. Needs root or CAP_NET_RAW.\n\n"
+        "run into DIR/trace.parquet. The counters go into the trace's metadata and DIR/live.json.\n"
+        "Needs root or CAP_NET_RAW.\n\n"
         "A mirrored switch port (SPAN) is just an interface: plug the monitor port into a NIC,\n"
         "bring it up without an address (ip link set eth1 up) and record it; the interface is\n"
         "put in promiscuous mode, so it keeps packets addressed to other hosts.\n\n"
@@ -60,6 +61,12 @@ def register(sources: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-promisc", action="store_true", help="do not put the interface in promiscuous mode")
     p.add_argument("--names", metavar="N.toml", help="node names for the trace (address, address:port, CIDR)")
+    p.add_argument(
+        "--node-by",
+        choices=["address", "service"],
+        default="address",
+        help="name nodes by address, or servers by address:port (default address)",
+    )
     p.add_argument("--no-convert", action="store_true", help="only record the pcap files")
 
 
@@ -92,6 +99,7 @@ def _cmd_live(args: argparse.Namespace) -> int:
             convert=not args.no_convert,
             stop=stop,
             on_ready=on_ready,
+            convert_options={"node_by": args.node_by},
         )
     finally:
         for sig, handler in previous.items():

@@ -287,7 +287,7 @@ def test_sigint_writes_every_packet_in_rotated_files(netns: str, tmp_path: Path)
 @root_only
 def test_sigterm_keeps_the_http_calls_and_returns(netns: str, tmp_path: Path) -> None:
     n = 100
-    agent = Agent(netns, tmp_path / "cap")
+    agent = Agent(netns, tmp_path / "cap", "--node-by", "service")
     _in_ns(netns, _HTTP_LOAD, str(n))
     code, doc = agent.stop(signal.SIGTERM)
     assert code == 0, agent.err
@@ -317,6 +317,9 @@ def test_sigterm_keeps_the_http_calls_and_returns(netns: str, tmp_path: Path) ->
     trace = tracefmt.read_trace(doc["trace"])
     ops = trace["op"].to_pylist()
     assert ops.count("call") == ops.count("return") == n
+    # Servers named by service (address:port), as asked.
+    calls = trace.filter(tracefmt.op_codes(trace) == tracefmt.OP_CALL)
+    assert set(calls["receiver"].to_pylist()) == {"127.0.0.1:8080"}
     assert set(trace["label"].to_pylist()) == {f"GET /item/{k}" for k in range(n)}
 
 
