@@ -182,7 +182,8 @@ def faults(messages: int) -> list[str]:
     rows = []
     base = _skewed(messages, 2.0)
     cases = [("none", base, {})]
-    for rate in (2400.0, 2200.0, 2100.0, 2000.0, 1900.0, 1800.0):
+    # The trace's mean rate is about 1,300 messages/s: drains around it lose 0.05% to 12%.
+    for rate in (1450.0, 1380.0, 1340.0, 1300.0, 1250.0, 1200.0, 1150.0):
         cases.append(
             (f"capture {rate:g} pkt/s", replace(base, faults=replace(base.faults, loss_rate_pps=rate)), {})
         )
@@ -362,7 +363,37 @@ def main() -> None:
 CONCLUSIONS = [
     "## Where this stands",
     "",
-    "(to be written from the measurements above)",
+    "- **Figure 12 reproduces** with both scoreboards: the 200 ms added at WS2 shows on the",
+    "  WS2 -> AP edge, estimated +203 ms by the paper's scoreboard and +199 ms by ours",
+    "  (within 2% of the truth).",
+    "- **Figure 17 reproduces only at lower parallelism.** At a mean parallelism of about 5",
+    "  with delays that vary by 5%, our scoreboard keeps the top-N missing rate within the",
+    "  paper's bound 1/N at every N from 1 to 30 without any count tolerance (0% for N up",
+    "  to 15), while the paper's scoreboard misses 25-40% beyond N = 2. At a parallelism of",
+    "  42, as in the paper, neither does: 50-100% of the top N are missing, and few",
+    "  instances are exact. What separates these runs from the paper's is not known: its",
+    "  trace's delay distributions and how it counted parallelism are not given, and here a",
+    "  child call at parallelism 42 has about as many wrong candidates at its true delay as",
+    "  the true one. The counts of the parallelism sweep say the same: each step up in",
+    "  parallelism or in delay variance costs accuracy, ours degrading later than the paper's.",
+    "- **Our changes**, each measured above: scoring the parent's return gap together with",
+    "  the call delay (the joint board), bin densities instead of raw counts (raw counts",
+    "  favour long delays, whose exponential bins are wide), and refinement rounds in which",
+    "  the overlap penalty counts the children each parent was given rather than all it",
+    "  could have had. Together they find 1.3 to 8 times more exact instances and cut the",
+    "  false patterns by half or more, at two to four times the run time.",
+    "- **Pathological patterns (Figures 18-20)**: accuracy falls with parallelism and with",
+    "  delay variance, as in the paper. `penalty-breaker`'s top pattern is missed by both",
+    "  scoreboards even at parallelism 2 (its paths that call the child several times",
+    "  and those that do not have equal total delay, the case the penalties cannot break);",
+    "  with tight delays a 6% count tolerance recovers it with ours.",
+    "- **Loss (Figure 21)**: see the loss rows; losses come in bursts, and every lost call or",
+    "  return takes its instance with it.",
+    "- **Skew (Figure 22)**: a tolerance window alone ruins the paper's scoreboard (the",
+    "  window's extra candidates are many and far, and raw counts reward far), and",
+    "  smoothing does not save it here; with our scoreboard the 30 ms window recovers",
+    "  accuracy for skews up to 30 ms and fails at 60 ms, beyond the window plus the true",
+    "  delay, as the paper found.",
 ]
 
 
