@@ -50,7 +50,7 @@ from tracefmt.units import format_instant_ns
 __all__ = ["ConvolutionParams", "ConvolutionResult", "DelaySpike", "LinearPath", "infer_convolution"]
 
 _MIN_LAGS = 10  # the spike statistics need a few lags of background
-_RING = 24  # half-width of the local background, in spike widths
+_RING = 12  # half-width of the local background, in spike widths
 _NEG_MARGIN = 8  # quanta of negative lags examined beyond the band (plausibility)
 
 
