@@ -37,7 +37,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from capture import packet_timestamps  # noqa: E402
-from capture.live import tcpdump_command  # noqa: E402
+from capture.live import Recording, tcpdump_command  # noqa: E402
 
 SENDER = r"""
 import socket, struct, sys, time
@@ -184,7 +184,7 @@ class Netns:
 
 def start_recorder(ns: Netns, kind: str, out: Path) -> subprocess.Popen[str]:
     if kind.startswith("tcpdump"):
-        cmd = tcpdump_command("vb", out, immediate=kind.endswith("immediate"), promisc=True)
+        cmd = tcpdump_command("vb", out, Recording(immediate=kind.endswith("immediate")))
         proc = subprocess.Popen(ns.argv(*cmd), stderr=subprocess.PIPE, text=True)
         assert proc.stderr is not None
         while "listening on" not in (line := proc.stderr.readline()):

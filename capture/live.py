@@ -51,6 +51,7 @@ __all__ = [
     "LiveCapture",
     "LiveReport",
     "LiveStats",
+    "Recording",
     "capture_files",
     "capture_live",
     "glob_escape",
@@ -159,27 +160,12 @@ class LiveReport:
         }
 
 
-def tcpdump_command(
-    iface: str,
-    pcap: PathLike,
-    *,
-    bpf: str | None = None,
-    rotate_mb: int | None = None,
-    snaplen: int = DEFAULT_SNAPLEN,
-    buffer_mb: int = DEFAULT_BUFFER_MB,
-    promisc: bool = True,
-    immediate: bool = False,
-    tcpdump: str = "tcpdump",
-    as_root: bool | None = None,
-) -> list[str]:
-    """The tcpdump command line that records ``iface`` into ``pcap`` (and its rotations).
+@dataclass(frozen=True)
+class Recording:
+    """How to record: what tcpdump is asked for (checked on creation).
 
-    Parameters
+    Attributes
     ----------
-    iface : str
-        Interface to record (``any`` for all).
-    pcap : str or path-like
-        First file; rotations append 1, 2, ... to its name.
     bpf : str, optional
         Capture filter (pcap-filter syntax), e.g. ``tcp port 8080``.
     rotate_mb : int, optional
@@ -192,7 +178,51 @@ def tcpdump_command(
         Put the interface in promiscuous mode (needed on a mirrored switch port).
     immediate : bool
         Hand each packet to tcpdump as it arrives (``--immediate-mode``) instead of a ring
-        block at a time: files lag the wire by nothing, at a higher CPU cost per packet.
+        block at a time: files lag the wire by nothing, at a higher CPU cost per packet
+        and far fewer packets buffered (BENCHMARKS.md).
+
+    Examples
+    --------
+    >>> Recording(rotate_mb=0)
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.ParameterError: --rotate-mb 0 must be at least 1 (million bytes per file)
+    """
+
+    bpf: str | None = None
+    rotate_mb: int | None = None
+    snaplen: int = DEFAULT_SNAPLEN
+    buffer_mb: int = DEFAULT_BUFFER_MB
+    promisc: bool = True
+    immediate: bool = False
+
+    def __post_init__(self) -> None:
+        if self.snaplen < 64 or self.snaplen > DEFAULT_SNAPLEN:
+            raise ParameterError(f"--snaplen {self.snaplen} is out of range (64 to {DEFAULT_SNAPLEN} bytes)")
+        if self.rotate_mb is not None and self.rotate_mb < 1:
+            raise ParameterError(f"--rotate-mb {self.rotate_mb} must be at least 1 (million bytes per file)")
+        if self.buffer_mb < 1:
+            raise ParameterError(f"--buffer-mb {self.buffer_mb} must be at least 1 (MiB)")
+
+
+def tcpdump_command(
+    iface: str,
+    pcap: PathLike,
+    recording: Recording = Recording(),  # frozen: one shared default is safe
+    *,
+    tcpdump: str = "tcpdump",
+    as_root: bool | None = None,
+) -> list[str]:
+    """The tcpdump command line that records ``iface`` into ``pcap`` (and its rotations).
+
+    Parameters
+    ----------
+    iface : str
+        Interface to record (``any`` for all).
+    pcap : str or path-like
+        First file; rotations append 1, 2, ... to its name.
+    recording : Recording
+        Filter, rotation, snap length, buffer, promiscuous and immediate mode.
     tcpdump : str
         The tcpdump binary.
     as_root : bool, optional
@@ -202,27 +232,23 @@ def tcpdump_command(
 
     Examples
     --------
-    >>> " ".join(tcpdump_command("eth1", "/cap/c.pcap", bpf="tcp", rotate_mb=100, as_root=False))
+    >>> rec = Recording(bpf="tcp", rotate_mb=100)
+    >>> " ".join(tcpdump_command("eth1", "/cap/c.pcap", rec, as_root=False))
     'tcpdump -i eth1 -n -U -s 262144 -B 32768 -w /cap/c.pcap -C 100 tcp'
     """
-    if snaplen < 64 or snaplen > DEFAULT_SNAPLEN:
-        raise ParameterError(f"--snaplen {snaplen} is out of range (64 to {DEFAULT_SNAPLEN} bytes)")
-    if rotate_mb is not None and rotate_mb < 1:
-        raise ParameterError(f"--rotate-mb {rotate_mb} must be at least 1 (million bytes per file)")
-    if buffer_mb < 1:
-        raise ParameterError(f"--buffer-mb {buffer_mb} must be at least 1 (MiB)")
-    cmd = [tcpdump, "-i", iface, "-n", "-U", "-s", str(snaplen), "-B", str(buffer_mb * 1024)]
-    if not promisc:
+    r = recording
+    cmd = [tcpdump, "-i", iface, "-n", "-U", "-s", str(r.snaplen), "-B", str(r.buffer_mb * 1024)]
+    if not r.promisc:
         cmd.append("-p")
-    if immediate:
+    if r.immediate:
         cmd.append("--immediate-mode")
     if as_root if as_root is not None else os.geteuid() == 0:
         cmd += ["-Z", "root"]
     cmd += ["-w", str(pcap)]
-    if rotate_mb is not None:
-        cmd += ["-C", str(rotate_mb)]
-    if bpf:
-        cmd.append(bpf)
+    if r.rotate_mb is not None:
+        cmd += ["-C", str(r.rotate_mb)]
+    if r.bpf:
+        cmd.append(r.bpf)
     return cmd
 
 
@@ -338,8 +364,8 @@ class LiveCapture:
         Interface to record (a mirrored switch port, a bridge, a host interface, ``any``).
     out_dir : str or path-like
         Directory for the files (created).
-    bpf, rotate_mb, snaplen, buffer_mb, promisc, immediate :
-        As in :func:`tcpdump_command`.
+    recording : Recording
+        Filter, rotation, snap length, buffer, promiscuous and immediate mode.
     tcpdump : str, optional
         The tcpdump binary (default: found on PATH).
     """
@@ -348,13 +374,8 @@ class LiveCapture:
         self,
         iface: str,
         out_dir: PathLike,
+        recording: Recording = Recording(),  # frozen: one shared default is safe
         *,
-        bpf: str | None = None,
-        rotate_mb: int | None = None,
-        snaplen: int = DEFAULT_SNAPLEN,
-        buffer_mb: int = DEFAULT_BUFFER_MB,
-        promisc: bool = True,
-        immediate: bool = False,
         tcpdump: str | None = None,
     ) -> None:
         binary = tcpdump or shutil.which("tcpdump")
@@ -363,23 +384,12 @@ class LiveCapture:
         if iface != "any" and (known := _interfaces()) and iface not in known:
             raise ParameterError(f"no interface {iface!r} here (interfaces: {', '.join([*known, 'any'])})")
         self.iface = iface
-        self.bpf = bpf
         self.out_dir = Path(out_dir)
         self.started = datetime.now(UTC)
         stamp = self.started.strftime("%Y%m%dT%H%M%S.%fZ")
         self.first_file = self.out_dir / f"capture-{stamp}.pcap"
-        self.command = tcpdump_command(
-            iface,
-            self.first_file,
-            bpf=bpf,
-            rotate_mb=rotate_mb,
-            snaplen=snaplen,
-            buffer_mb=buffer_mb,
-            promisc=promisc,
-            immediate=immediate,
-            tcpdump=binary,
-        )
-        self.immediate = immediate
+        self.command = tcpdump_command(iface, self.first_file, recording, tcpdump=binary)
+        self.recording = recording
         self.stats: LiveStats | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: list[str] = []
@@ -473,9 +483,10 @@ class LiveCapture:
             raise MissingToolError(_PRIVILEGE_HINT)
         if "no such device" in low or "doesn't exist" in low:
             raise ParameterError(f"no interface {self.iface!r} (tcpdump: {text})")
-        if (self.bpf and not self._listening) or "syntax error" in low:
+        bpf = self.recording.bpf
+        if (bpf and not self._listening) or "syntax error" in low:
             # tcpdump compiles the filter before it starts listening: failing then, it was the filter.
-            raise ParameterError(f"--filter {self.bpf!r} is not a valid capture filter (tcpdump: {text})")
+            raise ParameterError(f"--filter {bpf!r} is not a valid capture filter (tcpdump: {text})")
         code = proc.returncode if proc is not None else None
         raise WirepathError(f"tcpdump stopped (exit status {code}): {text}")
 
@@ -484,7 +495,7 @@ class LiveCapture:
         proc = self._proc
         if proc is None:
             return LiveStats()
-        if proc.poll() is None and not self.immediate:
+        if proc.poll() is None and not self.recording.immediate:
             # libpcap hands packets over a ring block at a time; a block that is not full goes
             # out when its timer (libpcap's 1 s timeout) expires. Stopping before that would
             # lose the packets in it, so let it expire first.
@@ -528,14 +539,9 @@ class LiveCapture:
 def capture_live(
     iface: str,
     out_dir: PathLike,
+    recording: Recording = Recording(),  # frozen: one shared default is safe
     *,
-    bpf: str | None = None,
     duration_s: float | None = None,
-    rotate_mb: int | None = None,
-    snaplen: int = DEFAULT_SNAPLEN,
-    buffer_mb: int = DEFAULT_BUFFER_MB,
-    promisc: bool = True,
-    immediate: bool = False,
     names: Mapping[str, str] | PathLike | None = None,
     convert: bool = True,
     stop: threading.Event | None = None,
@@ -550,14 +556,11 @@ def capture_live(
         Interface to record: a mirrored switch port, a bridge, a host interface, ``any``.
     out_dir : str or path-like
         Directory for the pcap files and ``trace.parquet``.
-    bpf : str, optional
-        Capture filter, e.g. ``tcp port 8080 or tcp port 5432``.
+    recording : Recording
+        Filter (e.g. ``tcp port 8080 or tcp port 5432``), rotation, snap length, buffer,
+        promiscuous and immediate mode.
     duration_s : float, optional
         Stop after this many seconds (default: only when ``stop`` is set or tcpdump exits).
-    rotate_mb : int, optional
-        Start a new file past this many million bytes.
-    snaplen, buffer_mb, promisc, immediate :
-        As in :func:`tcpdump_command`.
     names : mapping or path, optional
         Node names (address, address:port or CIDR -> name) for the trace, or a names file.
     convert : bool
@@ -584,16 +587,7 @@ def capture_live(
     """
     if duration_s is not None and duration_s <= 0:
         raise ParameterError(f"--duration {duration_s} must be positive (seconds)")
-    cap = LiveCapture(
-        iface,
-        out_dir,
-        bpf=bpf,
-        rotate_mb=rotate_mb,
-        snaplen=snaplen,
-        buffer_mb=buffer_mb,
-        promisc=promisc,
-        immediate=immediate,
-    )
+    cap = LiveCapture(iface, out_dir, recording)
     cap.start()
     try:
         if on_ready is not None:

@@ -10,7 +10,7 @@ from types import FrameType
 from typing import Any
 
 import tracefmt
-from capture.live import DEFAULT_BUFFER_MB, DEFAULT_SNAPLEN, LiveCapture, LiveReport, capture_live
+from capture.live import DEFAULT_BUFFER_MB, DEFAULT_SNAPLEN, LiveCapture, LiveReport, Recording, capture_live
 from wirepath._cli import add_verb, emit
 
 __all__ = ["register"]
@@ -89,12 +89,14 @@ def _cmd_live(args: argparse.Namespace) -> int:
         report = capture_live(
             args.iface,
             args.out,
-            bpf=args.filter,
+            Recording(
+                bpf=args.filter,
+                rotate_mb=args.rotate_mb,
+                snaplen=args.snaplen,
+                buffer_mb=args.buffer_mb,
+                promisc=not args.no_promisc,
+            ),
             duration_s=duration,
-            rotate_mb=args.rotate_mb,
-            snaplen=args.snaplen,
-            buffer_mb=args.buffer_mb,
-            promisc=not args.no_promisc,
             names=args.names,
             convert=not args.no_convert,
             stop=stop,

@@ -22,6 +22,7 @@ import tracefmt
 from capture import packet_timestamps
 from capture.live import (
     LiveCapture,
+    Recording,
     capture_files,
     capture_live,
     parse_tcpdump_stats,
@@ -39,7 +40,8 @@ root_only = pytest.mark.skipif(not IS_ROOT, reason="needs root (network namespac
 
 
 def test_command_line_options() -> None:
-    cmd = tcpdump_command("br0", "/d/c.pcap", snaplen=128, buffer_mb=4, promisc=False, as_root=True)
+    rec = Recording(snaplen=128, buffer_mb=4, promisc=False)
+    cmd = tcpdump_command("br0", "/d/c.pcap", rec, as_root=True)
     assert cmd == [
         "tcpdump",
         "-i",
@@ -56,13 +58,17 @@ def test_command_line_options() -> None:
         "-w",
         "/d/c.pcap",
     ]
-    assert tcpdump_command("eth0", "c.pcap", bpf="udp and port 53", as_root=False)[-1] == "udp and port 53"
+    assert (
+        tcpdump_command("eth0", "c.pcap", Recording(bpf="udp and port 53"), as_root=False)[-1]
+        == "udp and port 53"
+    )
+    assert "--immediate-mode" in tcpdump_command("eth0", "c.pcap", Recording(immediate=True))
     with pytest.raises(tracefmt.ParameterError, match="--snaplen 10 is out of range"):
-        tcpdump_command("eth0", "c.pcap", snaplen=10)
+        Recording(snaplen=10)
     with pytest.raises(tracefmt.ParameterError, match="--rotate-mb 0 must be at least 1"):
-        tcpdump_command("eth0", "c.pcap", rotate_mb=0)
+        Recording(rotate_mb=0)
     with pytest.raises(tracefmt.ParameterError, match="--buffer-mb 0"):
-        tcpdump_command("eth0", "c.pcap", buffer_mb=0)
+        Recording(buffer_mb=0)
 
 
 def test_tcpdump_counters() -> None:
@@ -341,7 +347,7 @@ def test_duration_stops_the_recording(netns: str, tmp_path: Path) -> None:
 @root_only
 def test_bad_filter_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(tracefmt.ParameterError, match="'tcp port nope' is not a valid capture filter"):
-        capture_live("lo", tmp_path, bpf="tcp port nope", duration_s=1)
+        capture_live("lo", tmp_path, Recording(bpf="tcp port nope"), duration_s=1)
 
 
 @needs_root
