@@ -120,7 +120,8 @@ def paths_results(
     Nesting: ``{prefix}{pattern id}`` holds the pattern's root latency (mean, seconds) and
     ``{prefix}{pattern id}/{k}:{node}/...`` each visit's, the ``k`` being the child's
     position under its parent (calls in order). Convolution: ``{prefix}{path id}`` holds the
-    sum of the most frequent hop delays and ``.../hop{k}`` each one. The run's time is the
+    path's ``latency_s`` (else the sum of its most frequent hop delays) and
+    ``.../hop{k}`` each hop's most frequent delay. The run's time is the
     trace's end unless ``time_ns`` is given. All are smaller-is-better, in seconds.
 
     Examples
@@ -158,9 +159,10 @@ def paths_results(
                 rows.append((f"{prefix}{p['id']}", float(p["root"]["latency_s"]["mean"])))
                 _visits(p["root"], f"{prefix}{p['id']}", rows)
         for path in doc.get("paths") or []:
-            pid = f"{prefix}{path_id(path['nodes'])}"
+            pid = f"{prefix}{path.get('id') or path_id(path['nodes'])}"
             hops = [float(d[0]) for d in path["delays_s"] if d]
-            rows.append((pid, float(sum(hops))))
+            total = path.get("latency_s")
+            rows.append((pid, float(sum(hops) if total is None else total)))
             rows += [(f"{pid}/hop{k}", v) for k, v in enumerate(hops)]
     except (KeyError, TypeError, IndexError, ValueError) as e:
         raise ParseError(name, 1, f"malformed pattern or path ({type(e).__name__}: {e})") from None

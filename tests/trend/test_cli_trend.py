@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tracefmt import Store
+from tracefmt.patterns import path_id
 from trend import load_series
 from wirepath.cli import main
 
@@ -106,6 +107,36 @@ def test_from_paths_one_series_per_pattern_and_visit(tmp_path, capsys):
     assert root.values[0] == first["root"]["latency_s"]["mean"]
     child = first["root"]["children"][0]
     assert series[f"path:{first['id']}/0:{child['node']}"].values[0] == child["latency_s"]["mean"]
+
+
+def test_from_paths_of_convolution_paths(tmp_path, capsys):
+    doc = {
+        "format": "wirepath.paths/1",
+        "algorithm": "convolution",
+        "trace": {"end": "2024-01-01T00:00:00Z"},
+        "paths": [
+            {
+                "id": "p7",
+                "nodes": ["a", "b", "c", "d"],
+                "delays_s": [[0.5, 2.0], [1.5]],
+                "counts": [10, 9, 8],
+                "latency_s": 2.25,
+            },
+            {"nodes": ["a", "e", "f"], "delays_s": [[0.25]], "counts": [3, 2]},
+        ],
+    }
+    paths = tmp_path / "conv.json"
+    paths.write_text(json.dumps(doc))
+    assert main(["trend", "from-paths", str(paths), "--store", str(tmp_path), "--build", "1"]) == 0
+    got = {s.test: s.values[0] for s in load_series(tmp_path)}
+    other = f"path:{path_id(['a', 'e', 'f'])}"
+    assert got == {
+        "path:p7": 2.25,
+        "path:p7/hop0": 0.5,
+        "path:p7/hop1": 1.5,
+        other: 0.25,
+        f"{other}/hop0": 0.25,
+    }
 
 
 def test_from_paths_takes_the_trace_end_as_time(tmp_path, capsys):
