@@ -167,3 +167,12 @@ def test_bad_config_file_through_cli(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ")
     assert "not JSON" in err
+
+
+def test_build_order_needs_build_ids():
+    from trend import WdaRun
+
+    runs = [WdaRun("a", 1.0, None, {"y": 1.0}), WdaRun("b", 2.0, 7.0, {"y": 1.0})]
+    cfg = {"run_order": "BUILD_ID", "tolerance_check_list": [{"data_filter": {"value_key": "y"}}]}
+    with pytest.raises(ParameterError, match="run 'a' has no build_id, which run_order BUILD_ID needs"):
+        analyze_wda(cfg, runs)
