@@ -59,6 +59,18 @@ def multitier(tmp_path_factory: pytest.TempPathFactory) -> tuple[pa.Table, Path,
     return trace, pcap, names
 
 
+def _segments(pcap: Path) -> list[tuple[float, dpkt.Packet]]:
+    """(timestamp, TCP segment or UDP datagram) of every packet, read with dpkt."""
+    with pcap.open("rb") as f:
+        return [(float(ts), dpkt.ethernet.Ethernet(buf).data.data) for ts, buf in dpkt.pcap.Reader(f)]
+
+
+def _messages(t: pa.Table) -> list[tuple]:
+    """A trace's messages as sorted (timestamp ns, sender, receiver, op)."""
+    cols = [t["timestamp"].cast(pa.int64()), t["sender"], t["receiver"], t["op"]]
+    return sorted(zip(*(c.to_pylist() for c in cols), strict=True))
+
+
 def _ns(epoch: str) -> int:
     sec, _, frac = epoch.partition(".")
     return int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
@@ -162,8 +174,7 @@ def test_a_lost_call_leaves_a_gap_and_a_lost_return_no_response(tmp_path: Path) 
     )
     report = render_pcap(trace, tmp_path / "t.pcap")
     assert (report.connections, report.missing_requests, report.missing_responses) == (2, 1, 1)
-    with (tmp_path / "t.pcap").open("rb") as f:
-        segs = [dpkt.ethernet.Ethernet(buf).data.data for _, buf in dpkt.pcap.Reader(f)]
+    segs = [seg for _, seg in _segments(tmp_path / "t.pcap")]
     payload = [s for s in segs if s.data]
     assert [p.data[:4] for p in payload] == [b"POST", b"HTTP"]
     # The lost request's bytes are missing from the client's sequence space: the response
@@ -187,9 +198,7 @@ def test_reused_ids_pair_in_time_order(tmp_path: Path) -> None:
     pcap = tmp_path / "t.pcap"
     report = render_pcap(trace, pcap)
     assert (report.connections, report.missing_requests, report.missing_responses) == (2, 0, 0)
-    with pcap.open("rb") as f:
-        segs = [(float(ts), dpkt.ethernet.Ethernet(buf).data.data) for ts, buf in dpkt.pcap.Reader(f)]
-    data = [(ts, s) for ts, s in segs if s.data]
+    data = [(ts, s) for ts, s in _segments(pcap) if s.data]
     req_port = {s.sport: ts for ts, s in data if s.data.startswith(b"POST")}
     resp_port = {s.dport: ts for ts, s in data if s.data.startswith(b"HTTP")}
     pairs = sorted((round(req_port[p] * 1e9), round(resp_port[p] * 1e9)) for p in req_port)
@@ -267,12 +276,7 @@ def test_end_to_end_synth_pcap_convert_infer_eval(tmp_path: Path, capsys: pytest
     capsys.readouterr()
     # The decoders find exactly the synthetic messages: same instants, nodes and ops.
     want, got = tracefmt.read_trace(truth), tracefmt.read_trace(conv)
-
-    def key(t: pa.Table) -> list[tuple]:
-        cols = [t["timestamp"].cast(pa.int64()), t["sender"], t["receiver"], t["op"]]
-        return sorted(zip(*(c.to_pylist() for c in cols), strict=True))
-
-    assert key(got) == key(want)
+    assert _messages(got) == _messages(want)
     assert set(got["proto"].to_pylist()) == {"http"}
     reports = []
     for trace in (conv, truth):
@@ -314,10 +318,4 @@ def test_rendered_packets_decode_back_into_the_trace(trace: pa.Table, tmp_path: 
     pcap = tmp_path / "p.pcap"
     render_pcap(trace, pcap, names_file=tmp_path / "p.names.toml")
     convert_pcaps([pcap], tmp_path / "p.parquet", names=tmp_path / "p.names.toml")
-    got = tracefmt.read_trace(tmp_path / "p.parquet")
-
-    def key(t: pa.Table) -> list[tuple]:
-        cols = [t["timestamp"].cast(pa.int64()), t["sender"], t["receiver"], t["op"]]
-        return sorted(zip(*(c.to_pylist() for c in cols), strict=True))
-
-    assert key(got) == key(trace)
+    assert _messages(tracefmt.read_trace(tmp_path / "p.parquet")) == _messages(trace)
