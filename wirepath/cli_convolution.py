@@ -58,6 +58,7 @@ def _cmd_infer_convolution(args: argparse.Namespace) -> int:
         max_depth=args.max_depth,
         count_estimate=args.count_estimate,
         delay_estimate=args.delay_estimate,
+        method=args.method,
     )
     doc = result.to_json(top=args.top)
     out = Path(args.out)
@@ -87,9 +88,10 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="The convolution algorithm (Aguilera et al., SOSP 2003) for any messaging\n"
         "pattern: every directed edge becomes a signal (square root of its messages per\n"
-        "quantum); edges into and out of a node are cross-correlated (FFT); spikes give the\n"
-        "causal delays; paths grow from the roots hop by hop. Only timestamp, sender and\n"
-        "receiver are read. Prints the paths by estimated count.\n\n"
+        "quantum); each edge into a node is cross-correlated with each edge out of it (FFT,\n"
+        "or pairs of occupied quanta when cheaper); spikes give the causal delays; paths\n"
+        "grow from the roots hop by hop. Only timestamp, sender and receiver are read.\n"
+        "Prints the paths by estimated count.\n\n"
         "examples: wirepath infer convolution mail.parquet --quantum 5s --max-lag 300s --out p.json\n"
         "          wirepath infer convolution t.parquet --quantum 1ms --band 2ms --root client --out p.json",
     )
@@ -125,8 +127,24 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
         "--keep-implausible", action="store_true", help="keep negative-lag tails and peaks at --max-lag"
     )
     p.add_argument("--max-depth", type=int, default=32, metavar="HOPS", help="most hops in a path (32)")
-    p.add_argument("--count-estimate", choices=["raw", "sqrt"], default="raw", help="message counts from")
-    p.add_argument("--delay-estimate", choices=["centroid", "lag"], default="centroid", help="delays as")
+    p.add_argument(
+        "--count-estimate",
+        choices=["raw", "sqrt"],
+        default="raw",
+        help="message counts from the raw-count correlation (default) or the square-rooted peak",
+    )
+    p.add_argument(
+        "--delay-estimate",
+        choices=["centroid", "lag"],
+        default="centroid",
+        help="delays as spike centroids (default) or peak lag x quantum (the paper)",
+    )
+    p.add_argument(
+        "--method",
+        choices=["auto", "fft", "direct"],
+        default="auto",
+        help="correlate by FFT, by pairs of occupied quanta, or whichever is cheaper (default)",
+    )
     p.add_argument("--top", type=int, metavar="N", help="keep the first N paths in the file")
     p.add_argument("--show", type=int, default=10, metavar="N", help="paths to print (default 10)")
     p.add_argument("--json", action="store_true", help="print the paths file on stdout")

@@ -66,8 +66,12 @@ def test_multitier_sample_with_root_and_json(
 ) -> None:
     out = tmp_path / "p.json"
     argv = ["infer", "convolution", str(multitier), "--quantum", "1ms", "--band", "2ms"]
-    assert main([*argv, "--root", "client", "--out", str(out), "--json", "--top", "5"]) == 0
+    assert (
+        main([*argv, "--root", "client", "--out", str(out), "--json", "--top", "5", "--method", "fft"]) == 0
+    )
     doc = json.loads(capsys.readouterr().out)
+    assert doc["params"]["method"] == "fft"
+    assert doc["stats"]["pairs_direct"] == 0
     assert doc == json.loads(out.read_text())
     assert doc["roots"] == ["client"]
     assert doc["params"]["root"] == ["client"]
