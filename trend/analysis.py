@@ -145,9 +145,17 @@ def trend_compliance(
     return short, change(float(best))
 
 
-def analyze_series(series: Series, *, method: str = "mdl", window: int = 14) -> SeriesTrend:
+def analyze_series(
+    series: Series,
+    *,
+    method: str = "mdl",
+    window: int = 14,
+    unit: float | None = None,
+    sbps: float | None = None,
+) -> SeriesTrend:
     """The trend of one series by ``mdl`` (jumpavg grouping; runs of several trials stay
-    whole) or ``tmm`` (trimmed moving statistics over ``window`` runs).
+    whole; ``unit`` and ``sbps`` as jumpavg's) or ``tmm`` (trimmed moving statistics over
+    ``window`` runs).
 
     A series whose valid values are all 0 is one normal group (without bits).
 
@@ -178,7 +186,7 @@ def analyze_series(series: Series, *, method: str = "mdl", window: int = 14) -> 
             t = series.trials[k]
             t = t[~np.isnan(t)]
             runs.append(float(t[0]) if t.size == 1 else t.tolist())
-        result = classify_mdl(runs, direction=series.direction)
+        result = classify_mdl(runs, unit=unit, sbps=sbps, direction=series.direction)
         trend[idx] = result.run_averages()
         marks[idx] = result.run_marks()
         groups = result.groups

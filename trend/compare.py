@@ -90,6 +90,7 @@ def compare_runs(
     test: str = "test",
     direction: str = "bigger-is-better",
     unit: float | None = None,
+    sbps: float | None = None,
 ) -> Comparison:
     """Group the parent's and the current trials as two runs and give the verdict.
 
@@ -112,7 +113,7 @@ def compare_runs(
         return Comparison(test, tuple(p), tuple(c), True, "failed", *([None] * 10))
     sizes, avg_arr, sd_arr, max_value = _runs([p, c])
     avgs, sds = avg_arr.tolist(), sd_arr.tolist()
-    result = classify_mdl([p, c], unit=unit, direction=direction)
+    result = classify_mdl([p, c], unit=unit, sbps=sbps, direction=direction)
     unit = result.unit
     verdict = result.groups[1].comment if len(result.groups) == 2 else "normal"
     # The two groupings the decision weighs, with jumpavg's statistics and bits.

@@ -67,6 +67,16 @@ def _method_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--window", type=int, default=14, help="tmm rolling window in runs (default 14)")
     p.add_argument("--test", action="append", metavar="TEXT", help="only tests whose name contains TEXT")
+    _mdl_args(p)
+
+
+def _mdl_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--unit", type=float, help="mdl: resolution of the values (jumpavg's unit)")
+    p.add_argument(
+        "--sbps",
+        type=float,
+        help="mdl: significant bits per sample, unit = max / (2**(sbps+1) - 1) (default 12)",
+    )
 
 
 # import -----------------------------------------------------------------------------------
@@ -245,7 +255,10 @@ def _analyze(args: argparse.Namespace) -> list[trend.SeriesTrend]:
         raise tracefmt.ParameterError(
             f"no series in {args.store}/results" + (f" matching {', '.join(args.test)}" if args.test else "")
         )
-    return [trend.analyze_series(s, method=args.method, window=args.window) for s in series]
+    return [
+        trend.analyze_series(s, method=args.method, window=args.window, unit=args.unit, sbps=args.sbps)
+        for s in series
+    ]
 
 
 def _pct(x: float | None) -> str:
@@ -339,6 +352,7 @@ def _register_compare(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--direction", choices=trend.DIRECTIONS, default="bigger-is-better", help="default bigger-is-better"
     )
+    _mdl_args(p)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -363,7 +377,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             detail = f"only in one file: {', '.join(only)}" if only else "the tests are in another order"
             raise tracefmt.ParameterError(f"parent and current files must list the same tests ({detail})")
     results = [
-        trend.compare_runs(parent[name], current[name], test=name, direction=args.direction)
+        trend.compare_runs(
+            parent[name], current[name], test=name, direction=args.direction, unit=args.unit, sbps=args.sbps
+        )
         for name in parent
     ]
     blocks = [trend.format_comparison(k, c) for k, c in enumerate(results)]

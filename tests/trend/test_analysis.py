@@ -104,3 +104,12 @@ def test_no_regressions_alert_and_unknown_method():
     assert alert_text([r]).startswith("## wirepath trend: no regressions")
     with pytest.raises(ParameterError, match="mdl, tmm"):
         analyze_series(_series([1.0]), method="iqr")
+
+
+def test_unit_and_sbps_reach_the_grouping():
+    rng = np.random.default_rng(8)
+    values = (10.0 + rng.normal(0, 0.05, 30) + np.r_[np.zeros(15), np.full(15, 0.1)]).tolist()
+    for kwargs in ({"unit": 0.001}, {"sbps": 6}, {}):
+        r = analyze_series(_series(values), **kwargs)
+        ref = jumpavg.classify(values, **kwargs)
+        assert [(g.size, g.avg) for g in r.groups] == [(len(g), g.stats.avg) for g in ref]

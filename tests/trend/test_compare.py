@@ -122,3 +122,23 @@ def test_compare_file_errors(tmp_path):
         read_compare_file(p)
     with pytest.raises(ParameterError, match="need trial values"):
         compare_runs([], [1.0])
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[f"drop{k}" for k in range(len(ROWS))])
+def test_unit_one_reproduces_the_bits_csit_prints(row):
+    """CSIT's console counts bits with unit 1.0; asked for that unit, we print the same."""
+    c = compare_runs(row["parent"], row["current"], unit=1.0)
+    assert c.separate_bits - c.combined_bits == pytest.approx(
+        row["printed_bits_diff_sep_minus_comb_unit1"], rel=1e-9
+    )
+    assert c.unit == 1.0
+
+
+def test_cli_unit_and_sbps(capsys):
+    row = ROWS[-2]
+    args = ["trend", "compare", "--parent", ",".join(map(str, row["parent"])), "--current"]
+    args.append(",".join(map(str, row["current"])))
+    assert main([*args, "--unit", "1", "--json"]) == 0  # one group at unit 1 (CSIT's console view)
+    assert json.loads(capsys.readouterr().out)["tests"][0]["verdict"] == "normal"
+    assert main([*args, "--sbps", "12", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["tests"][0]["verdict"] == "regression"
