@@ -24,6 +24,7 @@ from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute
 
 from capture.decode import Decoder
 from capture.flows import FlowAssembler, FlowStats, Messages
@@ -93,9 +94,12 @@ class CaptureReport:
             f"other transport {self.other_transport:,}; kernel drops {self.drops:,}",
         ]
         for p in self.points:
+            if p["matched"] is None:
+                lines.append(f"point {p['point']}: the reference clock")
+                continue
             lines.append(
                 f"point {p['point']}: clock offset {p['offset_ns'] / 1e6:+.3f} ms "
-                f"(from {p['matched']:,} shared messages)"
+                f"(from {p['matched']:,} messages seen by earlier points too)"
             )
         if self.points:
             lines.append(f"duplicates removed: {self.duplicates_removed:,}")
@@ -321,17 +325,26 @@ def convert_pcaps(
                 [src], part, namer, report, point=point, chunk_bytes=chunk_bytes, on_progress=None, t0=t0
             )
             parts.append((part, point))
-        ref = read_trace(parts[0][0], columns=["timestamp", "sender", "receiver", "op", "id"])
+        cols = ["timestamp", "sender", "receiver", "op", "id"]
+        # Each point is placed against all points placed before it (shifted by their
+        # offsets), so a point that shares messages only with the second one still gets
+        # its offset (a chain web -> app -> db).
+        placed = [read_trace(parts[0][0], columns=cols)]
         specs = [MergeInput(str(parts[0][0]), 0, parts[0][1])]
-        report.points.append({"point": parts[0][1], "offset_ns": 0, "matched": ref.num_rows})
+        report.points.append({"point": parts[0][1], "offset_ns": 0, "matched": None})
         for part, point in parts[1:]:
-            other = read_trace(part, columns=["timestamp", "sender", "receiver", "op", "id"])
-            off, matched = estimate_offset_ns(ref, other)
+            other = read_trace(part, columns=cols)
+            off, matched = estimate_offset_ns(pa.concat_tables(placed, promote_options="permissive"), other)
             specs.append(MergeInput(str(part), off, point))
             report.points.append({"point": point, "offset_ns": off, "matched": matched})
+            ts = pa.array(other["timestamp"].cast(pa.int64()).to_numpy() + off, pa.int64()).cast(TS_TYPE)
+            placed.append(other.set_column(0, "timestamp", ts))
         merged = merge_traces(specs, out, dedup_window_ns=dedup_window_ns, on_progress=on_progress)
         report.duplicates_removed = merged.duplicates_removed
         report.messages = merged.messages
+        protos = read_trace(out, columns=["timestamp", "sender", "receiver", "op", "id", "proto"])["proto"]
+        counts = pa.compute.value_counts(protos.cast(pa.string())).to_pylist()
+        report.messages_by_proto = {c["values"]: c["counts"] for c in counts}
     report.seconds = time.perf_counter() - t0
     _rewrite_provenance(out, report)
     return report
