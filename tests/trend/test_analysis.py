@@ -108,8 +108,10 @@ def test_no_regressions_alert_and_unknown_method():
 
 def test_unit_and_sbps_reach_the_grouping():
     rng = np.random.default_rng(8)
-    values = (10.0 + rng.normal(0, 0.05, 30) + np.r_[np.zeros(15), np.full(15, 0.1)]).tolist()
-    for kwargs in ({"unit": 0.001}, {"sbps": 6}, {}):
+    values = (10.0 + rng.normal(0, 0.05, 30) + np.r_[np.zeros(15), np.full(15, 0.2)]).tolist()
+    # A 2 % step: found at the default resolution, not with a coarse unit or few bits.
+    for kwargs, groups in (({"unit": 0.5}, 1), ({"sbps": 4}, 1), ({}, 2)):
         r = analyze_series(_series(values), **kwargs)
         ref = jumpavg.classify(values, **kwargs)
         assert [(g.size, g.avg) for g in r.groups] == [(len(g), g.stats.avg) for g in ref]
+        assert len(r.groups) == groups
