@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -284,44 +284,62 @@ def _overlaps(parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> np.ndarray:
     overlap the child in time (intervals sharing more than an end point)."""
     if parent.size == 0:
         return np.zeros(0, np.int64)
-    t0 = int(min(tc.min(), tr.min()))
-    span = int(max(tc.max(), tr.max())) - t0 + 1
-    if (int(parent.max()) + 1).bit_length() + span.bit_length() <= 62:
-        # Times themselves fit beside the parent index in one int64 key.
-        rc, rr, width = tc - t0, tr - t0, span
-    else:
-        times, inv = np.unique(np.concatenate([tc, tr]), return_inverse=True)
-        inv = inv.ravel()
-        rc, rr = inv[: tc.size], inv[tc.size :]
-        width = int(times.size) + 1
-    base = parent.astype(np.int64) * width
-    by_start = base + rc
     # Candidates come grouped by parent and in call order within (as enumerated); any
     # other order is sorted so first and the counts put back.
-    order = None
-    if not np.all(by_start[1:] >= by_start[:-1]):
-        order = np.argsort(by_start, kind="stable")
-        parent, base, by_start, rc, rr = parent[order], base[order], by_start[order], rc[order], rr[order]
-    m = parent.size
-    run = np.flatnonzero(np.concatenate([[True], parent[1:] != parent[:-1]]))
-    run_len = np.diff(np.append(run, m))
-    lo, hi = np.repeat(run, run_len), np.repeat(run + run_len, run_len)
-    # Position of the first sibling starting at or after this child's end: the siblings
-    # before it started before this child ended ...
-    after_end = np.searchsorted(by_start, base + rr, side="left")
-    started = after_end - lo
-    # ... less those that ended by this child's start: sibling j ended by the start of
-    # every sibling from after_end[j] on, so a running count of those marks does it.
-    mark = np.bincount(after_end[after_end < hi], minlength=m + 1)[:m]
-    marks = np.cumsum(mark)
-    ended = marks - np.where(lo > 0, marks[np.maximum(lo - 1, 0)], 0)
-    self_count = np.where(rc < rr, 1, -1)
-    out = np.maximum(started - ended - self_count, 0)
-    if order is not None:
-        back = np.empty_like(out)
-        back[order] = out
-        out = back
+    order = np.lexsort((tc, parent))
+    if np.array_equal(order, np.arange(parent.size)):
+        return _Siblings(parent, tc, tr).overlaps(None)
+    out = np.empty(parent.size, np.int64)
+    out[order] = _Siblings(parent[order], tc[order], tr[order]).overlaps(None)
     return out
+
+
+class _Siblings:
+    """Candidates grouped by parent and in call order within (as enumerated), indexed
+    once so that overlap counts among any subset of each parent's candidates (all of
+    them, or the children it was given in a round) cost a few linear passes."""
+
+    def __init__(self, parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> None:
+        m = parent.size
+        t0 = int(min(tc.min(), tr.min())) if m else 0
+        span = (int(max(tc.max(), tr.max())) - t0 + 1) if m else 1
+        if (int(parent.max(initial=0)) + 1).bit_length() + span.bit_length() <= 62:
+            # Times themselves fit beside the parent index in one int64 key.
+            rc, rr, width = tc - t0, tr - t0, span
+        else:
+            times, inv = np.unique(np.concatenate([tc, tr]), return_inverse=True)
+            inv = inv.ravel()
+            rc, rr, width = inv[:m], inv[m:], int(times.size) + 1
+        base = parent.astype(np.int64) * width
+        run = np.flatnonzero(np.concatenate([[True], parent[1:] != parent[:-1]])) if m else np.zeros(0, int)
+        run_len = np.diff(np.append(run, m))
+        self.lo, self.hi = np.repeat(run, run_len), np.repeat(run + run_len, run_len)
+        # Position of the first sibling starting at or after each child's end.
+        self.after_end = np.searchsorted(base + rc, base + rr, side="left")
+        self.nonempty = rc < rr
+
+    def overlaps(self, member: np.ndarray | None) -> np.ndarray:
+        """Per candidate, the members (all candidates if None) of its parent's group that
+        overlap it in time, itself not counted."""
+        m = self.lo.size
+        # Members before after_end started before this child ended ...
+        if member is None:
+            started = self.after_end - self.lo
+            marked = self.after_end < self.hi
+        else:
+            prefix = np.concatenate([[0], np.cumsum(member)])
+            started = prefix[self.after_end] - prefix[self.lo]
+            marked = member & (self.after_end < self.hi)
+        # ... less those that ended by its start: member j ended by the start of every
+        # sibling from after_end[j] on, so a running count of those marks does it.
+        marks = np.cumsum(np.bincount(self.after_end[marked], minlength=m + 1)[:m])
+        ended = marks - np.where(self.lo > 0, marks[np.maximum(self.lo - 1, 0)], 0)
+        # A member counts itself once: among the started when it has a length, else
+        # among the ended.
+        own = np.where(self.nonempty, 1, -1)
+        if member is not None:
+            own = np.where(member, own, 0)
+        return np.maximum(started - ended - own, 0)
 
 
 class _Chosen:
@@ -486,26 +504,50 @@ class _BestSoFar:
         return self.parent, confidence
 
 
+@dataclass(frozen=True)
+class _Chunk:
+    """Candidates of a chunk of parents: children, parents, scoreboard cells, and the
+    sibling index for overlap penalties (None without them)."""
+
+    c: np.ndarray
+    par: np.ndarray
+    cells: np.ndarray
+    siblings: _Siblings | None
+
+    @property
+    def nbytes(self) -> int:
+        sib = self.siblings
+        extra = (
+            0 if sib is None else sib.lo.nbytes + sib.hi.nbytes + sib.after_end.nbytes + sib.nonempty.nbytes
+        )
+        return self.c.nbytes + self.par.nbytes + self.cells.nbytes + extra
+
+
 class _CandidateChunks:
     """The (child, parent) candidate pairs, in chunks of parents, with their scoreboard
     cells, for the several passes over them: kept from the first pass when they fit
     ``budget`` bytes (16 per pair), else enumerated again for each pass, so memory
     stays bounded on any trace."""
 
-    def __init__(self, pairs: CallPairs, tol_ns: int, board: _Board, budget: int = _KEEP_BYTES) -> None:
+    def __init__(
+        self, pairs: CallPairs, tol_ns: int, board: _Board, siblings: bool, budget: int = _KEEP_BYTES
+    ) -> None:
         self.pairs, self.tol_ns, self.board, self.budget = pairs, tol_ns, board, budget
-        self.kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+        self.siblings = siblings
+        self.kept: list[_Chunk] | None = None
 
-    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def __iter__(self) -> Iterator[_Chunk]:
         if self.kept is not None:
             yield from self.kept
             return
-        kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []
+        kept: list[_Chunk] | None = []
         size = 0
-        for c, par in _candidates_by_parent(self.pairs, self.tol_ns):
-            chunk = (c, par, self.board.cell_keys(self.pairs, c, par))
+        p = self.pairs
+        for c, par in _candidates_by_parent(p, self.tol_ns):
+            sib = _Siblings(par, p.t_call[c], p.t_return[c]) if self.siblings else None
+            chunk = _Chunk(c, par, self.board.cell_keys(p, c, par), sib)
             if kept is not None:
-                size += sum(a.nbytes for a in chunk)
+                size += chunk.nbytes
                 if size <= self.budget:
                     kept.append(chunk)
                 else:
@@ -669,23 +711,24 @@ def infer_nesting(
     tol_ns = round(tolerance_s * 1e9)
     n_nodes = len(nodes.names)
     board_ = _Board(params, n_nodes)
-    chunks = _CandidateChunks(pairs, tol_ns, board_)
+    chunks = _CandidateChunks(pairs, tol_ns, board_, siblings=x > 0)
 
     # Pass 1: each child's candidates share one unit of weight on the scoreboard.
     counts = np.zeros(n, np.int64)
-    for c, _, _ in chunks:
-        counts += np.bincount(c, minlength=n)
-    for c, _, cells in chunks:
-        board_.add(cells, 1.0 / counts[c])
+    for ch in chunks:
+        counts += np.bincount(ch.c, minlength=n)
+    for ch in chunks:
+        board_.add(ch.cells, 1.0 / counts[ch.c])
     board_.finish()
 
     # Pass 2, by chunks of parents: every parent meets all its candidate children at
     # once, so the penalties are exact; each child keeps its best parent so far.
     best = _BestSoFar(n)
-    for c, par, cells in chunks:
-        score = board_.lookup(cells)
+    for ch in chunks:
+        c, par = ch.c, ch.par
+        score = board_.lookup(ch.cells)
         if x:
-            score = score * (1.0 + _overlaps(par, pairs.t_call[c], pairs.t_return[c])) ** -x
+            score = score * (1.0 + ch.siblings.overlaps(None)) ** -x
         if y:
             dest = par.astype(np.int64) * n_nodes + pairs.callee[c]
             _, inv, cnt = np.unique(dest, return_inverse=True, return_counts=True)
@@ -697,12 +740,18 @@ def infer_nesting(
     # Refinement rounds: the penalties count the children each parent actually got in
     # the round before, not every child it could have had.
     if rounds and (x or y or z):
-        ranks = _time_ranks(pairs)
+        ranks = _time_ranks(pairs) if (y or z) else None
         for _ in range(rounds):
-            chosen = _Chosen(pairs, best.parent, *ranks)
+            chosen = _Chosen(pairs, best.parent, *ranks) if ranks else None
+            previous = best.parent
             best = _BestSoFar(n)
-            for c, par, cells in chunks:
-                best.offer(c, par, board_.lookup(cells) * chosen.penalty(pairs, c, par, params), pairs.t_call)
+            for ch in chunks:
+                score = board_.lookup(ch.cells)
+                if x:
+                    score = score * (1.0 + ch.siblings.overlaps(previous[ch.c] == ch.par)) ** -x
+                if chosen is not None:
+                    score = score * chosen.penalty(pairs, ch.c, ch.par, replace(params, x=0.0))
+                best.offer(ch.c, ch.par, score, pairs.t_call)
     parent, confidence = best.result(counts)
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     info = {"messages": trace.num_rows, "start_ns": int(ts[0]), "end_ns": int(ts[-1])}
