@@ -150,7 +150,8 @@ def _convert_one(
     decoder = Decoder()
     stats = FlowStats()
     held: list[Messages] = []
-    with TraceWriter(out, provenance={}) as writer:
+    # Row groups of 128k messages: the writer holds a row group in memory before writing it.
+    with TraceWriter(out, provenance={}, row_group_size=1 << 17) as writer:
 
         def write(msgs: Messages, *, always: bool = False) -> None:
             if len(msgs) or (always and not writer.rows):

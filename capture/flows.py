@@ -440,10 +440,14 @@ class FlowAssembler:
         pf = starts  # first segment of each piece, for its ports
         cport = np.where(from_a[pf] == client_is_a, s.sport[pf], s.dport[pf])
         sport_ = np.where(from_a[pf] == client_is_a, s.dport[pf], s.sport[pf])
+        # Where each direction's bytes end in the stream, so a look never crosses into the next.
+        gend = np.zeros(ng, np.int64)
+        gend[gd] = sstart + kcap  # the last segment of a group (in stream order) wins
+        look = np.minimum(sstart[np.maximum(gfirst, 0)] + 256, gend)
         for p in range(npieces):  # per connection: a look at its first bytes
             c, v = gfirst[2 * p], gfirst[2 * p + 1]
-            cb = stream[sstart[c] : sstart[c] + 64] if c >= 0 else b""
-            sb = stream[sstart[v] : sstart[v] + 64] if v >= 0 else b""
+            cb = stream[sstart[c] : look[2 * p]] if c >= 0 else b""
+            sb = stream[sstart[v] : look[2 * p + 1]] if v >= 0 else b""
             protos[p] = detect_tcp(cb, sb, int(cport[p]), int(sport_[p]))
 
         parsed = np.array([pr not in ("tcp",) for pr in protos], bool)

@@ -117,6 +117,8 @@ def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
     >>> detect_tcp(b"\\x00\\x01", b"", 40000, 5555)
     'tcp'
     """
+    if client.startswith(_H2_PREFACE[:14]):
+        return "http2"
     if _is_request(client) or server.startswith(b"HTTP/1."):
         return "http"
     if _REQ_LINE.search(client) or b"HTTP/1." in server:  # junk before the first message
@@ -129,6 +131,15 @@ def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
         return "memcached"
     if 53 in (sport, dport) and len(client) >= 14 and int.from_bytes(client[:2], "big") >= 12:
         return "dns"
+    # Seen mid-way: frames that chain both ways (the server speaks first with SETTINGS).
+    h2_first = (0, 1, 4, 6, 8)  # DATA, HEADERS, SETTINGS, PING, WINDOW_UPDATE
+    if (
+        client
+        and _h2_frames_plausible(client)
+        and client[3] in h2_first
+        and (not server or (_h2_frames_plausible(server) and server[3] in h2_first))
+    ):
+        return "http2"
     port = dport if dport in _WELL_KNOWN else sport
     guess = _WELL_KNOWN.get(port, "tcp")
     # Text protocols on their own port with content the checks above missed (inline commands).
@@ -429,6 +440,58 @@ def _parse_dns_tcp(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     return out
 
 
+# ---- HTTP/2 (and gRPC over it) -----------------------------------------------------------
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def _h2_frames_plausible(buf: bytes) -> bool:
+    """Whether ``buf`` starts with HTTP/2 frame headers that chain (at least one whole frame)."""
+    pos, seen = 0, 0
+    while pos + 9 <= len(buf) and seen < 4:
+        ln = int.from_bytes(buf[pos : pos + 3], "big")
+        typ, sid = buf[pos + 3], int.from_bytes(buf[pos + 5 : pos + 9], "big")
+        if typ > 9 or ln > 1 << 20 or sid >> 31:
+            return False
+        if (typ in (4, 7) and sid != 0) or (typ in (0, 1, 3, 5, 9) and sid == 0):
+            return False
+        pos += 9 + ln
+        seen += 1
+    return seen >= 1 and pos <= len(buf) + (1 << 14)
+
+
+def _parse_http2(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+    """A message per stream and direction: from its first HEADERS frame to END_STREAM.
+
+    The length is the bytes of that stream's HEADERS/DATA/CONTINUATION frames (streams
+    interleave); the key is the stream id, so call and return pair by stream.
+    """
+    out: list[list] = []
+    pos, n = 0, len(buf)
+    if direction == 0 and buf.startswith(_H2_PREFACE):
+        pos = len(_H2_PREFACE)
+    open_: dict[int, list] = ctx.setdefault(("h2", direction), {})
+    while pos + 9 <= n:
+        ln = int.from_bytes(buf[pos : pos + 3], "big")
+        typ, flags = buf[pos + 3], buf[pos + 4]
+        sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+        if ln > 1 << 24:
+            break  # not HTTP/2 framing (garbage or a gap's far side)
+        end = min(pos + 9 + ln, n)
+        if sid and typ in (0, 1, 9):
+            msg = open_.get(sid)
+            if msg is None and typ == 1:
+                msg = [pos, 0, f"stream {sid}", sid]
+                open_[sid] = msg
+                out.append(msg)
+            if msg is not None:
+                msg[1] += end - pos
+                if typ in (0, 1) and flags & 0x1:  # END_STREAM
+                    open_.pop(sid, None)
+        pos = end
+    # A message of an earlier run still open here is not repeated; only this run's starts count.
+    return [(m[0], m[1], m[2], m[3]) for m in out]
+
+
 def _parse_none(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     return [(0, len(buf), None, None)] if buf else []
 
@@ -438,6 +501,7 @@ _PARSERS: dict[str, Callable[[bytes, int, dict], list[Message]]] = {
     "redis": _parse_redis,
     "memcached": _parse_memcached,
     "dns": _parse_dns_tcp,
+    "http2": _parse_http2,
 }
 
 

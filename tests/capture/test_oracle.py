@@ -122,6 +122,12 @@ DEEPFLOW = {
     "dns_dns-tcp-multi": ("dns", None),
     "dns_nxdomain": ("dns", None),
     "http_httpv1": ("http", None),
+    "http_grpc-segmented": ("http2", None),
+    "http_grpc-server-stream": ("http2", None),
+    "http_grpc-unary": ("http2", None),
+    "http_h2c_ascii": ("http2", None),
+    "http_http2-multi": ("http2", None),
+    "http_httpv2-stream-id": ("http2", None),
     "http_istio-tcp-frag": ("http", None),
     "redis_redis-debug": ("redis", None),
     "redis_redis-error": ("redis", None),
@@ -187,3 +193,25 @@ def test_dropped_response_does_not_shift_pairs(tmp_path: Path) -> None:
     assert (len(calls), len(rets)) == (1000, 999)
     assert all(calls[r["id"]]["label"] == r["label"] for r in rets)
     assert all(calls[r["id"]]["timestamp"] < r["timestamp"] for r in rets)
+
+
+@needs_data
+@needs_tshark
+@pytest.mark.parametrize("name", ["Unary", "Server_Streaming"])
+def test_grpc_streams_agree_with_tshark(name: str, tmp_path: Path) -> None:
+    # gRPC on tcp/50051: tshark needs -d to decode it as HTTP/2 (PROVENANCE.txt). A call is a
+    # stream the client opens with HEADERS, a return the server's HEADERS on that stream.
+    path = DATA / "grpc_packt" / f"{name}.pcapng"
+    out = subprocess.run(
+        ["tshark", "-r", str(path), "-d", "tcp.port==50051,http2", "-Y", "http2.type==1",
+         "-T", "fields", "-e", "tcp.srcport", "-e", "http2.streamid"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    pairs = {
+        (port, sid)
+        for port, sids in (line.split("\t") for line in out.splitlines())
+        for sid in sids.split(",")
+    }
+    theirs = (sum(1 for p, s in pairs if p != "50051" and s != "0"), sum(1 for p, s in pairs if p == "50051"))
+    ours = _ours(path, tmp_path)
+    assert (ours[("http2", "call")], ours[("http2", "return")]) == theirs
