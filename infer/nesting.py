@@ -311,29 +311,40 @@ class _Siblings:
             inv = inv.ravel()
             rc, rr, width = inv[:m], inv[m:], int(times.size) + 1
         base = parent.astype(np.int64) * width
-        run = np.flatnonzero(np.concatenate([[True], parent[1:] != parent[:-1]])) if m else np.zeros(0, int)
-        run_len = np.diff(np.append(run, m))
-        self.lo, self.hi = np.repeat(run, run_len), np.repeat(run + run_len, run_len)
+        # Per candidate only its group and a few 32-bit fields: a chunk is kept between
+        # passes, so bytes per candidate count.
+        self.run = (
+            np.flatnonzero(np.concatenate([[True], parent[1:] != parent[:-1]])) if m else np.zeros(0, int)
+        )
+        self.run_end = np.append(self.run[1:], m)
+        self.group = (
+            np.cumsum(np.concatenate([[False], parent[1:] != parent[:-1]])) if m else self.run
+        ).astype(np.int32)
         # Position of the first sibling starting at or after each child's end.
-        self.after_end = np.searchsorted(base + rc, base + rr, side="left")
+        self.after_end = np.searchsorted(base + rc, base + rr, side="left").astype(np.int32)
         self.nonempty = rc < rr
+
+    @property
+    def nbytes(self) -> int:
+        return self.group.nbytes + self.after_end.nbytes + self.nonempty.nbytes + 16 * self.run.size
 
     def overlaps(self, member: np.ndarray | None) -> np.ndarray:
         """Per candidate, the members (all candidates if None) of its parent's group that
         overlap it in time, itself not counted."""
-        m = self.lo.size
+        m = self.group.size
+        lo, hi = self.run[self.group], self.run_end[self.group]
         # Members before after_end started before this child ended ...
         if member is None:
-            started = self.after_end - self.lo
-            marked = self.after_end < self.hi
+            started = self.after_end - lo
+            marked = self.after_end < hi
         else:
             prefix = np.concatenate([[0], np.cumsum(member)])
-            started = prefix[self.after_end] - prefix[self.lo]
-            marked = member & (self.after_end < self.hi)
+            started = prefix[self.after_end] - prefix[lo]
+            marked = member & (self.after_end < hi)
         # ... less those that ended by its start: member j ended by the start of every
         # sibling from after_end[j] on, so a running count of those marks does it.
         marks = np.cumsum(np.bincount(self.after_end[marked], minlength=m + 1)[:m])
-        ended = marks - np.where(self.lo > 0, marks[np.maximum(self.lo - 1, 0)], 0)
+        ended = marks - np.where(lo > 0, marks[np.maximum(lo - 1, 0)], 0)
         # A member counts itself once: among the started when it has a length, else
         # among the ended.
         own = np.where(self.nonempty, 1, -1)
@@ -405,6 +416,7 @@ class _Board:
         self.n_nodes = n_nodes
         self.n_bins = 2 * params.n_bins  # positive and negative delays
         cells = n_nodes**3 * self.n_bins * (self.n_bins if params.board == "joint" else 1)
+        self.cells = cells
         if cells >= 1 << 62:
             raise ParameterError(f"{n_nodes} nodes are too many for the {params.board} scoreboard")
         self._parts: list[tuple[np.ndarray, np.ndarray]] = []
@@ -420,7 +432,7 @@ class _Board:
         key = triple * self.n_bins + _bins(pairs.t_call[c] - pairs.t_call[par], self.params)
         if self.params.board == "joint":
             key = key * self.n_bins + _bins(pairs.t_return[par] - pairs.t_return[c], self.params)
-        return key
+        return key.astype(np.int32) if self.cells < 1 << 31 else key
 
     def add(self, cells: np.ndarray, weight: np.ndarray) -> None:
         """Add ``weight`` to the cells (from ``cell_keys``)."""
@@ -516,17 +528,14 @@ class _Chunk:
 
     @property
     def nbytes(self) -> int:
-        sib = self.siblings
-        extra = (
-            0 if sib is None else sib.lo.nbytes + sib.hi.nbytes + sib.after_end.nbytes + sib.nonempty.nbytes
-        )
+        extra = 0 if self.siblings is None else self.siblings.nbytes
         return self.c.nbytes + self.par.nbytes + self.cells.nbytes + extra
 
 
 class _CandidateChunks:
     """The (child, parent) candidate pairs, in chunks of parents, with their scoreboard
     cells, for the several passes over them: kept from the first pass when they fit
-    ``budget`` bytes (16 per pair), else enumerated again for each pass, so memory
+    ``budget`` bytes (about 20 per pair), else enumerated again for each pass, so memory
     stays bounded on any trace."""
 
     def __init__(
