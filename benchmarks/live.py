@@ -1,6 +1,7 @@
 """Live capture: how many packets per second each recorder keeps without loss, and its CPU.
 
     sudo python benchmarks/live.py [--packets 200000] [--rates 25000,50000,100000,200000,0]
+    python benchmarks/live.py --render 200000 [--render-baseline 20000]
 
 A private network namespace holds a veth pair; a sender process writes prebuilt 128-byte
 Ethernet/IPv4/UDP frames into one end (AF_PACKET, paced to each rate; 0 = as fast as it
@@ -15,6 +16,9 @@ Recorders:
 - ``scapy-async``: scapy's ``AsyncSniffer`` writing each packet with ``PcapWriter``.
 - ``scapy-l2listen``: scapy's ``L2ListenSocket``, raw frames written as pcap records
   directly (no packet objects): the fastest way to use scapy for recording.
+
+``--render`` times the other direction, ``wirepath synth --pcap``: ``render_pcap`` on a
+``multitier.toml`` trace against scapy building the same conversations packet by packet.
 """
 
 from __future__ import annotations
@@ -249,8 +253,88 @@ def measure(
     }
 
 
+def bench_render(messages: int, baseline_messages: int) -> int:
+    """``synth --pcap``: render_pcap (numpy, in bulk) against scapy building each packet."""
+    from dataclasses import replace
+
+    import numpy as np
+    import pyarrow as pa
+
+    import synth
+    from capture.synthpcap import node_addresses, render_pcap
+
+    config = synth.load_config(Path(__file__).resolve().parents[1] / "samples" / "synth" / "multitier.toml")
+    trace, _ = synth.generate_table(replace(config, messages=messages, duration_s=None))
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        report = render_pcap(trace, Path(tmp) / "ours.pcap")
+        ours = time.perf_counter() - t0
+        print(
+            f"render_pcap     {trace.num_rows:>9,} messages -> {report.packets:>9,} packets in {ours:6.2f} s"
+            f"  {report.packets / ours:>10,.0f} packets/s"
+        )
+        # Baseline: the same conversations built packet by packet with scapy.
+        from scapy.layers.inet import IP, TCP
+        from scapy.layers.l2 import Ether
+        from scapy.utils import PcapWriter
+
+        sub = trace.slice(0, baseline_messages)
+        ts = sub["timestamp"].cast(pa.int64()).to_numpy()
+        ops, call = sub["op"].to_pylist(), sub["true_call"].to_numpy()
+        snd, rcv = sub["sender"].to_pylist(), sub["receiver"].to_pylist()
+        addrs = node_addresses(sorted(set(snd) | set(rcv)))
+        ret_at = {int(c): int(t) for c, t, o in zip(call, ts, ops, strict=True) if o == "return"}
+        t0 = time.perf_counter()
+        n = 0
+        w = PcapWriter(str(Path(tmp) / "scapy.pcap"), linktype=1, nano=True)
+        for k in np.flatnonzero(np.array(ops) == "call"):
+            if int(call[k]) not in ret_at:
+                continue
+            (ca, _), (sa, sp) = addrs[snd[k]], addrs[rcv[k]]
+            cp = 20000 + n % 40000
+            req = b"POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\nbody"
+            resp = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            t_req, t_resp = int(ts[k]), ret_at[int(call[k])]
+            steps = [
+                (t_req - 3000, ca, sa, cp, sp, "S", 0, 0, b""),
+                (t_req - 2000, sa, ca, sp, cp, "SA", 0, 1, b""),
+                (t_req - 1000, ca, sa, cp, sp, "A", 1, 1, b""),
+                (t_req, ca, sa, cp, sp, "PA", 1, 1, req),
+                (t_resp, sa, ca, sp, cp, "PA", 1, 1 + len(req), resp),
+                (t_resp + 1000, ca, sa, cp, sp, "A", 1 + len(req), 1 + len(resp), b""),
+                (t_resp + 2000, ca, sa, cp, sp, "FA", 1 + len(req), 1 + len(resp), b""),
+                (t_resp + 3000, sa, ca, sp, cp, "FA", 1 + len(resp), 2 + len(req), b""),
+                (t_resp + 4000, ca, sa, cp, sp, "A", 2 + len(req), 2 + len(resp), b""),
+            ]
+            for t, src, dst, sport, dport, flags, seq, ack, data in steps:
+                # Explicit MACs: left out, scapy would look them up (routes, ARP) for each packet.
+                pkt = (
+                    Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+                    / IP(src=src, dst=dst)
+                    / TCP(sport=sport, dport=dport, flags=flags, seq=seq, ack=ack)
+                )
+                pkt = pkt / data if data else pkt
+                pkt.time = t / 1e9
+                w.write(pkt)
+                n += 1
+        w.close()
+        base = time.perf_counter() - t0
+        print(
+            f"scapy per packet {baseline_messages:>8,} messages -> {n:>9,} packets in {base:6.2f} s"
+            f"  {n / base:>10,.0f} packets/s   (ours {report.packets / ours / (n / base):,.0f}x)"
+        )
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--render",
+        type=int,
+        metavar="MESSAGES",
+        help="instead: time 'synth --pcap' rendering of MESSAGES messages against scapy (no root needed)",
+    )
+    p.add_argument("--render-baseline", type=int, default=20_000, metavar="MESSAGES")
     p.add_argument("--packets", type=int, default=200_000)
     p.add_argument("--rates", default="25000,50000,100000,200000,0", help="packets/s; 0 = unpaced")
     p.add_argument(
@@ -258,6 +342,8 @@ def main() -> int:
     )
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
+    if a.render:
+        return bench_render(a.render, a.render_baseline)
     if os.geteuid() != 0:
         print("needs root (a network namespace and packet capture)", file=sys.stderr)
         return 1
