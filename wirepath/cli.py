@@ -267,6 +267,16 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             f"messages   true {m['true']:,}: {m['false_negatives']:,} false negatives, "
             f"{m['false_positives']:,} false positives"
         )
+    elif "edges" in report:  # a convolution paths file: hops in context, estimated messages
+        e = report["edges"]
+        lines.append(
+            f"edges      true {e['true']:,}, inferred {e['inferred']:,}: "
+            f"{e['false_negatives']:,} false negatives, {e['false_positives']:,} false positives"
+        )
+        lines.append(
+            f"messages   true {m['true']:,}: {m['false_negatives']:,} false negatives, "
+            f"{m['false_positives']:,} false positives (estimated counts)"
+        )
     else:
         lines.append("instances  (give --instances I.parquet from 'infer --instances' to score them)")
     for row in report["top_n"]:

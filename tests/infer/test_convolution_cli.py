@@ -79,7 +79,11 @@ def test_multitier_sample_with_root_and_json(
     assert len(doc["paths"]) == 5
     assert all(p["nodes"][0] == "client" for p in doc["paths"])
     assert main(["eval", str(out), str(multitier)]) == 0
-    assert "patterns   true 16" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "patterns   true 16" in text
+    # Hops in context of the 16 true paths: with AUTH 2+2+2+4+8+8+8+8, without 4+8+8+8+8.
+    assert "edges      true 78, inferred" in text
+    assert "--instances" not in text
 
 
 @pytest.mark.parametrize(
