@@ -587,6 +587,11 @@ def capture_live(
     """
     if duration_s is not None and duration_s <= 0:
         raise ParameterError(f"--duration {duration_s} must be positive (seconds)")
+    if convert:
+        # A bad names file must stop us now, not after an hour of recording.
+        from capture.naming import Namer
+
+        Namer(names, node_by=(convert_options or {}).get("node_by", "address"))
     cap = LiveCapture(iface, out_dir, recording)
     cap.start()
     try:

@@ -140,6 +140,10 @@ def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
         and (not server or (_h2_frames_plausible(server) and server[3] in h2_first))
     ):
         return "http2"
+    if _pg_start(client) or (
+        _pg_typed(client, _PG_CLIENT_TYPES) and (not server or _pg_typed(server, _PG_SERVER_TYPES))
+    ):
+        return "postgresql"
     port = dport if dport in _WELL_KNOWN else sport
     guess = _WELL_KNOWN.get(port, "tcp")
     # Text protocols on their own port with content the checks above missed (inline commands).
@@ -492,6 +496,115 @@ def _parse_http2(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     return [(m[0], m[1], m[2], m[3]) for m in out]
 
 
+def _pg_start(client: bytes) -> bool:
+    """A startup, SSL or GSS request (length, then a protocol code) opens the connection."""
+    if len(client) < 8 or client[0] != 0:
+        return False
+    ln = int.from_bytes(client[:4], "big")
+    return 8 <= ln <= 10000 and int.from_bytes(client[4:8], "big") in (196608, 80877103, 80877104)
+
+
+def _pg_typed(buf: bytes, allowed: frozenset[int]) -> bool:
+    """Typed PostgreSQL messages that chain to the end of ``buf`` (or past it)."""
+    pos, seen = 0, 0
+    while pos + 5 <= len(buf):
+        ln = int.from_bytes(buf[pos + 1 : pos + 5], "big")
+        if buf[pos] not in allowed or not 4 <= ln <= 1 << 24:
+            return False
+        pos += 1 + ln
+        seen += 1
+    return seen >= 1 and (seen >= 2 or pos == len(buf) or len(buf) >= 64)
+
+
+# ---- PostgreSQL ---------------------------------------------------------------------------
+_PG_CLIENT_TYPES = frozenset(b"QPBDESCHXpFdcf")
+_PG_ASK = frozenset((2, 3, 5, 7, 8, 9, 10, 11))
+_PG_SERVER_TYPES = frozenset(b"RSKZTDCEN12nstIAGHWcdV")
+
+
+def _pg_sql_word(body: bytes) -> str:
+    return (
+        body.split(b"\0", 1)[0].split(None, 1)[0][:32].decode("utf-8", "replace").upper()
+        if body.strip(b"\0 ")
+        else ""
+    )
+
+
+def _parse_postgresql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+    """Calls: a startup or SSL request, a password, a simple query, or an extended-query
+    batch up to Sync; returns: the server's messages up to ReadyForQuery (or an
+    authentication challenge, after which the server waits for the client)."""
+    out: list[Message] = []
+    pos, n = 0, len(buf)
+    start = -1
+    label: str | None = None
+    while pos < n:
+        if direction == 0 and pos + 8 <= n and buf[pos] == 0:
+            # Untyped: startup (protocol 3.0), SSLRequest, GSSENCRequest or CancelRequest.
+            ln = int.from_bytes(buf[pos : pos + 4], "big")
+            code = int.from_bytes(buf[pos + 4 : pos + 8], "big")
+            if 8 <= ln <= 10000 and code in (196608, 80877103, 80877104, 80877102):
+                name = {196608: "startup", 80877103: "SSLRequest", 80877104: "GSSENCRequest"}.get(
+                    code, "cancel"
+                )
+                out.append((pos, min(ln, n - pos), name, None))
+                if code in (80877103, 80877104):
+                    ctx["pg_answers"] = ctx.get("pg_answers", 0) + 1  # answered by one byte
+                pos += ln
+                continue
+        if (
+            direction == 1
+            and ctx.get("pg_answers", 0)
+            and start < 0
+            and buf[pos : pos + 1] in (b"S", b"G", b"N")
+        ):
+            # One byte answers an SSL/GSS request: 'N' goes on in the clear, 'S'/'G' starts TLS.
+            ctx["pg_answers"] -= 1
+            out.append((pos, 1, None, None))
+            if buf[pos : pos + 1] != b"N":
+                break
+            pos += 1
+            continue
+        if pos + 5 > n:
+            break
+        typ = buf[pos]
+        ln = int.from_bytes(buf[pos + 1 : pos + 5], "big")
+        allowed = _PG_CLIENT_TYPES if direction == 0 else _PG_SERVER_TYPES
+        if typ not in allowed or ln < 4 or ln > 1 << 30:
+            break
+        end = min(pos + 1 + ln, n)
+        if start < 0:
+            start = pos
+        if direction == 0:
+            if typ in b"QP" and label is None:
+                body = buf[pos + 5 : end]
+                if typ == ord("P"):
+                    body = body.split(b"\0", 1)[1] if b"\0" in body else b""
+                label = _pg_sql_word(body)
+            if typ in b"QSpXF" or typ == ord("f") or typ == ord("c"):
+                if typ == ord("p"):
+                    label = "password"
+                elif typ == ord("X"):
+                    label = "terminate"
+                out.append((start, end - start, label, None))
+                start, label = -1, None
+        else:
+            # Authentication requests the client must answer (cleartext, MD5, GSS, SSPI, SASL):
+            # the server waits after them, so they end its turn; SASL-final (12) and OK (0) do not.
+            auth_challenge = (
+                typ == ord("R")
+                and end - pos >= 9
+                and int.from_bytes(buf[pos + 5 : pos + 9], "big") in _PG_ASK
+            )
+            if typ == ord("Z") or auth_challenge:
+                out.append((start, end - start, None, None))
+                start = -1
+        pos = end
+    if start >= 0:
+        out.append((start, pos - start, label, None))
+    return out
+
+
 def _parse_none(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     return [(0, len(buf), None, None)] if buf else []
 
@@ -502,6 +615,7 @@ _PARSERS: dict[str, Callable[[bytes, int, dict], list[Message]]] = {
     "memcached": _parse_memcached,
     "dns": _parse_dns_tcp,
     "http2": _parse_http2,
+    "postgresql": _parse_postgresql,
 }
 
 

@@ -107,6 +107,17 @@ def test_unknown_interface_names_the_real_ones(tmp_path: Path) -> None:
         capture_live("lo", tmp_path, duration_s=-1)
 
 
+def test_bad_names_file_fails_before_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cap"
+    args = ["capture", "live", "--iface", "lo", "--duration", "1s", "--out", str(out)]
+    assert main([*args, "--names", str(tmp_path / "nope.toml")]) == 1
+    assert "nope.toml: no such file" in capsys.readouterr().err
+    (tmp_path / "bad.toml").write_text('"10.0.0.0/99" = "lan"\n')
+    assert main([*args, "--names", str(tmp_path / "bad.toml")]) == 1
+    assert "not a valid CIDR block" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_missing_tcpdump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(tracefmt.MissingToolError, match="apt-get install tcpdump"):

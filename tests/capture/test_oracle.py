@@ -215,3 +215,38 @@ def test_grpc_streams_agree_with_tshark(name: str, tmp_path: Path) -> None:
     theirs = (sum(1 for p, s in pairs if p != "50051" and s != "0"), sum(1 for p, s in pairs if p == "50051"))
     ours = _ours(path, tmp_path)
     assert (ours[("http2", "call")], ours[("http2", "return")]) == theirs
+
+
+# PostgreSQL, recorded once with
+#   tshark -r FILE -d tcp.port==5432,pgsql -Y pgsql -T fields -e pgsql.type -e pgsql.authtype
+# calls = Simple query + Sync + Startup + SSL request + GSS encrypt request + Password +
+#         SASLInitialResponse + SASLResponse + Termination messages;
+# returns = Ready for query + authentication requests the client must answer (not OK/SASL-final).
+PGSQL_TSHARK = {
+    "zeek/postgresql_psql-create-insert-select-delete-drop.pcap": ((11, 10), None),
+    "zeek/postgresql_psql-insert-fail-drop-fail.pcap": ((9, 8), None),
+    "deepflow/postgre_prepare_stat.pcap": ((1, 1), None),
+    "deepflow/postgre_simple_query.pcap": ((1, 1), None),
+    "zeek/postgresql_psql-select-now.pcap": ((6, 4), (6, 5)),
+    "zeek/postgresql_greenhouse-app.pcap": ((90, 88), (90, 90)),
+    "ndpi/pgsql.pcap": ((18, 14), (18, 18)),
+    "deepflow/postgre_error.pcap": ((1, 0), (1, 1)),
+}
+PGSQL_WHY = (
+    "the server's one-byte answer to an SSL/GSS request ('N') is a return of its own, which tshark "
+    "shows as no pgsql message; and a response cut by the end of the capture (an Error without "
+    "ReadyForQuery) still counts as the return"
+)
+
+
+@needs_data
+@pytest.mark.parametrize("name", sorted(PGSQL_TSHARK))
+def test_postgresql_agrees_with_tshark(name: str, tmp_path: Path) -> None:
+    theirs, ours_expected = PGSQL_TSHARK[name]
+    ours = _ours(DATA / name, tmp_path)
+    mine = (ours[("postgresql", "call")], ours[("postgresql", "return")])
+    if ours_expected is None:
+        assert mine == theirs
+    else:
+        assert mine != theirs, PGSQL_WHY
+        assert mine == ours_expected, PGSQL_WHY

@@ -62,7 +62,7 @@ def test_dns_over_tcp_uses_transaction_ids() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    st.sampled_from(["http", "redis", "memcached", "dns", "tcp"]),
+    st.sampled_from(["http", "redis", "memcached", "dns", "http2", "postgresql", "tcp"]),
     st.binary(max_size=300),
     st.integers(0, 1),
 )
