@@ -2,7 +2,9 @@
 
 ``infer_nesting(trace)`` returns a ``NestingResult`` whose ``to_json()`` is the paths
 file of ``results.md`` and whose ``instances_table()`` lists every call pair with its
-inferred parent, instance, pattern and confidence.
+inferred parent, instance, pattern and confidence. ``infer_convolution(trace,
+quantum_s=..., max_lag_s=...)`` (free-form messages) returns a ``ConvolutionResult`` with
+linear paths and the output graph.
 """
 
 from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
