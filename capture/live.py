@@ -9,9 +9,11 @@ packets at a small fraction of the rate tcpdump sustains (numbers in BENCHMARKS.
   arrives (``-U``), so every file on disk holds whole records at every moment and can be
   copied or read while the capture runs.
 - Stopping: after ``duration_s``, when ``stop`` is set (the CLI sets it on SIGINT and
-  SIGTERM), or when tcpdump exits. tcpdump is stopped with SIGINT, so it flushes what it
+  SIGTERM), or when tcpdump exits. The agent first lets libpcap's ring block timer (1 s)
+  hand over what the kernel holds, then stops tcpdump with SIGINT, so it writes what it
   has and reports what it received and what the kernel dropped; then all files of the run
   are converted into ``DIR/trace.parquet`` in one pass (a connection may span a rotation).
+  The counters go into the trace's provenance (``live``) and ``DIR/live.json``.
 - Privileges: capturing needs root or CAP_NET_RAW; without them one
   :class:`~tracefmt.MissingToolError` says so.
 """
