@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from capture.decode import PROTO_TCP, PROTO_UDP, Segments, empty_segments
-from capture.protocols import PROTOCOLS, detect_tcp, parse_dns_datagram, parse_stream
+from capture.protocols import NO_REPLY, PROTOCOLS, detect_tcp, parse_dns_datagram, parse_stream
 
 __all__ = ["FlowAssembler", "FlowStats", "Messages"]
 
@@ -655,6 +655,10 @@ class FlowAssembler:
             if p != cur_p:
                 cur_p, queue, keyed, calls = p, [], {}, 0
             fid = int(flow_ids[p])
+            if dr == 0 and k == NO_REPLY:
+                op[i] = 2  # a command that gets no answer (e.g. MySQL COM_STMT_CLOSE)
+                labels[i] = lab
+                continue
             if dr == 0:
                 op[i] = 0
                 calls += 1

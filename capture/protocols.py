@@ -140,6 +140,8 @@ def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
         and (not server or (_h2_frames_plausible(server) and server[3] in h2_first))
     ):
         return "http2"
+    if _mysql_plausible(server, client=False) and (not client or _mysql_plausible(client, client=True)):
+        return "mysql"
     if _pg_start(client) or (
         _pg_typed(client, _PG_CLIENT_TYPES) and (not server or _pg_typed(server, _PG_SERVER_TYPES))
     ):
@@ -605,6 +607,62 @@ def _parse_postgresql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     return out
 
 
+# ---- MySQL ---------------------------------------------------------------------------------
+_MYSQL_COMMANDS = {
+    0x01: "QUIT", 0x02: "INIT_DB", 0x03: "QUERY", 0x04: "FIELD_LIST", 0x05: "CREATE_DB",
+    0x06: "DROP_DB", 0x07: "REFRESH", 0x08: "SHUTDOWN", 0x09: "STATISTICS", 0x0A: "PROCESS_INFO",
+    0x0C: "PROCESS_KILL", 0x0D: "DEBUG", 0x0E: "PING", 0x11: "CHANGE_USER", 0x12: "BINLOG_DUMP",
+    0x16: "STMT_PREPARE", 0x17: "STMT_EXECUTE", 0x18: "STMT_SEND_LONG_DATA", 0x19: "STMT_CLOSE",
+    0x1A: "STMT_RESET", 0x1B: "SET_OPTION", 0x1C: "STMT_FETCH", 0x1F: "RESET_CONNECTION",
+}  # fmt: skip
+_MYSQL_NO_REPLY = frozenset((0x01, 0x18, 0x19))  # QUIT, STMT_SEND_LONG_DATA, STMT_CLOSE
+#: Key of a message that expects no answer: written as a ``send``.
+NO_REPLY = -1
+
+
+def _mysql_plausible(buf: bytes, *, client: bool) -> bool:
+    if len(buf) < 5:
+        return False
+    ln = int.from_bytes(buf[:3], "little")
+    if client:
+        return buf[3] in (0, 1) and 1 <= ln <= 1 << 24 and (buf[3] == 1 or buf[4] in _MYSQL_COMMANDS)
+    # a greeting (protocol 10, seq 0) or a first response packet (seq 1)
+    return (buf[3] == 0 and buf[4] == 0x0A and ln >= 20) or (buf[3] == 1 and 1 <= ln <= 1 << 24)
+
+
+def _parse_mysql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+    """A message is a run of packets whose sequence numbers count up by one; a command
+    (sequence 0 from the client) or a number that does not follow starts the next."""
+    out: list[Message] = []
+    pos, n = 0, len(buf)
+    start, prev, label, key = -1, -2, None, None
+    while pos + 4 <= n:
+        ln = int.from_bytes(buf[pos : pos + 3], "little")
+        seq = buf[pos + 3]
+        end = min(pos + 4 + ln, n)
+        if seq != (prev + 1) & 0xFF or (direction == 0 and seq == 0):
+            if start >= 0:
+                out.append((start, pos - start, label, key))
+            start, label, key = pos, None, None
+            if direction == 0:
+                cmd = buf[pos + 4] if pos + 4 < n else -1
+                if seq == 0 and cmd in _MYSQL_COMMANDS:
+                    label = _MYSQL_COMMANDS[cmd]
+                    if cmd in (0x03, 0x16):
+                        word = buf[pos + 5 : min(end, pos + 64)].split(None, 1)
+                        label = word[0][:32].decode("utf-8", "replace").upper() if word else label
+                    key = NO_REPLY if cmd in _MYSQL_NO_REPLY else None
+                elif seq == 0:
+                    break  # not a MySQL command: garbage or the far side of a gap
+                else:
+                    label = "login" if seq == 1 else "auth"
+        prev = seq
+        pos = end
+    if start >= 0:
+        out.append((start, pos - start, label, key))
+    return out
+
+
 def _parse_none(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     return [(0, len(buf), None, None)] if buf else []
 
@@ -616,6 +674,7 @@ _PARSERS: dict[str, Callable[[bytes, int, dict], list[Message]]] = {
     "dns": _parse_dns_tcp,
     "http2": _parse_http2,
     "postgresql": _parse_postgresql,
+    "mysql": _parse_mysql,
 }
 
 

@@ -129,6 +129,12 @@ DEEPFLOW = {
     "http_http2-multi": ("http2", None),
     "http_httpv2-stream-id": ("http2", None),
     "http_istio-tcp-frag": ("http", None),
+    "mysql_mysql-exec": ("mysql", None),
+    "mysql_large-response": ("mysql", None),
+    "mysql_mysql": ("mysql", "DeepFlow files the server greeting and the auth-switch exchange as 'Other' "
+                    "and COM_QUIT as 'Session'; we report the greeting as a return without a call, the "
+                    "login and auth-switch as call/return pairs, and COM_QUIT as a send (it gets no "
+                    "answer), so we have one more call (7) and two more returns (8)"),
     "redis_redis-debug": ("redis", None),
     "redis_redis-error": ("redis", None),
     "redis_redis": ("redis", "DeepFlow logs one line per response packet (18 lines for 10 replies, "
@@ -250,3 +256,16 @@ def test_postgresql_agrees_with_tshark(name: str, tmp_path: Path) -> None:
     else:
         assert mine != theirs, PGSQL_WHY
         assert mine == ours_expected, PGSQL_WHY
+
+
+@needs_data
+def test_mysql_commands_pair_and_quit_is_a_send(tmp_path: Path) -> None:
+    # deepflow/mysql_mysql: five commands (tshark: SET, SET, SET, SHOW, ROLLBACK), then COM_QUIT.
+    out = tmp_path / "t.parquet"
+    capture.convert_pcaps([DATA / "deepflow/mysql_mysql.pcap"], out)
+    rows = tracefmt.read_trace(out).to_pylist()
+    cmds = [r for r in rows if r["op"] == "call" and r["label"] not in ("login", "auth")]
+    assert [r["label"] for r in cmds] == ["SET", "SET", "SET", "SHOW", "ROLLBACK"]
+    rets = {r["id"]: r for r in rows if r["op"] == "return" and r["id"] is not None}
+    assert all(rets[c["id"]]["label"] == c["label"] for c in cmds)
+    assert (rows[-1]["op"], rows[-1]["label"], rows[-1]["id"]) == ("send", "QUIT", None)
