@@ -260,7 +260,8 @@ def test_postgresql_agrees_with_tshark(name: str, tmp_path: Path) -> None:
 
 @needs_data
 def test_mysql_commands_pair_and_quit_is_a_send(tmp_path: Path) -> None:
-    # deepflow/mysql_mysql: five commands (tshark: SET, SET, SET, SHOW, ROLLBACK), then COM_QUIT.
+    # deepflow/mysql_mysql: DeepFlow's result lists the login, then SET NAMES utf8, set autocommit=0,
+    # SET NAMES utf8, SHOW WARNINGS, rollback; then the client sends COM_QUIT.
     out = tmp_path / "t.parquet"
     capture.convert_pcaps([DATA / "deepflow/mysql_mysql.pcap"], out)
     rows = tracefmt.read_trace(out).to_pylist()
