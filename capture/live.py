@@ -520,9 +520,28 @@ class LiveCapture:
         self.stats = parse_tcpdump_stats("\n".join(self._stderr))
         return self.stats
 
-    def wait(self, *, duration_s: float | None = None, stop: threading.Event | None = None) -> str:
-        """Record until ``duration_s`` passes, ``stop`` is set or tcpdump exits; says which."""
+    def written(self) -> tuple[int, int]:
+        """Files and bytes on disk so far."""
+        sizes = []
+        for p in self.files():
+            with contextlib.suppress(OSError):
+                sizes.append(p.stat().st_size)
+        return len(sizes), sum(sizes)
+
+    def wait(
+        self,
+        *,
+        duration_s: float | None = None,
+        stop: threading.Event | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+        progress_every_s: float = 1.0,
+    ) -> str:
+        """Record until ``duration_s`` passes, ``stop`` is set or tcpdump exits; says which.
+
+        ``on_progress(files, bytes)`` is called about every ``progress_every_s`` seconds.
+        """
         deadline = None if duration_s is None else self._t0 + duration_s
+        next_report = time.monotonic() + progress_every_s
         while True:
             if stop is not None and stop.is_set():
                 return "signal"
@@ -531,6 +550,9 @@ class LiveCapture:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return "duration"
+            if on_progress is not None and now >= next_report:
+                on_progress(*self.written())
+                next_report = now + progress_every_s
             step = 0.1 if deadline is None else min(0.1, deadline - now)
             if stop is not None:
                 stop.wait(step)
@@ -548,6 +570,7 @@ def capture_live(
     convert: bool = True,
     stop: threading.Event | None = None,
     on_ready: Callable[[LiveCapture], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
     convert_options: Mapping[str, Any] | None = None,
 ) -> LiveReport:
     """Record ``iface`` into ``out_dir`` until stopped, then convert the files into a trace.
@@ -571,6 +594,8 @@ def capture_live(
         Set it (from a signal handler, another thread) to end the recording.
     on_ready : callable, optional
         Called with the :class:`LiveCapture` once tcpdump records.
+    on_progress : callable, optional
+        Called with the files and bytes written so far, about once a second.
     convert_options : mapping, optional
         More keyword arguments for ``capture.convert_pcaps``.
 
@@ -599,7 +624,7 @@ def capture_live(
     try:
         if on_ready is not None:
             on_ready(cap)
-        stopped_by = cap.wait(duration_s=duration_s, stop=stop)
+        stopped_by = cap.wait(duration_s=duration_s, stop=stop, on_progress=on_progress)
     finally:
         stats = cap.stop()
     files = [str(p) for p in cap.files()]

@@ -81,6 +81,13 @@ def _cmd_live(args: argparse.Namespace) -> int:
         until = f"for {args.duration}" if duration else "until Ctrl-C"
         print(f"recording {cap.iface} into {cap.first_file} {until}", file=sys.stderr, flush=True)
 
+    def on_progress(files: int, size: int) -> None:
+        print(
+            f"\rrecording: {files} file{'s' if files != 1 else ''}, {size / 1e6:,.1f} MB",
+            end="",
+            file=sys.stderr,
+        )
+
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -101,11 +108,14 @@ def _cmd_live(args: argparse.Namespace) -> int:
             convert=not args.no_convert,
             stop=stop,
             on_ready=on_ready,
+            on_progress=on_progress if sys.stderr.isatty() else None,
             convert_options={"node_by": args.node_by},
         )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)  # end the progress line
     emit(args, report.to_json(), _summary(report))
     if report.recorder_error is not None:
         print(f"error: tcpdump stopped on its own: {report.recorder_error}", file=sys.stderr)

@@ -359,6 +359,24 @@ def test_duration_stops_the_recording(netns: str, tmp_path: Path) -> None:
 
 @needs_root
 @root_only
+def test_progress_reports_what_is_on_disk(tmp_path: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    report = capture_live(
+        "lo",
+        tmp_path,
+        Recording(bpf="udp port 9"),  # nothing of others' loopback traffic
+        duration_s=1.6,
+        convert=False,
+        on_progress=lambda files, size: seen.append((files, size)),
+    )
+    assert seen
+    assert seen[-1] == (1, 24)  # one file holding the pcap header
+    assert report.trace is None
+    assert [Path(f).stat().st_size for f in report.files] == [24]
+
+
+@needs_root
+@root_only
 def test_bad_filter_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(tracefmt.ParameterError, match="'tcp port nope' is not a valid capture filter"):
         capture_live("lo", tmp_path, Recording(bpf="tcp port nope"), duration_s=1)
