@@ -140,6 +140,8 @@ def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
         and (not server or (_h2_frames_plausible(server) and server[3] in h2_first))
     ):
         return "http2"
+    if _thrift_header(client, 0) or (_thrift_header(client, 4) and client[:2] != b"\x80\x01"):
+        return "thrift"
     if _mysql_plausible(server, client=False) and (not client or _mysql_plausible(client, client=True)):
         return "mysql"
     if _pg_start(client) or (
@@ -663,6 +665,83 @@ def _parse_mysql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     return out
 
 
+# ---- Thrift (binary protocol, framed or not) ----------------------------------------------
+_T_FIXED = {2: 1, 3: 1, 4: 8, 6: 2, 8: 4, 10: 8}  # bool, byte, double, i16, i32, i64
+
+
+def _thrift_skip(buf: bytes, pos: int, ttype: int, depth: int = 0) -> int:
+    """End of a value of ``ttype`` at ``pos`` (binary protocol); raises IndexError when cut."""
+    if depth > 64:
+        raise ValueError("thrift nesting too deep")
+    if ttype in _T_FIXED:
+        end = pos + _T_FIXED[ttype]
+    elif ttype == 11:  # string / binary
+        end = pos + 4 + int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+    elif ttype == 12:  # struct: fields until STOP
+        p = pos
+        while True:
+            ft = buf[p]
+            if ft == 0:
+                end = p + 1
+                break
+            p = _thrift_skip(buf, p + 3, ft, depth + 1)
+    elif ttype == 13:  # map
+        kt, vt, cnt = buf[pos], buf[pos + 1], int.from_bytes(buf[pos + 2 : pos + 6], "big", signed=True)
+        p = pos + 6
+        for _ in range(cnt):
+            p = _thrift_skip(buf, _thrift_skip(buf, p, kt, depth + 1), vt, depth + 1)
+        end = p
+    elif ttype in (14, 15):  # set, list
+        et, cnt = buf[pos], int.from_bytes(buf[pos + 1 : pos + 5], "big", signed=True)
+        p = pos + 5
+        for _ in range(cnt):
+            p = _thrift_skip(buf, p, et, depth + 1)
+        end = p
+    else:
+        raise ValueError(f"thrift type {ttype}")
+    if end > len(buf) or end < pos:
+        raise IndexError("thrift value cut")
+    return end
+
+
+def _thrift_header(buf: bytes, pos: int) -> tuple[int, str, int, int] | None:
+    """(message type, name, seqid, body start) of a strict binary message at ``pos``."""
+    if buf[pos : pos + 2] != b"\x80\x01" or pos + 12 > len(buf):
+        return None
+    mtype = buf[pos + 3] & 0x07
+    nlen = int.from_bytes(buf[pos + 4 : pos + 8], "big")
+    if nlen > 1024 or pos + 12 + nlen > len(buf):
+        return None
+    name = buf[pos + 8 : pos + 8 + nlen].decode("utf-8", "replace")
+    seqid = int.from_bytes(buf[pos + 8 + nlen : pos + 12 + nlen], "big")
+    return mtype, name, seqid, pos + 12 + nlen
+
+
+def _parse_thrift(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+    """Messages by type and sequence id; a zero sequence id pairs in order instead."""
+    out: list[Message] = []
+    pos, n = 0, len(buf)
+    while pos + 12 <= n:
+        framed = buf[pos + 4 : pos + 6] == b"\x80\x01" and buf[pos : pos + 2] != b"\x80\x01"
+        hdr = _thrift_header(buf, pos + 4 if framed else pos)
+        if hdr is None:
+            break
+        mtype, name, seqid, body = hdr
+        if framed:
+            end = min(pos + 4 + int.from_bytes(buf[pos : pos + 4], "big"), n)
+        else:
+            try:
+                end = _thrift_skip(buf, body, 12)
+            except IndexError:
+                end = n  # the rest of the message was not captured
+        key: int | None = seqid if seqid else None
+        if mtype == 4:  # ONEWAY: no reply comes
+            key = NO_REPLY
+        out.append((pos, end - pos, name[:64] or None, key))
+        pos = end
+    return out
+
+
 def _parse_none(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     return [(0, len(buf), None, None)] if buf else []
 
@@ -675,6 +754,7 @@ _PARSERS: dict[str, Callable[[bytes, int, dict], list[Message]]] = {
     "http2": _parse_http2,
     "postgresql": _parse_postgresql,
     "mysql": _parse_mysql,
+    "thrift": _parse_thrift,
 }
 
 

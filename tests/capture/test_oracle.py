@@ -270,3 +270,21 @@ def test_mysql_commands_pair_and_quit_is_a_send(tmp_path: Path) -> None:
     rets = {r["id"]: r for r in rows if r["op"] == "return" and r["id"] is not None}
     assert all(rets[c["id"]]["label"] == c["label"] for c in cmds)
     assert (rows[-1]["op"], rows[-1]["label"], rows[-1]["id"]) == ("send", "QUIT", None)
+
+
+@needs_data
+@needs_tshark
+def test_thrift_agrees_with_tshark(tmp_path: Path) -> None:
+    # ndpi/thrift.pcap: strict binary Thrift on tcp/11010, sequence ids all zero (so calls and
+    # replies pair in order). tshark repeats a message's fields on every segment it spans, so
+    # consecutive identical (port, type, method) rows are one message.
+    path = DATA / "ndpi/thrift.pcap"
+    out = subprocess.run(
+        ["tshark", "-r", str(path), "-d", "tcp.port==11010,thrift", "-Y", "thrift and tcp",
+         "-T", "fields", "-e", "tcp.srcport", "-e", "thrift.mtype", "-e", "thrift.method"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    rows = [r for i, r in enumerate(out) if i == 0 or r != out[i - 1]]
+    theirs = (sum(r.split("\t")[1] == "0x01" for r in rows), sum(r.split("\t")[1] == "0x02" for r in rows))
+    ours = _ours(path, tmp_path)
+    assert (ours[("thrift", "call")], ours[("thrift", "return")]) == theirs == (16, 16)

@@ -21,6 +21,12 @@ from capture.protocols import detect_tcp, parse_dns_datagram, parse_stream
         (b"\x80\x00" + b"\0" * 22, b"\x81", 1234, "memcached"),
         (b"\x00\x1c\xab\xcd\x01\x00\x00\x01" + b"\0" * 20, b"", 53, "dns"),
         (b"\x16\x03\x01\x02\x00", b"\x16\x03\x03", 443, "tcp"),  # TLS: not parsed
+        (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b"", 1234, "http2"),
+        (b"\x00\x00\x04\x01\x04\x00\x00\x00\x01abcd", b"\x00\x00\x00\x04\x00\x00\x00\x00\x00", 1234, "http2"),
+        (b"\x00\x00\x00\x08\x04\xd2\x16\x2f", b"N", 1234, "postgresql"),
+        (b"Q\x00\x00\x00\x0dSELECT 1\x00", b"T\x00\x00\x00\x04Z\x00\x00\x00\x05I", 1234, "postgresql"),
+        (b"", b"\x4a\x00\x00\x00\x0a8.0.1\x00" + b"\x01" * 70, 1234, "mysql"),
+        (b"\x80\x01\x00\x01\x00\x00\x00\x03add\x00\x00\x00\x05\x00", b"", 1234, "thrift"),
     ],
     ids=[
         "http-req",
@@ -32,6 +38,12 @@ from capture.protocols import detect_tcp, parse_dns_datagram, parse_stream
         "mc-bin",
         "dns-tcp",
         "tls",
+        "h2-preface",
+        "h2-midway",
+        "pg-ssl",
+        "pg-query",
+        "mysql-greeting",
+        "thrift",
     ],
 )
 def test_detect_by_content(client: bytes, server: bytes, dport: int, want: str) -> None:
@@ -62,7 +74,7 @@ def test_dns_over_tcp_uses_transaction_ids() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    st.sampled_from(["http", "redis", "memcached", "dns", "http2", "postgresql", "tcp"]),
+    st.sampled_from(["http", "redis", "memcached", "dns", "http2", "postgresql", "mysql", "thrift", "tcp"]),
     st.binary(max_size=300),
     st.integers(0, 1),
 )
