@@ -13,6 +13,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -55,9 +56,43 @@ def _expected(requests: int) -> Counter:
     return want
 
 
+class _Agent:
+    """``wirepath capture live`` on an interface of one of the testbed's namespaces."""
+
+    def __init__(self, bed: Any, host: str, iface: str, out: Path, *extra: str) -> None:
+        cmd = bed.exec_argv(host, sys.executable, "-m", "wirepath", "capture", "live", "--iface", iface)
+        cmd += ["--names", str(TESTBED / "names.toml"), "--out", str(out), "--json", *extra]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.err: list[str] = []
+        self.ready = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.err.append(line)
+            if line.startswith("recording "):
+                self.ready.set()
+        self.ready.set()
+
+    def stop(self) -> dict[str, Any]:
+        self.proc.send_signal(signal.SIGINT)
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read()  # the reader thread owns stderr
+        self.proc.stdout.close()
+        self.proc.wait(120)
+        self.reader.join(5)
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
+        assert self.proc.returncode == 0, self.err
+        return json.loads(out)
+
+
 @pytest.mark.needs_root
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces, packet capture)")
-def test_live_agent_on_the_bridge_sees_every_tier(tmp_path: Path) -> None:
+def test_live_agent_on_the_bridge_and_on_each_host(tmp_path: Path) -> None:
+    """The switch's mirrored view and the three hosts' own captures both hold every tier."""
     testbed = _load_testbed()
     requests = 45
     probe = f"wptb-probe-{os.getpid()}"
@@ -66,32 +101,19 @@ def test_live_agent_on_the_bridge_sees_every_tier(tmp_path: Path) -> None:
         pytest.skip(f"root, but this container may not make network namespaces: {made.stderr.strip()}")
     subprocess.run(["ip", "netns", "del", probe], check=False)
     with testbed.Testbed() as bed:
-        cmd = bed.exec_argv("sw", sys.executable, "-m", "wirepath", "capture", "live", "--iface", "br0")
-        cmd += ["--names", str(TESTBED / "names.toml"), "--out", str(tmp_path / "cap"), "--json"]
-        agent = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        ready = threading.Event()
-        err: list[str] = []
-
-        def read() -> None:
-            assert agent.stderr is not None
-            for line in agent.stderr:
-                err.append(line)
-                if line.startswith("recording "):
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
+        agents = {"bridge": _Agent(bed, "sw", "br0", tmp_path / "bridge")}
+        for host in ("web", "app", "db"):
+            agents[host] = _Agent(bed, host, "eth0", tmp_path / host, "--no-convert")
         try:
-            assert ready.wait(60), err
+            for agent in agents.values():
+                assert agent.ready.wait(60), agent.err
             bed.load(requests, concurrency=1)
         finally:
-            agent.send_signal(signal.SIGINT)
-            out, _ = agent.communicate(timeout=120)
+            docs = {name: agent.stop() for name, agent in agents.items()}
         namespaces = list(bed.namespaces)
-    assert agent.returncode == 0, err
-    doc = json.loads(out)
-    assert doc["packets"]["dropped_kernel"] == 0
+    assert all(d["packets"]["dropped_kernel"] == 0 for d in docs.values())
     # The switch saw every tier's calls and returns, and nothing else.
+    doc = docs["bridge"]
     assert _edges(doc["trace"]) == _expected(requests)
     trace = tracefmt.read_trace(doc["trace"])
     cols = [trace[c].to_pylist() for c in ("receiver", "op", "proto")]
@@ -100,6 +122,11 @@ def test_live_agent_on_the_bridge_sees_every_tier(tmp_path: Path) -> None:
     assert protos[("db", "call", "redis")] == _expected(requests)[("app", "db", "call")]
     assert protos[("web", "call", "http")] == requests
     assert protos[("app", "call", "http")] == _expected(requests)[("web", "app", "call")]
+    # The hosts' captures, merged as capture points, give the same messages.
+    files = [f for host in ("web", "app", "db") for f in docs[host]["files"]]
+    assert len(files) == 3
+    convert_pcaps(files, tmp_path / "hosts.parquet", point_from_file=True)
+    assert _edges(tmp_path / "hosts.parquet") == _expected(requests)
     # Teardown removed every namespace.
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     assert not any(ns in listed for ns in namespaces)
