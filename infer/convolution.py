@@ -12,7 +12,9 @@ Uses only timestamp, sender and receiver, so it works for any messaging pattern.
    those of the background: each lag's excess over a ring of neighbouring lags (load that
    swings slowly correlates all busy edges), without the lags that stand out. ``band_s``
    averages the correlation over a band of lags first, so a delay that varies still
-   makes one spike.
+   makes one spike. A spike's message pairs must also exceed the background's at the
+   same ``n_sigma`` level by a Poisson test (in sparse traces a chance pair or two
+   would otherwise pass).
 4. Estimates: a spike's message count from the correlation of raw counts (above its
    background it rises by one per message pair), its delay as its centroid.
 5. Paths: from each root, every out-edge; from each vertex (a visit of a node, reached by
@@ -40,6 +42,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 import pyarrow as pa
+from scipy.stats import norm, poisson
 
 from infer._convsignal import Correlator, find_spikes, local_background, moving_mean
 from infer.callpairs import node_codes
@@ -311,10 +314,24 @@ class _Pairs:
             return ()
         # Counts from the raw-count correlation: above its background it rises by exactly
         # the number of message pairs at each lag (undoing the overlap scaling).
+        unscale = corr.overlap[neg:] / corr.n_slots
+        raw_bg = local_background(raw, ring, core)[neg:] * unscale
+        raw_pairs = raw[neg:] * unscale
         series = raw if p.count_estimate == "raw" else sq
-        excess = (series - local_background(series, ring, core))[neg:] * corr.overlap[neg:] / corr.n_slots
+        excess = (series - local_background(series, ring, core))[neg:] * unscale
+        # A spike must also stand out as a count of message pairs: in a sparse trace a few
+        # chance coincidences are many deviations above a background of almost nothing.
+        # The background rate: the local one, but never below the mean over all lags (a
+        # ring of a few dozen lags in a sparse trace often holds no pair at all).
+        tail = float(norm.sf(p.n_sigma))
+        floor = float(raw_pairs.mean())
         out = []
         for lag, lo, hi, zval in keep:
+            seen = float(raw_pairs[lo : hi + 1].sum())
+            expected = float(np.maximum(raw_bg[lo : hi + 1], floor).sum())
+            if poisson.sf(round(seen) - 1, expected) > tail:
+                self.stats["spikes_too_few_pairs"] += 1
+                continue
             w = np.maximum(excess[lo : hi + 1], 0.0)
             count = float(w.sum())
             if p.delay_estimate == "centroid" and count > 0:
@@ -377,7 +394,9 @@ def infer_convolution(
     n_sigma, sep_sigma : float
         A spike is at least ``n_sigma`` standard deviations above the mean; two spikes are
         separated by a point at most ``sep_sigma`` above it (the paper: 4 and 3). Mean and
-        deviation are those of lags 0 .. max_lag without the runs above ``sep_sigma``.
+        deviation are those of lags 0 .. max_lag without the runs above ``sep_sigma``. The
+        spike's pairs of messages must also be as unlikely under the background's Poisson
+        rate as ``n_sigma`` deviations of a normal variable.
     band_s : float
         Delay band ``v``: spikes are sought in the correlation summed over
         ``[d - band, d + band]``, so delays that vary by about the band still peak.
@@ -516,6 +535,7 @@ def infer_convolution(
         "spikes": 0,
         "spikes_negative": 0,
         "spikes_at_max_lag": 0,
+        "spikes_too_few_pairs": 0,
         "cut_min_count": 0,
         "cut_repeats": 0,
         "cut_root": 0,

@@ -353,3 +353,20 @@ def test_direct_and_fft_correlation_give_the_same_paths(chain: pa.Table) -> None
         np.testing.assert_allclose(a.counts, b.counts, rtol=1e-9)
         for da, db in zip(a.delays_s, b.delays_s, strict=True):
             np.testing.assert_allclose(da, db, rtol=1e-9)
+
+
+def test_chance_coincidences_in_a_sparse_trace_are_no_spikes() -> None:
+    # 40 messages a->b and 40 b->c over three hours, independent: at 1 s quanta almost
+    # every lag holds no pair, so one chance pair is many deviations above the mean; the
+    # Poisson test of the pair count keeps it out. b->c 3 s after a->b is kept.
+    rng = np.random.default_rng(12)
+    ab = np.sort(rng.uniform(0, 10_000, 40))
+    independent = [(t, "a", "b") for t in ab] + [(t, "b", "c") for t in rng.uniform(0, 10_000, 40)]
+    kw: dict[str, Any] = {"quantum_s": 1.0, "max_lag_s": 200.0, "root": "a"}
+    r = infer.infer_convolution(_table(sorted(independent)), **kw)
+    assert [p.nodes for p in r.paths] == [("a", "b")]
+    assert r.stats["spikes_too_few_pairs"] >= 1
+    caused = [(t, "a", "b") for t in ab] + [(t + 3.0, "b", "c") for t in ab]
+    r = infer.infer_convolution(_table(sorted(caused)), **kw)
+    assert [p.nodes for p in r.paths] == [("a", "b", "c")]
+    assert r.paths[0].delays_s[0][0] == pytest.approx(3.0, abs=1.0)
