@@ -418,6 +418,8 @@ class FlowAssembler:
         self.stats.out_of_order += int((ooo & ~dup).sum())
         keep = ~dup
         di, gd, rel, end, gap, prev_max = di[keep], gd[keep], rel[keep], end[keep], gap[keep], prev_max[keep]
+        if not len(di):
+            return _empty_messages()  # every byte was seen before (e.g. data on a SYN, repeated)
         kstart = np.maximum(rel, prev_max)
         skip = kstart - rel
         klen = end - kstart

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import dpkt
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,24 +38,31 @@ def conversation(
     t0: int = 0,
     cport: int = 40000,
     isn: int = 1000,
+    sport: int = 7777,
 ):
     """Packets of one connection: handshake, the given (client?, segments) turns, FINs."""
     cs, ss = isn, 5000
     out = []
     t = t0
     if syn:
-        out += [pkt(t, True, cs - 1, SYN, cport=cport), pkt(t + 1, False, ss - 1, SYN | ACK, cport=cport)]
+        out += [
+            pkt(t, True, cs - 1, SYN, cport=cport, sport=sport),
+            pkt(t + 1, False, ss - 1, SYN | ACK, cport=cport, sport=sport),
+        ]
         t += 2
     for client, segs in turns:
         for data in segs:
             t += 10
             if client:
-                out.append(pkt(t, True, cs, PSH | ACK, data, cport=cport))
+                out.append(pkt(t, True, cs, PSH | ACK, data, cport=cport, sport=sport))
                 cs += len(data)
             else:
-                out.append(pkt(t, False, ss, PSH | ACK, data, cport=cport))
+                out.append(pkt(t, False, ss, PSH | ACK, data, cport=cport, sport=sport))
                 ss += len(data)
-    out += [pkt(t + 10, True, cs, FIN | ACK, cport=cport), pkt(t + 11, False, ss, FIN | ACK, cport=cport)]
+    out += [
+        pkt(t + 10, True, cs, FIN | ACK, cport=cport, sport=sport),
+        pkt(t + 11, False, ss, FIN | ACK, cport=cport, sport=sport),
+    ]
     return out
 
 
@@ -191,11 +199,26 @@ def test_redis_pipelining() -> None:
     assert list(m.label) == ["PING", "GET", "PING", "GET"]
 
 
-def test_garbage_on_a_known_port_falls_back_to_turns() -> None:
-    pk = conversation([(True, [bytes(range(40))]), (False, [bytes(range(40, 90))])], cport=40000)
-    pk = [(t, b) for t, b in pk]
-    m = run(pk)
+@pytest.mark.parametrize("port", [80, 6379, 5432, 3306, 11211, 53, 50051])
+def test_garbage_on_a_known_port_falls_back_to_turns(port: int) -> None:
+    garbage = [(True, [bytes(range(7, 47))]), (False, [bytes(range(140, 190))])]
+    m = run(conversation(garbage, sport=port))
     assert ops(m) == ["call", "return"]
+    assert {PROTOCOLS[p] for p in m.proto.tolist()} == {"tcp"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.integers(0, 2**32 - 1), st.integers(0, 255), st.binary(max_size=40)),
+        max_size=30,
+    ),
+    st.integers(1, 7),
+)
+def test_fuzz_assembler_never_escapes(segs: list[tuple[bool, int, int, bytes]], batch: int) -> None:
+    pk = [pkt(i, c, seq, flags, data) for i, (c, seq, flags, data) in enumerate(segs)]
+    m = run(pk, batch=batch)
+    assert np.all(m.nbytes >= 0)
 
 
 @settings(max_examples=40, deadline=None)

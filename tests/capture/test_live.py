@@ -345,34 +345,41 @@ def test_sigterm_keeps_the_http_calls_and_returns(netns: str, tmp_path: Path) ->
 
 @needs_root
 @root_only
-def test_duration_stops_the_recording(netns: str, tmp_path: Path) -> None:
-    agent = Agent(netns, tmp_path / "cap", "--duration", "1s", "--no-convert", "--filter", "udp port 9999")
-    _in_ns(netns, _UDP_SENDER, "100")
-    code, doc = agent.stop(None)
-    assert code == 0, agent.err
-    assert doc["stopped_by"] == "duration"
-    assert 0.9 <= doc["duration_s"] < 10
-    assert doc["trace"] is None
-    assert doc["packets"]["captured"] == 100
-    assert sorted(_udp_payload_numbers(doc["files"])) == list(range(100))
+def test_duration_filter_and_progress(tmp_path: Path) -> None:
+    """In-process on the host's loopback: a filter on a port of our own keeps others' traffic out."""
+    import socket
 
-
-@needs_root
-@root_only
-def test_progress_reports_what_is_on_disk(tmp_path: Path) -> None:
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    port = rx.getsockname()[1]
     seen: list[tuple[int, int]] = []
-    report = capture_live(
-        "lo",
-        tmp_path,
-        Recording(bpf="udp port 9"),  # nothing of others' loopback traffic
-        duration_s=1.6,
-        convert=False,
-        on_progress=lambda files, size: seen.append((files, size)),
-    )
-    assert seen
-    assert seen[-1] == (1, 24)  # one file holding the pcap header
+
+    def send(cap: LiveCapture) -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            for k in range(100):
+                tx.sendto(b"wirepath-live %08d " % k, ("127.0.0.1", port))
+
+    try:
+        report = capture_live(
+            "lo",
+            tmp_path,
+            Recording(bpf=f"udp port {port}"),
+            duration_s=1.6,
+            convert=False,
+            on_ready=send,
+            on_progress=lambda files, size: seen.append((files, size)),
+        )
+    finally:
+        rx.close()
+    assert report.stopped_by == "duration"
+    assert 1.6 <= report.duration_s < 10
     assert report.trace is None
-    assert [Path(f).stat().st_size for f in report.files] == [24]
+    assert report.stats.captured == 100
+    assert sorted(_udp_payload_numbers(report.files)) == list(range(100))
+    # Progress saw the file as it is on disk: its pcap header, then the records.
+    assert seen
+    assert seen[-1][0] == 1
+    assert seen[-1][1] == Path(report.files[0]).stat().st_size == 24 + 100 * (16 + 14 + 20 + 8 + 23)
 
 
 @needs_root
