@@ -32,7 +32,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -628,26 +628,27 @@ def capture_live(
     finally:
         stats = cap.stop()
     files = [str(p) for p in cap.files()]
-    trace = conversion = None
-    if convert and files:
-        trace = str(Path(out_dir) / "trace.parquet")
-        conversion = _convert(files, trace, names=names, options=convert_options or {})
-    report = LiveReport(
+    recorded = LiveReport(
         iface=iface,
         files=files,
         stats=stats,
         started=cap.started.isoformat().replace("+00:00", "Z"),
         duration_s=cap.duration_s,
         stopped_by=stopped_by,
-        trace=trace,
-        conversion=conversion,
         recorder_error=cap.error_message() if stopped_by == "tcpdump" else None,
     )
-    doc = report.to_json()
-    if trace is not None:
-        # The recording's own counters (kernel drops above all) travel with the trace.
-        _add_provenance(trace, {k: v for k, v in doc.items() if k not in ("trace", "conversion")})
-    Path(out_dir, "live.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    # The recording's counters are on disk before the conversion, which may take long or fail.
+    live_json = Path(out_dir, "live.json")
+    live_json.write_text(json.dumps(recorded.to_json(), indent=1) + "\n", encoding="utf-8")
+    if not (convert and files):
+        return recorded
+    trace = str(Path(out_dir) / "trace.parquet")
+    conversion = _convert(files, trace, names=names, options=convert_options or {})
+    report = replace(recorded, trace=trace, conversion=conversion)
+    # The counters (kernel drops above all) travel with the trace.
+    live = {k: v for k, v in recorded.to_json().items() if k not in ("trace", "conversion")}
+    _add_provenance(trace, live)
+    live_json.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
     return report
 
 
