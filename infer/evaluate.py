@@ -2,7 +2,9 @@
 
 The true paths are rebuilt from the trace's truth columns (``true_call``,
 ``true_parent``) with the same aggregation code inference uses, so true and inferred
-patterns share ids, and latencies are compared on the timestamps as written.
+patterns share ids, and latencies are compared on the timestamps as written. A
+convolution paths file is scored against every instance's messages in order, as linear
+paths (:func:`evaluate_convolution`).
 """
 
 from __future__ import annotations
