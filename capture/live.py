@@ -571,6 +571,7 @@ def capture_live(
     stop: threading.Event | None = None,
     on_ready: Callable[[LiveCapture], None] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    on_recorded: Callable[[LiveReport], None] | None = None,
     convert_options: Mapping[str, Any] | None = None,
 ) -> LiveReport:
     """Record ``iface`` into ``out_dir`` until stopped, then convert the files into a trace.
@@ -596,6 +597,9 @@ def capture_live(
         Called with the :class:`LiveCapture` once tcpdump records.
     on_progress : callable, optional
         Called with the files and bytes written so far, about once a second.
+    on_recorded : callable, optional
+        Called with the report of the recording once tcpdump has stopped, before the
+        conversion.
     convert_options : mapping, optional
         More keyword arguments for ``capture.convert_pcaps``.
 
@@ -640,6 +644,8 @@ def capture_live(
     # The recording's counters are on disk before the conversion, which may take long or fail.
     live_json = Path(out_dir, "live.json")
     live_json.write_text(json.dumps(recorded.to_json(), indent=1) + "\n", encoding="utf-8")
+    if on_recorded is not None:
+        on_recorded(recorded)
     if not (convert and files):
         return recorded
     trace = str(Path(out_dir) / "trace.parquet")

@@ -73,9 +73,19 @@ def register(sources: argparse._SubParsersAction) -> None:
 def _cmd_live(args: argparse.Namespace) -> int:
     duration = tracefmt.parse_duration_ns(args.duration) / 1e9 if args.duration else None
     stop = threading.Event()
+    recorded = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        if recorded.is_set():  # converting: Ctrl-C gives up the trace, the pcap files stay
+            raise KeyboardInterrupt
         stop.set()
+
+    def on_recorded(report: LiveReport) -> None:
+        recorded.set()
+        if sys.stderr.isatty():
+            print(file=sys.stderr)  # end the progress line
+        if not args.no_convert and report.files:
+            print(f"converting {len(report.files)} file(s) into the trace", file=sys.stderr, flush=True)
 
     def on_ready(cap: LiveCapture) -> None:
         until = f"for {args.duration}" if duration else "until Ctrl-C"
@@ -109,13 +119,12 @@ def _cmd_live(args: argparse.Namespace) -> int:
             stop=stop,
             on_ready=on_ready,
             on_progress=on_progress if sys.stderr.isatty() else None,
+            on_recorded=on_recorded,
             convert_options={"node_by": args.node_by},
         )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if sys.stderr.isatty():
-        print(file=sys.stderr)  # end the progress line
     emit(args, report.to_json(), _summary(report))
     if report.recorder_error is not None:
         print(f"error: tcpdump stopped on its own: {report.recorder_error}", file=sys.stderr)

@@ -384,6 +384,22 @@ def test_duration_filter_and_progress(tmp_path: Path) -> None:
 
 @needs_root
 @root_only
+def test_interrupted_conversion_keeps_the_recording(tmp_path: Path) -> None:
+    """Ctrl-C after the recording (the CLI raises KeyboardInterrupt then): no trace, files kept."""
+
+    def interrupt(report: object) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        capture_live("lo", tmp_path, Recording(bpf="udp port 9"), duration_s=0.5, on_recorded=interrupt)
+    live = json.loads((tmp_path / "live.json").read_text())
+    assert live["trace"] is None
+    assert [Path(f).exists() for f in live["files"]] == [True]
+    assert not (tmp_path / "trace.parquet").exists()
+
+
+@needs_root
+@root_only
 def test_bad_filter_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(tracefmt.ParameterError, match="'tcp port nope' is not a valid capture filter"):
         capture_live("lo", tmp_path, Recording(bpf="tcp port nope"), duration_s=1)
