@@ -251,7 +251,7 @@ def convert_pcaps(
     point_from_file: bool = False,
     keep_payload: bool = False,
     dedup_window_ns: int = DEFAULT_DEDUP_WINDOW_NS,
-    chunk_bytes: int = 16 << 20,
+    chunk_bytes: int = 8 << 20,
     on_progress: Callable[[int], None] | None = None,
 ) -> CaptureReport:
     """Convert capture files (or packet sources) into one Parquet message trace.

@@ -208,7 +208,10 @@ class FlowAssembler:
     @property
     def watermark_ns(self) -> int | None:
         """No message still to come is older than this (None: nothing is pending)."""
-        return int(self._pending.ts_ns.min()) if len(self._pending) else None
+        # Messages start at data segments: a pending connection's future messages are no older
+        # than its first pending data segment (or than packets still to be read).
+        data = self._pending.pay_len > 0
+        return int(self._pending.ts_ns[data].min()) if data.any() else None
 
     def feed(self, segs: Segments, *, final: bool = False) -> Messages:
         """Messages completed by ``segs`` (all remaining ones when ``final``)."""

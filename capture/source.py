@@ -53,7 +53,7 @@ LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
 LINKTYPE_LINUX_SLL2 = 276
 
-DEFAULT_CHUNK_BYTES = 16 << 20
+DEFAULT_CHUNK_BYTES = 8 << 20
 _MAX_RECORD = 1 << 18  # no real link has frames above 256 KiB; larger means a corrupt length
 PathLike = str | os.PathLike[str]
 
