@@ -26,8 +26,8 @@ import synth  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples" / "synth"
-PAPER, OURS = "paper (delay board, x=2)", "ours (joint board, densities, x=2, 2 rounds)"
-SETTINGS = {PAPER: {}, OURS: {"board": "joint", "density": True, "rounds": 2}}
+PAPER, OURS = "paper (delay board, x=2)", "ours (joint board, densities, x=2, 2+3 rounds)"
+SETTINGS = {PAPER: {}, OURS: {"board": "joint", "density": True, "rounds": 2, "siblings": 3}}
 TOP_NS = (1, 2, 3, 5, 10, 15, 20, 30)
 TOLERANCES = (0.0, 0.02, 0.06)
 
@@ -77,30 +77,6 @@ def figure12(messages: int, parallelism: float) -> list[str]:
     return rows
 
 
-def _relative_std(config: synth.SynthConfig, ratio: float) -> synth.SynthConfig:
-    """The configuration with every delay's std set to ``ratio`` times its mean."""
-
-    def delay(d: synth.Delay) -> synth.Delay:
-        return synth.Delay(tuple((m, m * ratio, w) for m, _, w in d.components))
-
-    def node_delay(nd: synth.NodeDelay) -> synth.NodeDelay:
-        return synth.NodeDelay(delay(nd.default), {k: delay(v) for k, v in nd.by_node.items()})
-
-    tracelets = tuple(
-        replace(
-            t,
-            calls=tuple(
-                replace(
-                    c, before=node_delay(c.before), between=node_delay(c.between), after=node_delay(c.after)
-                )
-                for c in t.calls
-            ),
-        )
-        for t in config.tracelets
-    )
-    return replace(config, tracelets=tracelets)
-
-
 def _skewed(messages: int, parallelism: float, std_ratio: float | None = None, seed: int = 1):
     cfg = replace(
         synth.load_config(SAMPLES / "multitier-skewed.toml"),
@@ -108,7 +84,7 @@ def _skewed(messages: int, parallelism: float, std_ratio: float | None = None, s
         parallelism=parallelism,
         seed=seed,
     )
-    return _relative_std(cfg, std_ratio) if std_ratio else cfg
+    return synth.with_delay_spread(cfg, std_ratio) if std_ratio else cfg
 
 
 def _run(trace, kw: dict, ns: tuple[int, ...] = (1,)) -> tuple[dict, float, float]:
@@ -165,7 +141,7 @@ def pathological(messages: int, levels: list[float], std_ratios: list[float | No
             for ratio in std_ratios:
                 cfg = replace(synth.load_config(SAMPLES / f"{name}.toml"), messages=messages, parallelism=p)
                 if ratio:
-                    cfg = _relative_std(cfg, ratio)
+                    cfg = synth.with_delay_spread(cfg, ratio)
                 trace, _ = synth.generate_table(cfg)
                 std = f"{ratio:.0%}" if ratio else "as configured"
                 for setting, kw in SETTINGS.items():
@@ -265,9 +241,10 @@ def main() -> None:
         "comes from that run (synthetic traces from `samples/synth/`, truth from their truth columns).",
         f"Two settings throughout: **{PAPER}**, the paper's algorithm with its recommended",
         f"penalty weight, and **{OURS}**: the child-return-to-parent-return gap scored",
-        "together with the call delay, bin densities instead of raw counts, and two rounds in",
-        "which the overlap penalty counts the children each parent was actually given",
-        "(`wirepath infer nesting --board joint --density --rounds 2`).",
+        "together with the call delay, bin densities instead of raw counts, two rounds in",
+        "which the overlap penalty counts the children each parent was actually given, then",
+        "three in which each candidate is scored by the gaps to the siblings it would have",
+        "(`wirepath infer nesting --board joint --density --rounds 2 --siblings 3`).",
         "",
         "Missing rates are given at count tolerances 0 / 2 / 6%: a true top-N pattern counts",
         "as found when it is among the inferred top N, or within the tolerance of the N-th",

@@ -59,6 +59,7 @@ class NestingParams:
     density: bool = False
     board: str = "delay"
     rounds: int = 0
+    siblings: int = 0
 
     def check(self) -> None:
         """Raise ``ParameterError`` naming the first bad parameter."""
@@ -74,6 +75,8 @@ class NestingParams:
             raise ParameterError(f"need 0 < bin_min_s < bin_max_s, not {self.bin_min_s}, {self.bin_max_s}")
         if not (isinstance(self.rounds, int) and 0 <= self.rounds <= 20):
             raise ParameterError(f"rounds must be an integer from 0 to 20, not {self.rounds!r}")
+        if not (isinstance(self.siblings, int) and 0 <= self.siblings <= 20):
+            raise ParameterError(f"siblings must be an integer from 0 to 20, not {self.siblings!r}")
         if self.board not in BOARDS:
             raise ParameterError(f"unknown scoreboard {self.board!r} (must be one of {', '.join(BOARDS)})")
         if self.board == "joint" and self.smooth_bins > 0:
@@ -488,6 +491,84 @@ class _Board:
         return np.where(self.keys[at] == keys, self.values[at], 0.0)
 
 
+class _GapBoard:
+    """The siblings scoreboard: per (A, B, C), how often each pair of gaps around a child
+    occurs among the children its parent was given (see ``infer_nesting``'s siblings).
+
+    A gap is "after the previous sibling's return" or "after the parent's call" (and
+    "before the next sibling's call" or "before the parent's return"); which one is
+    part of the cell, with the gap's exponential bin.
+    """
+
+    def __init__(self, params: NestingParams, n_nodes: int) -> None:
+        self.params, self.n_nodes = params, n_nodes
+        self.half = 2 * params.n_bins  # bins of one gap kind, positive and negative
+        self.width = _bin_widths(params)
+        if n_nodes**3 * (2 * self.half) ** 2 >= 1 << 62:
+            raise ParameterError(f"{n_nodes} nodes are too many for siblings scoring")
+        self.keys = np.zeros(0, np.int64)
+        self.values = np.zeros(0)
+
+    def cells(self, pairs: CallPairs, ch: _Chunk, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Cell keys of a chunk's candidates given each parent's members, and the cells'
+        areas (products of the two bins' widths)."""
+        c, par = ch.c.astype(np.int64), ch.par.astype(np.int64)
+        m = c.size
+        sib = ch.siblings
+        lo, hi = sib.run[sib.group], sib.run_end[sib.group]
+        pos = np.arange(m)
+        # The nearest members before and after each candidate in its parent's group
+        # (candidates are in call order within the group), itself excluded.
+        last = np.maximum.accumulate(np.where(member, pos, -1))
+        prev = np.concatenate([[-1], last[:-1]]) if m else last
+        has_prev = prev >= lo
+        first = np.minimum.accumulate(np.where(member, pos, m)[::-1])[::-1]
+        nxt = np.concatenate([first[1:], [m]]) if m else first
+        has_next = nxt < hi
+        tc, tr = pairs.t_call, pairs.t_return
+        before = np.where(has_prev, tc[c] - tr[c[np.where(has_prev, prev, 0)]], tc[c] - tc[par])
+        after = np.where(has_next, tc[c[np.where(has_next, nxt, 0)]] - tr[c], tr[par] - tr[c])
+        b1, b2 = _bins(before, self.params), _bins(after, self.params)
+        n = self.n_nodes
+        triple = (pairs.caller[par] * n + pairs.callee[par]) * n + pairs.callee[c]
+        k = 2 * self.half
+        key = (triple * k + b1 + has_prev * self.half) * k + b2 + has_next * self.half
+        return key, self.width[b1] * self.width[b2]
+
+    @classmethod
+    def learn(
+        cls,
+        pairs: CallPairs,
+        chunks: _CandidateChunks,
+        parent: np.ndarray,
+        params: NestingParams,
+        n_nodes: int,
+    ) -> _GapBoard:
+        """The board of the gaps around every child at the parent it was given."""
+        board = cls(params, n_nodes)
+        keys, areas = [], []
+        for ch in chunks:
+            member = parent[ch.c] == ch.par
+            key, area = board.cells(pairs, ch, member)
+            keys.append(key[member])
+            areas.append(area[member])
+        all_keys = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+        board.keys, inv, count = np.unique(all_keys, return_inverse=True, return_counts=True)
+        area = np.ones(board.keys.size)
+        if params.density and all_keys.size:
+            area[inv.ravel()] = np.concatenate(areas)
+        board.values = count / area
+        return board
+
+    def lookup(self, pairs: CallPairs, ch: _Chunk, member: np.ndarray) -> np.ndarray:
+        """Scores of a chunk's candidates; 0 for a cell no chosen child fell in."""
+        key, _ = self.cells(pairs, ch, member)
+        if self.keys.size == 0:
+            return np.zeros(key.size)
+        at = np.minimum(np.searchsorted(self.keys, key), self.keys.size - 1)
+        return np.where(self.keys[at] == key, self.values[at], 0.0)
+
+
 class _BestSoFar:
     """Each child's best candidate over chunks: highest score, then earliest parent call."""
 
@@ -645,6 +726,7 @@ def infer_nesting(
     density: bool = False,
     board: str = "delay",
     rounds: int = 0,
+    siblings: int = 0,
     sort: str = "total",
 ) -> NestingResult:
     """Infer causal path patterns of an RPC trace with the nesting algorithm.
@@ -701,7 +783,19 @@ def infer_nesting(
     from infer.patterns import build_patterns
 
     params = NestingParams(
-        x, y, z, bin_base, bin_min_s, bin_max_s, smooth_bins, tolerance_s, use_ids, density, board, rounds
+        x,
+        y,
+        z,
+        bin_base,
+        bin_min_s,
+        bin_max_s,
+        smooth_bins,
+        tolerance_s,
+        use_ids,
+        density,
+        board,
+        rounds,
+        siblings,
     )
     params.check()
     if sort not in ("total", "count"):
@@ -720,7 +814,7 @@ def infer_nesting(
     tol_ns = round(tolerance_s * 1e9)
     n_nodes = len(nodes.names)
     board_ = _Board(params, n_nodes)
-    chunks = _CandidateChunks(pairs, tol_ns, board_, siblings=x > 0)
+    chunks = _CandidateChunks(pairs, tol_ns, board_, siblings=x > 0 or siblings)
 
     # Pass 1: each child's candidates share one unit of weight on the scoreboard.
     counts = np.zeros(n, np.int64)
@@ -748,16 +842,19 @@ def infer_nesting(
         best.offer(c, par, score, pairs.t_call)
     # Refinement rounds: the penalties count the children each parent actually got in
     # the round before, not every child it could have had.
-    if rounds and (x or y or z):
+    plain = rounds if (x or y or z) else 0
+    if plain or siblings:
         ranks = _time_ranks(pairs) if (y or z) else None
-        for _ in range(rounds):
+        for k in range(plain + siblings):
             chosen = _Chosen(pairs, best.parent, *ranks) if ranks else None
             previous = best.parent
+            gaps = _GapBoard.learn(pairs, chunks, previous, params, n_nodes) if k >= plain else None
             best = _BestSoFar(n)
             for ch in chunks:
-                score = board_.lookup(ch.cells)
+                member = previous[ch.c] == ch.par
+                score = gaps.lookup(pairs, ch, member) if gaps is not None else board_.lookup(ch.cells)
                 if x:
-                    score = score * (1.0 + ch.siblings.overlaps(previous[ch.c] == ch.par)) ** -x
+                    score = score * (1.0 + ch.siblings.overlaps(member)) ** -x
                 if chosen is not None:
                     score = score * chosen.penalty(pairs, ch.c, ch.par, replace(params, x=0.0))
                 best.offer(ch.c, ch.par, score, pairs.t_call)

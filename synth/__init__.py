@@ -15,6 +15,7 @@ from synth.config import (
     TraceletSpec,
     load_config,
     parse_config,
+    with_delay_spread,
 )
 from synth.faults import CaptureQueue, stamp_skew
 from synth.generate import SynthReport, generate_table, generate_trace
@@ -37,4 +38,5 @@ __all__ = [
     "mean_parallelism",
     "parse_config",
     "stamp_skew",
+    "with_delay_spread",
 ]

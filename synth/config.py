@@ -31,6 +31,7 @@ __all__ = [
     "TraceletSpec",
     "load_config",
     "parse_config",
+    "with_delay_spread",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -549,3 +550,40 @@ def load_config(path: PathLike) -> SynthConfig:
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceFileError(f"{p}: cannot read ({exc})") from None
     return parse_config(text, str(p))
+
+
+def with_delay_spread(config: SynthConfig, ratio: float) -> SynthConfig:
+    """The configuration with every delay's standard deviation set to ``ratio`` times
+    its mean (per mixture component): the delay-variance axis of the paper's accuracy
+    experiments.
+
+    Examples
+    --------
+    >>> cfg = parse_config('nodes = ["c", "s"]\\n[trace]\\nmessages = 100\\n[[tracelet]]\\n'
+    ...                    'client = "c"\\n[[tracelet.call]]\\nto = "s"\\nbefore_s = [0.010, 0.004]\\n')
+    >>> with_delay_spread(cfg, 0.05).tracelets[0].calls[0].before.default.components
+    ((0.01, 0.0005, 1.0),)
+    """
+    if not (np.isfinite(ratio) and ratio >= 0):
+        raise ParameterError(f"delay spread ratio must be a finite number >= 0, not {ratio}")
+
+    def delay(d: Delay) -> Delay:
+        return Delay(tuple((m, m * ratio, w) for m, _, w in d.components))
+
+    def node_delay(nd: NodeDelay) -> NodeDelay:
+        return NodeDelay(delay(nd.default), {k: delay(v) for k, v in nd.by_node.items()})
+
+    tracelets = tuple(
+        replace(
+            t,
+            calls=tuple(
+                replace(
+                    c, before=node_delay(c.before), between=node_delay(c.between), after=node_delay(c.after)
+                )
+                for c in t.calls
+            ),
+            hops=tuple(replace(h, delay=node_delay(h.delay)) for h in t.hops),
+        )
+        for t in config.tracelets
+    )
+    return replace(config, tracelets=tracelets)

@@ -212,6 +212,7 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         density=args.density,
         board=args.board,
         rounds=args.rounds,
+        siblings=args.siblings,
         sort=args.sort,
     )
     window = tracefmt.parse_duration_ns(args.window) / 1e9 if args.window else None
@@ -451,6 +452,13 @@ def _build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="refinement rounds: penalties over the children each parent got (default 0)",
+    )
+    p.add_argument(
+        "--siblings",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then N rounds scoring the gaps to each child's siblings (default 0)",
     )
     p.add_argument("--bin-base", type=float, default=1.05, help="delay bin growth factor (default 1.05)")
     p.add_argument("--bin-min", default="1us", metavar="DURATION", help="smallest delay bin (default 1us)")

@@ -45,6 +45,28 @@ def test_rounds_find_more_true_parents(busy_trace) -> None:
     assert refined > one_pass + 0.03, (one_pass, refined)
 
 
+@pytest.fixture(scope="module")
+def tight_trace():
+    # Delays that vary by 10% of their means: the gaps between siblings are then tight.
+    cfg = synth.load_config(SAMPLES / "multitier-skewed.toml")
+    cfg = synth.with_delay_spread(replace(cfg, messages=20_000, parallelism=5.0, seed=7), 0.10)
+    return synth.generate_table(cfg)[0]
+
+
+def test_sibling_rounds_find_more_true_parents(tight_trace) -> None:
+    kw = {"board": "joint", "density": True, "rounds": 2}
+    rounds_only = _true_links(tight_trace, infer_nesting(tight_trace, **kw))
+    with_siblings = _true_links(tight_trace, infer_nesting(tight_trace, siblings=3, **kw))
+    assert with_siblings > rounds_only + 0.03, (rounds_only, with_siblings)
+
+
+def test_sibling_rounds_keep_a_serial_trace_exact(serial_trace) -> None:
+    table, truth = serial_trace
+    r = infer_nesting(table, board="joint", density=True, rounds=1, siblings=2)
+    assert _true_links(table, r) == 1.0
+    assert {p.id: p.count for p in r.patterns} == {p["id"]: p["count"] for p in truth["patterns"]}
+
+
 def test_rounds_change_nothing_without_penalties(busy_trace) -> None:
     a = infer_nesting(busy_trace, x=0.0)
     b = infer_nesting(busy_trace, x=0.0, rounds=3)
@@ -58,7 +80,8 @@ def test_rounds_keep_a_serial_trace_exact(serial_trace) -> None:
     assert {p.id: p.count for p in r.patterns} == {p["id"]: p["count"] for p in truth["patterns"]}
 
 
-@pytest.mark.parametrize("rounds", [-1, 21, 1.5])
-def test_bad_rounds(serial_trace, rounds) -> None:
-    with pytest.raises(ParameterError, match="rounds"):
-        infer_nesting(serial_trace[0], rounds=rounds)
+@pytest.mark.parametrize("name", ["rounds", "siblings"])
+@pytest.mark.parametrize("value", [-1, 21, 1.5])
+def test_bad_round_counts(serial_trace, name: str, value) -> None:
+    with pytest.raises(ParameterError, match=name):
+        infer_nesting(serial_trace[0], **{name: value})

@@ -330,3 +330,28 @@ def test_with_overrides_ignores_none(stats_toml: str) -> None:
     cfg = synth.parse_config(stats_toml)
     new = cfg.with_overrides(seed=9, messages=None, parallelism=3.0)
     assert (new.seed, new.messages, new.parallelism) == (9, 50000, 3.0)
+
+
+def test_delay_spread_sets_every_std_from_its_mean() -> None:
+    from pathlib import Path
+
+    samples = Path(__file__).resolve().parents[2] / "samples" / "synth"
+    for name in ("multitier-slow.toml", "mail.toml"):
+        cfg = synth.with_delay_spread(synth.load_config(samples / name), 0.05)
+        delays = [d for t in cfg.tracelets for c in t.calls for d in (c.before, c.between, c.after)]
+        delays += [h.delay for t in cfg.tracelets for h in t.hops]
+        assert delays
+        for nd in delays:
+            for d in (nd.default, *nd.by_node.values()):
+                for mean, std, _ in d.components:
+                    assert std == pytest.approx(0.05 * mean)
+
+
+@pytest.mark.parametrize("ratio", [-0.1, float("nan"), float("inf")])
+def test_delay_spread_rejects_bad_ratios(ratio: float) -> None:
+    cfg = synth.parse_config(
+        'nodes = ["c", "s"]\n[trace]\nmessages = 10\n[[tracelet]]\nclient = "c"\n'
+        '[[tracelet.call]]\nto = "s"\n'
+    )
+    with pytest.raises(ParameterError, match="ratio"):
+        synth.with_delay_spread(cfg, ratio)
