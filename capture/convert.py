@@ -132,7 +132,9 @@ def messages_table(
         .dictionary_encode()
         .cast(NODE_TYPE),
     }
-    del keep_payload  # payload columns are not part of the trace schema; see convert_pcaps
+    if keep_payload:
+        # A user column (x_ prefix): the trace schema has no payload, inference never reads it.
+        cols["x_payload"] = pa.array(msgs.payload.tolist(), pa.binary())
     return pa.table(cols)
 
 
@@ -146,6 +148,7 @@ def _convert_one(
     chunk_bytes: int,
     on_progress: Callable[[int], None] | None,
     t0: float,
+    keep_payload: bool = False,
 ) -> None:
     decoder = Decoder()
     stats = FlowStats()
@@ -155,12 +158,12 @@ def _convert_one(
 
         def write(msgs: Messages, *, always: bool = False) -> None:
             if len(msgs) or (always and not writer.rows):
-                writer.write(messages_table(msgs, namer, point=point))
+                writer.write(messages_table(msgs, namer, point=point, keep_payload=keep_payload))
                 if on_progress is not None:
                     on_progress(writer.rows)
 
         for src in sources:
-            asm = FlowAssembler()
+            asm = FlowAssembler(keep_payload=keep_payload)
             batches = iter(src)
             batch = next(batches, None)
             while batch is not None:
@@ -272,8 +275,8 @@ def convert_pcaps(
         estimated and applied, duplicates removed, ``point`` tells where a message was
         seen.
     keep_payload : bool
-        Payload bytes are never written to the trace; this flag is accepted for the
-        command line's sake and rejected until a payload column exists.
+        Also write each message's captured bytes in a user column ``x_payload`` (binary).
+        Without it no payload byte reaches the trace.
     dedup_window_ns : int
         Window for duplicates across points.
     chunk_bytes : int
@@ -300,11 +303,6 @@ def convert_pcaps(
     >>> convert_pcaps([FakeSource([])], out).messages
     0
     """
-    if keep_payload:
-        raise ParameterError(
-            "--keep-payload is not supported: the trace schema has no payload column "
-            "(payload bytes are never written)"
-        )
     if not paths:
         raise ParameterError("give at least one capture file")
     t0 = time.perf_counter()
@@ -314,7 +312,15 @@ def convert_pcaps(
     if not point_from_file or len(sources) == 1:
         point = Path(sources[0].name).stem if point_from_file else None
         _convert_one(
-            sources, out, namer, report, point=point, chunk_bytes=chunk_bytes, on_progress=on_progress, t0=t0
+            sources,
+            out,
+            namer,
+            report,
+            point=point,
+            chunk_bytes=chunk_bytes,
+            on_progress=on_progress,
+            t0=t0,
+            keep_payload=keep_payload,
         )
         return report
     with tempfile.TemporaryDirectory(prefix="wirepath-points-") as tmp:
@@ -323,7 +329,15 @@ def convert_pcaps(
             part = Path(tmp) / f"point{i}.parquet"
             point = Path(src.name).stem or f"point{i}"
             _convert_one(
-                [src], part, namer, report, point=point, chunk_bytes=chunk_bytes, on_progress=None, t0=t0
+                [src],
+                part,
+                namer,
+                report,
+                point=point,
+                chunk_bytes=chunk_bytes,
+                on_progress=None,
+                t0=t0,
+                keep_payload=keep_payload,
             )
             parts.append((part, point))
         cols = ["timestamp", "sender", "receiver", "op", "id"]

@@ -99,6 +99,7 @@ class Messages:
     flow: np.ndarray
     proto: np.ndarray  # index into PROTOCOLS
     label: np.ndarray  # object: str or None
+    payload: np.ndarray  # object: the message's captured bytes, or None unless asked for
     # Where the client endpoint is the sender (calls) or the receiver (returns): the server side.
     server_is_dst: np.ndarray
 
@@ -137,6 +138,7 @@ def _empty_messages() -> Messages:
         flow=u,
         proto=np.zeros(0, np.int8),
         label=np.zeros(0, object),
+        payload=np.zeros(0, object),
         server_is_dst=np.zeros(0, bool),
     )
 
@@ -197,7 +199,10 @@ class FlowAssembler:
     ([0, 1], [2, 3], ['http', 'http'], ['GET /', 'GET /'])
     """
 
-    def __init__(self, *, idle_timeout_ns: int = 60_000_000_000, max_carry: int = 1 << 17) -> None:
+    def __init__(
+        self, *, idle_timeout_ns: int = 60_000_000_000, max_carry: int = 1 << 17, keep_payload: bool = False
+    ) -> None:
+        self.keep_payload = keep_payload
         self.idle_timeout_ns = idle_timeout_ns
         self.max_carry = max_carry
         self.stats = FlowStats()
@@ -271,6 +276,9 @@ class FlowAssembler:
             flow=flow,
             proto=proto,
             label=label,
+            payload=np.array([s.payload(i) for i in range(n)] + [None], object)[:n]
+            if self.keep_payload
+            else np.full(n, None, object),
             server_is_dst=server_is_dst,
         )
 
@@ -487,8 +495,24 @@ class FlowAssembler:
             self.stats.flows_by_proto[protos[p]] += 1
         if generic.any():
             gi = np.flatnonzero(generic)
-            out.append(self._turns(s, di[gi], kp[gi], kd[gi], klen[gi], run_start[gi], flow_ids))
+            out.append(
+                self._turns(
+                    s, di[gi], kp[gi], kd[gi], klen[gi], run_start[gi], flow_ids, sstart[gi], kcap[gi], stream
+                )
+            )
         return Messages.concat(out)
+
+    def _turn_payloads(
+        self, stream: bytes, sstart: np.ndarray, kcap: np.ndarray, ts: np.ndarray
+    ) -> np.ndarray:
+        """Captured bytes of each turn: its segments' span of the direction's stream."""
+        if not self.keep_payload or not len(ts):
+            return np.full(len(ts), None, object)
+        lo = np.minimum.reduceat(sstart, ts)
+        hi = np.maximum.reduceat(sstart + kcap, ts)
+        return np.array(
+            [stream[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True)] + [None], object
+        )[:-1]
 
     def _turns(
         self,
@@ -499,10 +523,14 @@ class FlowAssembler:
         klen: np.ndarray,
         run_start: np.ndarray,
         flow_ids: np.ndarray,
+        sstart: np.ndarray,
+        kcap: np.ndarray,
+        stream: bytes,
     ) -> Messages:
         """The turn-taking rule over kept data segments of generic connections (vectorized)."""
         o = np.lexsort((di, kp))  # time order within each connection
         di, kp, kd, klen, gap = di[o], kp[o], kd[o], klen[o], run_start[o]
+        sstart, kcap = sstart[o], kcap[o]
         pstart = np.r_[True, kp[1:] != kp[:-1]]
         turn = pstart | np.r_[True, kd[1:] != kd[:-1]] | gap
         ts = np.flatnonzero(turn)
@@ -533,6 +561,7 @@ class FlowAssembler:
             flow=flow_ids[tkp],
             proto=np.full(len(ts), _PROTO_CODE["tcp"], np.int8),
             label=np.full(len(ts), None, object),
+            payload=self._turn_payloads(stream, sstart, kcap, ts),
             server_is_dst=is_call,
         )
 
@@ -724,6 +753,9 @@ class FlowAssembler:
                 flow=flow_ids[pieces],
                 proto=proto_codes,
                 label=labels,
+                payload=np.array([stream[r[2] : r[2] + r[3]] for r in rows] + [None], object)[:-1]
+                if self.keep_payload
+                else np.full(m, None, object),
                 server_is_dst=is_call,
             ),
             sorted(fallback),

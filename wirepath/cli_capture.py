@@ -75,7 +75,7 @@ def _register_pcap(sources: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--keep-payload",
         action="store_true",
-        help="keep payload bytes (not supported: the trace never stores payload bytes)",
+        help="also store each message's captured bytes (column x_payload); by default no payload is kept",
     )
 
 

@@ -90,8 +90,20 @@ def test_bad_files_exit_1_with_one_line(
     assert not (tmp_path / "t.parquet").exists()
 
 
-def test_keep_payload_is_refused_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    p = tmp_path / "x.pcap"
-    p.write_bytes(b"\xd4\xc3\xb2\xa1\x02\x00\x04\x00" + b"\0" * 8 + b"\xff\xff\0\0\x01\0\0\0")
-    assert main(["capture", "pcap", str(p), "--out", str(tmp_path / "t.parquet"), "--keep-payload"]) == 1
-    assert "keep-payload" in capsys.readouterr().err
+@needs_data
+def test_payload_only_with_keep_payload(tmp_path: Path) -> None:
+    import dpkt
+
+    src = DATA / "zeek/http_get.pcap"
+    plain, kept = tmp_path / "plain.parquet", tmp_path / "kept.parquet"
+    assert main(["capture", "pcap", str(src), "--out", str(plain)]) == 0
+    assert main(["capture", "pcap", str(src), "--out", str(kept), "--keep-payload"]) == 0
+    assert "x_payload" not in tracefmt.read_trace(plain).column_names
+    # The request as dpkt sees it on the wire: the first client-to-port-80 segment with data.
+    with open(src, "rb") as f:
+        segs = [dpkt.ethernet.Ethernet(b).data.data for _, b in dpkt.pcap.Reader(f)]
+    request = next(t.data for t in segs if t.dport == 80 and t.data)
+    rows = tracefmt.read_trace(kept).to_pylist()
+    call = next(r for r in rows if r["op"] == "call")
+    assert call["x_payload"] == request
+    assert len(call["x_payload"]) == call["bytes"]
