@@ -723,8 +723,8 @@ class FlowAssembler:
                     labels[i] = labels[j]
                 elif lab is not None and labels[i] is None:
                     labels[i] = lab
-        is_call = op == 0
-        sender_is_a = np.where(is_call, client_is_a[pieces], ~client_is_a[pieces])
+        from_client = dirs == 0  # calls and the sends of commands that get no answer
+        sender_is_a = np.where(from_client, client_is_a[pieces], ~client_is_a[pieces])
         # Addresses from the piece's first segment, oriented by direction.
         f = starts[pieces]
         a_hi = np.where(from_a[f], s.src_hi[f], s.dst_hi[f])
@@ -756,7 +756,7 @@ class FlowAssembler:
                 payload=np.array([stream[r[2] : r[2] + r[3]] for r in rows] + [None], object)[:-1]
                 if self.keep_payload
                 else np.full(m, None, object),
-                server_is_dst=is_call,
+                server_is_dst=from_client,
             ),
             sorted(fallback),
         )

@@ -144,6 +144,12 @@ def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
         return "thrift"
     if _mysql_plausible(server, client=False) and (not client or _mysql_plausible(client, client=True)):
         return "mysql"
+    if (
+        not server
+        and _mysql_plausible(client, client=True)
+        and int.from_bytes(client[:3], "little") + 4 == len(client)
+    ):
+        return "mysql"  # one whole command packet and no answer seen
     if _pg_start(client) or (
         _pg_typed(client, _PG_CLIENT_TYPES) and (not server or _pg_typed(server, _PG_SERVER_TYPES))
     ):
