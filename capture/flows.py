@@ -38,6 +38,9 @@ __all__ = ["FlowAssembler", "FlowStats", "Messages"]
 _FIN, _SYN, _RST, _ACK = 0x01, 0x02, 0x04, 0x10
 _PROTO_CODE = {p: i for i, p in enumerate(PROTOCOLS)}
 _DNS_PORTS = (53, 5353, 5355)
+_HTTP_METHODS = frozenset(
+    (b"GET", b"POST", b"PUT", b"DELETE", b"HEAD", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")
+)
 _WELL_KNOWN_PORTS = np.array(
     sorted({*range(1, 1024), 1433, 1521, 2181, 3306, 5432, 5672, 6379, 8080, 8443, 9042, 9090, 9092, 9200,
             11211, 27017, 50051}),
@@ -467,6 +470,19 @@ class FlowAssembler:
         out: list[Messages] = []
         generic = ~parsed[kp]
         extra_generic: list[int] = []
+        http = np.array([pr == "http" for pr in protos], bool)
+        if http.any() and not self.keep_payload:
+            fast, handled = self._http_turns(s, di, kp, kd, klen, kcap, run_start, sstart, stream, http,
+                                             flow_ids)  # fmt: skip
+            if len(fast):
+                out.append(fast)
+                parsed &= ~handled
+                self.stats.flows_by_proto["http"] += int(handled.sum())
+                counted_fast = handled
+            else:
+                counted_fast = np.zeros(npieces, bool)
+        else:
+            counted_fast = np.zeros(npieces, bool)
         if parsed.any():
             pm, fallback = self._parsed_messages(
                 s,
@@ -491,7 +507,7 @@ class FlowAssembler:
             generic |= np.isin(kp, extra_generic)
             for p in extra_generic:
                 protos[p] = "tcp"
-        for p in np.flatnonzero(np.isin(np.arange(npieces), np.unique(kp))).tolist():
+        for p in np.flatnonzero(np.isin(np.arange(npieces), np.unique(kp)) & ~counted_fast).tolist():
             self.stats.flows_by_proto[protos[p]] += 1
         if generic.any():
             gi = np.flatnonzero(generic)
@@ -501,6 +517,129 @@ class FlowAssembler:
                 )
             )
         return Messages.concat(out)
+
+    def _http_turns(
+        self,
+        s: Segments,
+        di: np.ndarray,
+        kp: np.ndarray,
+        kd: np.ndarray,
+        klen: np.ndarray,
+        kcap: np.ndarray,
+        run_start: np.ndarray,
+        sstart: np.ndarray,
+        stream: bytes,
+        http: np.ndarray,
+        flow_ids: np.ndarray,
+    ) -> tuple[Messages, np.ndarray]:
+        """HTTP connections where every turn is exactly one message, found without the parser.
+
+        The common case (one request, then its response, no pipelining, no chunking, no
+        gaps) is checked per turn with a few byte searches; a connection with any turn that
+        does not check out is left to the full parser. Returns the messages and the
+        connections handled.
+        """
+        npieces = len(http)
+        gstart = np.r_[True, (kp[1:] != kp[:-1]) | (kd[1:] != kd[:-1])]
+        elig = http.copy()
+        elig[np.unique(kp[run_start & ~gstart])] = False  # gaps: the parser's business
+        sel = np.flatnonzero(elig[kp])
+        if not len(sel):
+            return _empty_messages(), np.zeros(npieces, bool)
+        o = sel[np.lexsort((di[sel], kp[sel]))]  # time order within each connection
+        op_, od = kp[o], kd[o]
+        pstart = np.r_[True, op_[1:] != op_[:-1]]
+        tix = np.flatnonzero(pstart | np.r_[True, od[1:] != od[:-1]])
+        lo = np.minimum.reduceat(sstart[o], tix)
+        hi = np.maximum.reduceat(sstart[o] + kcap[o], tix)
+        whole = (np.add.reduceat(kcap[o], tix) == hi - lo) & (np.add.reduceat(klen[o], tix) == hi - lo)
+        tp, td = op_[tix], od[tix]
+        nt = len(tix)
+        ok = whole.copy()
+        labels = np.full(nt, None, object)
+        find, methods = stream.find, _HTTP_METHODS
+        for t, (a, b, d) in enumerate(zip(lo.tolist(), hi.tolist(), td.tolist(), strict=True)):
+            if not ok[t]:
+                continue
+            h = find(b"\r\n\r\n", a, b)
+            if h < 0:
+                ok[t] = False
+                continue
+            end = h + 4
+            eol = find(b"\r\n", a, end)
+            if d == 0:
+                sp = find(b" ", a, eol)
+                if sp < 0 or stream[a:sp] not in methods:
+                    ok[t] = False
+                    continue
+                path = stream[sp + 1 : eol].rsplit(b" HTTP/", 1)[0][:200].split(b"?", 1)[0]
+                labels[t] = f"{stream[a:sp].decode()} {path.decode('utf-8', 'replace')}"
+            elif (
+                stream[a : a + 7] != b"HTTP/1."
+                or stream[a + 9 : a + 10] in (b"1",)
+                or stream[a + 9 : a + 12] in (b"204", b"304")
+            ):
+                ok[t] = False
+                continue
+            else:
+                labels[t] = stream[a + 9 : a + 12].decode("ascii", "replace")  # until a call claims it
+            head = stream[eol:end].lower()
+            if b"chunked" in head:
+                ok[t] = False
+                continue
+            i = head.find(b"\ncontent-length:")
+            if i < 0:
+                cl = 0 if d == 0 else -1  # a response without a length runs to the close
+            else:
+                j = head.find(b"\r", i + 16)
+                try:
+                    cl = int(head[i + 16 : j])
+                except ValueError:
+                    cl = -1
+            ok[t] = end + cl == b
+        bad = np.zeros(npieces, bool)
+        bad[tp[~ok]] = True
+        handled = elig & ~bad
+        keep = handled[tp]
+        if not keep.any():
+            return _empty_messages(), handled
+        tix, tp, td, lo, hi, labels = tix[keep], tp[keep], td[keep], lo[keep], hi[keep], labels[keep]
+        pst = np.r_[True, tp[1:] != tp[:-1]]
+        is_call = td == 0
+        ccount = np.cumsum(is_call)
+        base = np.maximum.accumulate(np.where(pst, ccount - is_call, 0))
+        call_no = ccount - base
+        has_id = call_no > 0
+        mid = (flow_ids[tp] << np.uint64(24)) | (call_no.astype(np.uint64) & np.uint64(0xFFFFFF))
+        # A return is labelled like the call it answers (the last call turn before it).
+        idx = np.arange(len(tp))
+        last_call = np.maximum.accumulate(np.where(is_call, idx, -1))
+        first_of_piece = np.maximum.accumulate(np.where(pst, idx, 0))
+        ans = (~is_call) & (last_call >= first_of_piece)
+        labels[ans] = labels[last_call[ans]]
+        seg = di[o[tix]]
+        self.stats.messages_by_proto["http"] += len(tix)
+        return (
+            Messages(
+                ts_ns=s.ts_ns[seg],
+                src_hi=s.src_hi[seg],
+                src_lo=s.src_lo[seg],
+                sport=s.sport[seg],
+                dst_hi=s.dst_hi[seg],
+                dst_lo=s.dst_lo[seg],
+                dport=s.dport[seg],
+                op=np.where(is_call, 0, 1).astype(np.int8),
+                id=np.where(has_id, mid, 0).astype(np.uint64),
+                has_id=has_id,
+                nbytes=hi - lo,
+                flow=flow_ids[tp],
+                proto=np.full(len(tix), _PROTO_CODE["http"], np.int8),
+                label=labels,
+                payload=np.full(len(tix), None, object),
+                server_is_dst=is_call,
+            ),
+            handled,
+        )
 
     def _turn_payloads(
         self, stream: bytes, sstart: np.ndarray, kcap: np.ndarray, ts: np.ndarray
@@ -568,6 +707,7 @@ class FlowAssembler:
     @staticmethod
     def _pair_in_order(
         rows: np.ndarray,
+        ts: np.ndarray,
         pieces: np.ndarray,
         dirs: np.ndarray,
         flow_ids: np.ndarray,
@@ -582,6 +722,15 @@ class FlowAssembler:
         start = np.r_[True, grp[1:] != grp[:-1]]
         first = np.maximum.accumulate(np.where(start, np.arange(len(rows)), 0))
         k = np.arange(len(rows)) - first  # ordinal within (piece, direction)
+        # Returns seen before a connection's first call (capture began mid-exchange) answer
+        # nothing: count the return ordinals from the first return after that call.
+        t = ts[rows]
+        first_call = np.full(int(p.max()) + 1, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(first_call, p[d == 0], t[d == 0])
+        early = (d == 1) & (t < first_call[p])
+        n_early = np.zeros(len(first_call), np.int64)
+        np.add.at(n_early, p[early], 1)
+        k = np.where(d == 1, k - n_early[p], k)
         fid = flow_ids[p]
         ids = (fid << np.uint64(24)) | ((k + 1).astype(np.uint64) & np.uint64(0xFFFFFF))
         is_call = d == 0
@@ -589,7 +738,7 @@ class FlowAssembler:
         # The call with the same ordinal in the same piece, if there is one.
         call_rows = rows[is_call]
         call_key = p[is_call] * (1 << 32) + k[is_call]
-        ret_key = p[~is_call] * (1 << 32) + k[~is_call]
+        ret_key = np.where(early[~is_call], -1, p[~is_call] * (1 << 32) + k[~is_call])
         srt = np.argsort(call_key)
         pos = np.searchsorted(call_key[srt], ret_key)
         pos_c = np.minimum(pos, max(len(srt) - 1, 0))
@@ -676,7 +825,7 @@ class FlowAssembler:
         hard = np.isin(pieces, hard_pieces)
         easy = np.flatnonzero(~hard)
         if len(easy):
-            self._pair_in_order(easy, pieces, dirs, flow_ids, op, mid, has, labels)
+            self._pair_in_order(easy, ts, pieces, dirs, flow_ids, op, mid, has, labels)
         # Pair per connection in time order: explicit keys match directly; the rest in order.
         hard_idx = np.flatnonzero(hard)
         order = hard_idx[np.lexsort((off[hard_idx], ts[hard_idx], pieces[hard_idx]))]

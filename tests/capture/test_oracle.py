@@ -15,6 +15,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 import capture
@@ -291,3 +293,31 @@ def test_thrift_agrees_with_tshark(tmp_path: Path) -> None:
     theirs = (sum(r.split("\t")[1] == "0x01" for r in rows), sum(r.split("\t")[1] == "0x02" for r in rows))
     ours = _ours(path, tmp_path)
     assert (ours[("thrift", "call")], ours[("thrift", "return")]) == theirs == (16, 16)
+
+
+HTTP_FILES = [p for p in FILES if "http" in p.name or p.parent.name == "chrissanders"]
+
+
+def _rows(path: Path) -> list[tuple]:
+    t = tracefmt.read_trace(path)
+    cols = [t[c].cast(pa.int64()) if c == "timestamp" else t[c] for c in ("timestamp", "op", "sender", "receiver",
+            "id", "bytes", "flow", "proto", "label")]  # fmt: skip
+    return sorted(zip(*(c.to_pylist() for c in cols), strict=True), key=lambda r: (r[0], r[1], r[4] or 0))
+
+
+@needs_data
+@pytest.mark.parametrize("path", HTTP_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_http_fast_path_equals_the_parser(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One-message-per-turn HTTP connections skip the stream parser; both must give the same trace.
+    fast = tmp_path / "fast.parquet"
+    capture.convert_pcaps([path], fast)
+    from capture.flows import FlowAssembler, _empty_messages
+
+    monkeypatch.setattr(
+        FlowAssembler, "_http_turns", lambda self, *a: (_empty_messages(), np.zeros(len(a[8]), bool))
+    )
+    slow = tmp_path / "slow.parquet"
+    capture.convert_pcaps([path], slow)
+    assert _rows(fast) == _rows(slow)
