@@ -300,8 +300,8 @@ HTTP_FILES = [p for p in FILES if "http" in p.name or p.parent.name == "chrissan
 
 def _rows(path: Path) -> list[tuple]:
     t = tracefmt.read_trace(path)
-    cols = [t[c].cast(pa.int64()) if c == "timestamp" else t[c] for c in ("timestamp", "op", "sender", "receiver",
-            "id", "bytes", "flow", "proto", "label")]  # fmt: skip
+    names = ("timestamp", "op", "sender", "receiver", "id", "bytes", "flow", "proto", "label")
+    cols = [t[c].cast(pa.int64()) if c == "timestamp" else t[c] for c in names]
     return sorted(zip(*(c.to_pylist() for c in cols), strict=True), key=lambda r: (r[0], r[1], r[4] or 0))
 
 
