@@ -41,8 +41,9 @@ def _register_pcap(sources: argparse._SubParsersAction) -> None:
         _cmd_pcap,
         "turn pcap/pcapng files into a message trace",
         "Read pcap or pcapng files (gzip allowed) and write the message trace: TCP is\n"
-        "reassembled per connection, HTTP/1.x, DNS, Redis and memcached messages are found\n"
-        "by content, other TCP traffic by request/response turns, UDP datagrams as sends.\n"
+        "reassembled per connection; HTTP/1.x, HTTP/2 (gRPC), DNS, Redis, memcached, MySQL,\n"
+        "PostgreSQL and Thrift messages are found by content, other TCP traffic by\n"
+        "request/response turns, other UDP datagrams are sends.\n"
         "Capture statistics are printed and stored in the trace's metadata.\n\n"
         "example:\n"
         "  wirepath capture pcap web.pcap db.pcap --point-from-file --names names.toml "
