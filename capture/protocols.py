@@ -635,7 +635,10 @@ def _mysql_plausible(buf: bytes, *, client: bool) -> bool:
     if client:
         return buf[3] in (0, 1) and 1 <= ln <= 1 << 24 and (buf[3] == 1 or buf[4] in _MYSQL_COMMANDS)
     # a greeting (protocol 10, seq 0) or a first response packet (seq 1)
-    return (buf[3] == 0 and buf[4] == 0x0A and ln >= 20) or (buf[3] == 1 and 1 <= ln <= 1 << 24)
+    # a greeting (protocol 10, seq 0), a refusal instead of it (ERR, seq 0, error code and
+    # text), or a first response packet (seq 1)
+    greeting = buf[3] == 0 and ((buf[4] == 0x0A and ln >= 20) or (buf[4] == 0xFF and 4 <= ln == len(buf) - 4))
+    return greeting or (buf[3] == 1 and 1 <= ln <= 1 << 24)
 
 
 def _parse_mysql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
