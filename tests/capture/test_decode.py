@@ -88,6 +88,18 @@ def test_erspan_type2_inner_frame() -> None:
     assert stats.tunnelled == 1
 
 
+@pytest.mark.parametrize("platform_sub", [False, True], ids=["no-subheader", "with-subheader"])
+def test_erspan_type3_inner_frame(platform_sub: bool) -> None:
+    inner = eth(ipv4_tcp(b"three"))
+    # ERSPAN III: 12-byte header; the O bit (last bit) announces an 8-byte platform sub-header.
+    hdr = b"\x20\x00\x00\x01" + b"\0" * 4 + b"\x00\x00\x00" + (b"\x01" if platform_sub else b"\x00")
+    gre = struct.pack(">HHI", 0x1000, 0x22EB, 7) + hdr + (b"\0" * 8 if platform_sub else b"") + inner
+    outer = dpkt.ip.IP(src=bytes([1, 1, 1, 1]), dst=bytes([2, 2, 2, 2]), p=47, data=gre)
+    outer.len = len(bytes(outer))
+    seg, _ = decode_one(eth(bytes(outer)))
+    assert seg.payload(0) == b"three"
+
+
 def test_ipv4_fragments_are_reassembled() -> None:
     whole = dpkt.ip.IP(ipv4_tcp(b"A" * 100))
     body = bytes(whole.data)
