@@ -474,13 +474,22 @@ class PcapSource:
                 if blen < 12 or blen % 4 or blen > _MAX_RECORD + 64:
                     self.stats.corrupt_records += 1
                     self.stats.resyncs.append(base + off)
+                    new = _resync_pcapng(buf, off, u2)
+                    if new is None:
+                        self.stats.damage.append(
+                            f"corrupt pcapng block length {blen} at byte {base + off}; "
+                            "no valid block follows, reading stopped there"
+                        )
+                        off = n
+                        eof = True
+                        tail = b""
+                        break
                     self.stats.damage.append(
-                        f"corrupt pcapng block length {blen} at byte {base + off}; reading stopped there"
+                        f"corrupt pcapng block length {blen} at byte {base + off}; "
+                        f"resumed at byte {base + new}"
                     )
-                    off = n
-                    eof = True
-                    tail = b""
-                    break
+                    off = new
+                    continue
                 if off + blen > n:
                     break
                 if btype == 6 and off + 28 <= n:  # enhanced packet block
@@ -563,6 +572,18 @@ class PcapSource:
                 tsoffset = struct.unpack_from(bo + "q", buf, p + 4)[0]
             p += 4 + ((length + 3) & ~3)
         return linktype, mul, div, tsoffset
+
+
+def _resync_pcapng(buf: bytes, off: int, u2: Any) -> int | None:
+    """The next block after ``off`` whose length is sane and repeated at its end (4-aligned)."""
+    n = len(buf)
+    for cand in range(off + 4, n - 12, 4):
+        btype, blen = u2(buf, cand)
+        if btype not in (1, 2, 3, 5, 6) or blen < 12 or blen % 4 or cand + blen > n:
+            continue
+        if blen <= _MAX_RECORD + 64 and u2(buf, cand + blen - 4)[0] == blen:
+            return cand
+    return None
 
 
 def _isb_drops(buf: bytes, off: int, blen: int, bo: str) -> int:

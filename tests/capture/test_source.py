@@ -172,3 +172,24 @@ def test_fuzz_reader_never_escapes(tail: bytes, ng: bool) -> None:
             pass
     except TraceFileError:
         pass
+
+
+def test_pcapng_corrupt_block_length_resynchronizes(tmp_path: Path) -> None:
+    frames = [(0, 1000 + i, bytes([i]) * 40) for i in range(5)]
+    raw = bytearray(pcapng_bytes(frames, [9]))
+    # Find the third packet block and break its length field.
+    starts = []
+    off = 0
+    while off < len(raw):
+        btype, blen = struct.unpack_from("<II", raw, off)
+        if btype == 6:
+            starts.append(off)
+        off += blen
+    raw[starts[2] + 4 : starts[2] + 8] = struct.pack("<I", 0x7FFFFFF1)
+    p = tmp_path / "bad.pcapng"
+    p.write_bytes(bytes(raw))
+    src = capture.read_packets(p)
+    got = [b.packet(i)[0] for b in src for i in range(len(b))]
+    assert got == [0, 1, 3, 4]
+    assert src.stats.resyncs == [starts[2]]
+    assert f"resumed at byte {starts[3]}" in src.stats.damage[0]
