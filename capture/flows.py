@@ -583,17 +583,23 @@ class FlowAssembler:
                 continue
             else:
                 labels[t] = stream[a + 9 : a + 12].decode("ascii", "replace")  # until a call claims it
-            head = stream[eol:end].lower()
-            if b"chunked" in head:
-                ok[t] = False
+            if find(b"hunked", eol, end) >= 0 or find(b"HUNKED", eol, end) >= 0:
+                ok[t] = False  # chunked (any case): the parser's business
                 continue
-            i = head.find(b"\ncontent-length:")
-            if i < 0:
+            # The usual spelling first; any other case goes through a lower-cased copy.
+            i = find(b"\nContent-Length:", eol, end)
+            if i >= 0:
+                j = find(b"\r", i, end)
+                digits = stream[i + 16 : j]
+            else:
+                head = stream[eol:end].lower()
+                i = head.find(b"\ncontent-length:")
+                digits = head[i + 16 : head.find(b"\r", i + 16)] if i >= 0 else None
+            if digits is None:
                 cl = 0 if d == 0 else -1  # a response without a length runs to the close
             else:
-                j = head.find(b"\r", i + 16)
                 try:
-                    cl = int(head[i + 16 : j])
+                    cl = int(digits)
                 except ValueError:
                     cl = -1
             ok[t] = end + cl == b
