@@ -282,6 +282,14 @@ def _bin_widths(params: NestingParams) -> np.ndarray:
     return np.concatenate([width, width])
 
 
+def _penalty(count: np.ndarray, weight: float) -> np.ndarray:
+    """``(1 + count) ** -weight`` through a table: counts are small integers, and a
+    gather costs a fraction of a power per candidate."""
+    if count.size == 0:
+        return np.ones(0)
+    return ((1.0 + np.arange(int(count.max()) + 1)) ** -weight)[count]
+
+
 def _overlaps(parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> np.ndarray:
     """For each candidate (parent, child), how many other candidate children of that parent
     overlap the child in time (intervals sharing more than an end point)."""
@@ -483,6 +491,8 @@ class _Board:
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """Scores of cells (from ``cell_keys``); 0 for a cell nothing was added to."""
         if self._table is not None:
+            if keys.size == 0 or int(keys.max()) < self._table.size:
+                return self._table[keys]
             inside = keys < self._table.size
             return np.where(inside, self._table[np.where(inside, keys, 0)], 0.0)
         if self.keys.size == 0:
@@ -648,7 +658,7 @@ class _CandidateChunks:
 
 
 def _candidates_by_parent(
-    p: CallPairs, tol_ns: int, max_pairs: int = 1 << 22
+    p: CallPairs, tol_ns: int, max_pairs: int = 1 << 18
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(child, parent) candidate pairs in chunks of parents, each parent with all its
     candidate children: children of its node that start and end within its interval
@@ -831,7 +841,7 @@ def infer_nesting(
         c, par = ch.c, ch.par
         score = board_.lookup(ch.cells)
         if x:
-            score = score * (1.0 + ch.siblings.overlaps(None)) ** -x
+            score = score * _penalty(ch.siblings.overlaps(None), x)
         if y:
             dest = par.astype(np.int64) * n_nodes + pairs.callee[c]
             _, inv, cnt = np.unique(dest, return_inverse=True, return_counts=True)
@@ -854,7 +864,7 @@ def infer_nesting(
                 member = previous[ch.c] == ch.par
                 score = gaps.lookup(pairs, ch, member) if gaps is not None else board_.lookup(ch.cells)
                 if x:
-                    score = score * (1.0 + ch.siblings.overlaps(member)) ** -x
+                    score = score * _penalty(ch.siblings.overlaps(member), x)
                 if chosen is not None:
                     score = score * chosen.penalty(pairs, ch.c, ch.par, replace(params, x=0.0))
                 best.offer(ch.c, ch.par, score, pairs.t_call)
