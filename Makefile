@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEBS := graphviz chromium chromium-driver tcpdump tshark iproute2
 DEMO := build/demo
 
-.PHONY: demo test setup debs lint bench clean
+.PHONY: demo test setup debs lint bench paper clean
 
 demo: setup
 	@mkdir -p $(DEMO)
@@ -56,9 +56,21 @@ debs:
 	  fi; \
 	fi
 
+# Speed and memory, each beside its baseline (results: BENCHMARKS.md); `make paper`
+# reruns the paper's experiments (results: docs/paper-reproduction.md).
 bench: setup
 	$(BIN)/python benchmarks/trace_io.py
 	$(BIN)/python benchmarks/synth.py
+	$(BIN)/python benchmarks/nesting.py
+	$(BIN)/python benchmarks/convolution.py
+	$(BIN)/python benchmarks/ingest.py
+	$(BIN)/python benchmarks/live.py
+	$(BIN)/python benchmarks/demo.py
+	$(BIN)/python benchmarks/trend.py
+
+paper: setup
+	$(BIN)/python benchmarks/paper_nesting.py
+	$(BIN)/python benchmarks/paper_convolution.py
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache .hypothesis
