@@ -385,7 +385,10 @@ class FlowAssembler:
         # Connection ids from the ports, addresses and the client's initial sequence number,
         # so two capture points that saw the same connection give it the same id.
         f_syn = _first_in_group(starts, synonly, n)
-        isn = np.where(f_syn >= 0, s.seq[np.maximum(f_syn, 0)], 0).astype(np.uint64)
+        # Without a SYN, the first packet's sequence number: two records of one port pair
+        # (split by idleness) must not share ids.
+        isn = np.where(f_syn >= 0, s.seq[np.maximum(f_syn, 0)], s.seq[starts]).astype(np.uint64)
+        isn |= np.where(f_syn >= 0, 0, 1 << 32).astype(np.uint64)
         flow_ids = _mix(key[starts] ^ _mix(isn)) >> np.uint64(24)
         client_is_a = self._client_is_a(s, from_a, flags, synonly, starts)
         d = (from_a != client_is_a[piece]).astype(np.int64)  # 0 client->server, 1 back

@@ -239,3 +239,26 @@ def test_shuffled_segments_and_any_isn_give_the_same_boundaries(isn: int, rnd: r
     got = run(moved)
     assert ops(got) == ops(ref)
     assert got.nbytes.tolist() == ref.nbytes.tolist()
+
+
+def test_idle_split_records_of_one_connection_do_not_share_ids() -> None:
+    # A connection seen mid-way goes quiet for longer than the idle timeout, then talks again:
+    # two records of one port pair; their calls must keep distinct ids.
+    first = conversation(GENERIC, syn=False)[:-2]
+    later = [(t + 10**12, raw) for t, raw in conversation(GENERIC[2:], syn=False)[:-2]]
+    moved = []
+    for ts, raw in later:
+        ip = dpkt.ip.IP(raw)
+        ip.data.seq = (ip.data.seq + 100) % 2**32
+        moved.append((ts, bytes(ip)))
+    other = [(t + 5 * 10**11, raw) for t, raw in conversation(GENERIC, cport=41000)]  # time moves on
+    dec, fa = Decoder(), FlowAssembler(idle_timeout_ns=10**9)
+    m1 = fa.feed(dec.decode(PacketBatch.from_packets(first, 101)))
+    m2 = fa.feed(dec.decode(PacketBatch.from_packets(other, 101)))
+    assert len(m1) + len(m2) == 4 + 4  # the quiet connection was processed as idle
+    m3 = fa.feed(dec.decode(PacketBatch.from_packets(moved, 101)), final=True)
+    m = Messages.concat([m1, m2, m3])
+    mine = m.sport[m.op == 0] == 40000
+    calls = m.id[m.op == 0][mine].tolist()
+    assert len(calls) == 3
+    assert len(set(calls)) == 3
