@@ -266,10 +266,22 @@ def _bins(delay_ns: np.ndarray, params: NestingParams) -> np.ndarray:
     (0 below ``bin_min_s``) and negative delays, possible within the skew tolerance,
     take the mirror bins ``n_bins ..`` so they never pile up with short positive ones."""
     nb = params.n_bins
-    mag = np.abs(delay_ns) / 1e9
-    b = np.floor(np.log(np.maximum(mag, params.bin_min_s) / params.bin_min_s) / np.log(params.bin_base))
-    b = np.where(mag < params.bin_min_s, 0, np.minimum(b.astype(np.int64) + 1, nb - 1))
-    return np.where(delay_ns < 0, nb + b, b)
+    # The arithmetic of bin = floor(log(max(|d|, min) / min) / log(base)) + 1, done in
+    # place: one buffer instead of one per step, for tens of millions of delays.
+    mag = np.abs(delay_ns).astype(np.float64)
+    np.divide(mag, 1e9, out=mag)
+    below = mag < params.bin_min_s
+    x = np.maximum(mag, params.bin_min_s, out=mag)
+    np.divide(x, params.bin_min_s, out=x)
+    np.log(x, out=x)
+    np.divide(x, np.log(params.bin_base), out=x)
+    np.floor(x, out=x)
+    b = x.astype(np.int32 if nb < 1 << 30 else np.int64)
+    b += 1
+    np.minimum(b, nb - 1, out=b)
+    b[below] = 0
+    b[delay_ns < 0] += nb
+    return b
 
 
 def _bin_widths(params: NestingParams) -> np.ndarray:
@@ -436,10 +448,14 @@ class _Board:
         self.keys = np.zeros(0, np.int64)
         self.values = np.zeros(0)
         self._table: np.ndarray | None = None
+        self._head: np.ndarray | None = None
 
     def cell_keys(self, pairs: CallPairs, c: np.ndarray, par: np.ndarray) -> np.ndarray:
         n = self.n_nodes
-        triple = (pairs.caller[par] * n + pairs.callee[par]) * n + pairs.callee[c]
+        if self._head is None or self._head.size != len(pairs):
+            # (caller, node) of every pair as a parent, once: one gather per candidate.
+            self._head = ((pairs.caller * n + pairs.callee) * n).astype(np.int64)
+        triple = self._head[par] + pairs.callee[c]
         key = triple * self.n_bins + _bins(pairs.t_call[c] - pairs.t_call[par], self.params)
         if self.params.board == "joint":
             key = key * self.n_bins + _bins(pairs.t_return[par] - pairs.t_return[c], self.params)

@@ -599,3 +599,25 @@ def test_overlap_counts_match_a_brute_force_count(shuffled: bool) -> None:
     overlap = (tc[None, :] < tr[:, None]) & (tr[None, :] > tc[:, None])
     np.fill_diagonal(overlap, False)
     assert np.array_equal(got, (same & overlap).sum(axis=1))
+
+
+def test_delay_bins_match_the_formula_one_delay_at_a_time() -> None:
+    import math
+
+    from infer.nesting import NestingParams, _bins
+
+    p = NestingParams()
+    rng = np.random.default_rng(5)
+    delays = np.concatenate(
+        [rng.integers(-(10**9), 10**12, 3000), [0, 1, -1, 999, 1000, 1001, -1000, 10**15, -(10**15)]]
+    )
+
+    def one(d: int) -> int:
+        mag = abs(d) / 1e9
+        if mag < p.bin_min_s:
+            b = 0
+        else:
+            b = min(math.floor(math.log(mag / p.bin_min_s) / math.log(p.bin_base)) + 1, p.n_bins - 1)
+        return b + p.n_bins if d < 0 else b
+
+    assert _bins(delays, p).tolist() == [one(int(d)) for d in delays]
