@@ -1,12 +1,13 @@
 """Packets to messages: pcap/pcapng sources, TCP reassembly, protocol decoders, naming, merging.
 
-The public names are re-exported here; ``capture.live`` (the live agent) is a module of
-its own.
+The public names are re-exported here, the live agent's (``capture.live``) and the
+rendering of synthetic traces as packets (``capture.synthpcap``) among them.
 """
 
 from capture.convert import CaptureReport, convert_pcaps, estimate_offset_ns
 from capture.decode import Decoder, DecodeStats, Segments
 from capture.flows import FlowAssembler, FlowStats, Messages
+from capture.live import LiveCapture, LiveReport, LiveStats, Recording, capture_live
 from capture.naming import Namer, format_address
 from capture.protocols import PROTOCOLS, detect_tcp, parse_dns_datagram, parse_stream
 from capture.source import (
@@ -18,6 +19,7 @@ from capture.source import (
     packet_timestamps,
     read_packets,
 )
+from capture.synthpcap import SynthPcapReport, render_pcap, render_trace_file
 
 __all__ = [
     "PROTOCOLS",
@@ -27,13 +29,19 @@ __all__ = [
     "FakeSource",
     "FlowAssembler",
     "FlowStats",
+    "LiveCapture",
+    "LiveReport",
+    "LiveStats",
     "Messages",
     "Namer",
     "PacketBatch",
     "PacketSource",
     "PcapSource",
     "ReadStats",
+    "Recording",
     "Segments",
+    "SynthPcapReport",
+    "capture_live",
     "convert_pcaps",
     "detect_tcp",
     "estimate_offset_ns",
@@ -42,4 +50,6 @@ __all__ = [
     "parse_dns_datagram",
     "parse_stream",
     "read_packets",
+    "render_pcap",
+    "render_trace_file",
 ]
