@@ -430,6 +430,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "with returns, find each call's candidate parents, score them by how often their\n"
         "delays occur, pick one parent per call, and group the resulting path instances\n"
         "into patterns with per-visit latency and per-edge delay statistics.\n\n"
+        "The defaults are the paper's; for more exact paths, at 3-9 times the run time:\n"
+        "  --board joint --density --rounds 2 --siblings 3  (measurements: docs/paper-reproduction.md)\n\n"
         "example: wirepath infer nesting t.parquet --out paths.json --instances inst.parquet",
     )
     p.set_defaults(handler=_cmd_infer_nesting)
