@@ -5,15 +5,21 @@ One or more pcap/pcapng files become one Parquet trace with ``bytes``, ``flow``,
 written as soon as no open connection can still produce an older one, so memory is
 bounded by the open connections.
 
-With ``point_from_file`` each file is a capture point: it is converted on its own,
-the clock offset of every point against the first is estimated from the messages both
-saw (median difference of their timestamps), and the traces are merged with those
-offsets applied and duplicates (the same message at two points: same endpoints, op
-and id within ``dedup_window_ns``) removed, by :func:`tracefmt.merge_traces`.
+With ``point_from_file`` each file is a capture point. A first pass converts each
+point on its own, only to estimate the clock offset of every point against the first
+from the messages both saw (median difference of their timestamps). A second pass reads
+all points in step on that common clock and removes duplicates at the packet level: a
+packet seen at two points (same direction 5-tuple, TCP sequence and acknowledgement
+numbers, flags, payload length and a 64-bit payload hash, within ``dedup_window_ns``)
+is kept once, before TCP reassembly; UDP datagrams likewise by flow and payload. The
+messages are then built once from the merged packet stream, so no message-level merge
+is needed, and a message's ``point`` is the point whose copy of its first packet was
+kept (the earliest on the common clock). Duplicates are counted per point.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import time
@@ -26,23 +32,29 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute
 
-from capture.decode import Decoder
-from capture.flows import FlowAssembler, FlowStats, Messages
+from capture.decode import Decoder, Segments, empty_segments
+from capture.flows import FlowAssembler, FlowStats, Messages, _mix
 from capture.naming import Namer
 from capture.protocols import PROTOCOLS
 from capture.source import PacketSource, read_packets
 from tracefmt import (
     DEFAULT_DEDUP_WINDOW_NS,
     OPS,
-    MergeInput,
     ParameterError,
     TraceWriter,
-    merge_traces,
     read_trace,
 )
 from tracefmt.schema import NODE_TYPE, TS_TYPE
 
-__all__ = ["CaptureReport", "convert_pcaps", "messages_table"]
+__all__ = [
+    "CaptureReport",
+    "convert_pcaps",
+    "cross_point_duplicates",
+    "estimate_offset_ns",
+    "messages_table",
+    "packet_keys",
+    "payload_hashes",
+]
 
 PathLike = str | os.PathLike[str]
 _OP_DICT = pa.array(OPS, pa.string())
@@ -94,15 +106,20 @@ class CaptureReport:
             f"other transport {self.other_transport:,}; kernel drops {self.drops:,}",
         ]
         for p in self.points:
+            dups = (
+                f"; {p['duplicates']:,} of its {p['packets']:,} packets were duplicates"
+                if "duplicates" in p
+                else ""
+            )
             if p["matched"] is None:
-                lines.append(f"point {p['point']}: the reference clock")
+                lines.append(f"point {p['point']}: the reference clock{dups}")
                 continue
             lines.append(
                 f"point {p['point']}: clock offset {p['offset_ns'] / 1e6:+.3f} ms "
-                f"(from {p['matched']:,} messages seen by earlier points too)"
+                f"(from {p['matched']:,} messages seen by earlier points too){dups}"
             )
         if self.points:
-            lines.append(f"duplicates removed: {self.duplicates_removed:,}")
+            lines.append(f"duplicate packets removed: {self.duplicates_removed:,}")
         lines += [f"damage: {d}" for d in self.damage[:5]]
         return "\n".join(lines)
 
@@ -272,13 +289,13 @@ def convert_pcaps(
         Name nodes by address, or servers by ``address:port``.
     point_from_file : bool
         Each file is a capture point (named by its file name): clock offsets are
-        estimated and applied, duplicates removed, ``point`` tells where a message was
-        seen.
+        estimated and applied, packets seen at several points kept once, ``point``
+        tells where a message's first packet was seen.
     keep_payload : bool
         Also write each message's captured bytes in a user column ``x_payload`` (binary).
         Without it no payload byte reaches the trace.
     dedup_window_ns : int
-        Window for duplicates across points.
+        Largest time step (after offsets) between two points' sightings of one packet.
     chunk_bytes : int
         Bytes read per batch (memory use is a small multiple).
     on_progress : callable, optional
@@ -323,45 +340,38 @@ def convert_pcaps(
             keep_payload=keep_payload,
         )
         return report
+    points = [Path(src.name).stem or f"point{i}" for i, src in enumerate(sources)]
+    offsets = [0] * len(sources)
     with tempfile.TemporaryDirectory(prefix="wirepath-points-") as tmp:
+        # First pass: each point on its own, for the messages the clock offsets come from.
         parts = []
         for i, src in enumerate(sources):
             part = Path(tmp) / f"point{i}.parquet"
-            point = Path(src.name).stem or f"point{i}"
-            _convert_one(
-                [src],
-                part,
-                namer,
-                report,
-                point=point,
-                chunk_bytes=chunk_bytes,
-                on_progress=None,
-                t0=t0,
-                keep_payload=keep_payload,
-            )
-            parts.append((part, point))
+            scratch = CaptureReport(output=str(part), sources=[src.name])
+            _convert_one([src], part, namer, scratch, point=points[i], chunk_bytes=chunk_bytes,
+                         on_progress=None, t0=t0, keep_payload=False)  # fmt: skip
+            parts.append(part)
         cols = ["timestamp", "sender", "receiver", "op", "id"]
         # Each point is placed against all points placed before it (shifted by their
         # offsets), so a point that shares messages only with the second one still gets
         # its offset (a chain web -> app -> db).
-        placed = [read_trace(parts[0][0], columns=cols)]
-        specs = [MergeInput(str(parts[0][0]), 0, parts[0][1])]
-        report.points.append({"point": parts[0][1], "offset_ns": 0, "matched": None})
-        for part, point in parts[1:]:
+        placed = [read_trace(parts[0], columns=cols)]
+        report.points.append({"point": points[0], "offset_ns": 0, "matched": None})
+        for i, part in enumerate(parts[1:], start=1):
             other = read_trace(part, columns=cols)
             off, matched = estimate_offset_ns(pa.concat_tables(placed, promote_options="permissive"), other)
-            specs.append(MergeInput(str(part), off, point))
-            report.points.append({"point": point, "offset_ns": off, "matched": matched})
+            offsets[i] = off
+            report.points.append({"point": points[i], "offset_ns": off, "matched": matched})
             ts = pa.array(other["timestamp"].cast(pa.int64()).to_numpy() + off, pa.int64()).cast(TS_TYPE)
             placed.append(other.set_column(0, "timestamp", ts))
-        merged = merge_traces(specs, out, dedup_window_ns=dedup_window_ns, on_progress=on_progress)
-        report.duplicates_removed = merged.duplicates_removed
-        report.messages = merged.messages
-        protos = read_trace(out, columns=["timestamp", "sender", "receiver", "op", "id", "proto"])["proto"]
-        counts = pa.compute.value_counts(protos.cast(pa.string())).to_pylist()
-        report.messages_by_proto = {c["values"]: c["counts"] for c in counts}
-    report.seconds = time.perf_counter() - t0
-    _rewrite_provenance(out, report)
+    # Second pass: the points' packets merged on one clock, each packet kept once, and
+    # the messages built once from that stream.
+    for src in sources:
+        f = getattr(src, "_source", None)
+        if hasattr(f, "seekable") and f.seekable():  # type: ignore[union-attr]
+            f.seek(0)  # type: ignore[union-attr]
+    _convert_points(sources, points, offsets, out, namer, report, dedup_window_ns=dedup_window_ns,
+                    on_progress=on_progress, t0=t0, keep_payload=keep_payload)  # fmt: skip
     return report
 
 
@@ -403,11 +413,275 @@ def estimate_offset_ns(ref: pa.Table, other: pa.Table) -> tuple[int, int]:
     return int(np.median(d)), j.num_rows
 
 
-def _rewrite_provenance(out: PathLike, report: CaptureReport) -> None:
-    """Store the final report in the merged file's metadata (small next to decoding)."""
-    table = read_trace(out)
-    tmp = Path(out).with_name(f".{Path(out).name}.meta.parquet")
-    with TraceWriter(tmp, provenance={"capture": _provenance(report)}) as w:
-        if table.num_rows:
-            w.write(table)
-    os.replace(tmp, out)
+# ---- several capture points: packet-level merge ------------------------------------------------
+_K1 = np.uint64(0x9E3779B97F4A7C15)
+
+
+def payload_hashes(segs: Segments) -> np.ndarray:
+    """A 64-bit hash of each segment's captured payload bytes (and their count), vectorized.
+
+    Payloads are copied into 8-byte-aligned slots, each word is mixed with its position
+    in its payload, and the words of a payload are summed, so the cost is a few array
+    operations over the payload bytes, with no Python work per packet.
+
+    Examples
+    --------
+    >>> from capture.decode import Decoder
+    >>> from capture.source import PacketBatch
+    >>> import dpkt
+    >>> def udp(data):
+    ...     ip = dpkt.ip.IP(src=bytes([10, 0, 0, 1]), dst=bytes([10, 0, 0, 2]), p=17,
+    ...                     data=dpkt.udp.UDP(sport=5000, dport=9, data=data))
+    ...     ip.len = len(bytes(ip))
+    ...     return (0, bytes(ip))
+    >>> seg = Decoder().decode(PacketBatch.from_packets([udp(b"abc"), udp(b"abd"), udp(b"abc")], 101))
+    >>> h = payload_hashes(seg)
+    >>> bool(h[0] == h[2]), bool(h[0] == h[1])
+    (True, False)
+    """
+    n = len(segs)
+    cap = segs.pay_cap.astype(np.int64)
+    out = np.zeros(n, np.uint64)
+    total = int(cap.sum())
+    if total:
+        words = (cap + 7) // 8
+        wstart = np.zeros(n, np.int64)
+        np.cumsum(words[:-1], out=wstart[1:])
+        bstart = np.zeros(n, np.int64)
+        np.cumsum(cap[:-1], out=bstart[1:])
+        within = np.arange(total) - np.repeat(bstart, cap)
+        buf = np.zeros(int(words.sum()) * 8, np.uint8)
+        buf[np.repeat(wstart * 8, cap) + within] = segs.data[np.repeat(segs.pay_off, cap) + within]
+        w = buf.view(np.uint64)
+        pos = (np.arange(len(w)) - np.repeat(wstart, words)).astype(np.uint64)
+        h = _mix(w ^ _mix(pos + _K1))
+        nz = words > 0
+        out[nz] = np.add.reduceat(h, wstart[nz])
+    return _mix(out ^ (cap.astype(np.uint64) * _K1))
+
+
+def packet_keys(segs: Segments) -> np.ndarray:
+    """One 64-bit key per segment: direction 5-tuple, seq, ack, flags, length and payload hash.
+
+    Two sightings of one packet at two capture points have equal keys; a UDP datagram's
+    key is its direction 5-tuple, length and payload hash (seq, ack and flags are 0).
+
+    Examples
+    --------
+    >>> from capture.decode import empty_segments
+    >>> packet_keys(empty_segments()).shape
+    (0,)
+    """
+    u = np.uint64
+    ports = (segs.sport.astype(u) << u(16)) | segs.dport.astype(u) | (segs.proto.astype(u) << u(32))
+    k = _mix(segs.src_hi ^ _mix(segs.src_lo ^ _mix(segs.dst_hi ^ _mix(segs.dst_lo ^ _mix(ports)))))
+    k = _mix(k ^ ((segs.seq.astype(u) << u(32)) | segs.ack.astype(u)))
+    k = _mix(k ^ ((segs.flags.astype(u) << u(48)) | segs.pay_len.astype(u)))
+    return _mix(k ^ payload_hashes(segs))
+
+
+def cross_point_duplicates(
+    key: np.ndarray, ts_ns: np.ndarray, point: np.ndarray, window_ns: int
+) -> np.ndarray:
+    """Which rows are another point's sighting of a packet kept from an earlier row.
+
+    Rows are sorted by (key, time); a run of equal keys with no step longer than
+    ``window_ns`` is one cluster. Within a cluster, each point's k-th sighting is taken
+    to be the same transmission as every other point's k-th sighting, and only the
+    earliest of those is kept. So a cluster keeps as many rows as the point that saw the
+    packet most often: a retransmission seen at one point survives (reassembly counts it),
+    and a point that missed the first copy does not cost the second one.
+
+    Parameters
+    ----------
+    key, ts_ns, point : arrays of one length
+        :func:`packet_keys`, timestamps (offsets applied) and capture point index.
+    window_ns : int
+        Largest time step between sightings of one packet.
+
+    Returns
+    -------
+    numpy.ndarray of bool
+        True for rows to drop.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> key = np.array([7, 7, 7, 7, 9], np.uint64)
+    >>> ts = np.array([0, 10, 5_000, 5_020, 3])
+    >>> point = np.array([0, 1, 0, 1, 1])
+    >>> cross_point_duplicates(key, ts, point, 100).tolist()
+    [False, True, False, True, False]
+    """
+    n = len(key)
+    if not n:
+        return np.zeros(0, bool)
+    o = np.lexsort((point, ts_ns, key))
+    k, t, p = key[o], ts_ns[o], point[o]
+    cl = np.cumsum(np.r_[True, (k[1:] != k[:-1]) | (np.diff(t) > window_ns)]) - 1
+    o2 = np.lexsort((t, p, cl))
+    grp = np.r_[True, (cl[o2][1:] != cl[o2][:-1]) | (p[o2][1:] != p[o2][:-1])]
+    gs = np.flatnonzero(grp)
+    rank = np.empty(n, np.int64)
+    rank[o2] = np.arange(n) - np.repeat(gs, np.diff(np.r_[gs, n]))
+    o3 = np.lexsort((p, t, rank, cl))
+    first = np.r_[True, (cl[o3][1:] != cl[o3][:-1]) | (rank[o3][1:] != rank[o3][:-1])]
+    dup_sorted = np.empty(n, bool)
+    dup_sorted[o3] = ~first
+    dup = np.empty(n, bool)
+    dup[o] = dup_sorted
+    return dup
+
+
+def _where_key(ts: np.ndarray, src_hi: np.ndarray, src_lo: np.ndarray, sport: np.ndarray,
+               dst_hi: np.ndarray, dst_lo: np.ndarray, dport: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Key of (time, sender, receiver): finds the packet a message starts with."""
+    u = np.uint64
+    ports = (sport.astype(u) << u(16)) | dport.astype(u)
+    return _mix(ts.astype(u) ^ _mix(src_hi ^ _mix(src_lo ^ _mix(dst_hi ^ _mix(dst_lo ^ _mix(ports))))))
+
+
+def _convert_points(
+    sources: Sequence[PacketSource],
+    names: list[str],
+    offsets: list[int],
+    out: PathLike,
+    namer: Namer,
+    report: CaptureReport,
+    *,
+    dedup_window_ns: int,
+    on_progress: Callable[[int], None] | None,
+    t0: float,
+    keep_payload: bool,
+) -> list[int]:
+    """Merge the points' packets (offsets applied), drop cross-point duplicates, build messages once.
+
+    Sources are read in step: the one whose clock is furthest behind is read next, and
+    packets older than every source's latest minus the window are final, so memory is
+    bounded by the window and a batch per source. Returns duplicates removed per point.
+    """
+    npts = len(sources)
+    its = [iter(s) for s in sources]
+    decoders = [Decoder() for _ in sources]
+    bufs = [empty_segments() for _ in sources]
+    latest = [np.iinfo(np.int64).min] * npts
+    done = [False] * npts
+    dups = [0] * npts
+    ctx_key = np.zeros(0, np.uint64)
+    ctx_ts = np.zeros(0, np.int64)
+    ctx_pt = np.zeros(0, np.int64)
+    lk_key = np.zeros(0, np.uint64)
+    lk_pt = np.zeros(0, np.int64)
+    lk_ts = np.zeros(0, np.int64)
+    asm = FlowAssembler(keep_payload=keep_payload)
+    held: list[tuple[Messages, np.ndarray]] = []
+    stats = FlowStats()
+    point_dict = pa.array(names, pa.string())
+    with TraceWriter(out, provenance={}, row_group_size=1 << 17) as writer:
+
+        def write(msgs: Messages, pts: np.ndarray, *, always: bool = False) -> None:
+            if len(msgs) or (always and not writer.rows):
+                t = messages_table(msgs, namer, keep_payload=keep_payload)
+                col = pa.DictionaryArray.from_arrays(pa.array(pts, pa.int32()), point_dict).cast(NODE_TYPE)
+                writer.write(t.set_column(t.schema.get_field_index("point"), "point", col))
+                if on_progress is not None:
+                    on_progress(writer.rows)
+
+        while True:
+            live = [i for i in range(npts) if not done[i]]
+            if live:
+                i = min(live, key=lambda j: latest[j])  # the source furthest behind
+                batch = next(its[i], None)
+                if batch is None:
+                    done[i] = True
+                else:
+                    segs = decoders[i].decode(batch)
+                    report.decoded += len(segs)
+                    if len(batch):
+                        latest[i] = max(latest[i], int(batch.ts_ns.max()) + offsets[i])
+                    if len(segs):
+                        segs = dataclasses.replace(segs, ts_ns=segs.ts_ns + offsets[i])
+                        bufs[i] = Segments.concat([bufs[i], segs])
+            final = all(done)
+            live = [j for j in range(npts) if not done[j]]
+            cut = None if final else min(latest[j] for j in live) - dedup_window_ns
+            parts, pts = [], []
+            for j in range(npts):
+                b = bufs[j]
+                take = np.ones(len(b), bool) if cut is None else b.ts_ns < cut
+                if take.any():
+                    parts.append(b.take(np.flatnonzero(take)))
+                    pts.append(np.full(int(take.sum()), j, np.int64))
+                    bufs[j] = b.take(np.flatnonzero(~take))
+            if not parts and not final:
+                continue
+            segs = Segments.concat(parts) if parts else empty_segments()
+            pt = np.concatenate(pts) if pts else np.zeros(0, np.int64)
+            order = np.argsort(segs.ts_ns, kind="stable")
+            segs, pt = segs.take(order), pt[order]
+            key = packet_keys(segs)
+            nctx = len(ctx_key)
+            dup = cross_point_duplicates(
+                np.r_[ctx_key, key], np.r_[ctx_ts, segs.ts_ns], np.r_[ctx_pt, pt], dedup_window_ns
+            )[nctx:]
+            for j, c in enumerate(np.bincount(pt[dup], minlength=npts).tolist()):
+                dups[j] += c
+            # Sightings within a window of the newest one decide about the next chunk's rows.
+            recent = segs.ts_ns >= (int(segs.ts_ns.max()) - 2 * dedup_window_ns if len(segs) else 0)
+            old = ctx_ts >= (int(segs.ts_ns.max()) - 2 * dedup_window_ns if len(segs) else 0)
+            ctx_key = np.r_[ctx_key[old], key[recent]]
+            ctx_ts = np.r_[ctx_ts[old], segs.ts_ns[recent]]
+            ctx_pt = np.r_[ctx_pt[old], pt[recent]]
+            kept = segs.take(np.flatnonzero(~dup))
+            kpt = pt[~dup]
+            wk = _where_key(
+                kept.ts_ns, kept.src_hi, kept.src_lo, kept.sport, kept.dst_hi, kept.dst_lo, kept.dport
+            )
+            lk_key, lk_pt, lk_ts = np.r_[lk_key, wk], np.r_[lk_pt, kpt], np.r_[lk_ts, kept.ts_ns]
+            lo = np.argsort(lk_key, kind="stable")
+            lk_key, lk_pt, lk_ts = lk_key[lo], lk_pt[lo], lk_ts[lo]
+            msgs = asm.feed(kept, final=final)
+            if len(msgs):
+                mk = _where_key(msgs.ts_ns, msgs.src_hi, msgs.src_lo, msgs.sport, msgs.dst_hi, msgs.dst_lo,
+                                msgs.dport)  # fmt: skip
+                pos = np.minimum(np.searchsorted(lk_key, mk), max(len(lk_key) - 1, 0))
+                # A message's point is the one whose copy of its first packet was kept.
+                mpt = lk_pt[pos] if len(lk_key) else np.zeros(len(msgs), np.int64)
+                held.append((msgs, np.where(lk_key[pos] == mk, mpt, 0) if len(lk_key) else mpt))
+            wm = asm.watermark_ns
+            allm = Messages.concat([h[0] for h in held])
+            allp = np.concatenate([h[1] for h in held]) if held else np.zeros(0, np.int64)
+            allp = (
+                allp[np.argsort(np.concatenate([h[0].ts_ns for h in held]), kind="stable")] if held else allp
+            )
+            if final or wm is None:
+                write(allm, allp, always=final)
+                held = []
+            else:
+                c = int(np.searchsorted(allm.ts_ns, wm, side="left"))
+                write(_slice(allm, 0, c), allp[:c])
+                held = [(_slice(allm, c, len(allm)), allp[c:])]
+            # Later messages start no earlier than the watermark: older lookups are not needed.
+            keep_lk = lk_ts >= wm if wm is not None else np.zeros(len(lk_ts), bool)
+            lk_key, lk_pt, lk_ts = lk_key[keep_lk], lk_pt[keep_lk], lk_ts[keep_lk]
+            if final:
+                break
+        report.messages = writer.rows
+        for src in sources:
+            _add_source_stats(report, src)
+        for d in decoders:
+            _add_decode_stats(report, d)
+        _add_flow_stats(stats, asm.stats)
+        report.retransmitted += stats.retransmitted
+        report.gaps += stats.gaps
+        report.out_of_order += stats.out_of_order
+        report.connections += stats.connections
+        report.flows_by_proto = dict(stats.flows_by_proto)
+        report.messages_by_proto = dict(stats.messages_by_proto)
+        report.duplicates_removed = sum(dups)
+        for p, d, src in zip(report.points, dups, sources, strict=True):
+            p["duplicates"] = d
+            p["packets"] = src.stats.packets
+        report.seconds = time.perf_counter() - t0
+        writer.provenance = {"capture": _provenance(report)}
+    return dups

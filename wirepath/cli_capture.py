@@ -71,7 +71,7 @@ def _register_pcap(sources: argparse._SubParsersAction) -> None:
         "--dedup-window",
         default="1ms",
         metavar="DURATION",
-        help="window within which one message seen at two points is a duplicate (default 1ms)",
+        help="window within which one packet seen at two points is a duplicate (default 1ms)",
     )
     p.add_argument(
         "--keep-payload",
