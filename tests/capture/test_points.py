@@ -258,3 +258,31 @@ def test_cli_prints_the_duplicates_per_point(tmp_path: Path, capsys: pytest.Capt
     assert main(["capture", "pcap", str(a), str(b), "--point-from-file", "--out", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [p["duplicates"] for p in doc["points"]] == [0, n]
+
+
+@pytest.mark.parametrize("batch", [1, 5, 64])
+def test_batches_split_anywhere_give_the_same_merge(tmp_path: Path, batch: int) -> None:
+    from capture.source import FakeSource
+
+    rnd = random.Random(batch)
+    pkts, truth, data_idx = http_conversation(conns=4, turns=3)
+    missing = rnd.sample(sorted(data_idx), 6)
+    a = [p for i, p in enumerate(pkts) if i not in missing[:3]]
+    b = [
+        (ts - 7 * MS + rnd.randint(-20_000, 20_000), fr)
+        for i, (ts, fr) in enumerate(pkts)
+        if i not in missing[3:]
+    ]
+    # The batches of the two points end at different times, so the merge's cut falls anywhere.
+    report = convert_pcaps(
+        [
+            FakeSource(a, linktype=101, batch_size=batch, name="a"),
+            FakeSource(b, linktype=101, batch_size=batch + 2, name="b"),
+        ],
+        tmp_path / "t.parquet",
+        point_from_file=True,
+    )
+    assert seen(tmp_path / "t.parquet") == sorted(truth)
+    assert report.duplicates_removed == len(pkts) - 6
+    assert report.retransmitted == 0
+    assert abs(report.points[1]["offset_ns"] - 7 * MS) <= 20_000
