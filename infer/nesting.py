@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -344,12 +344,29 @@ class _Siblings:
             np.cumsum(np.concatenate([[False], parent[1:] != parent[:-1]])) if m else self.run
         ).astype(np.int32)
         # Position of the first sibling starting at or after each child's end.
-        self.after_end = np.searchsorted(base + rc, base + rr, side="left").astype(np.int32)
+        start = base + rc
+        self.after_end = np.searchsorted(start, base + rr, side="left").astype(np.int32)
         self.nonempty = rc < rr
+        # Zero-length children (rare): where the run of siblings starting at the same
+        # instant ends, to tell a zero-length sibling at that instant, which ended by
+        # the child's start without starting before its end, from one that overlaps.
+        self.zero = np.flatnonzero(~self.nonempty).astype(np.int32)
+        if self.zero.size:
+            run_ends = np.append(np.flatnonzero(start[1:] != start[:-1]) + 1, m)
+            self.zero_until = run_ends[np.searchsorted(run_ends, self.zero, side="right")].astype(np.int32)
+        else:
+            self.zero_until = self.zero
 
     @property
     def nbytes(self) -> int:
-        return self.group.nbytes + self.after_end.nbytes + self.nonempty.nbytes + 16 * self.run.size
+        return (
+            self.group.nbytes
+            + self.after_end.nbytes
+            + self.nonempty.nbytes
+            + self.zero.nbytes
+            + self.zero_until.nbytes
+            + 16 * self.run.size
+        )
 
     def overlaps(self, member: np.ndarray | None) -> np.ndarray:
         """Per candidate, the members (all candidates if None) of its parent's group that
@@ -368,62 +385,42 @@ class _Siblings:
         # sibling from after_end[j] on, so a running count of those marks does it.
         marks = np.cumsum(np.bincount(self.after_end[marked], minlength=m + 1)[:m])
         ended = marks - np.where(lo > 0, marks[np.maximum(lo - 1, 0)], 0)
-        # A member counts itself once: among the started when it has a length, else
-        # among the ended.
-        own = np.where(self.nonempty, 1, -1)
-        if member is not None:
-            own = np.where(member, own, 0)
-        return np.maximum(started - ended - own, 0)
+        # A member with a length counts itself among the started.
+        own = self.nonempty if member is None else self.nonempty & member
+        out = started - ended - own
+        if self.zero.size:
+            # A zero-length member at a zero-length child's instant (itself included)
+            # ended by its start without starting before its end: it does not overlap.
+            zl = ~self.nonempty if member is None else ~self.nonempty & member
+            prefix = np.concatenate([[0], np.cumsum(zl)])
+            out[self.zero] += prefix[self.zero_until] - prefix[self.after_end[self.zero]]
+        return np.maximum(out, 0)
 
 
 class _Chosen:
-    """The children each parent got in the previous round, for penalties counted over
-    chosen rather than candidate children (refinement rounds).
-
-    Every other chosen child counts, earlier or later (counting only earlier siblings
-    at a child's own parent measured worse on synthetic traces). Times are replaced by
-    their ranks among all call and return times, so (parent, time) fits one int64 key
-    whatever the trace's span and resolution.
+    """The children each parent got in the previous round, for the same-destination and
+    children penalties counted over chosen rather than candidate children (refinement
+    rounds; the overlap penalty is counted by ``_Siblings``).
     """
 
-    def __init__(self, pairs: CallPairs, parent: np.ndarray, rank_c: np.ndarray, rank_r: np.ndarray) -> None:
-        self.parent, self.rank_c, self.rank_r = parent, rank_c, rank_r
-        self.width = np.int64(2 * len(pairs) + 1)
+    def __init__(self, pairs: CallPairs, parent: np.ndarray) -> None:
+        self.parent = parent
         self.n_nodes = np.int64(int(max(pairs.caller.max(), pairs.callee.max())) + 1)
         kid = np.flatnonzero(parent >= 0)
-        base = parent[kid] * self.width
-        self.by_start = np.sort(base + rank_c[kid])
-        self.by_end = np.sort(base + rank_r[kid])
         self.by_dest = np.sort(parent[kid] * self.n_nodes + pairs.callee[kid])
         self.n_kids = np.bincount(parent[kid], minlength=len(pairs))
 
     def penalty(self, pairs: CallPairs, c: np.ndarray, par: np.ndarray, params: NestingParams) -> np.ndarray:
-        """``(1+overlap)^-x (1+samedest)^-y (1+children)^-z`` over the other chosen children."""
+        """``(1+samedest)^-y (1+children)^-z`` over the other chosen children."""
         mine = self.parent[c] == par
         out = np.ones(c.size)
-        if params.x:
-            base = par * self.width
-            lo = np.searchsorted(self.by_start, base)
-            # Chosen children starting before this one ends, less those that ended by
-            # its start; zero-length calls can make that one short of nothing.
-            started = np.searchsorted(self.by_start, base + self.rank_r[c]) - lo
-            ended = np.searchsorted(self.by_end, base + self.rank_c[c], side="right") - lo
-            overlap = np.maximum(started - ended - (mine & (self.rank_c[c] < self.rank_r[c])), 0)
-            out *= (1.0 + overlap) ** -params.x
         if params.y:
-            key = par * self.n_nodes + pairs.callee[c]
+            key = par.astype(np.int64) * self.n_nodes + pairs.callee[c]
             same = np.searchsorted(self.by_dest, key, side="right") - np.searchsorted(self.by_dest, key)
             out *= (1.0 + same - mine) ** -params.y
         if params.z:
             out *= (1.0 + self.n_kids[par] - mine) ** -params.z
         return out
-
-
-def _time_ranks(pairs: CallPairs) -> tuple[np.ndarray, np.ndarray]:
-    """Ranks of call and return times among all of them (equal times, equal ranks)."""
-    _, inv = np.unique(np.concatenate([pairs.t_call, pairs.t_return]), return_inverse=True)
-    inv = inv.ravel()
-    return inv[: len(pairs)], inv[len(pairs) :]
 
 
 class _Board:
@@ -717,6 +714,38 @@ def _candidates_by_parent(
         yield c[ok].astype(index), rep[ok].astype(index)
 
 
+def _break_cycles(parent: np.ndarray) -> np.ndarray:
+    """``parent`` with every loop of parent links cut at its earliest (lowest) pair.
+
+    Pointer doubling, no loop per call: after k steps each pair knows its 2^k-th
+    ancestor and the lowest pair on the way; a pair still not at a root after more
+    steps than there are pairs leads into a loop, whose lowest pair is found from the
+    loop itself.
+
+    Examples
+    --------
+    >>> _break_cycles(np.array([1, 0, 1, -1, 3])).tolist()
+    [-1, 0, 1, -1, 3]
+    """
+    n = parent.size
+    if n == 0:
+        return parent
+    sentinel = n  # a root's parent, pointing to itself
+    up = np.append(np.where(parent >= 0, parent, sentinel), sentinel)
+    low = np.arange(n + 1)
+    for _ in range(max(n.bit_length(), 1) + 1):
+        low = np.minimum(low, low[up])
+        up = up[up]
+    stuck = np.flatnonzero(up[:n] != sentinel)
+    if stuck.size == 0:
+        return parent
+    # up[v] is on v's loop, and low there is the loop's lowest pair (the path walked
+    # from it is longer than the loop).
+    out = parent.copy()
+    out[np.unique(low[up[stuck]])] = -1
+    return out
+
+
 def _best_parents(
     all_c: np.ndarray, all_p: np.ndarray, score: np.ndarray, t_call: np.ndarray, n: int
 ) -> np.ndarray:
@@ -870,9 +899,8 @@ def infer_nesting(
     # the round before, not every child it could have had.
     plain = rounds if (x or y or z) else 0
     if plain or siblings:
-        ranks = _time_ranks(pairs) if (y or z) else None
         for k in range(plain + siblings):
-            chosen = _Chosen(pairs, best.parent, *ranks) if ranks else None
+            chosen = _Chosen(pairs, best.parent) if (y or z) else None
             previous = best.parent
             gaps = _GapBoard.learn(pairs, chunks, previous, params, n_nodes) if k >= plain else None
             best = _BestSoFar(n)
@@ -882,9 +910,12 @@ def infer_nesting(
                 if x:
                     score = score * _penalty(ch.siblings.overlaps(member), x)
                 if chosen is not None:
-                    score = score * chosen.penalty(pairs, ch.c, ch.par, replace(params, x=0.0))
+                    score = score * chosen.penalty(pairs, ch.c, ch.par, params)
                 best.offer(ch.c, ch.par, score, pairs.t_call)
     parent, confidence = best.result(counts)
+    # Calls that hold each other (equal times, or overlapping within the tolerance) can
+    # choose each other: a loop has no root. Its earliest call becomes one.
+    parent = _break_cycles(parent)
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     info = {"messages": trace.num_rows, "start_ns": int(ts[0]), "end_ns": int(ts[-1])}
     patterns, instance, pattern_index = build_patterns(pairs, parent, nodes.names, sort=sort)

@@ -161,13 +161,17 @@ def _depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     idx = np.arange(n)
     up = np.where(parent >= 0, parent, idx)
     depth = (parent >= 0).astype(np.int64)
-    while True:
+    # Depth at most n - 1 needs at most bit_length(n) doublings; a loop never reaches
+    # a root (it may settle on a call of the loop).
+    for _ in range(n.bit_length() + 1):
         nxt = up[up]
         moved = nxt != up
         if not moved.any():
             break
         depth = depth + np.where(moved, depth[up], 0)
         up = nxt
+    if n and not np.all(parent[up] < 0):
+        raise ValueError("parent links form a loop: every call must have a root above it")
     return depth, up
 
 

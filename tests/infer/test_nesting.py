@@ -601,6 +601,38 @@ def test_overlap_counts_match_a_brute_force_count(shuffled: bool) -> None:
     assert np.array_equal(got, (same & overlap).sum(axis=1))
 
 
+def _brute_overlaps(parent, tc, tr, member):
+    same = parent[:, None] == parent[None, :]
+    overlap = (tc[None, :] < tr[:, None]) & (tr[None, :] > tc[:, None])
+    np.fill_diagonal(overlap, False)
+    return (same & overlap & member[None, :]).sum(axis=1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_overlap_counts_among_members_with_zero_length_calls_at_one_instant(seed: int) -> None:
+    from infer.nesting import _Siblings
+
+    rng = np.random.default_rng(seed)
+    n = 400
+    parent = np.sort(rng.integers(0, 12, n))
+    tc = rng.integers(0, 40, n)  # few instants: many calls start together
+    tr = tc + np.where(rng.random(n) < 0.5, 0, rng.integers(1, 8, n))  # half of them zero-length
+    order = np.lexsort((tc, parent))
+    parent, tc, tr = parent[order], tc[order], tr[order]
+    sib = _Siblings(parent, tc, tr)
+    everyone = np.ones(n, bool)
+    assert np.array_equal(sib.overlaps(None), _brute_overlaps(parent, tc, tr, everyone))
+    member = rng.random(n) < 0.4
+    assert np.array_equal(sib.overlaps(member), _brute_overlaps(parent, tc, tr, member))
+
+
+def test_zero_length_siblings_at_one_instant_do_not_overlap_each_other() -> None:
+    from infer.nesting import _overlaps
+
+    got = _overlaps(np.zeros(3, np.int64), np.array([1, 2, 2]), np.array([3, 2, 2]))
+    assert got.tolist() == [2, 1, 1]
+
+
 def test_delay_bins_match_the_formula_one_delay_at_a_time() -> None:
     import math
 
@@ -621,3 +653,49 @@ def test_delay_bins_match_the_formula_one_delay_at_a_time() -> None:
         return b + p.n_bins if d < 0 else b
 
     assert _bins(delays, p).tolist() == [one(int(d)) for d in delays]
+
+
+def test_calls_that_hold_each_other_do_not_form_a_loop(h) -> None:
+    # a->b and b->a at the same instants: each fits inside the other, so each is the
+    # other's candidate; one of them must still be a root.
+    t = h.trace(
+        [
+            (0, "call", "a", "b", 1),
+            (0, "call", "b", "a", 2),
+            (10, "return", "b", "a", 1),
+            (10, "return", "a", "b", 2),
+        ]
+    )
+    r = infer_nesting(t)
+    assert (r.parent == -1).sum() == 1
+    assert sum(p.count for p in r.patterns) == 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_instance_has_a_root_under_tolerance_and_zero_length_calls(h, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    nodes = ["a", "b", "c"]
+    rows = []
+    for ident in range(1, 13):
+        s, r = rng.choice(3, 2, replace=False)
+        t0 = int(rng.integers(0, 30)) * MS
+        t1 = t0 + int(rng.integers(0, 3)) * MS  # zero-length calls too
+        rows += [(t0, "call", nodes[s], nodes[r], ident), (t1, "return", nodes[r], nodes[s], ident)]
+    r = infer_nesting(h.trace(sorted(rows, key=lambda x: x[0])), tolerance_s=0.005, rounds=1)
+    # Walk every chain up: each must end at a root within len(pairs) steps.
+    for k in range(len(r.pairs)):
+        seen, v = 0, k
+        while r.parent[v] >= 0:
+            v, seen = r.parent[v], seen + 1
+            assert seen <= len(r.pairs)
+    assert sum(p.count for p in r.patterns) == int((r.parent == -1).sum())
+
+
+def test_break_cycles_cuts_every_loop_at_its_lowest_call() -> None:
+    from infer.nesting import _break_cycles
+
+    # Loops 0<->2 and 5->6->7->5, with tails 1->0 and 8->6; 3, 4 are a root and its child.
+    parent = np.array([2, 0, 0, -1, 3, 7, 5, 6, 6])
+    assert _break_cycles(parent).tolist() == [-1, 0, 0, -1, 3, -1, 5, 6, 6]
+    assert _break_cycles(np.array([-1, 0, 1])).tolist() == [-1, 0, 1]
+    assert _break_cycles(np.zeros(0, np.int64)).size == 0
