@@ -683,8 +683,18 @@ def _candidates_by_parent(
     ckey = _time_key(p.caller, p.t_call, t0, shift)
     corder = np.argsort(ckey, kind="stable")
     ckey = ckey[corder]
-    lo = np.searchsorted(ckey, _time_key(p.callee, np.maximum(p.t_call - tol_ns, t0), t0, shift))
-    hi = np.searchsorted(ckey, _time_key(p.callee, p.t_return + tol_ns, t0, shift), side="right")
+    # Searches in key order walk the sorted keys forward: parents by (node, call time).
+    # (A 16-bit copy of the node codes sorts by radix.)
+    node = p.callee.astype(np.int16) if int(p.callee.max(initial=0)) < 1 << 15 else p.callee
+    porder = np.argsort(node, kind="stable")
+    lo = np.empty(n, np.int64)
+    hi = np.empty(n, np.int64)
+    lo[porder] = np.searchsorted(
+        ckey, _time_key(p.callee, np.maximum(p.t_call - tol_ns, t0), t0, shift)[porder]
+    )
+    hi[porder] = np.searchsorted(
+        ckey, _time_key(p.callee, p.t_return + tol_ns, t0, shift)[porder], side="right"
+    )
     sizes = hi - lo
     # Children's fields in key order: a chunk reads them in runs, not scattered.
     c_call, c_return, c_caller = p.t_call[corder], p.t_return[corder], p.caller[corder]
@@ -914,8 +924,11 @@ def infer_nesting(
                 best.offer(ch.c, ch.par, score, pairs.t_call)
     parent, confidence = best.result(counts)
     # Calls that hold each other (equal times, or overlapping within the tolerance) can
-    # choose each other: a loop has no root. Its earliest call becomes one.
-    parent = _break_cycles(parent)
+    # choose each other: a loop has no root. Its earliest call becomes one. Without a
+    # parent calling no earlier than its child there is no loop to look for.
+    kid = np.flatnonzero(parent >= 0)
+    if np.any(pairs.t_call[parent[kid]] >= pairs.t_call[kid]):
+        parent = _break_cycles(parent)
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     info = {"messages": trace.num_rows, "start_ns": int(ts[0]), "end_ns": int(ts[-1])}
     patterns, instance, pattern_index = build_patterns(pairs, parent, nodes.names, sort=sort)
