@@ -302,21 +302,6 @@ def _penalty(count: np.ndarray, weight: float) -> np.ndarray:
     return ((1.0 + np.arange(int(count.max()) + 1)) ** -weight)[count]
 
 
-def _overlaps(parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> np.ndarray:
-    """For each candidate (parent, child), how many other candidate children of that parent
-    overlap the child in time (intervals sharing more than an end point)."""
-    if parent.size == 0:
-        return np.zeros(0, np.int64)
-    # Candidates come grouped by parent and in call order within (as enumerated); any
-    # other order is sorted so first and the counts put back.
-    order = np.lexsort((tc, parent))
-    if np.array_equal(order, np.arange(parent.size)):
-        return _Siblings(parent, tc, tr).overlaps(None)
-    out = np.empty(parent.size, np.int64)
-    out[order] = _Siblings(parent[order], tc[order], tr[order]).overlaps(None)
-    return out
-
-
 class _Siblings:
     """Candidates grouped by parent and in call order within (as enumerated), indexed
     once so that overlap counts among any subset of each parent's candidates (all of

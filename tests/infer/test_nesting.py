@@ -581,9 +581,8 @@ def test_invalid_parameters_are_checked_before_the_trace(h) -> None:
         infer_nesting(h.trace([]), bin_base=1.0)
 
 
-@pytest.mark.parametrize("shuffled", [False, True], ids=["as-enumerated", "shuffled"])
-def test_overlap_counts_match_a_brute_force_count(shuffled: bool) -> None:
-    from infer.nesting import _overlaps
+def test_overlap_counts_match_a_brute_force_count() -> None:
+    from infer.nesting import _Siblings
 
     rng = np.random.default_rng(11)
     n = 600
@@ -591,14 +590,9 @@ def test_overlap_counts_match_a_brute_force_count(shuffled: bool) -> None:
     tc = rng.integers(0, 1000, n)
     tr = tc + rng.integers(0, 60, n)  # zero-length calls included
     order = np.lexsort((tc, parent))  # grouped by parent, in call order: as enumerated
-    if shuffled:
-        order = rng.permutation(n)
     parent, tc, tr = parent[order], tc[order], tr[order]
-    got = _overlaps(parent, tc, tr)
-    same = parent[:, None] == parent[None, :]
-    overlap = (tc[None, :] < tr[:, None]) & (tr[None, :] > tc[:, None])
-    np.fill_diagonal(overlap, False)
-    assert np.array_equal(got, (same & overlap).sum(axis=1))
+    got = _Siblings(parent, tc, tr).overlaps(None)
+    assert np.array_equal(got, _brute_overlaps(parent, tc, tr, np.ones(n, bool)))
 
 
 def _brute_overlaps(parent, tc, tr, member):
@@ -627,9 +621,9 @@ def test_overlap_counts_among_members_with_zero_length_calls_at_one_instant(seed
 
 
 def test_zero_length_siblings_at_one_instant_do_not_overlap_each_other() -> None:
-    from infer.nesting import _overlaps
+    from infer.nesting import _Siblings
 
-    got = _overlaps(np.zeros(3, np.int64), np.array([1, 2, 2]), np.array([3, 2, 2]))
+    got = _Siblings(np.zeros(3, np.int64), np.array([1, 2, 2]), np.array([3, 2, 2])).overlaps(None)
     assert got.tolist() == [2, 1, 1]
 
 
