@@ -551,13 +551,17 @@ class _GapBoard:
         parent: np.ndarray,
         params: NestingParams,
         n_nodes: int,
-    ) -> _GapBoard:
-        """The board of the gaps around every child at the parent it was given."""
+    ) -> tuple[_GapBoard, list[np.ndarray] | None]:
+        """The board of the gaps around every child at the parent it was given, and every
+        chunk's cells for scoring them (None when the chunks are not kept in memory)."""
         board = cls(params, n_nodes)
         keys, areas = [], []
+        chunk_keys: list[np.ndarray] | None = [] if chunks.kept is not None else None
         for ch in chunks:
             member = parent[ch.c] == ch.par
             key, area = board.cells(pairs, ch, member)
+            if chunk_keys is not None:
+                chunk_keys.append(key)
             keys.append(key[member])
             areas.append(area[member])
         all_keys = np.concatenate(keys) if keys else np.zeros(0, np.int64)
@@ -566,11 +570,10 @@ class _GapBoard:
         if params.density and all_keys.size:
             area[inv.ravel()] = np.concatenate(areas)
         board.values = count / area
-        return board
+        return board, chunk_keys
 
-    def lookup(self, pairs: CallPairs, ch: _Chunk, member: np.ndarray) -> np.ndarray:
-        """Scores of a chunk's candidates; 0 for a cell no chosen child fell in."""
-        key, _ = self.cells(pairs, ch, member)
+    def lookup(self, key: np.ndarray) -> np.ndarray:
+        """Scores of cells (from ``cells``); 0 for a cell no chosen child fell in."""
         if self.keys.size == 0:
             return np.zeros(key.size)
         at = np.minimum(np.searchsorted(self.keys, key), self.keys.size - 1)
@@ -897,11 +900,18 @@ def infer_nesting(
         for k in range(plain + siblings):
             chosen = _Chosen(pairs, best.parent) if (y or z) else None
             previous = best.parent
-            gaps = _GapBoard.learn(pairs, chunks, previous, params, n_nodes) if k >= plain else None
+            gaps, gap_keys = (
+                _GapBoard.learn(pairs, chunks, previous, params, n_nodes) if k >= plain else (None, None)
+            )
             best = _BestSoFar(n)
-            for ch in chunks:
+            for i, ch in enumerate(chunks):
                 member = previous[ch.c] == ch.par
-                score = gaps.lookup(pairs, ch, member) if gaps is not None else board_.lookup(ch.cells)
+                if gaps is None:
+                    score = board_.lookup(ch.cells)
+                else:
+                    score = gaps.lookup(
+                        gap_keys[i] if gap_keys is not None else gaps.cells(pairs, ch, member)[0]
+                    )
                 if x:
                     score = score * _penalty(ch.siblings.overlaps(member), x)
                 if chosen is not None:
