@@ -197,8 +197,8 @@ def _convert_one(
                     held = []
                 else:
                     cut = int(np.searchsorted(allm.ts_ns, wm, side="left"))
-                    write(_slice(allm, 0, cut))
-                    held = [_slice(allm, cut, len(allm))]
+                    write(allm.take(slice(0, cut)))
+                    held = [allm.take(slice(cut, None))]
                 batch = nxt
             _add_source_stats(report, src)
             _add_flow_stats(stats, asm.stats)
@@ -215,10 +215,6 @@ def _convert_one(
             report.messages_by_proto[k] = report.messages_by_proto.get(k, 0) + v
         report.seconds = time.perf_counter() - t0
         writer.provenance = {"capture": _provenance(report)}
-
-
-def _slice(m: Messages, a: int, b: int) -> Messages:
-    return Messages(**{k: getattr(m, k)[a:b] for k in Messages.__dataclass_fields__})
 
 
 def _add_source_stats(report: CaptureReport, src: PacketSource) -> None:
@@ -659,8 +655,8 @@ def _convert_points(
                 held = []
             else:
                 c = int(np.searchsorted(allm.ts_ns, wm, side="left"))
-                write(_slice(allm, 0, c), allp[:c])
-                held = [(_slice(allm, c, len(allm)), allp[c:])]
+                write(allm.take(slice(0, c)), allp[:c])
+                held = [(allm.take(slice(c, None)), allp[c:])]
             # Later messages start no earlier than the watermark: older lookups are not needed.
             keep_lk = lk_ts >= wm if wm is not None else np.zeros(len(lk_ts), bool)
             lk_key, lk_pt, lk_ts = lk_key[keep_lk], lk_pt[keep_lk], lk_ts[keep_lk]

@@ -109,6 +109,10 @@ class Messages:
     def __len__(self) -> int:
         return len(self.ts_ns)
 
+    def take(self, idx: np.ndarray | slice) -> Messages:
+        """The messages at ``idx`` (an index array or a slice)."""
+        return Messages(**{k: getattr(self, k)[idx] for k in _MSG_FIELDS})
+
     @staticmethod
     def concat(parts: list[Messages]) -> Messages:
         """All messages of ``parts``, sorted by timestamp (stable)."""
@@ -116,8 +120,7 @@ class Messages:
         if not parts:
             return _empty_messages()
         cols = {k: np.concatenate([getattr(p, k) for p in parts]) for k in _MSG_FIELDS}
-        order = np.argsort(cols["ts_ns"], kind="stable")
-        return Messages(**{k: v[order] for k, v in cols.items()})
+        return Messages(**cols).take(np.argsort(cols["ts_ns"], kind="stable"))
 
 
 _MSG_FIELDS = tuple(Messages.__dataclass_fields__)
