@@ -578,10 +578,7 @@ def render_trace_file(
     >>> r.packets, os.path.basename(r.names_file)
     (9, 't.names.toml')
     """
-    if tracefmt.trace_format(trace_path) == "parquet":
-        trace = tracefmt.read_trace(trace_path)
-    else:
-        trace = tracefmt.read_text_trace(trace_path)
+    trace = tracefmt.read_any_trace(trace_path)
     names = default_names_path(pcap) if names_file is None else names_file
     return render_pcap(trace, pcap, names_file=names, gap_ns=gap_ns)
 

@@ -3,7 +3,14 @@
 Every other wirepath package takes a validated Arrow table from here.
 """
 
-from tracefmt.convert import TRACE_SUFFIXES, ConvertReport, convert_trace, iter_any_trace, trace_format
+from tracefmt.convert import (
+    TRACE_SUFFIXES,
+    ConvertReport,
+    convert_trace,
+    iter_any_trace,
+    read_any_trace,
+    trace_format,
+)
 from tracefmt.errors import (
     MissingToolError,
     ParameterError,
@@ -85,6 +92,7 @@ __all__ = [
     "merge_traces",
     "op_codes",
     "parse_duration_ns",
+    "read_any_trace",
     "read_text_trace",
     "read_trace",
     "read_trace_metadata",

@@ -13,9 +13,16 @@ import pyarrow as pa
 from tracefmt.errors import ParameterError
 from tracefmt.parquet import TraceWriter, iter_trace, read_trace, read_trace_metadata
 from tracefmt.schema import sort_trace
-from tracefmt.text import TextStats, iter_text_trace, write_text_trace
+from tracefmt.text import TextStats, iter_text_trace, read_text_trace, write_text_trace
 
-__all__ = ["TRACE_SUFFIXES", "ConvertReport", "convert_trace", "iter_any_trace", "trace_format"]
+__all__ = [
+    "TRACE_SUFFIXES",
+    "ConvertReport",
+    "convert_trace",
+    "iter_any_trace",
+    "read_any_trace",
+    "trace_format",
+]
 
 PathLike = str | os.PathLike[str]
 
@@ -57,6 +64,22 @@ def iter_any_trace(
         yield from iter_trace(path)
     else:
         yield from iter_text_trace(path, skip_bad=skip_bad, stats=stats)
+
+
+def read_any_trace(path: PathLike) -> pa.Table:
+    """Read a whole trace file of either form (by its name) as one validated table.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> p = pathlib.Path(tempfile.mkdtemp(), "t.txt")
+    >>> _ = p.write_text("0.001 call c s 1\\n0.002 return s c 1\\n")
+    >>> read_any_trace(p).num_rows
+    2
+    """
+    if trace_format(path) == "parquet":
+        return read_trace(path)
+    return read_text_trace(path)
 
 
 def _reporting(tables: Iterator[pa.Table], on_progress: Callable[[int], None]) -> Iterator[pa.Table]:

@@ -195,10 +195,7 @@ def _tree_lines(pattern: dict[str, Any]) -> list[str]:
 
 
 def _cmd_infer_nesting(args: argparse.Namespace) -> int:
-    if tracefmt.trace_format(args.trace) == "parquet":
-        trace = tracefmt.read_trace(args.trace)
-    else:
-        trace = tracefmt.read_text_trace(args.trace)
+    trace = tracefmt.read_any_trace(args.trace)
     result = infer.infer_nesting(
         trace,
         x=args.x,

@@ -33,10 +33,7 @@ def format_path(path: dict[str, Any]) -> str:
 
 
 def _cmd_infer_convolution(args: argparse.Namespace) -> int:
-    if tracefmt.trace_format(args.trace) == "parquet":
-        trace = tracefmt.read_trace(args.trace)
-    else:
-        trace = tracefmt.read_text_trace(args.trace)
+    trace = tracefmt.read_any_trace(args.trace)
     quantum_s = tracefmt.parse_duration_ns(args.quantum) / 1e9
     if args.max_lag == "auto":
         max_lag_s = _AUTO_LAGS * quantum_s
