@@ -9,7 +9,9 @@
    ``bin_min_s``), optionally smoothed with a Gaussian of ``smooth_bins``.
 4. Unique parent: score = scoreboard x penalties ``(1+overlap)^-x (1+samedest)^-y
    (1+children)^-z``, counted over the parent's candidate children; the earliest
-   parent wins ties.
+   parent wins ties. Optional refinement rounds count the penalties over the children
+   each parent was given (``rounds``), then score the gaps to the siblings a child
+   would have (``siblings``). Loops of parent links are cut at their earliest call.
 5. Paths: unparented calls are roots; instances are their trees; instances of one
    shape form a pattern (``infer.patterns``).
 
