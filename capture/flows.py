@@ -126,6 +126,12 @@ class Messages:
 _MSG_FIELDS = tuple(Messages.__dataclass_fields__)
 
 
+def _at_segments(s: Segments, seg: np.ndarray | slice, **fields: np.ndarray) -> Messages:
+    """Messages whose time and endpoints are those of segments ``seg`` of ``s``."""
+    ends = ("ts_ns", "src_hi", "src_lo", "sport", "dst_hi", "dst_lo", "dport")
+    return Messages(**{k: getattr(s, k)[seg] for k in ends}, **fields)
+
+
 def _empty_messages() -> Messages:
     z = np.zeros(0, np.int64)
     u = np.zeros(0, np.uint64)
@@ -267,14 +273,9 @@ class FlowAssembler:
             server_is_dst[i] = not is_resp
         for p in np.unique(proto).tolist():
             self.stats.messages_by_proto[PROTOCOLS[p]] += int((proto == p).sum())
-        return Messages(
-            ts_ns=s.ts_ns,
-            src_hi=s.src_hi,
-            src_lo=s.src_lo,
-            sport=s.sport,
-            dst_hi=s.dst_hi,
-            dst_lo=s.dst_lo,
-            dport=s.dport,
+        return _at_segments(
+            s,
+            slice(None),
             op=op,
             id=mid,
             has_id=has,
@@ -632,14 +633,9 @@ class FlowAssembler:
         seg = di[o[tix]]
         self.stats.messages_by_proto["http"] += len(tix)
         return (
-            Messages(
-                ts_ns=s.ts_ns[seg],
-                src_hi=s.src_hi[seg],
-                src_lo=s.src_lo[seg],
-                sport=s.sport[seg],
-                dst_hi=s.dst_hi[seg],
-                dst_lo=s.dst_lo[seg],
-                dport=s.dport[seg],
+            _at_segments(
+                s,
+                seg,
                 op=np.where(is_call, 0, 1).astype(np.int8),
                 id=np.where(has_id, mid, 0).astype(np.uint64),
                 has_id=has_id,
@@ -697,14 +693,9 @@ class FlowAssembler:
         mid = (flow_ids[tkp] << np.uint64(24)) | (call_no.astype(np.uint64) & np.uint64(0xFFFFFF))
         seg = di[ts]
         self.stats.messages_by_proto["tcp"] += len(ts)
-        return Messages(
-            ts_ns=s.ts_ns[seg],
-            src_hi=s.src_hi[seg],
-            src_lo=s.src_lo[seg],
-            sport=s.sport[seg],
-            dst_hi=s.dst_hi[seg],
-            dst_lo=s.dst_lo[seg],
-            dport=s.dport[seg],
+        return _at_segments(
+            s,
+            seg,
             op=np.where(is_call, 0, 1).astype(np.int8),
             id=np.where(has_id, mid, 0).astype(np.uint64),
             has_id=has_id,
