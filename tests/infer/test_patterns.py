@@ -362,3 +362,13 @@ def test_latency_stats_matches_numpy() -> None:
         rel=1e-12,
     )
     assert latency_stats(np.array([])) == dict.fromkeys(STAT_KEYS, 0.0)
+
+
+@pytest.mark.parametrize(
+    "parent", [[1, 0], [2, 0, 1], [1, 2, 0, -1]], ids=["pair", "triangle", "tail-into-loop"]
+)
+def test_pattern_building_refuses_loops_of_parent_links(parent: list[int]) -> None:
+    from infer.patterns import _depths
+
+    with pytest.raises(ValueError, match="loop"):
+        _depths(np.array(parent))
