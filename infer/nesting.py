@@ -62,6 +62,7 @@ class NestingParams:
     board: str = "delay"
     rounds: int = 0
     siblings: int = 0
+    chains: int = 0
 
     def check(self) -> None:
         """Raise ``ParameterError`` naming the first bad parameter."""
@@ -79,6 +80,8 @@ class NestingParams:
             raise ParameterError(f"rounds must be an integer from 0 to 20, not {self.rounds!r}")
         if not (isinstance(self.siblings, int) and 0 <= self.siblings <= 20):
             raise ParameterError(f"siblings must be an integer from 0 to 20, not {self.siblings!r}")
+        if not (isinstance(self.chains, int) and 0 <= self.chains <= 100):
+            raise ParameterError(f"chains must be an integer from 0 to 100, not {self.chains!r}")
         if self.board not in BOARDS:
             raise ParameterError(f"unknown scoreboard {self.board!r} (must be one of {', '.join(BOARDS)})")
         if self.board == "joint" and self.smooth_bins > 0:
@@ -198,6 +201,11 @@ class NestingResult:
                 "mean_parallelism": self.mean_parallelism,
                 "instances": int((self.parent < 0).sum()),
                 "patterns": len(self.patterns),
+                **(
+                    {"chain_rounds_run": self.trace_info["chain_rounds_run"]}
+                    if "chain_rounds_run" in self.trace_info
+                    else {}
+                ),
             },
             "patterns": [p.to_json() for p in chosen],
         }
@@ -746,6 +754,16 @@ def _break_cycles(parent: np.ndarray) -> np.ndarray:
     return out
 
 
+def _without_loops(pairs: CallPairs, parent: np.ndarray) -> np.ndarray:
+    """``parent`` with loops cut (``_break_cycles``). Calls that hold each other (equal
+    times, or overlapping within the tolerance) can choose each other: a loop has no
+    root. Without a parent calling no earlier than its child there is no loop to look for."""
+    kid = np.flatnonzero(parent >= 0)
+    if np.any(pairs.t_call[parent[kid]] >= pairs.t_call[kid]):
+        return _break_cycles(parent)
+    return parent
+
+
 def _best_parents(
     all_c: np.ndarray, all_p: np.ndarray, score: np.ndarray, t_call: np.ndarray, n: int
 ) -> np.ndarray:
@@ -782,6 +800,7 @@ def infer_nesting(
     board: str = "delay",
     rounds: int = 0,
     siblings: int = 0,
+    chains: int = 0,
     sort: str = "total",
 ) -> NestingResult:
     """Infer causal path patterns of an RPC trace with the nesting algorithm.
@@ -813,6 +832,17 @@ def infer_nesting(
         of the parent-call-to-child-call delay. ``"joint"`` also bins the child-return-to-
         parent-return gap and scores the pair of bins together: a parent answers a
         typical time after its last child returns, which wrong candidates do not.
+    rounds : int
+        Refinement rounds in which the penalties count the children each parent was
+        given in the round before.
+    siblings : int
+        Then rounds scoring each candidate by the gaps to the siblings it would have.
+    chains : int
+        Then at most this many chain rounds (``infer._chains``): each child moves, or
+        swaps with a call to the same node, to where it most raises the likelihood of
+        its node's chains of events (a received call or a child's return leads to the
+        next call or the return), learnt from the round before; rounds stop when
+        nothing moves. The most accurate setting, and the slowest.
     sort : {"total", "count"}
         Pattern order: by total latency or by instance count.
 
@@ -851,6 +881,7 @@ def infer_nesting(
         board,
         rounds,
         siblings,
+        chains,
     )
     params.check()
     if sort not in ("total", "count"):
@@ -869,7 +900,7 @@ def infer_nesting(
     tol_ns = round(tolerance_s * 1e9)
     n_nodes = len(nodes.names)
     board_ = _Board(params, n_nodes)
-    chunks = _CandidateChunks(pairs, tol_ns, board_, siblings=x > 0 or siblings)
+    chunks = _CandidateChunks(pairs, tol_ns, board_, siblings=x > 0 or siblings > 0 or chains > 0)
 
     # Pass 1: each child's candidates share one unit of weight on the scoreboard.
     counts = np.zeros(n, np.int64)
@@ -920,14 +951,17 @@ def infer_nesting(
                     score = score * chosen.penalty(pairs, ch.c, ch.par, params)
                 best.offer(ch.c, ch.par, score, pairs.t_call)
     parent, confidence = best.result(counts)
-    # Calls that hold each other (equal times, or overlapping within the tolerance) can
-    # choose each other: a loop has no root. Its earliest call becomes one. Without a
-    # parent calling no earlier than its child there is no loop to look for.
-    kid = np.flatnonzero(parent >= 0)
-    if np.any(pairs.t_call[parent[kid]] >= pairs.t_call[kid]):
-        parent = _break_cycles(parent)
+    parent = _without_loops(pairs, parent)
+    info: dict[str, Any] = {}
+    if chains:
+        from infer._chains import chain_rounds
+
+        parent, confidence, info["chain_rounds_run"] = chain_rounds(
+            pairs, chunks, parent, params, n_nodes, chains
+        )
+        parent = _without_loops(pairs, parent)
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
-    info = {"messages": trace.num_rows, "start_ns": int(ts[0]), "end_ns": int(ts[-1])}
+    info.update(messages=trace.num_rows, start_ns=int(ts[0]), end_ns=int(ts[-1]))
     patterns, instance, pattern_index = build_patterns(pairs, parent, nodes.names, sort=sort)
     return NestingResult(
         nodes=nodes.names,

@@ -210,6 +210,7 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         board=args.board,
         rounds=args.rounds,
         siblings=args.siblings,
+        chains=args.chains,
         sort=args.sort,
     )
     window = tracefmt.parse_duration_ns(args.window) / 1e9 if args.window else None
@@ -427,8 +428,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "with returns, find each call's candidate parents, score them by how often their\n"
         "delays occur, pick one parent per call, and group the resulting path instances\n"
         "into patterns with per-visit latency and per-edge delay statistics.\n\n"
-        "The defaults are the paper's; for more exact paths, at 3-9 times the run time:\n"
-        "  --board joint --density --rounds 2 --siblings 3  (measurements: docs/paper-reproduction.md)\n\n"
+        "The defaults are the paper's. For more exact paths, at 3-9 times the run time:\n"
+        "  --board joint --density --rounds 2 --siblings 3\n"
+        "and the most exact, at about 15 times (needed at high parallelism):\n"
+        "  --board joint --density --rounds 2 --siblings 3 --chains 10\n"
+        "(measurements: docs/paper-reproduction.md)\n\n"
         "example: wirepath infer nesting t.parquet --out paths.json --instances inst.parquet",
     )
     p.set_defaults(handler=_cmd_infer_nesting)
@@ -458,6 +462,14 @@ def _build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="then N rounds scoring the gaps to each child's siblings (default 0)",
+    )
+    p.add_argument(
+        "--chains",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then up to N rounds moving children to where their node's chains of events "
+        "are most likely (default 0; stops when nothing moves)",
     )
     p.add_argument("--bin-base", type=float, default=1.05, help="delay bin growth factor (default 1.05)")
     p.add_argument("--bin-min", default="1us", metavar="DURATION", help="smallest delay bin (default 1us)")
