@@ -307,3 +307,18 @@ def test_instances_file_parents(
         expect = true_parent[row]
         got = None if parent[k] is None else int(call[rows[parent[k]]])
         assert got == expect
+
+
+def test_chain_rounds_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], synth_files: dict[str, Any]
+) -> None:
+    out_json = tmp_path / "p.json"
+    argv = ["infer", "nesting", synth_files["trace"], "--out", out_json, "--board", "joint", "--density"]
+    rc, _, err = run(capsys, *argv, "--chains", "2")
+    assert rc == 0, err
+    doc = json.loads(out_json.read_text())
+    assert doc["params"]["chains"] == 2
+    assert 1 <= doc["stats"]["chain_rounds_run"] <= 2
+    rc, _, err = run(capsys, *argv, "--chains", "-1")
+    assert rc != 0
+    assert "chains must be an integer from 0 to 100" in err
