@@ -134,7 +134,7 @@ class PathsDiff:
         for c in self.changes[:top]:
             lines.append(
                 f"{format_change(c['change_s']):>9}  {c['label']:<24} in {c['requests']:,} requests "
-                f"({c['patterns']} patterns): {c['where']}"
+                f"({c['patterns']} pattern{'' if c['patterns'] == 1 else 's'}): {c['where']}"
             )
         return lines
 
