@@ -34,7 +34,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from infer.callpairs import CallPairs
-from infer.nesting import _DENSE_BOARD, NestingParams, _bin_widths, _bins, _CandidateChunks, _Chunk
+from infer.nesting import (
+    _DENSE_BOARD,
+    NestingParams,
+    _BestSoFar,
+    _bin_widths,
+    _bins,
+    _CandidateChunks,
+    _Chunk,
+)
 
 # Log-density (per second) of an edge no chain of the previous round had: far below
 # any learnt one, finite so that two unseen alternatives still compare on the rest.
@@ -247,8 +255,6 @@ def _round(
     """Score every candidate; propose each child's best move and the swaps of two
     calls to one node that sit in each other's place. Also returns each child's score
     at its parent and the sum of exp(score) over its candidates (for confidences)."""
-    from infer.nesting import _BestSoFar
-
     n = len(pairs)
     best = _BestSoFar(n)
     here = np.full(n, -np.inf)
@@ -296,10 +302,12 @@ def _score_chunk(
     ch: _Chunk,
     parent: np.ndarray,
     model: _EdgeModel,
-    best,
+    best: _BestSoFar,
     here: np.ndarray,
     mass: np.ndarray,
 ) -> tuple[np.ndarray, ...] | None:
+    """Score one chunk's candidates into ``best``, ``here`` and ``mass``; return its
+    swap entries (child, parent, occupant, score in the occupant's place), if any."""
     tc, tr = pairs.t_call, pairs.t_return
     c, par = ch.c.astype(np.int64), ch.par.astype(np.int64)
     m = c.size
