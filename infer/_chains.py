@@ -318,8 +318,11 @@ def _score_chunk(
     member = parent[c] == par
     prev, prev2, nxt, nxt2 = _neighbours(member, lo, hi)
 
+    # Positions run from -1 (none before) to m (none after); both read -1 here.
+    padded = np.append(c, -1)
+
     def sibling(i: np.ndarray) -> np.ndarray:
-        return np.where((i >= 0) & (i < m), c[np.clip(i, 0, m - 1)], -1)
+        return padded[i]
 
     score = model.insertion(pairs, c, par, sibling(prev), sibling(nxt))
     here[c[member]] = score[member]
@@ -351,8 +354,12 @@ def chain_rounds(
     params: NestingParams,
     n_nodes: int,
     rounds: int,
+    model_from: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Up to ``rounds`` chain rounds from ``parent``; stops early when nothing moves.
+
+    ``model_from``, for diagnosis only, fixes the assignment the model is learnt from
+    (say the true parents of a synthetic trace) instead of the current one.
 
     Returns the new parents, each child's confidence (its parent's share of
     exp(score) over its candidates, 1 for roots) and the rounds run.
@@ -360,10 +367,11 @@ def chain_rounds(
     parent = parent.copy()
     n = len(pairs)
     here, mass = np.full(n, -np.inf), np.zeros(n)
+    fixed = None if model_from is None else _EdgeModel.learn(pairs, model_from, params, n_nodes)
     done = 0
     while done < rounds:
         done += 1
-        model = _EdgeModel.learn(pairs, parent, params, n_nodes)
+        model = fixed or _EdgeModel.learn(pairs, parent, params, n_nodes)
         proposals, here, mass = _round(pairs, chunks, parent, model)
         moves = proposals.independent(n)
         if moves.child.size == 0:
