@@ -261,7 +261,7 @@ def _round(
     mass = np.zeros(n)
     swaps: list[tuple[np.ndarray, ...]] = []
     for ch in chunks:
-        sw = _score_chunk(pairs, ch, parent, model, best, here, mass)
+        sw = _score_chunk(pairs, ch, parent, model, best, here, mass, chunks.tol_ns)
         if sw is not None:
             swaps.append(sw)
     parts = []
@@ -305,6 +305,7 @@ def _score_chunk(
     best: _BestSoFar,
     here: np.ndarray,
     mass: np.ndarray,
+    tol_ns: int,
 ) -> tuple[np.ndarray, ...] | None:
     """Score one chunk's candidates into ``best``, ``here`` and ``mass``; return its
     swap entries (child, parent, occupant, score in the occupant's place), if any."""
@@ -339,6 +340,11 @@ def _score_chunk(
     occupant = sibling(np.where(occ_prev, prev, nxt))
     one &= pairs.callee[np.maximum(occupant, 0)] == pairs.callee[c]
     k = np.flatnonzero(one)
+    # The occupant must fit in the child's own parent to take its place there.
+    home, other = parent[c[k]], occupant[k]
+    h = np.maximum(home, 0)
+    fits = (home >= 0) & (tc[other] >= tc[h] - tol_ns) & (tr[other] <= tr[h] + tol_ns)
+    k = k[fits]
     if k.size == 0:
         return None
     before = sibling(np.where(occ_prev[k], prev2[k], prev[k]))
