@@ -430,7 +430,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "into patterns with per-visit latency and per-edge delay statistics.\n\n"
         "The defaults are the paper's. For more exact paths, at 3-9 times the run time:\n"
         "  --board joint --density --rounds 2 --siblings 3\n"
-        "and the most exact, at about 15 times (needed at high parallelism):\n"
+        "and the most exact, at 8-16 times (needed at high parallelism):\n"
         "  --board joint --density --rounds 2 --siblings 3 --chains 10\n"
         "(measurements: docs/paper-reproduction.md)\n\n"
         "example: wirepath infer nesting t.parquet --out paths.json --instances inst.parquet",
