@@ -172,6 +172,62 @@ def test_chain_rounds_find_more_true_parents(crowded) -> None:
     assert np.all((after.confidence > 0) & (after.confidence <= 1))
 
 
+CALLER_DECIDES = """
+# S calls X when A called it, and nobody when B did.
+nodes = ["client", "A", "B", "S", "X"]
+[trace]
+seed = 6
+messages = 20000
+parallelism = 15
+[[tracelet]]
+name = "via-a"
+client = "client"
+think_s = [0.0, 0.05]
+[[tracelet.call]]
+id = "a"
+to = "A"
+before_s = [0.002, 0.0005]
+[[tracelet.call]]
+id = "s"
+parent = "a"
+to = "S"
+before_s = [0.002, 0.0005]
+after_s = [0.001, 0.0002]
+[[tracelet.call]]
+id = "x"
+parent = "s"
+to = "X"
+before_s = [0.003, 0.0008]
+[[tracelet]]
+name = "via-b"
+client = "client"
+think_s = [0.0, 0.05]
+[[tracelet.call]]
+id = "b"
+to = "B"
+before_s = [0.002, 0.0005]
+[[tracelet.call]]
+id = "s"
+parent = "b"
+to = "S"
+before_s = [0.006, 0.0015]
+"""
+
+
+def test_chain_rounds_learn_what_each_caller_makes_a_node_do() -> None:
+    # The chains are learnt per caller: a model blind to the caller would hand X calls
+    # to S's visits from B, and leave visits from A childless.
+    trace, truth = synth.generate_table(synth.parse_config(CALLER_DECIDES))
+    kw = {"board": "joint", "density": True, "rounds": 2, "siblings": 3}
+    found = {p.shape_text: p.count for p in infer_nesting(trace, chains=5, **kw).patterns}
+    true = {p["id"]: p["count"] for p in truth["patterns"]}
+    assert len(true) == 2
+    via_a, via_b = "client>A(A>S(S>X))", "client>B(B>S)"
+    assert found[via_a] + found[via_b] >= 0.97 * sum(true.values())
+    for wrong in ("client>A(A>S)", "client>B(B>S(S>X))"):
+        assert found.get(wrong, 0) < 0.03 * sum(true.values()), (wrong, found.get(wrong))
+
+
 def test_chain_rounds_keep_a_serial_trace_exact(serial_trace) -> None:
     table, truth = serial_trace
     r = infer_nesting(table, board="joint", density=True, rounds=1, siblings=1, chains=3)
