@@ -11,7 +11,9 @@
    (1+children)^-z``, counted over the parent's candidate children; the earliest
    parent wins ties. Optional refinement rounds count the penalties over the children
    each parent was given (``rounds``), then score the gaps to the siblings a child
-   would have (``siblings``). Loops of parent links are cut at their earliest call.
+   would have (``siblings``), then move children to where their node's chains of
+   events are most likely (``chains``, ``infer._chains``). Loops of parent links are
+   cut at their earliest call.
 5. Paths: unparented calls are roots; instances are their trees; instances of one
    shape form a pattern (``infer.patterns``).
 
