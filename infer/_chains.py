@@ -43,10 +43,12 @@ from infer.nesting import (
     _CandidateChunks,
     _Chunk,
 )
+from tracefmt import ParameterError
 
-# Log-density (per second) of an edge no chain of the previous round had: far below
-# any learnt one, finite so that two unseen alternatives still compare on the rest.
-_UNSEEN = np.log(1e-6)
+# An edge no chain of the previous round had scores this far (in log units) below the
+# least likely learnt edge: finite, so that two unseen alternatives still compare on
+# the rest.
+_UNSEEN_BELOW = np.log(1e6)
 _CALL, _RETURN = 0, 1
 # The model is learnt from the assignment it then judges; spreading each learnt cell
 # over a bin either side keeps it from fitting that assignment's noise (measured on
@@ -57,18 +59,19 @@ _SMOOTH_BINS = 1.0
 
 def chain_edges(pairs: CallPairs, parent: np.ndarray) -> tuple[np.ndarray, ...]:
     """The edges of the chains that ``parent`` implies, as four arrays
-    ``(in_kind, in_pair, out_kind, out_pair)``: kind 0 is a call event of that pair,
-    1 its return. Children of one parent follow each other in call order.
+        ``(in_kind, in_pair, out_kind, out_pair)``: kind 0 is a call event of that pair,
+        1 its return. Children of one parent follow each other in call order.
 
-    Examples
-    --------
-    A call (0) with two children (1, 2), the second a leaf:
+        Examples
+        --------
+        A call (0) with two children (1, 2), the second a leaf:
 
-    >>> from infer.callpairs import CallPairs
-    >>> p = CallPairs(np.array([0, 1, 1]), np.array([1, 2, 3]), np.array([0, 1, 4]),
-    ...     np.array([9, 3, 6]), np.arange(3), np.arange(3), 0, 0, 0)
-    >>> [a.tolist() for a in chain_edges(p, np.array([-1, 0, 0]))]
-    [[0, 1, 1, 0, 0], [0, 1, 2, 1, 2], [0, 0, 1, 1, 1], [1, 2, 0, 1, 2]]
+        >>> from infer.callpairs import CallPairs
+    from tracefmt import ParameterError
+        >>> p = CallPairs(np.array([0, 1, 1]), np.array([1, 2, 3]), np.array([0, 1, 4]),
+        ...     np.array([9, 3, 6]), np.arange(3), np.arange(3), 0, 0, 0)
+        >>> [a.tolist() for a in chain_edges(p, np.array([-1, 0, 0]))]
+        [[0, 1, 1, 0, 0], [0, 1, 2, 1, 2], [0, 0, 1, 1, 1], [1, 2, 0, 1, 2]]
     """
     n = len(pairs)
     kid = np.flatnonzero(parent >= 0)
@@ -117,6 +120,7 @@ class _EdgeModel:
     keys: np.ndarray
     values: np.ndarray
     table: np.ndarray | None
+    unseen: float = -_UNSEEN_BELOW
 
     def cells(
         self,
@@ -146,20 +150,22 @@ class _EdgeModel:
         keys, prob = _smooth(keys, count / total[inv.ravel()], nb)
         model.keys = keys
         model.values = np.log(prob / _bin_widths(params)[keys % nb])
+        if model.values.size:
+            model.unseen = float(model.values.min()) - _UNSEEN_BELOW
         space = int(keys.max()) + 1 if keys.size else 0
         if space <= _DENSE_BOARD:
-            model.table = np.full(space, _UNSEEN)
+            model.table = np.full(space, model.unseen)
             model.table[keys] = model.values
         return model
 
     def lookup(self, cells: np.ndarray) -> np.ndarray:
         if self.table is not None:
             inside = cells < self.table.size
-            return np.where(inside, self.table[np.where(inside, cells, 0)], _UNSEEN)
+            return np.where(inside, self.table[np.where(inside, cells, 0)], self.unseen)
         if self.keys.size == 0:
-            return np.full(cells.size, _UNSEEN)
+            return np.full(cells.size, self.unseen)
         at = np.minimum(np.searchsorted(self.keys, cells), self.keys.size - 1)
-        return np.where(self.keys[at] == cells, self.values[at], _UNSEEN)
+        return np.where(self.keys[at] == cells, self.values[at], self.unseen)
 
     def insertion(
         self,
@@ -265,7 +271,8 @@ def _round(
         if sw is not None:
             swaps.append(sw)
     parts = []
-    kid = np.flatnonzero((best.parent >= 0) & (best.parent != parent))
+    # Roots stay roots: the only ones with candidates are calls cut out of a loop.
+    kid = np.flatnonzero((parent >= 0) & (best.parent >= 0) & (best.parent != parent))
     gain = best.score[kid] - here[kid]
     parts.append(
         _Proposals(
@@ -370,6 +377,8 @@ def chain_rounds(
     Returns the new parents, each child's confidence (its parent's share of
     exp(score) over its candidates, 1 for roots) and the rounds run.
     """
+    if 4 * n_nodes**3 * 2 * params.n_bins >= 1 << 62:
+        raise ParameterError(f"{n_nodes} nodes are too many for chain rounds (run without --chains)")
     parent = parent.copy()
     n = len(pairs)
     here, mass = np.full(n, -np.inf), np.zeros(n)
