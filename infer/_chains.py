@@ -67,7 +67,6 @@ def chain_edges(pairs: CallPairs, parent: np.ndarray) -> tuple[np.ndarray, ...]:
         A call (0) with two children (1, 2), the second a leaf:
 
         >>> from infer.callpairs import CallPairs
-    from tracefmt import ParameterError
         >>> p = CallPairs(np.array([0, 1, 1]), np.array([1, 2, 3]), np.array([0, 1, 4]),
         ...     np.array([9, 3, 6]), np.arange(3), np.arange(3), 0, 0, 0)
         >>> [a.tolist() for a in chain_edges(p, np.array([-1, 0, 0]))]
