@@ -59,18 +59,18 @@ _SMOOTH_BINS = 1.0
 
 def chain_edges(pairs: CallPairs, parent: np.ndarray) -> tuple[np.ndarray, ...]:
     """The edges of the chains that ``parent`` implies, as four arrays
-        ``(in_kind, in_pair, out_kind, out_pair)``: kind 0 is a call event of that pair,
-        1 its return. Children of one parent follow each other in call order.
+    ``(in_kind, in_pair, out_kind, out_pair)``: kind 0 is a call event of that pair,
+    1 its return. Children of one parent follow each other in call order.
 
-        Examples
-        --------
-        A call (0) with two children (1, 2), the second a leaf:
+    Examples
+    --------
+    A call (0) with two children (1, 2), the second a leaf:
 
-        >>> from infer.callpairs import CallPairs
-        >>> p = CallPairs(np.array([0, 1, 1]), np.array([1, 2, 3]), np.array([0, 1, 4]),
-        ...     np.array([9, 3, 6]), np.arange(3), np.arange(3), 0, 0, 0)
-        >>> [a.tolist() for a in chain_edges(p, np.array([-1, 0, 0]))]
-        [[0, 1, 1, 0, 0], [0, 1, 2, 1, 2], [0, 0, 1, 1, 1], [1, 2, 0, 1, 2]]
+    >>> from infer.callpairs import CallPairs
+    >>> p = CallPairs(np.array([0, 1, 1]), np.array([1, 2, 3]), np.array([0, 1, 4]),
+    ...     np.array([9, 3, 6]), np.arange(3), np.arange(3), 0, 0, 0)
+    >>> [a.tolist() for a in chain_edges(p, np.array([-1, 0, 0]))]
+    [[0, 1, 1, 0, 0], [0, 1, 2, 1, 2], [0, 0, 1, 1, 1], [1, 2, 0, 1, 2]]
     """
     n = len(pairs)
     kid = np.flatnonzero(parent >= 0)
