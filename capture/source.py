@@ -79,6 +79,17 @@ class ReadStats:
     kernel_drops: int = 0
     skipped_blocks: int = 0
 
+    def count(self, batch: PacketBatch) -> PacketBatch:
+        """Count a batch that is handed out; returns it."""
+        self.packets += len(batch)
+        self.bytes += int(batch.caplen.sum())
+        return batch
+
+    def cut_short(self, what: str, at: int, left: int) -> None:
+        """The file ended inside its last ``what`` (record or block)."""
+        self.truncated_records += 1
+        self.damage.append(f"last {what} cut short at byte {at} ({left} bytes of a {what} left)")
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return {
@@ -201,10 +212,9 @@ class FakeSource:
     def __iter__(self) -> Iterator[PacketBatch]:
         self.stats = ReadStats()
         for i in range(0, len(self._packets), self.batch_size):
-            batch = PacketBatch.from_packets(self._packets[i : i + self.batch_size], self.linktype)
-            self.stats.packets += len(batch)
-            self.stats.bytes += int(batch.caplen.sum())
-            yield batch
+            yield self.stats.count(
+                PacketBatch.from_packets(self._packets[i : i + self.batch_size], self.linktype)
+            )
 
 
 def _open(source: PathLike | IO[bytes]) -> tuple[IO[bytes], str, bool]:
@@ -393,25 +403,21 @@ class PcapSource:
                 last_sec = int(sec[-1])
                 ts = sec * 1_000_000_000 + hdr["frac"].astype(np.int64) * unit
                 cap_a = hdr["cap"].astype(np.int64)
-                batch = PacketBatch(
-                    ts_ns=ts,
-                    linktype=np.full(len(o), linktype, np.uint16),
-                    offset=o + 16,
-                    caplen=cap_a,
-                    wirelen=np.maximum(hdr["wire"].astype(np.int64), cap_a),
-                    data=raw,
+                yield self.stats.count(
+                    PacketBatch(
+                        ts_ns=ts,
+                        linktype=np.full(len(o), linktype, np.uint16),
+                        offset=o + 16,
+                        caplen=cap_a,
+                        wirelen=np.maximum(hdr["wire"].astype(np.int64), cap_a),
+                        data=raw,
+                    )
                 )
-                self.stats.packets += len(o)
-                self.stats.bytes += int(cap_a.sum())
-                yield batch
             tail = buf[off:]
             base += off
             if eof:
                 if tail:
-                    self.stats.truncated_records += 1
-                    self.stats.damage.append(
-                        f"last record cut short at byte {base} ({len(tail)} bytes of a record left)"
-                    )
+                    self.stats.cut_short("record", base, len(tail))
                 break
 
     def _resync_pcap(
@@ -538,24 +544,21 @@ class PcapSource:
                 ts = np.where(div == 1, ticks * mul, (ticks // div) * mul + (ticks % div) * mul // div)
                 ts = ts + tsoff * 1_000_000_000
                 cap_a = np.array(caps, np.int64)
-                yield PacketBatch(
-                    ts_ns=ts,
-                    linktype=info[ifid_a, 0].astype(np.uint16),
-                    offset=np.array(offs, np.int64),
-                    caplen=cap_a,
-                    wirelen=np.maximum(np.array(wires, np.int64), cap_a),
-                    data=raw,
+                yield self.stats.count(
+                    PacketBatch(
+                        ts_ns=ts,
+                        linktype=info[ifid_a, 0].astype(np.uint16),
+                        offset=np.array(offs, np.int64),
+                        caplen=cap_a,
+                        wirelen=np.maximum(np.array(wires, np.int64), cap_a),
+                        data=raw,
+                    )
                 )
-                self.stats.packets += len(offs)
-                self.stats.bytes += int(cap_a.sum())
             tail = buf[off:]
             base += off
             if eof:
                 if tail:
-                    self.stats.truncated_records += 1
-                    self.stats.damage.append(
-                        f"last block cut short at byte {base} ({len(tail)} bytes of a block left)"
-                    )
+                    self.stats.cut_short("block", base, len(tail))
                 break
 
     def _idb(self, buf: bytes, off: int, blen: int, bo: str) -> tuple[int, int, int, int]:
