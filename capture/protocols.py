@@ -473,17 +473,83 @@ def _h2_frames_plausible(buf: bytes) -> bool:
     return seen >= 1 and pos <= len(buf) + (1 << 14)
 
 
+class _HeaderBlocks:
+    """One direction's HPACK state, decoded block by block in order (HEADERS,
+    PUSH_PROMISE and their CONTINUATIONs).
+
+    The dynamic table lives as long as the connection, and a capture may have missed
+    its beginning or some of its bytes. A fresh table is still sound: new entries go
+    in front, so the entries it has are the ones the sender's table has under the same
+    indices, and a reference to one it never saw fails rather than misleads. So the
+    table starts fresh, and starts fresh again after a failed block, a frame cut short
+    or a gap; a block that fails gives no label.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        from hpack import Decoder
+
+        self.decoder = Decoder()
+        # The peer may allow a larger table in SETTINGS; the size updates come in-band.
+        self.decoder.max_allowed_table_size = 1 << 24
+        self.pending: bytearray | None = None  # the fragments of a block not ended yet
+
+    def add(self, fragment: bytes, last: bool) -> dict[bytes, bytes] | None:
+        """Add a block fragment; at the block's end, its pseudo-headers (None if the
+        block refers to what this table never saw)."""
+        if self.pending is None:
+            self.pending = bytearray()
+        self.pending.extend(fragment)
+        if not last:
+            return None
+        block = bytes(self.pending)
+        self.pending = None
+        from hpack import HPACKError
+
+        try:
+            headers = self.decoder.decode(block, raw=True)
+        except (HPACKError, ValueError, IndexError):
+            self.reset()
+            return None
+        return {name: value for name, value in headers if name.startswith(b":")}
+
+
+def _h2_fragment(payload: bytes, typ: int, flags: int) -> bytes:
+    """The header block fragment of a HEADERS (1), PUSH_PROMISE (5) or CONTINUATION (9)
+    frame's payload: padding, priority and the promised stream id taken off."""
+    if typ in (1, 5) and flags & 0x8:  # PADDED
+        pad = payload[0]
+        payload = payload[1 : len(payload) - pad]
+    if typ == 1 and flags & 0x20:  # PRIORITY
+        payload = payload[5:]
+    if typ == 5:
+        payload = payload[4:]
+    return payload
+
+
 def _parse_http2(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     """A message per stream and direction: from its first HEADERS frame to END_STREAM.
 
     The length is the bytes of that stream's HEADERS/DATA/CONTINUATION frames (streams
-    interleave); the key is the stream id, so call and return pair by stream.
+    interleave); the key is the stream id, so call and return pair by stream. The label
+    is the request's ``:method :path`` (a gRPC call's method, e.g.
+    ``POST /greet.GreetService/Greet``), from the HPACK-decoded headers, for the call
+    and its return; ``stream N`` where the headers cannot be decoded (see
+    ``_HeaderBlocks``).
     """
     out: list[list] = []
     pos, n = 0, len(buf)
+    blocks: _HeaderBlocks | None = ctx.get(("h2-hpack", direction))
+    if blocks is None:
+        blocks = ctx[("h2-hpack", direction)] = _HeaderBlocks()
+    else:
+        blocks.reset()  # a later run of this direction: a gap came before it
     if direction == 0 and buf.startswith(_H2_PREFACE):
         pos = len(_H2_PREFACE)
     open_: dict[int, list] = ctx.setdefault(("h2", direction), {})
+    labels: dict[int, str] = ctx.setdefault("h2-labels", {})
     while pos + 9 <= n:
         ln = int.from_bytes(buf[pos : pos + 3], "big")
         typ, flags = buf[pos + 3], buf[pos + 4]
@@ -491,16 +557,29 @@ def _parse_http2(buf: bytes, direction: int, ctx: dict) -> list[Message]:
         if ln > 1 << 24:
             break  # not HTTP/2 framing (garbage or a gap's far side)
         end = min(pos + 9 + ln, n)
+        msg = open_.get(sid) if sid else None
         if sid and typ in (0, 1, 9):
-            msg = open_.get(sid)
             if msg is None and typ == 1:
-                msg = [pos, 0, f"stream {sid}", sid]
+                label = labels.get(sid, f"stream {sid}") if direction == 1 else f"stream {sid}"
+                msg = [pos, 0, label, sid]
                 open_[sid] = msg
                 out.append(msg)
             if msg is not None:
                 msg[1] += end - pos
                 if typ in (0, 1) and flags & 0x1:  # END_STREAM
                     open_.pop(sid, None)
+        if typ in (1, 5, 9):
+            if end < pos + 9 + ln:
+                blocks.reset()  # the frame is cut short: its block is lost
+            else:
+                pseudo = blocks.add(_h2_fragment(buf[pos + 9 : end], typ, flags), bool(flags & 0x4))
+                if pseudo and direction == 0 and b":method" in pseudo:
+                    method, path = pseudo[b":method"], pseudo.get(b":path", b"")
+                    labels[sid] = f"{method.decode('latin-1')} {path.decode('latin-1')}".strip()
+                    # The call this block opened (it may have ended with the same frame).
+                    call = next((m for m in reversed(out) if m[3] == sid), None)
+                    if call is not None:
+                        call[2] = labels[sid]
         pos = end
     # A message of an earlier run still open here is not repeated; only this run's starts count.
     return [(m[0], m[1], m[2], m[3]) for m in out]
