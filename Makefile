@@ -64,6 +64,7 @@ bench: setup
 	$(BIN)/python benchmarks/nesting.py
 	$(BIN)/python benchmarks/convolution.py
 	$(BIN)/python benchmarks/ingest.py
+	$(BIN)/python benchmarks/http2.py
 	$(BIN)/python benchmarks/live.py
 	$(BIN)/python benchmarks/demo.py
 	$(BIN)/python benchmarks/trend.py
