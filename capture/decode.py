@@ -6,7 +6,7 @@ is a few array operations per batch, not Python work per packet. Layers handled:
 - links: Ethernet, Linux cooked (SLL, SLL2), raw IP, BSD null/loopback;
 - 802.1Q / QinQ VLAN tags and MPLS label stacks (peeled in a vectorized loop);
 - ERSPAN types I/II/III and transparent-Ethernet GRE (the inner frame is decoded again);
-- IPv4 (fragments reassembled by :class:`Defragmenter`), IPv6 with extension headers;
+- IPv4 and IPv6 with extension headers, fragments of either reassembled (``Decoder``);
 - TCP and UDP.
 
 A packet that is not IP, is too short for its headers or has inconsistent lengths is
@@ -183,10 +183,57 @@ class _Bytes:
         return (self.be32(pos).astype(np.uint64) << np.uint64(32)) | self.be32(pos + 4).astype(np.uint64)
 
 
+def _fragment_v4(data: np.ndarray, p: int, e: int) -> tuple[tuple, int, bool, bytes, bytes] | None:
+    """An IPv4 fragment: (reassembly key, offset, more to come, its bytes, the header)."""
+    hdr = data[p : p + 20].tobytes()
+    ihl = (hdr[0] & 0xF) * 4
+    tot = int.from_bytes(hdr[2:4], "big")
+    ff = int.from_bytes(hdr[6:8], "big")
+    key = (4, hdr[12:16], hdr[16:20], hdr[4:6], hdr[9])
+    return key, (ff & 0x1FFF) * 8, bool(ff & 0x2000), data[p + ihl : min(p + tot, e)].tobytes(), hdr[:ihl]
+
+
+def _fragment_v6(data: np.ndarray, p: int, e: int) -> tuple[tuple, int, bool, bytes, bytes] | None:
+    """An IPv6 fragment (RFC 8200 section 4.5): the fragment header found after the
+    extension headers before it, which the reassembled datagram leaves out."""
+    hdr = data[p : p + 40].tobytes()
+    end = min(p + 40 + int.from_bytes(hdr[4:6], "big"), e)
+    nh, q = hdr[6], p + 40
+    while nh != 44:
+        if nh not in (0, 43, 60, 51) or q + 8 > end:
+            return None
+        nh, q = int(data[q]), q + ((int(data[q + 1]) + 2) * 4 if nh == 51 else (int(data[q + 1]) + 1) * 8)
+    if q + 8 > end:
+        return None
+    frag = data[q : q + 8].tobytes()
+    word = int.from_bytes(frag[2:4], "big")
+    # The first fragment's header, with its next header the fragment header's.
+    head = hdr[:6] + frag[:1] + hdr[7:]
+    return (
+        (6, hdr[8:24], hdr[24:40], frag[4:8]),
+        (word >> 3) * 8,
+        bool(word & 1),
+        data[q + 8 : end].tobytes(),
+        head,
+    )
+
+
+def _whole_datagram(head: bytes, body: bytes) -> bytes:
+    """A reassembled datagram: the first fragment's header with the whole length and no
+    fragment fields, then the body."""
+    out = bytearray(head)
+    if out[0] >> 4 == 4:
+        out[2:4] = (len(out) + len(body)).to_bytes(2, "big")
+        out[6:8] = b"\0\0"
+    else:
+        out[4:6] = len(body).to_bytes(2, "big")
+    return bytes(out) + body
+
+
 class Decoder:
     """Decode packet batches into TCP/UDP :class:`Segments`, keeping counts in ``stats``.
 
-    IPv4 fragments are held (bounded by ``max_fragments``) until their datagram is whole,
+    IPv4 and IPv6 fragments are held (bounded by ``max_fragments``) until their datagram is whole,
     then decoded like any packet.
 
     Examples
@@ -319,7 +366,7 @@ class Decoder:
             l4[is6] = q
             ip_end[is6] = np.where(plen == 0, end[is6], p + 40 + plen)
             good[is6] = ok & ~fr6
-            self.stats.fragments += int((ok & fr6).sum())
+            frag[is6] = ok & fr6
             self.stats.malformed += int((~ok).sum())
         if is4.any():
             self.stats.malformed += int((is4 & ~good & ~frag).sum())
@@ -417,32 +464,25 @@ class Decoder:
     def _defragment(
         self, batch: PacketBatch, rows: np.ndarray, l3: np.ndarray, b: _Bytes
     ) -> PacketBatch | None:
-        """Collect IPv4 fragments; return the datagrams completed by this batch as raw IP."""
+        """Collect IPv4 and IPv6 fragments; return the datagrams completed by this batch
+        as raw IP."""
         done: list[tuple[int, bytes]] = []
         data = batch.data
         for r in rows.tolist():  # fragments are rare: a Python loop over them is fine
             self.stats.fragments += 1
-            p = int(l3[r])
-            e = int(b.end[r])
-            hdr = data[p : p + 20].tobytes()
-            ihl = (hdr[0] & 0xF) * 4
-            tot = int.from_bytes(hdr[2:4], "big")
-            ff = int.from_bytes(hdr[6:8], "big")
-            key = (
-                int.from_bytes(hdr[12:16], "big"),
-                int.from_bytes(hdr[16:20], "big"),
-                hdr[4] << 8 | hdr[5],
-                hdr[9],
-            )
+            p, e = int(l3[r]), int(b.end[r])
+            piece = _fragment_v4(data, p, e) if data[p] >> 4 == 4 else _fragment_v6(data, p, e)
+            if piece is None:
+                self.stats.malformed += 1
+                continue
+            key, foff, more, body, head = piece
             st = self._frags.setdefault(
                 key, {"parts": {}, "last": None, "head": None, "ts": int(batch.ts_ns[r])}
             )
-            foff = (ff & 0x1FFF) * 8
-            body = data[p + ihl : min(p + tot, e)].tobytes()
             st["parts"][foff] = body
             if foff == 0:
-                st["head"] = data[p : p + ihl].tobytes()
-            if not ff & 0x2000:
+                st["head"] = head
+            if not more:
                 st["last"] = foff + len(body)
             if st["last"] is not None and st["head"] is not None:
                 out = bytearray()
@@ -452,11 +492,7 @@ class Decoder:
                     part = st["parts"][o]
                     out[o : o + len(part)] = part
                 if len(out) >= st["last"]:
-                    head = bytearray(st["head"])
-                    total = len(head) + st["last"]
-                    head[2:4] = total.to_bytes(2, "big")
-                    head[6:8] = b"\0\0"
-                    done.append((st["ts"], bytes(head) + bytes(out[: st["last"]])))
+                    done.append((st["ts"], _whole_datagram(st["head"], bytes(out[: st["last"]]))))
                     del self._frags[key]
                     self.stats.reassembled += 1
             if len(self._frags) > self._max_fragments:

@@ -116,6 +116,62 @@ def test_ipv4_fragments_are_reassembled() -> None:
     assert d.stats.reassembled == 1
 
 
+def ipv6_fragments(payload: bytes, size: int, *, hop_by_hop: bool = False, ident: int = 7) -> list[bytes]:
+    """An IPv6 UDP datagram cut into fragments of ``size`` bytes (RFC 8200), by scapy."""
+    from scapy.layers.inet import UDP
+    from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, fragment6
+
+    net = "2001:db8::"
+    base = IPv6(src=net + "1", dst=net + "2")
+    if hop_by_hop:
+        base = base / IPv6ExtHdrHopByHop()
+    pkt = base / IPv6ExtHdrFragment(id=ident) / UDP(sport=5353, dport=53) / payload
+    return [bytes(f) for f in fragment6(pkt, size)]
+
+
+@pytest.mark.parametrize("hop_by_hop", [False, True])
+def test_ipv6_fragments_are_reassembled(hop_by_hop: bool) -> None:
+    payload = bytes(range(256)) * 12
+    frags = ipv6_fragments(payload, 1280, hop_by_hop=hop_by_hop)
+    assert len(frags) >= 3
+    d = Decoder()
+    # Out of order, and one fragment of another datagram that never completes.
+    stray = ipv6_fragments(b"x" * 3000, 1280, ident=8)[1]
+    packets = [(i, f) for i, f in enumerate([frags[2], stray, frags[0], *frags[1:2], *frags[3:]])]
+    seg = d.decode(PacketBatch.from_packets(packets, linktype=101))
+    assert len(seg) == 1
+    assert seg.payload(0) == payload
+    assert (int(seg.sport[0]), int(seg.dport[0])) == (5353, 53)
+    assert d.stats.reassembled == 1
+    assert d.stats.fragments == len(frags) + 1
+
+
+def test_ipv6_fragments_agree_with_tshark(tmp_path: Path) -> None:
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is not installed")
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    sizes = (3000, 700, 5000)
+    frames = []
+    for k, n in enumerate(sizes):
+        frames += [Ether() / IPv6(f) for f in ipv6_fragments(bytes([k]) * n, 1280, ident=100 + k)]
+    pcap = tmp_path / "v6frag.pcap"
+    wrpcap(str(pcap), frames)
+    out = subprocess.run(
+        ["tshark", "-r", str(pcap), "-Y", "udp", "-T", "fields", "-e", "udp.length"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    theirs = sorted(int(x) - 8 for x in out.split())
+    trace = tmp_path / "t.parquet"
+    capture.convert_pcaps([pcap], trace)
+    import tracefmt
+
+    t = tracefmt.read_trace(trace)
+    assert sorted(t["bytes"].to_pylist()) == theirs == sorted(sizes)
+
+
 def test_non_ip_truncated_and_malformed_are_counted() -> None:
     arp = eth(b"\0" * 28, 0x0806)
     cut = eth(ipv4_tcp(b"x" * 50))[:40]  # snaplen cut inside the TCP header
