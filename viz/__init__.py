@@ -7,7 +7,7 @@
 """
 
 from viz.demo import DEMO_INFERENCE, DemoResult, run_demo
-from viz.diff import PathsDiff, diff_dot, diff_paths, format_change
+from viz.diff import PathsDiff, convolution_diff_dot, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import convolution_dot, dot_quote, format_s, paths_dot, pattern_dot
 from viz.export import EXPORT_FORMATS, export_traces, write_export
 from viz.paths import (
@@ -34,7 +34,9 @@ __all__ = [
     "build_report",
     "check_paths",
     "collapse_replicas",
+    "convolution_diff_dot",
     "convolution_dot",
+    "diff_convolution",
     "diff_dot",
     "diff_paths",
     "dot_binary",

@@ -27,7 +27,7 @@ from tracefmt import ParameterError
 from viz.dot import _Graph, format_s
 from viz.paths import _mean, check_paths, collapse_replicas, shape_of, visits
 
-__all__ = ["PathsDiff", "diff_convolution", "diff_dot", "diff_paths", "format_change"]
+__all__ = ["PathsDiff", "convolution_diff_dot", "diff_convolution", "diff_dot", "diff_paths", "format_change"]
 
 
 def format_change(seconds: float) -> str:
@@ -359,6 +359,53 @@ def diff_dot(diff: PathsDiff, *, top: int = 3, min_change_s: float = 0.001, rel:
                 fontcolor=_change_color(wait, wsig),
                 penwidth="3" if wsig else "1",
             )
+        g.close_cluster()
+    return g.text()
+
+
+def convolution_diff_dot(
+    changes: list[dict[str, Any]], *, top: int = 3, min_change_s: float = 0.001, rel: float = 0.1
+) -> str:
+    """The ``top`` delay changes of ``diff_convolution`` as hop chains ``a -> b -> c``:
+    the middle box holds the time ``b`` takes between the two messages, base -> slow,
+    red where it grew, green where it shrank (a change counts when it is at least
+    ``min_change_s`` and ``rel`` of the base value); edges carry the message count.
+
+    Examples
+    --------
+    >>> c = [{"label": "AUTH -> WS2 -> AP1", "at": "WS2", "base_s": 0.001, "slow_s": 0.201,
+    ...       "change_s": 0.2, "messages": 40}]
+    >>> '"h1_b" [label="WS2\\\\n1 ms -> 201 ms (+200 ms)", color="red3"' in convolution_diff_dot(c)
+    True
+    """
+    title = (
+        f"{changes[0]['label']}: {format_change(changes[0]['change_s'])} at {changes[0]['at']}"
+        if changes
+        else "no path in both runs"
+    )
+    g = _Graph("diff", title)
+    for rank, c in enumerate(changes[:top], 1):
+        a, b, z = c["label"].split(" -> ")
+        prefix = f"h{rank}_"
+        g.open_cluster(
+            f"h{rank}",
+            f"#{rank} {c['label']}: about {c['messages']:,} messages, {format_change(c['change_s'])}",
+        )
+        sig = _significant(c["change_s"], c["base_s"], min_change_s, rel)
+        attrs: dict[str, Any] = {"color": _change_color(c["change_s"], sig)}
+        if sig:
+            attrs.update(
+                penwidth="3", fillcolor="0.000 0.350 1.000" if c["change_s"] > 0 else "0.333 0.250 1.000"
+            )
+        g.node(f"{prefix}a", a)
+        g.node(
+            f"{prefix}b",
+            f"{b}\n{format_s(c['base_s'])} -> {format_s(c['slow_s'])} ({format_s(c['change_s'], sign=True)})",
+            **attrs,
+        )
+        g.node(f"{prefix}c", z)
+        g.edge(f"{prefix}a", f"{prefix}b")
+        g.edge(f"{prefix}b", f"{prefix}c", f"{c['messages']:,} msgs")
         g.close_cluster()
     return g.text()
 

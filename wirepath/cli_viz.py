@@ -12,7 +12,7 @@ from typing import Any
 import infer
 from tracefmt import ParameterError
 from viz.demo import DEMO_CONVOLUTION, DEMO_INFERENCE, run_demo
-from viz.diff import diff_convolution, diff_dot, diff_paths, format_change
+from viz.diff import convolution_diff_dot, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import format_s, paths_dot
 from viz.export import EXPORT_FORMATS, write_export
 from viz.paths import SORTS, collapse_replicas, load_paths, select_patterns
@@ -77,7 +77,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 def _convolution_diff(args: argparse.Namespace, base: dict[str, Any], slow: dict[str, Any]) -> int:
     changes = diff_convolution(base, slow, collapse=args.collapse)
-    lines = ["delay changes at the middle node of each hop pair (convolution paths; no graph drawn):"]
+    out = _graph_out(args, "diff.svg")
+    write_graph(convolution_diff_dot(changes, top=args.top), out, args.format)
+    lines = ["delay changes at the middle node of each hop pair (convolution paths):"]
     lines += [
         f"  {format_change(c['change_s']):>9}  {c['label']:<28} {format_s(c['base_s'])} -> "
         f"{format_s(c['slow_s'])}, about {c['messages']:,} messages"
@@ -85,7 +87,8 @@ def _convolution_diff(args: argparse.Namespace, base: dict[str, Any], slow: dict
     ]
     if not changes:
         lines = ["no path appears in both runs: nothing to compare"]
-    emit(args, {"algorithm": "convolution", "changes": changes}, "\n".join(lines))
+    lines.append(f"drew the top {min(args.top, len(changes))} into {out}")
+    emit(args, {"algorithm": "convolution", "changes": changes, "out": str(out)}, "\n".join(lines))
     return 0
 
 
@@ -243,7 +246,13 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     d.add_argument("slow", help="paths file of the run to explain")
     d.add_argument("--out", help="diff picture to write (default diff.svg)")
     d.add_argument("--format", choices=list(FORMATS), help="picture format (default: from --out)")
-    d.add_argument("--top", type=int, default=3, metavar="N", help="patterns to draw (default 3)")
+    d.add_argument(
+        "--top",
+        type=int,
+        default=3,
+        metavar="N",
+        help="patterns (convolution: hop changes) to draw (default 3)",
+    )
     d.add_argument("--changes", type=int, default=5, metavar="N", help="changes to print (default 5)")
     d.add_argument(
         "--min-count", type=int, default=1, metavar="N", help="compare patterns seen N times in both"

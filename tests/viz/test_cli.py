@@ -128,7 +128,16 @@ def test_viz_diff_of_convolution_paths_prints_delay_changes(tmp_path, capsys):
 
     for name, d in (("b", 0.001), ("s", 0.201)):
         (tmp_path / f"{name}.json").write_text(json.dumps(conv(d)))
-    assert main(["viz", "diff", str(tmp_path / "b.json"), str(tmp_path / "s.json"), "--collapse", "AP*"]) == 0
+    graph = tmp_path / "diff.dot"
+    argv = ["viz", "diff", str(tmp_path / "b.json"), str(tmp_path / "s.json"), "--collapse", "AP*"]
+    assert main([*argv, "--out", str(graph)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].split() == ["+0.20", "s", "AUTH", "->", "WS2", "->", "AP*", "1", "ms", "->", "201", "ms,",
                               "about", "9", "messages"]  # fmt: skip
+    assert out[-1] == f"drew the top 3 into {graph}"
+    # The graph's first chain is the slowed hop, its middle box red.
+    text = graph.read_text()
+    assert 'label="#1 AUTH -> WS2 -> AP*: about 9 messages, +0.20 s"' in text
+    assert '"h1_b" [label="WS2\\n1 ms -> 201 ms (+200 ms)", color="red3", penwidth="3"' in text
+    # An unchanged hop is drawn grey.
+    assert '"h2_b" [label="AUTH\\n2 ms -> 2 ms (+0 ns)", color="gray40"];' in text
