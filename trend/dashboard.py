@@ -1,8 +1,9 @@
 """The static HTML dashboard: per-testbed tables and one interactive graph per test.
 
-``OUT/index.html`` holds, per testbed, a table of the tests (trend value, short- and
-long-term change, regressions, progressions, runs in the last group; test names link to
-their graphs) and the failed tests of the last 7 days. ``OUT/graphs/*.html`` are plotly
+``OUT/index.html`` holds, per testbed and core count (read from the test name), a table
+of the tests (trend value, short- and long-term change, regressions, progressions, runs
+in the last group; test names link to their graphs), and per testbed the failed tests of
+the last 7 days. ``OUT/graphs/*.html`` are plotly
 trendline graphs: run averages, the trend (each group's average), red circles for
 regressions, green for progressions, grey for outliers (``tmm``), hover labels with date,
 value, build and testbed. Everything is local: plotly.js is written once next to the
@@ -147,6 +148,29 @@ tr.regressed td:first-child { border-left: 4px solid #b00; }
 """
 
 
+_THREADS_CORES = re.compile(r"(?:^|[-_.])\d+t(\d+)c(?=$|[-_.])")
+_CORES = re.compile(r"(?:^|[-_.])(\d+)c(?=$|[-_.])")
+
+
+def core_count(test: str) -> int | None:
+    """The core count in a CSIT-style test name (``64b-2t1c-ethip4-ip4base-mrr``: 1,
+    ``ip4base-64b-2c``: 2), or None when the name has none.
+
+    Examples
+    --------
+    >>> core_count("64b-2t1c-ethip4-ip4base-mrr"), core_count("l2bdbase-64b-2c"), core_count("checkout-p50")
+    (1, 2, None)
+    """
+    m = _THREADS_CORES.search(test) or _CORES.search(test)
+    return int(m.group(1)) if m else None
+
+
+def _core_heading(cores: int | None) -> str:
+    if cores is None:
+        return "No core count in the test name"
+    return f"{cores} core" + ("" if cores == 1 else "s")
+
+
 def _testbed_table(trends: list[SeriesTrend], links: dict[int, str]) -> list[str]:
     out = [
         '<table class="trend"><thead><tr><th>test</th><th>trend</th><th>short-term change</th>'
@@ -236,7 +260,13 @@ def write_dashboard(trends: Sequence[SeriesTrend], out: str | os.PathLike[str]) 
     for tb in testbeds:
         mine = [t for t in trends if t.series.testbed == tb]
         body.append(f'<h2 id="testbed-{html.escape(tb)}">Testbed {html.escape(tb)}</h2>')
-        body += _testbed_table(mine, links)
+        # One table per core count, as CSIT's dashboard has them (unknown counts last).
+        by_cores: dict[int | None, list[SeriesTrend]] = {}
+        for t in mine:
+            by_cores.setdefault(core_count(t.series.test), []).append(t)
+        for cores in sorted(by_cores, key=lambda c: (c is None, c or 0)):
+            body.append(f'<h3 class="cores">{html.escape(_core_heading(cores))}</h3>')
+            body += _testbed_table(by_cores[cores], links)
         body.append(f"<h3>Failed tests, last 7 days ({html.escape(tb)})</h3>")
         body += _failed_table(mine, now_ns)
     body.append("</body></html>")

@@ -37,6 +37,17 @@ def test_dashboard_renders_in_chromium(site, open_page, tmp_path):
     d = page.driver
     headings = [h.text for h in d.find_elements("css selector", "h2")]
     assert headings == ["Testbed 2n-skx", "Testbed 3n-icx", "Testbed staging"]
+    # A table per testbed and core count, the count read from the test name.
+    sections = d.execute_script(
+        "return [...document.querySelectorAll('h2, h3.cores, table.trend')].map(e =>"
+        " e.tagName === 'TABLE' ? [...e.querySelectorAll('tbody td a')].map(a => a.textContent).join(',')"
+        " : e.textContent);"
+    )
+    assert sections == [
+        "Testbed 2n-skx", "1 core", "ip4base-64b-1c,ip6base-78b-1c",
+        "Testbed 3n-icx", "1 core", "ip4-ipsec-1518b-1c", "2 cores", "l2bdbase-64b-2c",
+        "Testbed staging", "No core count in the test name", "checkout-p50",
+    ]  # fmt: skip
     rows = d.find_elements("css selector", "table.trend tbody tr")
     cells = {
         r.find_element("css selector", "td a").text: [c.text for c in r.find_elements("css selector", "td")]
@@ -80,6 +91,24 @@ def test_dashboard_renders_in_chromium(site, open_page, tmp_path):
     assert "date: 2026-09-01 02:00 UTC" in hover
     assert page.console_errors() == []
     page.screenshot(tmp_path / "graph.png")
+
+
+@pytest.mark.parametrize(
+    ("test", "cores"),
+    [
+        ("64b-2t1c-ethip4-ip4base-mrr", 1),
+        ("78b-4t2c-ethip6-ip6base-ndrpdr", 2),
+        ("l2bdbase-64b-2c", 2),
+        ("ip4base-64b-1c", 1),
+        ("imix-8t4c-avf-dot1q-l2bdbasemaclrn", 4),
+        ("checkout-p50", None),
+        ("ip4-10cache-mrr", None),  # "10cache" is not a core count
+    ],
+)
+def test_core_count_from_csit_test_names(test: str, cores: int | None) -> None:
+    from trend.dashboard import core_count
+
+    assert core_count(test) == cores
 
 
 def test_tmm_dashboard_marks_outliers_grey(tmp_path):
