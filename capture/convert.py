@@ -76,6 +76,7 @@ class CaptureReport:
     non_ip: int = 0
     other_transport: int = 0
     retransmitted: int = 0
+    after_close: int = 0
     gaps: int = 0
     out_of_order: int = 0
     connections: int = 0
@@ -101,7 +102,8 @@ class CaptureReport:
             f"read {self.packets:,} packets, {self.bytes:,} bytes from {len(self.sources)} file(s) "
             f"in {self.seconds:.2f} s ({rate:,.0f} packets/s)",
             f"decoded {self.decoded:,} TCP/UDP packets in {self.connections:,} TCP connections; "
-            f"retransmitted {self.retransmitted:,}, gaps {self.gaps:,}, out of order {self.out_of_order:,}",
+            f"retransmitted {self.retransmitted:,}, gaps {self.gaps:,}, out of order {self.out_of_order:,}, "
+            f"after their connection closed {self.after_close:,}",
             f"skipped: non-IP {self.non_ip:,}, malformed {self.malformed:,}, truncated {self.truncated:,}, "
             f"other transport {self.other_transport:,}; kernel drops {self.drops:,}",
         ]
@@ -206,6 +208,7 @@ def _convert_one(
         report.messages += writer.rows
         _add_decode_stats(report, decoder)
         report.retransmitted += stats.retransmitted
+        report.after_close += stats.after_close
         report.gaps += stats.gaps
         report.out_of_order += stats.out_of_order
         report.connections += stats.connections
@@ -230,6 +233,7 @@ def _add_source_stats(report: CaptureReport, src: PacketSource) -> None:
 def _add_flow_stats(total: FlowStats, one: FlowStats) -> None:
     total.connections += one.connections
     total.retransmitted += one.retransmitted
+    total.after_close += one.after_close
     total.gaps += one.gaps
     total.out_of_order += one.out_of_order
     total.unparsed_bytes += one.unparsed_bytes
@@ -669,6 +673,7 @@ def _convert_points(
             _add_decode_stats(report, d)
         _add_flow_stats(stats, asm.stats)
         report.retransmitted += stats.retransmitted
+        report.after_close += stats.after_close
         report.gaps += stats.gaps
         report.out_of_order += stats.out_of_order
         report.connections += stats.connections

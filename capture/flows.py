@@ -36,6 +36,16 @@ from capture.protocols import NO_REPLY, PROTOCOLS, detect_tcp, parse_dns_datagra
 __all__ = ["FlowAssembler", "FlowStats", "Messages"]
 
 _FIN, _SYN, _RST, _ACK = 0x01, 0x02, 0x04, 0x10
+_MAX_CLOSED = 100_000  # closed connections remembered, for their late retransmissions
+_LATE_WINDOW = 1 << 24  # how far behind a closed connection's end a late copy may start
+
+
+def _seq_end(s: Segments, flags: np.ndarray) -> np.ndarray:
+    """Where each segment's sequence space ends (its data, and one for a SYN or FIN)."""
+    extra = ((flags & (_SYN | _FIN)) != 0).astype(np.int64)
+    return (s.seq.astype(np.int64) + s.pay_len.astype(np.int64) + extra) & 0xFFFFFFFF
+
+
 _PROTO_CODE = {p: i for i, p in enumerate(PROTOCOLS)}
 _DNS_PORTS = (53, 5353, 5355)
 _HTTP_METHODS = frozenset(
@@ -65,6 +75,8 @@ class FlowStats:
 
     connections: int = 0
     retransmitted: int = 0
+    # Segments of a connection closed in an earlier batch (its last ACK, a late copy).
+    after_close: int = 0
     gaps: int = 0
     out_of_order: int = 0
     unparsed_bytes: int = 0
@@ -76,6 +88,7 @@ class FlowStats:
         return {
             "connections": self.connections,
             "retransmitted": self.retransmitted,
+            "after_close": self.after_close,
             "gaps": self.gaps,
             "out_of_order": self.out_of_order,
             "unparsed_bytes": self.unparsed_bytes,
@@ -221,6 +234,10 @@ class FlowAssembler:
         self._pending = empty_segments()
         self._udp_flows: dict[int, int] = {}
         self._listening: set[int] = set()
+        # Connections closed (FIN both ways or RST) in an earlier batch: flow key ->
+        # (next sequence number each way, -1 unknown; close time), to know a late
+        # retransmission of theirs from a new connection on the same ports.
+        self._closed: dict[int, tuple[int, int, int]] = {}
 
     @property
     def watermark_ns(self) -> int | None:
@@ -310,6 +327,12 @@ class FlowAssembler:
         piece = np.cumsum(piece_start) - 1
         npieces = len(starts)
         ends = np.r_[starts[1:], n]
+        late = self._late_copies(s, key, from_a, flags, starts, ends)
+        if late is not None:
+            self.stats.after_close += int(late.sum())
+            if late.all():
+                return _empty_messages()
+            return self._tcp(s.take(np.flatnonzero(~late)), final)
         last_ts = np.maximum.reduceat(s.ts_ns, starts)
         now = int(s.ts_ns.max())
 
@@ -339,7 +362,84 @@ class FlowAssembler:
             npieces = len(starts)
             n = len(s)
         self.stats.connections += npieces
+        self._remember_closed(s, key, from_a, flags, starts, (fin_a & fin_b) | rst if done.all() else None)
         return self._messages(s, key, from_a, flags, synonly, starts, piece, npieces)
+
+    def _remember_closed(
+        self,
+        s: Segments,
+        key: np.ndarray,
+        from_a: np.ndarray,
+        flags: np.ndarray,
+        starts: np.ndarray,
+        closed: np.ndarray | None,
+    ) -> None:
+        """Note the next sequence number each way of the connections that closed."""
+        n = len(s)
+        if closed is None:
+            fin = (flags & _FIN) != 0
+            closed = (
+                np.logical_or.reduceat(fin & from_a, starts) & np.logical_or.reduceat(fin & ~from_a, starts)
+            ) | np.logical_or.reduceat((flags & _RST) != 0, starts)
+        if not closed.any():
+            return
+        mark = np.zeros(n, bool)
+        mark[starts] = True
+        piece = np.cumsum(mark) - 1
+        g = piece * 2 + (~from_a).astype(np.int64)  # way 0: from a, 1: from b
+        seq_end = _seq_end(s, flags)
+        # The furthest end of each way, wrap-aware: relative to the way's first segment.
+        first = np.full(2 * len(starts), -1, np.int64)
+        first[g[::-1]] = np.arange(n)[::-1]
+        ref = seq_end[np.maximum(first, 0)]
+        rel = ((seq_end - ref[g] + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+        furthest = np.full(2 * len(starts), np.iinfo(np.int64).min)
+        np.maximum.at(furthest, g, rel)
+        way_end = np.where(first >= 0, (ref + furthest) & 0xFFFFFFFF, -1).reshape(-1, 2)
+        last_ts = s.ts_ns[np.r_[starts[1:], n] - 1]
+        p = np.flatnonzero(closed)
+        self._closed.update(
+            zip(
+                key[starts[p]].tolist(),
+                zip(way_end[p, 0].tolist(), way_end[p, 1].tolist(), last_ts[p].tolist(), strict=True),
+                strict=True,
+            )
+        )
+        if len(self._closed) > _MAX_CLOSED:
+            for k in list(self._closed)[: len(self._closed) - _MAX_CLOSED]:
+                del self._closed[k]
+
+    def _late_copies(
+        self,
+        s: Segments,
+        key: np.ndarray,
+        from_a: np.ndarray,
+        flags: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+    ) -> np.ndarray | None:
+        """Segments that only repeat a connection closed in an earlier batch: a piece on
+        its ports with no SYN, every segment of which ends at or before (and within
+        ``_LATE_WINDOW`` bytes of) where that connection ended in its direction."""
+        if not self._closed:
+            return None
+        heads = key[starts]
+        known = np.flatnonzero(np.isin(heads, np.fromiter(self._closed, np.uint64, len(self._closed))))
+        if not known.size:
+            return None
+        late = np.zeros(len(s), bool)
+        seq_end = _seq_end(s, flags)
+        syn = (flags & _SYN) != 0
+        for p in known.tolist():
+            a, b = int(starts[p]), int(ends[p])
+            end_a, end_b, closed_at = self._closed[int(heads[p])]
+            if syn[a:b].any() or int(s.ts_ns[a]) > closed_at + self.idle_timeout_ns:
+                continue
+            stored = np.where(from_a[a:b], end_a, end_b)
+            behind = (stored - seq_end[a:b]) & 0xFFFFFFFF
+            if np.all((stored >= 0) & (behind <= _LATE_WINDOW)):
+                late[a:b] = True
+        return late if late.any() else None
 
     def _client_is_a(
         self, s: Segments, from_a: np.ndarray, flags: np.ndarray, synonly: np.ndarray, starts: np.ndarray

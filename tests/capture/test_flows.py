@@ -262,3 +262,32 @@ def test_idle_split_records_of_one_connection_do_not_share_ids() -> None:
     calls = m.id[m.op == 0][mine].tolist()
     assert len(calls) == 3
     assert len(set(calls)) == 3
+
+
+@pytest.mark.parametrize("late", ["server data", "client data", "client FIN"])
+def test_a_retransmission_after_both_fins_in_a_later_batch_is_not_a_new_connection(late: str) -> None:
+    pk = conversation(GENERIC)
+    t_end = pk[-1][0]
+    # A copy of a segment sent before the close arrives after it, in the next batch.
+    copy = {"server data": pk[-3], "client data": pk[2], "client FIN": pk[-2]}[late]
+    ref = run(pk)
+    dec, fa = Decoder(), FlowAssembler()
+    first = fa.feed(dec.decode(PacketBatch.from_packets(pk, 101)), final=False)
+    second = fa.feed(dec.decode(PacketBatch.from_packets([(t_end + 50, copy[1])], 101)), final=True)
+    m = Messages.concat([first, second])
+    assert ops(m) == ops(ref)
+    assert m.nbytes.tolist() == ref.nbytes.tolist()
+    assert fa.stats.connections == 1
+    assert fa.stats.after_close == 1
+    assert fa.stats.retransmitted == 0
+
+
+def test_a_new_connection_without_syn_on_closed_ports_is_still_one() -> None:
+    # Same ports, no SYN seen, sequence numbers far from the closed connection's.
+    pk = conversation(GENERIC)
+    later = conversation([(True, [b"again"]), (False, [b"ok"])], syn=False, t0=pk[-1][0] + 100, isn=9_000_000)
+    dec, fa = Decoder(), FlowAssembler()
+    first = fa.feed(dec.decode(PacketBatch.from_packets(pk, 101)), final=False)
+    second = fa.feed(dec.decode(PacketBatch.from_packets(later, 101)), final=True)
+    assert ops(Messages.concat([first, second])) == ["call", "return", "call", "return", "call", "return"]
+    assert fa.stats.connections == 2
