@@ -185,12 +185,12 @@ class _Bytes:
 
 def _fragment_v4(data: np.ndarray, p: int, e: int) -> tuple[tuple, int, bool, bytes, bytes] | None:
     """An IPv4 fragment: (reassembly key, offset, more to come, its bytes, the header)."""
-    hdr = data[p : p + 20].tobytes()
-    ihl = (hdr[0] & 0xF) * 4
+    ihl = (int(data[p]) & 0xF) * 4
+    hdr = data[p : p + ihl].tobytes()  # options included
     tot = int.from_bytes(hdr[2:4], "big")
     ff = int.from_bytes(hdr[6:8], "big")
     key = (4, hdr[12:16], hdr[16:20], hdr[4:6], hdr[9])
-    return key, (ff & 0x1FFF) * 8, bool(ff & 0x2000), data[p + ihl : min(p + tot, e)].tobytes(), hdr[:ihl]
+    return key, (ff & 0x1FFF) * 8, bool(ff & 0x2000), data[p + ihl : min(p + tot, e)].tobytes(), hdr
 
 
 def _fragment_v6(data: np.ndarray, p: int, e: int) -> tuple[tuple, int, bool, bytes, bytes] | None:
@@ -492,9 +492,12 @@ class Decoder:
                     part = st["parts"][o]
                     out[o : o + len(part)] = part
                 if len(out) >= st["last"]:
-                    done.append((st["ts"], _whole_datagram(st["head"], bytes(out[: st["last"]]))))
                     del self._frags[key]
-                    self.stats.reassembled += 1
+                    if st["last"] + len(st["head"]) > 0xFFFF:
+                        self.stats.malformed += 1  # longer than any datagram can be
+                    else:
+                        done.append((st["ts"], _whole_datagram(st["head"], bytes(out[: st["last"]]))))
+                        self.stats.reassembled += 1
             if len(self._frags) > self._max_fragments:
                 self._frags.pop(next(iter(self._frags)))
         if not done:

@@ -116,6 +116,38 @@ def test_ipv4_fragments_are_reassembled() -> None:
     assert d.stats.reassembled == 1
 
 
+def test_ipv4_fragments_with_options_are_reassembled() -> None:
+    # A 24-byte header (router alert option): the datagram keeps all of it.
+    body = bytes(dpkt.ip.IP(ipv4_tcp(b"B" * 100)).data)
+    frags = []
+    for off, chunk, more in ((0, body[:48], True), (48, body[48:], False)):
+        f = dpkt.ip.IP(src=SRC4, dst=DST4, p=6, id=7, opts=b"\x94\x04\x00\x00", data=chunk)
+        f.hl, f.mf, f.offset = 6, int(more), off // 8
+        f.len = len(bytes(f))
+        frags.append(bytes(f))
+    assert frags[0][0] & 0xF == 6
+    d = Decoder()
+    seg = d.decode(PacketBatch.from_packets([(1, frags[0]), (2, frags[1])], linktype=101))
+    assert len(seg) == 1
+    assert (int(seg.sport[0]), int(seg.dport[0])) == (40000, 80)
+    assert seg.payload(0) == b"B" * 100
+
+
+def test_fragments_longer_than_a_datagram_are_dropped_and_counted() -> None:
+    # Fifty-four contiguous 1,232-byte pieces: 66,528 bytes, more than a datagram can hold.
+    net = b"\x20\x01\x0d\xb8" + b"\0" * 11
+    frags = []
+    for k in range(54):
+        word = (k * 1232 // 8) << 3 | (k < 53)
+        head = struct.pack(">IHBB", 6 << 28, 8 + 1232, 44, 64) + net + b"\x01" + net + b"\x02"
+        frags.append(head + struct.pack(">BBHI", 17, 0, word, 5) + b"z" * 1232)
+    d = Decoder()
+    seg = d.decode(PacketBatch.from_packets(list(enumerate(frags)), 101))
+    assert len(seg) == 0
+    assert d.stats.malformed == 1
+    assert d.stats.reassembled == 0
+
+
 def ipv6_fragments(payload: bytes, size: int, *, hop_by_hop: bool = False, ident: int = 7) -> list[bytes]:
     """An IPv6 UDP datagram cut into fragments of ``size`` bytes (RFC 8200), by scapy."""
     from scapy.layers.inet import UDP
