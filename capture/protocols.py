@@ -496,10 +496,17 @@ class _HeaderBlocks:
         self.decoder.max_allowed_table_size = 1 << 24
         self.pending: bytearray | None = None  # the fragments of a block not ended yet
 
-    def add(self, fragment: bytes, last: bool) -> dict[bytes, bytes] | None:
-        """Add a block fragment; at the block's end, its pseudo-headers (None if the
-        block refers to what this table never saw)."""
+    def add(self, fragment: bytes | None, last: bool, starts: bool) -> dict[bytes, bytes] | None:
+        """Add a block fragment (None: a malformed frame); at the block's end, its
+        pseudo-headers (None if the block refers to what this table never saw). A
+        fragment that does not start a block (a CONTINUATION) with no block begun is
+        the tail of one this side missed: skipped, never read as a block of its own."""
+        if fragment is None:
+            self.reset()
+            return None
         if self.pending is None:
+            if not starts:
+                return None
             self.pending = bytearray()
         self.pending.extend(fragment)
         if not last:
@@ -516,17 +523,18 @@ class _HeaderBlocks:
         return {name: value for name, value in headers if name.startswith(b":")}
 
 
-def _h2_fragment(payload: bytes, typ: int, flags: int) -> bytes:
+def _h2_fragment(payload: bytes, typ: int, flags: int) -> bytes | None:
     """The header block fragment of a HEADERS (1), PUSH_PROMISE (5) or CONTINUATION (9)
-    frame's payload: padding, priority and the promised stream id taken off."""
+    frame's payload: padding, priority and the promised stream id taken off (None when
+    they do not fit in the frame)."""
     if typ in (1, 5) and flags & 0x8:  # PADDED
-        pad = payload[0]
-        payload = payload[1 : len(payload) - pad]
-    if typ == 1 and flags & 0x20:  # PRIORITY
-        payload = payload[5:]
-    if typ == 5:
-        payload = payload[4:]
-    return payload
+        if not payload or payload[0] >= len(payload):
+            return None
+        payload = payload[1 : len(payload) - payload[0]]
+    skip = (5 if typ == 1 and flags & 0x20 else 0) + (4 if typ == 5 else 0)  # PRIORITY, promised id
+    if len(payload) < skip:
+        return None
+    return payload[skip:]
 
 
 def _parse_http2(buf: bytes, direction: int, ctx: dict) -> list[Message]:
@@ -546,6 +554,8 @@ def _parse_http2(buf: bytes, direction: int, ctx: dict) -> list[Message]:
         blocks = ctx[("h2-hpack", direction)] = _HeaderBlocks()
     else:
         blocks.reset()  # a later run of this direction: a gap came before it
+    # After a gap the run may begin inside a frame: read no headers unless frames chain.
+    readable = (direction == 0 and buf.startswith(_H2_PREFACE)) or _h2_frames_plausible(buf)
     if direction == 0 and buf.startswith(_H2_PREFACE):
         pos = len(_H2_PREFACE)
     open_: dict[int, list] = ctx.setdefault(("h2", direction), {})
@@ -572,7 +582,11 @@ def _parse_http2(buf: bytes, direction: int, ctx: dict) -> list[Message]:
             if end < pos + 9 + ln:
                 blocks.reset()  # the frame is cut short: its block is lost
             else:
-                pseudo = blocks.add(_h2_fragment(buf[pos + 9 : end], typ, flags), bool(flags & 0x4))
+                pseudo = (
+                    blocks.add(_h2_fragment(buf[pos + 9 : end], typ, flags), bool(flags & 0x4), typ != 9)
+                    if readable
+                    else None
+                )
                 if pseudo and direction == 0 and b":method" in pseudo:
                     method, path = pseudo[b":method"], pseudo.get(b":path", b"")
                     labels[sid] = f"{method.decode('latin-1')} {path.decode('latin-1')}".strip()

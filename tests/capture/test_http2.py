@@ -122,8 +122,42 @@ def test_a_block_that_fails_midway_starts_the_table_afresh() -> None:
     second = enc.encode([("x-new", "2"), ("x-seen-before", "1"), (":method", "POST"), (":path", "/a.B/Mid")])
     third = enc.encode([(":method", "POST"), (":path", "/a.B/Mid")])
     side = _HeaderBlocks()
-    assert side.add(second, True) is None
-    assert side.add(third, True) in (None, {b":method": b"POST", b":path": b"/a.B/Mid"})
+    assert side.add(second, True, True) is None
+    assert side.add(third, True, True) in (None, {b":method": b"POST", b":path": b"/a.B/Mid"})
+
+
+def test_a_header_block_tail_is_never_read_as_a_block() -> None:
+    # A header value whose bytes, read on their own, are valid HPACK: a literal
+    # ":method PURGE___..." and ":path /admin/..." ('B' and 'D' index those names, '$'
+    # and '!' are the lengths). The block is cut just before them: a side that saw only
+    # the CONTINUATION must not read it as a block, nor let it into its table.
+    method, path = "PURGE".ljust(36, "_"), "/admin/DeleteEverything".ljust(33, "x")
+    tail = "B$" + method + "D!" + path
+    enc = Encoder()
+    fields = [(":method", "GET"), (":scheme", "https"), (":path", "/real"), ("x-token", "abcdefgh" + tail)]
+    block = enc.encode(fields, huffman=False)
+    cut = block.index(tail.encode())
+    head = _H2_PREFACE + frame(HEADERS, 0, 1, block[: cut - 4])  # then a CONTINUATION lost in a gap
+    after_gap = frame(CONTINUATION, END_HEADERS, 1, block[cut:]) + frame(DATA_FRAME, END_STREAM, 1, b"")
+    after_gap += frame(HEADERS, END_HEADERS | END_STREAM, 3, enc.encode(fields, huffman=False))
+    reply = frame(HEADERS, END_HEADERS | END_STREAM, 1, Encoder().encode([(":status", "200")]))
+    ctx: dict = {}
+    parse_stream("http2", head, 0, ctx)
+    labels = [m[2] for m in parse_stream("http2", after_gap, 0, ctx)]
+    assert labels in (["stream 3"], ["GET /real"])
+    # The capture starting at that CONTINUATION: stream 1's return keeps its stream id.
+    ctx = {}
+    parse_stream("http2", after_gap, 0, ctx)
+    assert [m[2] for m in parse_stream("http2", reply, 1, ctx)] == ["stream 1"]
+
+
+def test_a_malformed_padded_frame_loses_only_its_own_label() -> None:
+    enc = Encoder()
+    good = request(enc, 1, "/a.B/Good")
+    empty_padded = frame(HEADERS, END_HEADERS | END_STREAM | PADDED, 3, b"")
+    over_padded = frame(HEADERS, END_HEADERS | END_STREAM | PADDED, 5, bytes([12]) + b"ABCDEFGHI")
+    msgs = parse_stream("http2", good + empty_padded + over_padded, 0, {})
+    assert [(m[2], m[3]) for m in msgs] == [("POST /a.B/Good", 1), ("stream 3", 3), ("stream 5", 5)]
 
 
 PATHS = ["/a.S/M", "/a.S/N", "/b.T/Get", "/b.T/Put", "/c.U/List"]
@@ -161,7 +195,7 @@ def test_a_fresh_table_never_misleads(blocks, start: int, lost: set[int]) -> Non
         if k in lost:
             side.reset()
             continue
-        got = side.add(encoded[k], True)
+        got = side.add(encoded[k], True, True)
         assert got is None or got == truth[k]
         decoded += got is not None
     if not lost and start == 0:
