@@ -37,7 +37,10 @@ __all__ = ["FlowAssembler", "FlowStats", "Messages"]
 
 _FIN, _SYN, _RST, _ACK = 0x01, 0x02, 0x04, 0x10
 _MAX_CLOSED = 100_000  # closed connections remembered, for their late retransmissions
-_LATE_WINDOW = 1 << 24  # how far behind a closed connection's end a late copy may start
+# How far behind a closed connection's end a late copy may start: a TCP window. A new
+# connection on the same ports without a SYN in the capture is taken for late copies
+# only if both its directions start that close behind the old ends (about 1 in 2^32).
+_LATE_WINDOW = 1 << 16
 
 
 def _seq_end(s: Segments, flags: np.ndarray) -> np.ndarray:
@@ -423,17 +426,22 @@ class FlowAssembler:
         ``_LATE_WINDOW`` bytes of) where that connection ended in its direction."""
         if not self._closed:
             return None
-        heads = key[starts]
-        known = np.flatnonzero(np.isin(heads, np.fromiter(self._closed, np.uint64, len(self._closed))))
-        if not known.size:
+        heads = key[starts].tolist()
+        closed = self._closed
+        known = [p for p, h in enumerate(heads) if h in closed]  # a lookup per connection
+        if not known:
             return None
         late = np.zeros(len(s), bool)
         seq_end = _seq_end(s, flags)
         syn = (flags & _SYN) != 0
-        for p in known.tolist():
+        for p in known:
             a, b = int(starts[p]), int(ends[p])
-            end_a, end_b, closed_at = self._closed[int(heads[p])]
+            entry = closed.get(heads[p])
+            if entry is None:
+                continue  # dropped for an earlier piece on the same ports
+            end_a, end_b, closed_at = entry
             if syn[a:b].any() or int(s.ts_ns[a]) > closed_at + self.idle_timeout_ns:
+                del closed[heads[p]]  # a new connection on these ports, or too late to be a copy
                 continue
             stored = np.where(from_a[a:b], end_a, end_b)
             behind = (stored - seq_end[a:b]) & 0xFFFFFFFF
