@@ -148,20 +148,25 @@ tr.regressed td:first-child { border-left: 4px solid #b00; }
 """
 
 
-_THREADS_CORES = re.compile(r"(?:^|[-_.])\d+t(\d+)c(?=$|[-_.])")
-_CORES = re.compile(r"(?:^|[-_.])(\d+)c(?=$|[-_.])")
+_THREADS_CORES = re.compile(r"(?:^|[-_.])\d+t([1-9]\d*)c(?=$|[-_.])")
+_CORES = re.compile(r"(?:^|[-_.])([1-9]\d*)c(?=$|[-_.])")
+_FRAME_SIZE = re.compile(r"(?:^|[-_.])(?:\d+b|imix)(?=$|[-_.])")
 
 
 def core_count(test: str) -> int | None:
     """The core count in a CSIT-style test name (``64b-2t1c-ethip4-ip4base-mrr``: 1,
-    ``ip4base-64b-2c``: 2), or None when the name has none.
+    ``ip4base-64b-2c``: 2), or None when the name has none. A bare ``Nc`` counts only
+    beside a frame size (``64b``, ``imix``): elsewhere it is as likely a client or
+    connection count (``nginx-wrk-4t-100c-rps``).
 
     Examples
     --------
-    >>> core_count("64b-2t1c-ethip4-ip4base-mrr"), core_count("l2bdbase-64b-2c"), core_count("checkout-p50")
+    >>> core_count("64b-2t1c-ethip4-mrr"), core_count("l2bdbase-64b-2c"), core_count("memtier-50c-get")
     (1, 2, None)
     """
-    m = _THREADS_CORES.search(test) or _CORES.search(test)
+    m = _THREADS_CORES.search(test)
+    if m is None and _FRAME_SIZE.search(test):
+        m = _CORES.search(test)
     return int(m.group(1)) if m else None
 
 

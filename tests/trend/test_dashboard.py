@@ -103,6 +103,9 @@ def test_dashboard_renders_in_chromium(site, open_page, tmp_path):
         ("imix-8t4c-avf-dot1q-l2bdbasemaclrn", 4),
         ("checkout-p50", None),
         ("ip4-10cache-mrr", None),  # "10cache" is not a core count
+        ("nginx-wrk-4t-100c-rps", None),  # clients, not cores
+        ("memtier-50c-get", None),
+        ("http-0c", None),
     ],
 )
 def test_core_count_from_csit_test_names(test: str, cores: int | None) -> None:
