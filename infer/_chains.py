@@ -263,10 +263,9 @@ def _round(
     n = len(pairs)
     best = _BestSoFar(n)
     here = np.full(n, -np.inf)
-    mass = np.zeros(n)
     swaps: list[tuple[np.ndarray, ...]] = []
     for ch in chunks:
-        sw = _score_chunk(pairs, ch, parent, model, best, here, mass, chunks.tol_ns)
+        sw = _score_chunk(pairs, ch, parent, model, best, here, chunks.tol_ns)
         if sw is not None:
             swaps.append(sw)
     parts = []
@@ -300,7 +299,7 @@ def _round(
         parts.append(
             _Proposals(gain[i], parent[child[i]], dest[i], child[i], other[i], score[i], score[back[i]])
         )
-    return _Proposals.join(parts), here, mass
+    return _Proposals.join(parts), here, best.total
 
 
 def _score_chunk(
@@ -310,10 +309,9 @@ def _score_chunk(
     model: _EdgeModel,
     best: _BestSoFar,
     here: np.ndarray,
-    mass: np.ndarray,
     tol_ns: int,
 ) -> tuple[np.ndarray, ...] | None:
-    """Score one chunk's candidates into ``best``, ``here`` and ``mass``; return its
+    """Score one chunk's candidates into ``best`` (its totals: exp(score)) and ``here``; return its
     swap entries (child, parent, occupant, score in the occupant's place), if any."""
     tc, tr = pairs.t_call, pairs.t_return
     c, par = ch.c.astype(np.int64), ch.par.astype(np.int64)
@@ -333,8 +331,7 @@ def _score_chunk(
 
     score = model.insertion(pairs, c, par, sibling(prev), sibling(nxt))
     here[c[member]] = score[member]
-    mass += np.bincount(c, weights=np.exp(np.clip(score, -600, 600)), minlength=mass.size)
-    best.offer(c, par, score, tc)
+    best.offer(c, par, score, tc, mass=np.exp(np.clip(score, -600, 600)))
     # A non-member that overlaps exactly one member (its occupant) and no other could
     # take the occupant's place: between the occupant's own neighbours.
     occ_prev = (prev >= 0) & (tr[sibling(prev)] > tc[c])

@@ -601,10 +601,19 @@ class _BestSoFar:
         self.parent = np.full(n, -1, np.int64)
         self.total = np.zeros(n)
 
-    def offer(self, c: np.ndarray, par: np.ndarray, score: np.ndarray, t_call: np.ndarray) -> None:
+    def offer(
+        self,
+        c: np.ndarray,
+        par: np.ndarray,
+        score: np.ndarray,
+        t_call: np.ndarray,
+        mass: np.ndarray | None = None,
+    ) -> None:
+        """Offer candidates; ``mass`` (default ``score``) is what ``total`` sums per child
+        (chain rounds, whose scores are logarithms, offer exp(score))."""
         if c.size == 0:
             return
-        self.total += np.bincount(c, weights=score, minlength=self.total.size)
+        self.total += np.bincount(c, weights=score if mass is None else mass, minlength=self.total.size)
         pick = _best_parents(c, par, score, t_call, self.total.size)
         kids, s, t = c[pick], score[pick], t_call[par[pick]]
         better = (s > self.score[kids]) | ((s == self.score[kids]) & (t < self.t_parent[kids]))
