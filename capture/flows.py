@@ -43,6 +43,12 @@ _MAX_CLOSED = 100_000  # closed connections remembered, for their late retransmi
 _LATE_WINDOW = 1 << 16
 
 
+def _seq_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a - b`` for 32-bit sequence numbers that may have wrapped (RFC 1982): within
+    plus or minus 2^31."""
+    return ((a - b + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
 def _seq_end(s: Segments, flags: np.ndarray) -> np.ndarray:
     """Where each segment's sequence space ends (its data, and one for a SYN or FIN)."""
     extra = ((flags & (_SYN | _FIN)) != 0).astype(np.int64)
@@ -365,7 +371,8 @@ class FlowAssembler:
             npieces = len(starts)
             n = len(s)
         self.stats.connections += npieces
-        self._remember_closed(s, key, from_a, flags, starts, (fin_a & fin_b) | rst if done.all() else None)
+        # The pieces processed now are the done ones, in order.
+        self._remember_closed(s, key, from_a, flags, starts, piece, ((fin_a & fin_b) | rst)[done])
         return self._messages(s, key, from_a, flags, synonly, starts, piece, npieces)
 
     def _remember_closed(
@@ -375,27 +382,20 @@ class FlowAssembler:
         from_a: np.ndarray,
         flags: np.ndarray,
         starts: np.ndarray,
-        closed: np.ndarray | None,
+        piece: np.ndarray,
+        closed: np.ndarray,
     ) -> None:
         """Note the next sequence number each way of the connections that closed."""
-        n = len(s)
-        if closed is None:
-            fin = (flags & _FIN) != 0
-            closed = (
-                np.logical_or.reduceat(fin & from_a, starts) & np.logical_or.reduceat(fin & ~from_a, starts)
-            ) | np.logical_or.reduceat((flags & _RST) != 0, starts)
         if not closed.any():
             return
-        mark = np.zeros(n, bool)
-        mark[starts] = True
-        piece = np.cumsum(mark) - 1
+        n = len(s)
         g = piece * 2 + (~from_a).astype(np.int64)  # way 0: from a, 1: from b
         seq_end = _seq_end(s, flags)
         # The furthest end of each way, wrap-aware: relative to the way's first segment.
         first = np.full(2 * len(starts), -1, np.int64)
         first[g[::-1]] = np.arange(n)[::-1]
         ref = seq_end[np.maximum(first, 0)]
-        rel = ((seq_end - ref[g] + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+        rel = _seq_diff(seq_end, ref[g])
         furthest = np.full(2 * len(starts), np.iinfo(np.int64).min)
         np.maximum.at(furthest, g, rel)
         way_end = np.where(first >= 0, (ref + furthest) & 0xFFFFFFFF, -1).reshape(-1, 2)
@@ -524,7 +524,7 @@ class FlowAssembler:
         first_data[gd[::-1]] = di[::-1]  # first data segment (time order) of each group
         no_syn = ~from_syn & (first_data >= 0)
         base[no_syn] = s.seq[first_data[no_syn]].astype(np.int64)
-        rel = ((s.seq[di].astype(np.int64) - base[gd] + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+        rel = _seq_diff(s.seq[di].astype(np.int64), base[gd])
         plen = s.pay_len[di]
         # Order each direction's data by sequence number, earliest copy first.
         o = np.lexsort((tidx[di], rel, gd))
