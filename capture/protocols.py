@@ -549,14 +549,12 @@ def _parse_http2(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     """
     out: list[list] = []
     pos, n = 0, len(buf)
-    blocks: _HeaderBlocks | None = ctx.get(("h2-hpack", direction))
-    if blocks is None:
-        blocks = ctx[("h2-hpack", direction)] = _HeaderBlocks()
-    else:
-        blocks.reset()  # a later run of this direction: a gap came before it
+    # Every run starts a fresh table: a later run of a direction comes after a gap.
+    blocks = _HeaderBlocks()
+    preface = direction == 0 and buf.startswith(_H2_PREFACE)
     # After a gap the run may begin inside a frame: read no headers unless frames chain.
-    readable = (direction == 0 and buf.startswith(_H2_PREFACE)) or _h2_frames_plausible(buf)
-    if direction == 0 and buf.startswith(_H2_PREFACE):
+    readable = preface or _h2_frames_plausible(buf)
+    if preface:
         pos = len(_H2_PREFACE)
     open_: dict[int, list] = ctx.setdefault(("h2", direction), {})
     labels: dict[int, str] = ctx.setdefault("h2-labels", {})
