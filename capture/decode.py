@@ -183,6 +183,17 @@ class _Bytes:
         return (self.be32(pos).astype(np.uint64) << np.uint64(32)) | self.be32(pos + 4).astype(np.uint64)
 
 
+_V6_EXTENSIONS = (0, 43, 60, 51)  # hop-by-hop, routing, destination options, AH
+_V6_FRAGMENT = 44
+
+
+def _v6_extension_length(nh: Any, length_byte: Any) -> Any:
+    """Bytes of an IPv6 extension header from its type and its second byte (arrays or
+    single values): AH counts 4-byte words less two, the fragment header is 8, the
+    others count 8-byte words less one."""
+    return np.where(nh == _V6_FRAGMENT, 8, np.where(nh == 51, (length_byte + 2) * 4, (length_byte + 1) * 8))
+
+
 def _fragment_v4(data: np.ndarray, p: int, e: int) -> tuple[tuple, int, bool, bytes, bytes] | None:
     """An IPv4 fragment: (reassembly key, offset, more to come, its bytes, the header)."""
     ihl = (int(data[p]) & 0xF) * 4
@@ -199,10 +210,10 @@ def _fragment_v6(data: np.ndarray, p: int, e: int) -> tuple[tuple, int, bool, by
     hdr = data[p : p + 40].tobytes()
     end = min(p + 40 + int.from_bytes(hdr[4:6], "big"), e)
     nh, q = hdr[6], p + 40
-    while nh != 44:
-        if nh not in (0, 43, 60, 51) or q + 8 > end:
+    while nh != _V6_FRAGMENT:
+        if nh not in _V6_EXTENSIONS or q + 8 > end:
             return None
-        nh, q = int(data[q]), q + ((int(data[q + 1]) + 2) * 4 if nh == 51 else (int(data[q + 1]) + 1) * 8)
+        nh, q = int(data[q]), q + int(_v6_extension_length(nh, int(data[q + 1])))
     if q + 8 > end:
         return None
     frag = data[q : q + 8].tobytes()
@@ -353,12 +364,11 @@ class Decoder:
             q = p + 40
             fr6 = np.zeros(len(p), bool)
             for _ in range(6):  # extension headers: hop-by-hop, routing, destination, AH, fragment
-                ext = np.isin(nh, (0, 43, 60, 51, 44))
+                ext = np.isin(nh, (*_V6_EXTENSIONS, _V6_FRAGMENT))
                 if not ext.any():
                     break
-                fr6 |= nh == 44
-                ah = (b.u8(q + 1).astype(np.int64) + 2) * 4
-                hl = np.where(nh == 44, 8, np.where(nh == 51, ah, (b.u8(q + 1).astype(np.int64) + 1) * 8))
+                fr6 |= nh == _V6_FRAGMENT
+                hl = _v6_extension_length(nh, b.u8(q + 1).astype(np.int64))
                 new_nh = b.u8(q).astype(np.uint32)
                 q = np.where(ext, q + hl, q)
                 nh = np.where(ext, new_nh, nh)
