@@ -300,6 +300,15 @@ def _change_color(change: float, significant: bool) -> str:
     return "red3" if change > 0 else "darkgreen"
 
 
+def _change_box(change: float, significant: bool) -> dict[str, Any]:
+    """Box attributes for a change: a red (slower) or green (faster) frame and fill when
+    it counts, a grey frame otherwise."""
+    attrs: dict[str, Any] = {"color": _change_color(change, significant)}
+    if significant:
+        attrs.update(penwidth="3", fillcolor="0.000 0.350 1.000" if change > 0 else "0.333 0.250 1.000")
+    return attrs
+
+
 def diff_dot(diff: PathsDiff, *, top: int = 3, min_change_s: float = 0.001, rel: float = 0.1) -> str:
     """The ``top`` patterns that gained (or lost) the most latency, each visit and call
     labelled base -> slow with its change; red where the run got slower, green where faster.
@@ -339,10 +348,7 @@ def diff_dot(diff: PathsDiff, *, top: int = 3, min_change_s: float = 0.001, rel:
                 f"{row['node']}\n{format_s(row['latency_base_s'])} -> {format_s(row['latency_slow_s'])} "
                 f"({format_s(lat, sign=True)})\nown time {format_s(own, sign=True)}"
             )
-            attrs: dict[str, Any] = {"color": _change_color(own, sig)}
-            if sig:
-                attrs.update(penwidth="3", fillcolor="0.000 0.350 1.000" if own > 0 else "0.333 0.250 1.000")
-            g.node(ident, label, **attrs)
+            g.node(ident, label, **_change_box(own, sig))
             parent = parent_of[id(v)]
             if parent is None:
                 g.edge(f"{prefix}caller", ident, f"×{pat['count_slow']:,}")
@@ -373,8 +379,8 @@ def convolution_diff_dot(
 
     Examples
     --------
-    >>> c = [{"label": "AUTH -> WS2 -> AP1", "at": "WS2", "base_s": 0.001, "slow_s": 0.201,
-    ...       "change_s": 0.2, "messages": 40}]
+    >>> c = [{"label": "AUTH -> WS2 -> AP1", "nodes": ["AUTH", "WS2", "AP1"], "at": "WS2",
+    ...       "base_s": 0.001, "slow_s": 0.201, "change_s": 0.2, "messages": 40}]
     >>> '"h1_b" [label="WS2\\\\n1 ms -> 201 ms (+200 ms)", color="red3"' in convolution_diff_dot(c)
     True
     """
@@ -385,23 +391,18 @@ def convolution_diff_dot(
     )
     g = _Graph("diff", title)
     for rank, c in enumerate(changes[:top], 1):
-        a, b, z = c["label"].split(" -> ")
+        a, b, z = c["nodes"]
         prefix = f"h{rank}_"
         g.open_cluster(
             f"h{rank}",
             f"#{rank} {c['label']}: about {c['messages']:,} messages, {format_change(c['change_s'])}",
         )
         sig = _significant(c["change_s"], c["base_s"], min_change_s, rel)
-        attrs: dict[str, Any] = {"color": _change_color(c["change_s"], sig)}
-        if sig:
-            attrs.update(
-                penwidth="3", fillcolor="0.000 0.350 1.000" if c["change_s"] > 0 else "0.333 0.250 1.000"
-            )
         g.node(f"{prefix}a", a)
         g.node(
             f"{prefix}b",
             f"{b}\n{format_s(c['base_s'])} -> {format_s(c['slow_s'])} ({format_s(c['change_s'], sign=True)})",
-            **attrs,
+            **_change_box(c["change_s"], sig),
         )
         g.node(f"{prefix}c", z)
         g.edge(f"{prefix}a", f"{prefix}b")
@@ -420,7 +421,9 @@ def diff_convolution(
     ``nodes[k]`` and the one it sends on to ``nodes[k+2]``; the most frequent delays are
     compared and pooled over paths by that (from, at, to) triple, weighted by the slow
     run's message count on the later hop (a hop shared by several paths counts once).
-    Node names matching a ``collapse`` glob are replaced by the glob.
+    Node names matching a ``collapse`` glob are replaced by the glob. Each change has
+    its ``label``, its triple as ``nodes``, ``at`` (the middle node), ``base_s``,
+    ``slow_s``, ``change_s`` and ``messages``.
 
     Examples
     --------
@@ -467,6 +470,7 @@ def diff_convolution(
         out.append(
             {
                 "label": f"{a} -> {b} -> {c}",
+                "nodes": [a, b, c],
                 "at": b,
                 "base_s": sum_b / w,
                 "slow_s": sum_s / w,
