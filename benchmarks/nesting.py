@@ -114,7 +114,7 @@ import json, sys, time
 import infer, tracefmt
 t = tracefmt.read_trace(sys.argv[1])
 t0 = time.perf_counter()
-r = infer.infer_nesting(t, **json.loads(sys.argv[2]))
+r = infer.infer_nesting(t, "paper", **json.loads(sys.argv[2]))
 dt = time.perf_counter() - t0
 hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:'))
 print(json.dumps({"seconds": dt, "rss_mb": int(hwm.split()[1]) / 1024, "pairs": len(r.pairs),
@@ -143,15 +143,15 @@ def main() -> None:
     ours_s = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
-        ours = infer.infer_nesting(trace)
+        ours = infer.infer_nesting(trace, "paper")
         ours_s = min(ours_s, time.perf_counter() - t0)
     # The accurate settings of the docs, for their cost (not part of the comparison).
     accurate = {"board": "joint", "density": True, "rounds": 2, "siblings": 3}
     t0 = time.perf_counter()
-    infer.infer_nesting(trace, **accurate)
+    infer.infer_nesting(trace, "paper", **accurate)
     accurate_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    infer.infer_nesting(trace, **accurate, chains=10)
+    infer.infer_nesting(trace, "paper", **accurate, chains=10)
     chains_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     ref = reference_nesting(trace)

@@ -164,12 +164,12 @@ def _edges(r: infer.ConvolutionResult, edge: str) -> list[list[float]]:
 def nesting_vs_convolution(messages: int) -> list[str]:
     trace = generate("multitier", messages=messages)
     t0 = time.perf_counter()
-    nest = infer.infer_nesting(trace)
+    nest = infer.infer_nesting(trace, "paper")
     t_nest = time.perf_counter() - t0
     inst = nest.instances_table()
     rn = infer.evaluate_paths(nest.to_json(), trace, instances=inst)
     t0 = time.perf_counter()
-    tuned = infer.infer_nesting(trace, board="joint", density=True, x=0.0)
+    tuned = infer.infer_nesting(trace, "paper", board="joint", density=True, x=0.0)
     t_tuned = time.perf_counter() - t0
     rt = infer.evaluate_paths(tuned.to_json(), trace, instances=tuned.instances_table())
     t0 = time.perf_counter()

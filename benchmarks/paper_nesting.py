@@ -64,7 +64,7 @@ def figure12(messages: int, parallelism: float) -> list[str]:
                 synth.load_config(SAMPLES / f"{name}.toml"), messages=messages, parallelism=parallelism
             )
             trace, truth = synth.generate_table(cfg)
-            doc = infer.infer_nesting(trace, **kw).to_json()
+            doc = infer.infer_nesting(trace, "paper", **kw).to_json()
             for source, patterns in (("inferred", doc["patterns"]), ("true", truth["patterns"])):
                 best = max((p for p in patterns if _auth_then_ap(p)), key=lambda p: p["count"], default=None)
                 ap = (
@@ -96,7 +96,7 @@ def _skewed(messages: int, parallelism: float, std_ratio: float | None = None, s
 
 def _run(trace, kw: dict, ns: tuple[int, ...] = (1,)) -> tuple[dict, float, float]:
     t0 = time.perf_counter()
-    result = infer.infer_nesting(trace, **kw)
+    result = infer.infer_nesting(trace, "paper", **kw)
     dt = time.perf_counter() - t0
     report = infer.evaluate_paths(
         result.to_json(), trace, instances=result.instances_table(), ns=ns, tolerances=TOLERANCES
@@ -144,17 +144,17 @@ def model_limit(messages: int, parallelism: float, std_ratio: float | None = Non
     ``--chains`` runs) and, for diagnosis, learnt once from the true parents."""
     from dataclasses import replace as copy_with
 
-    from infer._chains import chain_rounds
+    from infer.candidates import CandidateChunks, Scoreboard
+    from infer.chains import chain_rounds
     from infer.evaluate import true_pairs
-    from infer.nesting import _Board, _CandidateChunks
     from infer.patterns import build_patterns
 
     trace, _ = synth.generate_table(_skewed(messages, parallelism, std_ratio))
-    start = infer.infer_nesting(trace, **SETTINGS[OURS])
+    start = infer.infer_nesting(trace, "paper", **SETTINGS[OURS])
     truth = true_pairs(trace)[1]
     pairs, n_nodes = start.pairs, len(start.nodes)
     params = copy_with(start.params, chains=10)
-    chunks = _CandidateChunks(pairs, 0, _Board(params, n_nodes), siblings=True)
+    chunks = CandidateChunks(pairs, 0, Scoreboard(params, n_nodes), siblings=True)
     rows = []
     for label, source in (
         ("learnt as it goes (`--chains 10`)", None),
@@ -318,7 +318,7 @@ def main() -> None:
         "(`wirepath infer nesting --board joint --density --rounds 2 --siblings 3`); and",
         f"**{CHAINS}**: then up to ten rounds in which each child moves, or swaps with a",
         "call to the same node, to where its node's chains of events are most likely",
-        "(`... --chains 10`; `infer/_chains.py`).",
+        "(`... --chains 10`; `infer/chains.py`).",
         "",
         "Missing rates are given at count tolerances 0 / 2 / 6%: a true top-N pattern counts",
         "as found when it is among the inferred top N, or within the tolerance of the N-th",

@@ -1,8 +1,10 @@
 """Causal path inference from message traces: nesting (RPC), pattern aggregation, evaluation.
 
-``infer_nesting(trace)`` returns a ``NestingResult`` whose ``to_json()`` is the paths
-file of ``results.md`` and whose ``instances_table()`` lists every call pair with its
-inferred parent, instance, pattern and confidence. ``infer_convolution(trace,
+``infer_nesting(trace)`` (the most accurate preset; ``infer_nesting(trace, "paper")``
+for the 2003 scoreboard; every setting in ``NestingParams``) returns a
+``NestingResult`` whose ``to_json()`` is the paths file of ``results.md`` and whose
+``instances_table()`` lists every call pair with its inferred parent, instance, pattern
+and confidence. ``infer_convolution(trace,
 quantum_s=..., max_lag_s=...)`` (free-form messages) returns a ``ConvolutionResult`` with
 linear paths and the output graph.
 """
@@ -10,12 +12,14 @@ linear paths and the output graph.
 from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
 from infer.convolution import ConvolutionParams, ConvolutionResult, DelaySpike, LinearPath, infer_convolution
 from infer.evaluate import evaluate_convolution, evaluate_paths, true_linear_paths, true_pairs, true_patterns
-from infer.nesting import BOARDS, NestingParams, NestingResult, infer_nesting, read_instances
+from infer.nesting import NestingResult, Stage, infer_nesting, nesting_stages, read_instances
+from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import Pattern, build_patterns, group_stats
 from tracefmt.patterns import latency_stats
 
 __all__ = [
     "BOARDS",
+    "PRESETS",
     "CallPairs",
     "ConvolutionParams",
     "ConvolutionResult",
@@ -25,6 +29,7 @@ __all__ = [
     "NestingResult",
     "NodeCodes",
     "Pattern",
+    "Stage",
     "build_patterns",
     "evaluate_convolution",
     "evaluate_paths",
@@ -33,6 +38,7 @@ __all__ = [
     "infer_nesting",
     "latency_stats",
     "match_calls",
+    "nesting_stages",
     "node_codes",
     "read_instances",
     "true_linear_paths",

@@ -6,7 +6,7 @@
 ``viz.demo`` runs the whole job on the paper's multi-tier system.
 """
 
-from viz.demo import DEMO_INFERENCE, DemoResult, run_demo
+from viz.demo import DemoResult, run_demo
 from viz.diff import PathsDiff, convolution_diff_dot, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import convolution_dot, dot_quote, format_s, paths_dot, pattern_dot
 from viz.export import EXPORT_FORMATS, export_traces, write_export
@@ -25,7 +25,6 @@ from viz.render import FORMATS, dot_binary, render_dot, write_graph
 from viz.report import build_report, inline_svg
 
 __all__ = [
-    "DEMO_INFERENCE",
     "EXPORT_FORMATS",
     "FORMATS",
     "SORTS",

@@ -33,14 +33,10 @@ from viz.paths import collapse_replicas, select_patterns
 from viz.render import dot_binary, write_graph
 from viz.report import build_report
 
-__all__ = ["DEMO_CONVOLUTION", "DEMO_INFERENCE", "DemoResult", "run_demo"]
+__all__ = ["DEMO_CONVOLUTION", "DemoResult", "run_demo"]
 
 _SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "synth"
 
-#: Nesting settings of the demo: the joint scoreboard with densities, two refinement
-#: rounds, three sibling rounds and up to ten chain rounds, the most accurate here
-#: (docs/paper-reproduction.md).
-DEMO_INFERENCE: dict[str, Any] = {"board": "joint", "density": True, "rounds": 2, "siblings": 3, "chains": 10}
 
 #: Convolution settings of the demo: 2 ms quanta resolve the tiers' millisecond delays,
 #: half a second covers the added 200 ms; paths start at the client.
@@ -183,7 +179,7 @@ def run_demo(
         t0 = time.perf_counter()
         step(f"inferring the {name} run's paths (nesting, {report.messages:,} messages)")
         trace = tracefmt.read_trace(trace_path)
-        result = infer.infer_nesting(trace, **DEMO_INFERENCE)
+        result = infer.infer_nesting(trace)
         doc = result.to_json()
         paths_path = out / f"{name}-paths.json"
         _write_json(doc, paths_path)

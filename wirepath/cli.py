@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -194,25 +195,35 @@ def _tree_lines(pattern: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _nesting_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The single settings given on the command line (None: the preset's)."""
+    given = {
+        "x": args.x,
+        "y": args.y,
+        "z": args.z,
+        "bin_base": args.bin_base,
+        "bin_min_s": None if args.bin_min is None else tracefmt.parse_duration_ns(args.bin_min) / 1e9,
+        "smooth_bins": args.smooth,
+        "tolerance_s": None if args.tolerance is None else tracefmt.parse_duration_ns(args.tolerance) / 1e9,
+        "use_ids": False if args.no_ids else None,
+        "density": args.density,
+        "board": args.board,
+        "rounds": args.rounds,
+        "siblings": args.siblings,
+        "chains": args.chains,
+    }
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def _cmd_infer_nesting(args: argparse.Namespace) -> int:
     trace = tracefmt.read_any_trace(args.trace)
-    result = infer.infer_nesting(
-        trace,
-        x=args.x,
-        y=args.y,
-        z=args.z,
-        bin_base=args.bin_base,
-        bin_min_s=tracefmt.parse_duration_ns(args.bin_min) / 1e9,
-        smooth_bins=args.smooth,
-        tolerance_s=tracefmt.parse_duration_ns(args.tolerance) / 1e9,
-        use_ids=not args.no_ids,
-        density=args.density,
-        board=args.board,
-        rounds=args.rounds,
-        siblings=args.siblings,
-        chains=args.chains,
-        sort=args.sort,
-    )
+    params = infer.NestingParams.preset(args.preset, **_nesting_overrides(args))
+    params.check()
+    for note in params.ineffective():
+        print(f"warning: {note}", file=sys.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # said above, once
+        result = infer.infer_nesting(trace, params, sort=args.sort)
     window = tracefmt.parse_duration_ns(args.window) / 1e9 if args.window else None
     doc = result.to_json(top=args.top, min_count=args.min_count, window_s=window)
     out = Path(args.out)
@@ -288,6 +299,57 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         lines.append(f"latency    relative error median {d['median_rel']:.2%}, p90 {d['p90_rel']:.2%}")
     _emit(args, report, "\n".join(lines))
     return 0
+
+
+def _nesting_arguments(p: argparse.ArgumentParser) -> None:
+    """The inference settings of ``infer nesting``: a preset, and single overrides whose
+    help shows the default preset's values (``infer.NestingParams``)."""
+    d = infer.NestingParams()
+    p.add_argument(
+        "--preset",
+        choices=list(infer.PRESETS),
+        default=infer.PRESETS[0],
+        help=f"settings to start from (default {infer.PRESETS[0]})",
+    )
+    p.add_argument("--x", type=float, help=f"overlap penalty weight (default {d.x:g})")
+    p.add_argument("--y", type=float, help=f"same-destination penalty weight (default {d.y:g})")
+    p.add_argument("--z", type=float, help=f"children penalty weight (default {d.z:g})")
+    p.add_argument("--board", choices=list(infer.BOARDS), help=f"scoreboard (default {d.board})")
+    p.add_argument(
+        "--density",
+        action=argparse.BooleanOptionalAction,
+        help=f"score by bin densities, not raw counts (default {'on' if d.density else 'off'})",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help=f"refinement rounds: penalties over the children each parent got (default {d.rounds})",
+    )
+    p.add_argument(
+        "--siblings",
+        type=int,
+        metavar="N",
+        help=f"then N rounds scoring the gaps to each child's siblings (default {d.siblings})",
+    )
+    p.add_argument(
+        "--chains",
+        type=int,
+        metavar="N",
+        help=f"then up to N rounds moving children to where their node's chains of events "
+        f"are most likely (default {d.chains}; stops when nothing moves; 0 is off)",
+    )
+    p.add_argument("--bin-base", type=float, help=f"delay bin growth factor (default {d.bin_base:g})")
+    p.add_argument(
+        "--bin-min", metavar="DURATION", help=f"smallest delay bin (default {d.bin_min_s * 1e6:g}us)"
+    )
+    p.add_argument("--smooth", type=float, metavar="BINS", help="Gaussian smoothing (delay board; default 0)")
+    p.add_argument(
+        "--tolerance", metavar="DURATION", help=f"clock-skew tolerance (default {d.tolerance_s * 1e3:g}ms)"
+    )
+    p.add_argument(
+        "--no-ids", action="store_true", default=None, help="ignore call ids; match calls by time order"
+    )
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -428,11 +490,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "with returns, find each call's candidate parents, score them by how often their\n"
         "delays occur, pick one parent per call, and group the resulting path instances\n"
         "into patterns with per-visit latency and per-edge delay statistics.\n\n"
-        "The defaults are the paper's. For more exact paths, at 3-9 times the run time:\n"
-        "  --board joint --density --rounds 2 --siblings 3\n"
-        "and the most exact, at 8-16 times (needed at high parallelism):\n"
-        "  --board joint --density --rounds 2 --siblings 3 --chains 10\n"
-        "(measurements: docs/paper-reproduction.md)\n\n"
+        "The default preset, accurate, is the most exact setting measured: the joint\n"
+        "scoreboard with densities, two penalty rounds, three sibling rounds and up to ten\n"
+        "chain rounds. --preset fast leaves out the chain rounds (several times faster, less\n"
+        "exact where calls into one node overlap); --preset paper is the 2003 scoreboard.\n"
+        "Single options override the preset's value (measurements: docs/inference.md).\n\n"
         "example: wirepath infer nesting t.parquet --out paths.json --instances inst.parquet",
     )
     p.set_defaults(handler=_cmd_infer_nesting)
@@ -444,40 +506,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sort", choices=["total", "count"], default="total", help="order patterns by")
     p.add_argument("--show", type=int, default=5, metavar="N", help="patterns to print (default 5)")
     p.add_argument("--window", metavar="DURATION", help="also list patterns per time window (e.g. 60s)")
-    p.add_argument("--x", type=float, default=2.0, help="overlap penalty weight (default 2)")
-    p.add_argument("--y", type=float, default=0.0, help="same-destination penalty weight (default 0)")
-    p.add_argument("--z", type=float, default=0.0, help="children penalty weight (default 0)")
-    p.add_argument("--board", choices=list(infer.BOARDS), default="delay", help="scoreboard (default delay)")
-    p.add_argument("--density", action="store_true", help="score by bin densities, not raw counts")
-    p.add_argument(
-        "--rounds",
-        type=int,
-        default=0,
-        metavar="N",
-        help="refinement rounds: penalties over the children each parent got (default 0)",
-    )
-    p.add_argument(
-        "--siblings",
-        type=int,
-        default=0,
-        metavar="N",
-        help="then N rounds scoring the gaps to each child's siblings (default 0)",
-    )
-    p.add_argument(
-        "--chains",
-        type=int,
-        default=0,
-        metavar="N",
-        help="then up to N rounds moving children to where their node's chains of events "
-        "are most likely (default 0; stops when nothing moves)",
-    )
-    p.add_argument("--bin-base", type=float, default=1.05, help="delay bin growth factor (default 1.05)")
-    p.add_argument("--bin-min", default="1us", metavar="DURATION", help="smallest delay bin (default 1us)")
-    p.add_argument(
-        "--smooth", type=float, default=0.0, metavar="BINS", help="Gaussian smoothing (delay board)"
-    )
-    p.add_argument("--tolerance", default="0", metavar="DURATION", help="clock-skew tolerance (default 0)")
-    p.add_argument("--no-ids", action="store_true", help="ignore call ids; match calls by time order")
+    _nesting_arguments(p)
     p.add_argument("--json", action="store_true", help="print the paths file on stdout")
 
     p = verb(

@@ -11,7 +11,7 @@ from typing import Any
 
 import infer
 from tracefmt import ParameterError
-from viz.demo import DEMO_CONVOLUTION, DEMO_INFERENCE, run_demo
+from viz.demo import DEMO_CONVOLUTION, run_demo
 from viz.diff import convolution_diff_dot, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import format_s, paths_dot
 from viz.export import EXPORT_FORMATS, write_export
@@ -140,7 +140,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     lines = [
         f"two runs of the multi-tier system: {base['messages']:,} and {slow['messages']:,} messages, "
         f"{base['instances']:,} and {slow['instances']:,} requests; the slow run adds a delay somewhere",
-        f"nesting ({', '.join(f'{k}={v}' for k, v in DEMO_INFERENCE.items())})"
+        "nesting (default preset)"
         + (
             f" and convolution ({', '.join(f'{k}={v}' for k, v in DEMO_CONVOLUTION.items())})"
             if result.convolution

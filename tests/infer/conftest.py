@@ -326,4 +326,4 @@ def serial_result(serial_trace: tuple[pa.Table, dict[str, Any]]) -> Any:
     """``infer_nesting`` of the serial trace with default parameters."""
     import infer
 
-    return infer.infer_nesting(serial_trace[0])
+    return infer.infer_nesting(serial_trace[0], "paper")

@@ -16,10 +16,11 @@ import pytest
 
 import synth
 from infer import infer_nesting
-from infer._chains import _EdgeModel, _round, chain_edges, chain_rounds
 from infer.callpairs import CallPairs, match_calls, node_codes
+from infer.candidates import CandidateChunks, Scoreboard
+from infer.chains import _EdgeModel, _round, chain_edges, chain_rounds
 from infer.evaluate import true_pairs
-from infer.nesting import NestingParams, _Board, _CandidateChunks
+from infer.params import NestingParams
 from tracefmt import ParameterError
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "synth"
@@ -70,10 +71,10 @@ def busy() -> dict:
     pairs = match_calls(trace, nodes)
     params = NestingParams(board="joint", density=True)
     n_nodes = len(nodes.names)
-    chunks = _CandidateChunks(pairs, 0, _Board(params, n_nodes), siblings=True)
+    chunks = CandidateChunks(pairs, 0, Scoreboard(params, n_nodes), siblings=True)
     tp, tpar, _, _ = true_pairs(trace)
     assert np.array_equal(tp.call_row, pairs.call_row)
-    start = infer_nesting(trace, board="joint", density=True).parent
+    start = infer_nesting(trace, "paper", board="joint", density=True).parent
     return {
         "trace": trace,
         "pairs": pairs,
@@ -158,8 +159,8 @@ def crowded():
 def test_chain_rounds_find_more_true_parents(crowded) -> None:
     trace, truth = crowded
     kw = {"board": "joint", "density": True, "rounds": 2, "siblings": 3}
-    before = infer_nesting(trace, **kw)
-    after = infer_nesting(trace, chains=5, **kw)
+    before = infer_nesting(trace, "paper", **kw)
+    after = infer_nesting(trace, "paper", chains=5, **kw)
     assert _links(after, truth) > _links(before, truth) + 0.08, (_links(before, truth), _links(after, truth))
     # Fewer false patterns: childless application servers and their neighbours with
     # three queries were the scoreboards' typical mistake.
@@ -219,7 +220,7 @@ def test_chain_rounds_learn_what_each_caller_makes_a_node_do() -> None:
     # to S's visits from B, and leave visits from A childless.
     trace, truth = synth.generate_table(synth.parse_config(CALLER_DECIDES))
     kw = {"board": "joint", "density": True, "rounds": 2, "siblings": 3}
-    found = {p.shape_text: p.count for p in infer_nesting(trace, chains=5, **kw).patterns}
+    found = {p.shape_text: p.count for p in infer_nesting(trace, "paper", chains=5, **kw).patterns}
     true = {p["id"]: p["count"] for p in truth["patterns"]}
     assert len(true) == 2
     via_a, via_b = "client>A(A>S(S>X))", "client>B(B>S)"
@@ -230,7 +231,7 @@ def test_chain_rounds_learn_what_each_caller_makes_a_node_do() -> None:
 
 def test_chain_rounds_keep_a_serial_trace_exact(serial_trace) -> None:
     table, truth = serial_trace
-    r = infer_nesting(table, board="joint", density=True, rounds=1, siblings=1, chains=3)
+    r = infer_nesting(table, "paper", board="joint", density=True, rounds=1, siblings=1, chains=3)
     assert {p.id: p.count for p in r.patterns} == {p["id"]: p["count"] for p in truth["patterns"]}
     assert r.to_json()["stats"]["chain_rounds_run"] == 1  # nothing to move
 
@@ -238,7 +239,7 @@ def test_chain_rounds_keep_a_serial_trace_exact(serial_trace) -> None:
 def test_chain_rounds_with_nothing_to_choose(h) -> None:
     # One call, no candidates; and calls that hold each other under a tolerance.
     one = h.trace([(0, "call", "a", "b", 1), (5, "return", "b", "a", 1)])
-    assert infer_nesting(one, chains=3).patterns[0].count == 1
+    assert infer_nesting(one, "paper", chains=3).patterns[0].count == 1
     loop = h.trace(
         [
             (0, "call", "a", "b", 1),
@@ -247,7 +248,7 @@ def test_chain_rounds_with_nothing_to_choose(h) -> None:
             (10, "return", "a", "b", 2),
         ]
     )
-    r = infer_nesting(loop, tolerance_s=0.001, chains=3)
+    r = infer_nesting(loop, "paper", tolerance_s=0.001, chains=3)
     # The loop is cut once; the call cut out of it is not moved back in.
     assert sorted(r.parent.tolist()) == [-1, 0]
     assert r.to_json()["stats"]["chain_rounds_run"] == 1
@@ -273,8 +274,8 @@ def test_gains_match_brute_force_under_tolerance_ties_and_any_budget(seed: int) 
     pairs, nodes = _random_pairs(rng)
     params = NestingParams(bin_min_s=1e-9, bin_base=1.5)
     tol = int(rng.choice([0, 5]))
-    chunks = _CandidateChunks(
-        pairs, tol, _Board(params, nodes), siblings=True, budget=int(rng.choice([1, 1 << 30]))
+    chunks = CandidateChunks(
+        pairs, tol, Scoreboard(params, nodes), siblings=True, budget=int(rng.choice([1, 1 << 30]))
     )
     candidates: dict[int, list[int]] = {}
     for ch in chunks:
@@ -316,4 +317,4 @@ def test_too_many_nodes_for_chain_keys_is_refused(busy) -> None:
 @pytest.mark.parametrize("value", [-1, 101, 1.5])
 def test_bad_chain_round_counts(serial_trace, value) -> None:
     with pytest.raises(ParameterError, match="chains"):
-        infer_nesting(serial_trace[0], chains=value)
+        infer_nesting(serial_trace[0], "paper", chains=value)

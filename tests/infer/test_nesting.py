@@ -80,7 +80,7 @@ def test_patterns_sorted_by_total_latency(serial_trace, serial_result, h) -> Non
 
 def test_patterns_sorted_by_count(serial_trace, h) -> None:
     table, truth = serial_trace
-    r = infer_nesting(table, sort="count")
+    r = infer_nesting(table, "paper", sort="count")
     counts = [p.count for p in r.patterns]
     assert counts == sorted(counts, reverse=True)
     assert {p.id: p.count for p in r.patterns} == {p["id"]: p["count"] for p in truth["patterns"]}
@@ -125,7 +125,7 @@ def test_instance_and_pattern_of_every_pair(serial_trace, serial_result, h) -> N
 )
 def test_every_setting_finds_the_true_parents_at_parallelism_1(serial_trace, h, kwargs) -> None:
     table, truth = serial_trace
-    r = infer_nesting(table, **kwargs)
+    r = infer_nesting(table, "paper", **kwargs)
     true_parent, inferred = inferred_parent_uids(table, r, h)
     assert np.array_equal(inferred, true_parent)
     assert {p.id: p.count for p in r.patterns} == {p["id"]: p["count"] for p in truth["patterns"]}
@@ -133,7 +133,7 @@ def test_every_setting_finds_the_true_parents_at_parallelism_1(serial_trace, h, 
 
 def test_candidates_match_a_brute_force_count(parallel_trace, h) -> None:
     table, _ = parallel_trace
-    r = infer_nesting(table)
+    r = infer_nesting(table, "paper")
     p = r.pairs
     names = np.array(r.nodes, dtype=object)
     caller, callee = names[p.caller], names[p.callee]
@@ -200,7 +200,7 @@ before_s = [0.001, 0.0001]
     tp = h.true_patterns(h.true_calls(table))
     fan = Shape("client", "A", (Shape("A", "F"), Shape("A", "E"), Shape("A", "G")))
     assert pattern_id(fan) in tp
-    r = infer_nesting(table)
+    r = infer_nesting(table, "paper")
     true_parent, inferred = inferred_parent_uids(table, r, h)
     assert np.array_equal(inferred, true_parent)
     assert {p.id: p.count for p in r.patterns} == {p["id"]: p["count"] for p in truth["patterns"]}
@@ -221,7 +221,7 @@ def test_children_in_call_order(h) -> None:
             (6 * MS, "return", "B", "A", 1),
         ]
     )
-    r = infer_nesting(t)
+    r = infer_nesting(t, "paper")
     assert [p.shape for p in r.patterns] == [Shape("A", "B", (Shape("B", "D"), Shape("B", "C")))]
 
 
@@ -236,7 +236,7 @@ def test_children_at_the_same_instant_keep_the_trace_order(h) -> None:
             (6 * MS, "return", "B", "A", 1),
         ]
     )
-    r = infer_nesting(t)
+    r = infer_nesting(t, "paper")
     assert [p.shape for p in r.patterns] == [Shape("A", "B", (Shape("B", "Z"), Shape("B", "C")))]
 
 
@@ -271,7 +271,7 @@ def test_majority_delay_decides_between_overlapping_parents(h) -> None:
         (t_amb + 20 * MS, "return", "B", "A", 1001),
         (t_amb + 21 * MS, "return", "B", "A", 1002),
     ]
-    r = infer_nesting(h.trace(rows))
+    r = infer_nesting(h.trace(rows), "paper")
     c1, c2 = pair_at(r, t_amb + 5 * MS), pair_at(r, t_amb + 8 * MS)
     p1, p2 = pair_at(r, t_amb), pair_at(r, t_amb + 3 * MS)
     assert r.parent[c1] == p1
@@ -296,7 +296,7 @@ def test_majority_decides_even_with_fewer_votes(h) -> None:
         (t_amb + 20 * MS, "return", "B", "A", 1001),
         (t_amb + 21 * MS, "return", "B", "A", 1002),
     ]
-    r = infer_nesting(h.trace(rows))
+    r = infer_nesting(h.trace(rows), "paper")
     assert r.parent[pair_at(r, t_amb + 8 * MS)] == pair_at(r, t_amb + 3 * MS)
     assert r.confidence[pair_at(r, t_amb + 8 * MS)] == pytest.approx(3.5 / 4.0, rel=1e-12)
 
@@ -312,7 +312,7 @@ def test_tie_goes_to_the_earliest_parent(h, x: float) -> None:
         (t_amb + 10 * MS, "return", "B", "A", 1),
         (t_amb + 11 * MS, "return", "B", "A", 2),
     ]
-    r = infer_nesting(h.trace(rows), x=x)
+    r = infer_nesting(h.trace(rows), "paper", x=x)
     child = pair_at(r, t_amb + 5 * MS)
     assert r.parent[child] == pair_at(r, t_amb)
     assert r.confidence[child] == pytest.approx(0.5, rel=1e-12)
@@ -330,7 +330,7 @@ def test_tie_of_equal_histories_goes_to_the_earliest_parent(h) -> None:
         (t_amb + 10 * MS, "return", "B", "A", 1001),
         (t_amb + 11 * MS, "return", "B", "A", 1002),
     ]
-    r = infer_nesting(h.trace(rows))
+    r = infer_nesting(h.trace(rows), "paper")
     child = pair_at(r, t_amb + 5 * MS)
     assert r.parent[child] == pair_at(r, t_amb)
     assert r.confidence[child] == pytest.approx(0.5, rel=1e-12)
@@ -368,7 +368,7 @@ def penalty_trace(h) -> pa.Table:
     ids=["x0", "x2", "x1", "y1", "z1"],
 )
 def test_penalties_break_a_raw_tie(h, weights: dict, winner: int, confidence: float | None) -> None:
-    r = infer_nesting(penalty_trace(h), **weights)
+    r = infer_nesting(penalty_trace(h), "paper", **weights)
     c = pair_at(r, 10 * MS)
     d = pair_at(r, 1 * MS)
     assert r.candidates[c] == 2
@@ -396,9 +396,9 @@ def test_tolerance_admits_a_parent_stamped_after_its_child(h) -> None:
         (102 * MS, "return", "C", "B", 4),
         (110 * MS, "return", "B", "A", 3),
     ]
-    strict = infer_nesting(h.trace(rows))
+    strict = infer_nesting(h.trace(rows), "paper")
     assert {p.shape_text: p.count for p in strict.patterns} == {"A>B": 1, "B>C": 1, "A>B(B>C)": 1}
-    loose = infer_nesting(h.trace(rows), tolerance_s=0.002)
+    loose = infer_nesting(h.trace(rows), "paper", tolerance_s=0.002)
     assert [(p.shape_text, p.count) for p in loose.patterns] == [("A>B(B>C)", 2)]
     assert loose.parent[pair_at(loose, 0)] == pair_at(loose, 1 * MS)
     assert loose.patterns[0].delay[1]["mean"] == pytest.approx((-0.001 + 0.001) / 2, abs=1e-15)
@@ -425,7 +425,7 @@ def test_trace_spanning_hours_with_an_hour_long_call(h) -> None:
             (t0 + 2 * MS, "return", "D", "B", i + 1),
             (t0 + 3 * MS, "return", "B", "X", i),
         ]
-    r = infer_nesting(h.trace(rows))
+    r = infer_nesting(h.trace(rows), "paper")
     inside = pair_at(r, 1200 * sec + 1 * MS)
     assert r.candidates[inside] == 2  # the hour-long call is a candidate too
     assert r.parent[inside] == pair_at(r, 1200 * sec)
@@ -442,26 +442,26 @@ def test_trace_spanning_hours_with_an_hour_long_call(h) -> None:
 
 def test_empty_trace(h) -> None:
     with pytest.raises(SchemaError, match="convolution"):
-        infer_nesting(h.trace([]))
+        infer_nesting(h.trace([]), "paper")
 
 
 def test_trace_of_sends_only(h) -> None:
     t = h.trace([(1, "send", "a", "b", None), (2, "send", "b", "c", None), (3, "send", "c", "a", 4)])
     with pytest.raises(SchemaError, match="convolution"):
-        infer_nesting(t)
+        infer_nesting(t, "paper")
 
 
 def test_trace_of_unmatched_calls_only(h) -> None:
     t = h.trace([(1, "call", "a", "b", None), (2, "return", "a", "b", None)])
     with pytest.raises(SchemaError, match="convolution"):
-        infer_nesting(t)
+        infer_nesting(t, "paper")
 
 
 def test_unsorted_input_gives_the_sorted_result(serial_trace, serial_result, h) -> None:
     table, _ = serial_trace
     perm = np.random.default_rng(3).permutation(table.num_rows)
     shuffled = table.take(perm)
-    r = infer_nesting(shuffled)
+    r = infer_nesting(shuffled, "paper")
     a, b = serial_result, r
     assert [p.to_json() for p in b.patterns] == [p.to_json() for p in a.patterns]
     true_parent, inferred = inferred_parent_uids(shuffled.take(np.argsort(perm, kind="stable")), b, h)
@@ -476,7 +476,7 @@ def test_unmatched_messages_are_counted_not_fatal(serial_trace, h) -> None:
     lose_return, lose_call = chosen[:25], chosen[25:]
     drop = np.concatenate([tc.ret_row[lose_return], tc.row[lose_call]])
     keep = np.setdiff1d(np.arange(table.num_rows), drop)
-    r = infer_nesting(table.take(keep))
+    r = infer_nesting(table.take(keep), "paper")
     assert r.pairs.unmatched_calls == 25
     assert r.pairs.unmatched_returns == 35
     assert len(r.pairs) == tc.uid.size - 60
@@ -498,7 +498,7 @@ def test_node_calling_itself(h) -> None:
             (11 * MS, "return", "X", "X", None),
         ]
     )
-    r = infer_nesting(t)
+    r = infer_nesting(t, "paper")
     assert len(r.pairs) == 4
     assert {p.shape_text: p.count for p in r.patterns} == {"client>A(A>A(A>A))": 1, "X>X": 1}
     assert r.parent[pair_at(r, 10 * MS)] == -1
@@ -522,7 +522,7 @@ def test_trace_without_nested_calls(h) -> None:
             (9 * MS, "return", "b", "a", None),
         ]
     )
-    r = infer_nesting(t)
+    r = infer_nesting(t, "paper")
     assert r.parent.tolist() == [-1, -1, -1]
     assert r.candidates.tolist() == [0, 0, 0]
     assert r.mean_parallelism == 0.0
@@ -533,7 +533,7 @@ def test_trace_without_nested_calls(h) -> None:
 
 
 def test_single_call_pair(h) -> None:
-    r = infer_nesting(h.trace([(1, "call", "a", "b", None), (2, "return", "b", "a", None)]))
+    r = infer_nesting(h.trace([(1, "call", "a", "b", None), (2, "return", "b", "a", None)]), "paper")
     assert [(p.shape_text, p.count) for p in r.patterns] == [("a>b", 1)]
     assert r.confidence.tolist() == [1.0]
 
@@ -559,7 +559,7 @@ def test_single_call_pair(h) -> None:
 def test_invalid_parameters(h, kwargs: dict, name: str) -> None:
     t = h.trace([(1, "call", "a", "b", None), (2, "return", "b", "a", None)])
     with pytest.raises(ParameterError, match=name):
-        infer_nesting(t, **kwargs)
+        infer_nesting(t, "paper", **kwargs)
 
 
 @pytest.mark.parametrize("name", ["x", "y", "z", "bin_base", "smooth_bins", "tolerance_s"])
@@ -573,16 +573,16 @@ def test_nan_parameters_are_rejected(h, name: str) -> None:
         ]
     )
     with pytest.raises(ParameterError, match=name):
-        infer_nesting(t, **{name: float("nan")})
+        infer_nesting(t, "paper", **{name: float("nan")})
 
 
 def test_invalid_parameters_are_checked_before_the_trace(h) -> None:
     with pytest.raises(ParameterError, match="bin_base"):
-        infer_nesting(h.trace([]), bin_base=1.0)
+        infer_nesting(h.trace([]), "paper", bin_base=1.0)
 
 
 def test_overlap_counts_match_a_brute_force_count() -> None:
-    from infer.nesting import _Siblings
+    from infer.candidates import Siblings
 
     rng = np.random.default_rng(11)
     n = 600
@@ -591,7 +591,7 @@ def test_overlap_counts_match_a_brute_force_count() -> None:
     tr = tc + rng.integers(0, 60, n)  # zero-length calls included
     order = np.lexsort((tc, parent))  # grouped by parent, in call order: as enumerated
     parent, tc, tr = parent[order], tc[order], tr[order]
-    got = _Siblings(parent, tc, tr).overlaps(None)
+    got = Siblings(parent, tc, tr).overlaps(None)
     assert np.array_equal(got, _brute_overlaps(parent, tc, tr, np.ones(n, bool)))
 
 
@@ -604,7 +604,7 @@ def _brute_overlaps(parent, tc, tr, member):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_overlap_counts_among_members_with_zero_length_calls_at_one_instant(seed: int) -> None:
-    from infer.nesting import _Siblings
+    from infer.candidates import Siblings
 
     rng = np.random.default_rng(seed)
     n = 400
@@ -613,7 +613,7 @@ def test_overlap_counts_among_members_with_zero_length_calls_at_one_instant(seed
     tr = tc + np.where(rng.random(n) < 0.5, 0, rng.integers(1, 8, n))  # half of them zero-length
     order = np.lexsort((tc, parent))
     parent, tc, tr = parent[order], tc[order], tr[order]
-    sib = _Siblings(parent, tc, tr)
+    sib = Siblings(parent, tc, tr)
     everyone = np.ones(n, bool)
     assert np.array_equal(sib.overlaps(None), _brute_overlaps(parent, tc, tr, everyone))
     member = rng.random(n) < 0.4
@@ -621,16 +621,17 @@ def test_overlap_counts_among_members_with_zero_length_calls_at_one_instant(seed
 
 
 def test_zero_length_siblings_at_one_instant_do_not_overlap_each_other() -> None:
-    from infer.nesting import _Siblings
+    from infer.candidates import Siblings
 
-    got = _Siblings(np.zeros(3, np.int64), np.array([1, 2, 2]), np.array([3, 2, 2])).overlaps(None)
+    got = Siblings(np.zeros(3, np.int64), np.array([1, 2, 2]), np.array([3, 2, 2])).overlaps(None)
     assert got.tolist() == [2, 1, 1]
 
 
 def test_delay_bins_match_the_formula_one_delay_at_a_time() -> None:
     import math
 
-    from infer.nesting import NestingParams, _bins
+    from infer.candidates import delay_bins
+    from infer.params import NestingParams
 
     p = NestingParams()
     rng = np.random.default_rng(5)
@@ -646,7 +647,7 @@ def test_delay_bins_match_the_formula_one_delay_at_a_time() -> None:
             b = min(math.floor(math.log(mag / p.bin_min_s) / math.log(p.bin_base)) + 1, p.n_bins - 1)
         return b + p.n_bins if d < 0 else b
 
-    assert _bins(delays, p).tolist() == [one(int(d)) for d in delays]
+    assert delay_bins(delays, p).tolist() == [one(int(d)) for d in delays]
 
 
 def test_calls_that_hold_each_other_do_not_form_a_loop(h) -> None:
@@ -660,7 +661,7 @@ def test_calls_that_hold_each_other_do_not_form_a_loop(h) -> None:
             (10, "return", "a", "b", 2),
         ]
     )
-    r = infer_nesting(t)
+    r = infer_nesting(t, "paper")
     assert (r.parent == -1).sum() == 1
     assert sum(p.count for p in r.patterns) == 1
 
@@ -675,7 +676,7 @@ def test_every_instance_has_a_root_under_tolerance_and_zero_length_calls(h, seed
         t0 = int(rng.integers(0, 30)) * MS
         t1 = t0 + int(rng.integers(0, 3)) * MS  # zero-length calls too
         rows += [(t0, "call", nodes[s], nodes[r], ident), (t1, "return", nodes[r], nodes[s], ident)]
-    r = infer_nesting(h.trace(sorted(rows, key=lambda x: x[0])), tolerance_s=0.005, rounds=1)
+    r = infer_nesting(h.trace(sorted(rows, key=lambda x: x[0])), "paper", tolerance_s=0.005, rounds=1)
     # Walk every chain up: each must end at a root within len(pairs) steps.
     for k in range(len(r.pairs)):
         seen, v = 0, k

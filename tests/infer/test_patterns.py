@@ -36,7 +36,7 @@ def iso_to_ns(text: str) -> int:
 
 def test_paths_file_top_level(serial_trace, h) -> None:
     table, _ = serial_trace
-    r = infer_nesting(table, x=1.5, bin_base=1.1, tolerance_s=0.0005, sort="count")
+    r = infer_nesting(table, "paper", x=1.5, bin_base=1.1, tolerance_s=0.0005, sort="count")
     doc = r.to_json()
     assert doc["format"] == "wirepath.paths/1"
     assert doc["algorithm"] == "nesting"
@@ -70,7 +70,7 @@ def test_paths_file_start_and_end_to_the_nanosecond(h) -> None:
             (base + 1_000_000_001, "return", "b", "a", None),
         ]
     )
-    doc = infer_nesting(t).to_json()
+    doc = infer_nesting(t, "paper").to_json()
     assert doc["trace"] == {
         "messages": 4,
         "start": doc["trace"]["start"],
@@ -184,7 +184,7 @@ def test_instances_table(serial_trace, serial_result, h) -> None:
 
 def test_instances_table_confidence_under_ambiguity(parallel_trace) -> None:
     table, _ = parallel_trace
-    t = infer_nesting(table).instances_table()
+    t = infer_nesting(table, "paper").instances_table()
     conf = t["confidence"].to_numpy()
     cand = t["candidates"].to_numpy()
     assert np.all((conf > 0) & (conf <= 1))
@@ -210,7 +210,7 @@ def test_shifting_all_timestamps_changes_nothing(serial_trace, serial_result) ->
     shift = 86_400 * 1_000_000_000 + 123_456_789
     ts = table["timestamp"].cast(pa.int64()).to_numpy() + shift
     moved = table.set_column(0, "timestamp", pa.array(ts, pa.int64()).cast(table.schema.field(0).type))
-    r = infer_nesting(moved)
+    r = infer_nesting(moved, "paper")
     assert r.to_json()["patterns"] == serial_result.to_json()["patterns"]
     assert np.array_equal(r.parent, serial_result.parent)
     assert iso_to_ns(r.to_json()["trace"]["start"]) == int(ts.min())
@@ -219,7 +219,7 @@ def test_shifting_all_timestamps_changes_nothing(serial_trace, serial_result) ->
 def test_shuffled_rows_give_identical_patterns(serial_trace, serial_result) -> None:
     table, _ = serial_trace
     shuffled = table.take(np.random.default_rng(17).permutation(table.num_rows))
-    doc = infer_nesting(shuffled).to_json()
+    doc = infer_nesting(shuffled, "paper").to_json()
     ref = serial_result.to_json()
     assert doc["patterns"] == ref["patterns"]
     assert doc["trace"] == ref["trace"]
@@ -239,7 +239,7 @@ def test_deep_chain(h) -> None:
             rows.append((t0 + k * MS, "call", nodes[k], nodes[k + 1], rep * 100 + k))
         for k in reversed(range(depth)):
             rows.append((t0 + (200 - k) * MS, "return", nodes[k + 1], nodes[k], rep * 100 + k))
-    r = infer_nesting(h.trace(rows))
+    r = infer_nesting(h.trace(rows), "paper")
     shape = Shape(nodes[depth - 1], nodes[depth])
     for k in reversed(range(depth - 1)):
         shape = Shape(nodes[k], nodes[k + 1], (shape,))
@@ -270,7 +270,7 @@ def test_child_order_and_nesting_make_different_patterns(h) -> None:
     rows += instance(200 * MS, 3000, [("C", 1, 5, None), ("B", 10, 15, None)])
     rows += instance(300 * MS, 4000, [("B", 1, 5, "C")])
     rows += instance(400 * MS, 5000, [("B", 1, 5, None), ("C", 3, 4, None)])  # overlapping children
-    r = infer_nesting(h.trace(rows))
+    r = infer_nesting(h.trace(rows), "paper")
     got = {p.shape_text: p.count for p in r.patterns}
     assert got == {"A>X(X>B,X>C)": 2, "A>X(X>C,X>B)": 2, "A>X(X>B(B>C))": 1}
     assert len({p.id for p in r.patterns}) == 3
@@ -287,7 +287,7 @@ def test_same_shape_from_different_callers_differs(h) -> None:
         (12 * MS, "return", "D", "W", 4),
         (13 * MS, "return", "W", "u2", 3),
     ]
-    r = infer_nesting(h.trace(rows))
+    r = infer_nesting(h.trace(rows), "paper")
     assert sorted(p.shape_text for p in r.patterns) == ["u1>W(W>D)", "u2>W(W>D)"]
 
 

@@ -40,8 +40,8 @@ def test_rounds_find_more_true_parents(busy_trace) -> None:
     # On the joint board with densities; on the paper's board, rounds can also lose
     # links when delays vary this much (docs/paper-reproduction.md has the numbers).
     kw = {"board": "joint", "density": True}
-    one_pass = _true_links(busy_trace, infer_nesting(busy_trace, **kw))
-    refined = _true_links(busy_trace, infer_nesting(busy_trace, rounds=2, **kw))
+    one_pass = _true_links(busy_trace, infer_nesting(busy_trace, "paper", **kw))
+    refined = _true_links(busy_trace, infer_nesting(busy_trace, "paper", rounds=2, **kw))
     assert refined > one_pass + 0.03, (one_pass, refined)
 
 
@@ -55,27 +55,28 @@ def tight_trace():
 
 def test_sibling_rounds_find_more_true_parents(tight_trace) -> None:
     kw = {"board": "joint", "density": True, "rounds": 2}
-    rounds_only = _true_links(tight_trace, infer_nesting(tight_trace, **kw))
-    with_siblings = _true_links(tight_trace, infer_nesting(tight_trace, siblings=3, **kw))
+    rounds_only = _true_links(tight_trace, infer_nesting(tight_trace, "paper", **kw))
+    with_siblings = _true_links(tight_trace, infer_nesting(tight_trace, "paper", siblings=3, **kw))
     assert with_siblings > rounds_only + 0.03, (rounds_only, with_siblings)
 
 
 def test_sibling_rounds_keep_a_serial_trace_exact(serial_trace) -> None:
     table, truth = serial_trace
-    r = infer_nesting(table, board="joint", density=True, rounds=1, siblings=2)
+    r = infer_nesting(table, "paper", board="joint", density=True, rounds=1, siblings=2)
     assert _true_links(table, r) == 1.0
     assert {p.id: p.count for p in r.patterns} == {p["id"]: p["count"] for p in truth["patterns"]}
 
 
-def test_rounds_change_nothing_without_penalties(busy_trace) -> None:
-    a = infer_nesting(busy_trace, x=0.0)
-    b = infer_nesting(busy_trace, x=0.0, rounds=3)
+def test_rounds_change_nothing_without_penalties_and_say_so(busy_trace) -> None:
+    a = infer_nesting(busy_trace, "paper", x=0.0)
+    with pytest.warns(UserWarning, match=r"rounds=3 does nothing without a penalty"):
+        b = infer_nesting(busy_trace, "paper", x=0.0, rounds=3)
     assert np.array_equal(a.parent, b.parent)
 
 
 def test_rounds_keep_a_serial_trace_exact(serial_trace) -> None:
     table, truth = serial_trace
-    r = infer_nesting(table, rounds=2)
+    r = infer_nesting(table, "paper", rounds=2)
     assert _true_links(table, r) == 1.0
     assert {p.id: p.count for p in r.patterns} == {p["id"]: p["count"] for p in truth["patterns"]}
 
@@ -84,4 +85,4 @@ def test_rounds_keep_a_serial_trace_exact(serial_trace) -> None:
 @pytest.mark.parametrize("value", [-1, 21, 1.5])
 def test_bad_round_counts(serial_trace, name: str, value) -> None:
     with pytest.raises(ParameterError, match=name):
-        infer_nesting(serial_trace[0], **{name: value})
+        infer_nesting(serial_trace[0], "paper", **{name: value})

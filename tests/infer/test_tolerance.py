@@ -21,7 +21,7 @@ def trace():
 
 
 def _child_accuracy(trace, **kw) -> float:
-    result = infer_nesting(trace, **kw)
+    result = infer_nesting(trace, "paper", **kw)
     call = trace["true_call"].to_numpy().astype(np.int64)
     true_parent = trace["true_parent"].fill_null(np.uint64(2**64 - 1)).to_numpy().astype(np.int64)
     rows = result.pairs.call_row

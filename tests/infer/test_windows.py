@@ -42,7 +42,7 @@ def _trace() -> pa.Table:
 
 
 def test_windows_split_patterns_by_root_call_time() -> None:
-    result = infer_nesting(_trace())
+    result = infer_nesting(_trace(), "paper")
     windows = result.windows(10.0)
     assert [(lo, hi) for lo, hi, _ in windows] == [(0, 10 * S), (10 * S, 20 * S)]
     first, second = ([(p.shape_text, p.count) for p in pats] for _, _, pats in windows)
@@ -51,7 +51,7 @@ def test_windows_split_patterns_by_root_call_time() -> None:
 
 
 def test_window_counts_add_up_to_the_whole_trace() -> None:
-    result = infer_nesting(_trace())
+    result = infer_nesting(_trace(), "paper")
     per_window: Counter[str] = Counter()
     for _, _, pats in result.windows(3.0):
         per_window.update({p.id: p.count for p in pats})
@@ -61,7 +61,7 @@ def test_window_counts_add_up_to_the_whole_trace() -> None:
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")], ids=["zero", "negative", "nan"])
 def test_window_must_be_positive(bad: float) -> None:
     with pytest.raises(ParameterError, match="window must be a positive duration"):
-        infer_nesting(_trace()).windows(bad)
+        infer_nesting(_trace(), "paper").windows(bad)
 
 
 def test_cli_window(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

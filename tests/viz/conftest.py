@@ -11,7 +11,6 @@ import pytest
 
 import infer
 import synth
-from viz.demo import DEMO_INFERENCE
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "synth"
 
@@ -62,6 +61,6 @@ def runs() -> dict[str, Any]:
     for name, file in (("base", "multitier.toml"), ("slow", "multitier-slow.toml")):
         config = replace(synth.load_config(SAMPLES / file), messages=30_000, parallelism=2.0, seed=3)
         trace, truth = synth.generate_table(config)
-        result = infer.infer_nesting(trace, **DEMO_INFERENCE)
+        result = infer.infer_nesting(trace)
         out[name] = {"trace": trace, "truth": truth, "result": result, "doc": result.to_json()}
     return out

@@ -230,13 +230,12 @@ def test_petstore_mylist_delay_is_found_in_mylist():
 
     import infer
     import synth
-    from viz.demo import DEMO_INFERENCE
 
     docs, truth = {}, None
     for name in ("petstore", "petstore-slow"):
         config = replace(synth.load_config(SAMPLES / f"{name}.toml"), messages=30_000, seed=11)
         trace, truth = synth.generate_table(config)
-        docs[name] = infer.infer_nesting(trace, **DEMO_INFERENCE).to_json()
+        docs[name] = infer.infer_nesting(trace).to_json()
     diff = diff_paths(docs["petstore"], docs["petstore-slow"])
     top = diff.changes[0]
     assert top["key"] == ["wait", "mylist.jsp", "ProfileEJB", ""]

@@ -29,21 +29,17 @@ never leaves.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from infer.callpairs import CallPairs
-from infer.nesting import (
-    _DENSE_BOARD,
-    NestingParams,
-    _BestSoFar,
-    _bin_widths,
-    _bins,
-    _CandidateChunks,
-    _Chunk,
-)
+from infer.candidates import DENSE_TABLE, BestSoFar, CandidateChunks, Chunk, bin_widths, delay_bins
+from infer.params import NestingParams
 from tracefmt import ParameterError
+
+__all__ = ["chain_edges", "chain_log_likelihood", "chain_rounds", "chain_stages"]
 
 # An edge no chain of the previous round had scores this far (in log units) below the
 # least likely learnt edge: finite, so that two unseen alternatives still compare on
@@ -136,7 +132,7 @@ class _EdgeModel:
         t_in = np.where(in_kind == _CALL, pairs.t_call[in_pair], pairs.t_return[in_pair])
         t_out = np.where(out_kind == _CALL, pairs.t_call[out_pair], pairs.t_return[out_pair])
         head = (((node * n + in_peer) * 2 + in_kind) * n + out_peer) * 2 + out_kind
-        return head * (2 * self.params.n_bins) + _bins(t_out - t_in, self.params)
+        return head * (2 * self.params.n_bins) + delay_bins(t_out - t_in, self.params)
 
     @classmethod
     def learn(cls, pairs: CallPairs, parent: np.ndarray, params: NestingParams, n_nodes: int) -> _EdgeModel:
@@ -148,11 +144,11 @@ class _EdgeModel:
         total = np.bincount(inv.ravel(), weights=count, minlength=heads.size)
         keys, prob = _smooth(keys, count / total[inv.ravel()], nb)
         model.keys = keys
-        model.values = np.log(prob / _bin_widths(params)[keys % nb])
+        model.values = np.log(prob / bin_widths(params)[keys % nb])
         if model.values.size:
             model.unseen = float(model.values.min()) - _UNSEEN_BELOW
         space = int(keys.max()) + 1 if keys.size else 0
-        if space <= _DENSE_BOARD:
+        if space <= DENSE_TABLE:
             model.table = np.full(space, model.unseen)
             model.table[keys] = model.values
         return model
@@ -186,13 +182,13 @@ class _EdgeModel:
         # A cell's head is (input part) * 2n + (output part), as in ``cells``.
         source = (node * n + np.where(hb, pairs.callee[b], pairs.caller[par])) * 2 + hb
         target = np.where(ha, pairs.callee[a] * 2 + _CALL, pairs.caller[par] * 2 + _RETURN)
-        into = ((source * (2 * n) + pairs.callee[child] * 2 + _CALL) * nb) + _bins(
+        into = ((source * (2 * n) + pairs.callee[child] * 2 + _CALL) * nb) + delay_bins(
             tc[child] - t_in, self.params
         )
-        out_of = (((node * n + pairs.callee[child]) * 2 + _RETURN) * (2 * n) + target) * nb + _bins(
+        out_of = (((node * n + pairs.callee[child]) * 2 + _RETURN) * (2 * n) + target) * nb + delay_bins(
             t_out - tr[child], self.params
         )
-        bridge = (source * (2 * n) + target) * nb + _bins(t_out - t_in, self.params)
+        bridge = (source * (2 * n) + target) * nb + delay_bins(t_out - t_in, self.params)
         return self.lookup(into) + self.lookup(out_of) - self.lookup(bridge)
 
 
@@ -255,13 +251,13 @@ def _neighbours(member: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.
 
 
 def _round(
-    pairs: CallPairs, chunks: _CandidateChunks, parent: np.ndarray, model: _EdgeModel
+    pairs: CallPairs, chunks: CandidateChunks, parent: np.ndarray, model: _EdgeModel
 ) -> tuple[_Proposals, np.ndarray, np.ndarray]:
     """Score every candidate; propose each child's best move and the swaps of two
     calls to one node that sit in each other's place. Also returns each child's score
     at its parent and the sum of exp(score) over its candidates (for confidences)."""
     n = len(pairs)
-    best = _BestSoFar(n)
+    best = BestSoFar(n)
     here = np.full(n, -np.inf)
     swaps: list[tuple[np.ndarray, ...]] = []
     for ch in chunks:
@@ -304,10 +300,10 @@ def _round(
 
 def _score_chunk(
     pairs: CallPairs,
-    ch: _Chunk,
+    ch: Chunk,
     parent: np.ndarray,
     model: _EdgeModel,
-    best: _BestSoFar,
+    best: BestSoFar,
     here: np.ndarray,
     tol_ns: int,
 ) -> tuple[np.ndarray, ...] | None:
@@ -356,43 +352,85 @@ def _score_chunk(
     return c[k], par[k], occupant[k], swap_score
 
 
+def chain_log_likelihood(
+    pairs: CallPairs, parent: np.ndarray, params: NestingParams, n_nodes: int, model: _EdgeModel | None = None
+) -> float:
+    """Mean log-likelihood per call pair of the chains ``parent`` implies, under ``model``
+    (by default the model learnt from ``parent`` itself).
+
+    Examples
+    --------
+    >>> p = CallPairs(np.array([0, 1]), np.array([1, 2]), np.array([0, 1]),
+    ...     np.array([9, 3]), np.arange(2), np.arange(2), 0, 0, 0)
+    >>> ll = chain_log_likelihood(p, np.array([-1, 0]), NestingParams(), 3)
+    >>> bool(np.isfinite(ll))
+    True
+    """
+    n = len(pairs)
+    if n == 0:
+        return 0.0
+    if model is None:
+        model = _EdgeModel.learn(pairs, parent, params, n_nodes)
+    return float(model.lookup(model.cells(pairs, *chain_edges(pairs, parent))).sum() / n)
+
+
+def chain_stages(
+    pairs: CallPairs,
+    chunks: CandidateChunks,
+    parent: np.ndarray,
+    params: NestingParams,
+    n_nodes: int,
+    model_from: np.ndarray | None = None,
+) -> Iterator[tuple[np.ndarray, np.ndarray, int, float]]:
+    """Chain rounds from ``parent``, one ``(parent, confidence, moved, gain)`` per round.
+
+    At most ``params.chains`` rounds; they stop when nothing moves or a round's gain
+    in log-likelihood falls below ``params.chain_min_gain`` per call pair (that round
+    is still yielded). ``gain`` is the exact rise of the log-likelihood under the
+    model learnt from the round before; confidence is each child's parent's share of
+    exp(score) over its candidates (1 for roots). ``model_from``, for diagnosis only,
+    fixes the assignment the model is learnt from (say the true parents of a synthetic
+    trace) instead of the current one.
+    """
+    if 4 * n_nodes**3 * 2 * params.n_bins >= 1 << 62:
+        raise ParameterError(f"{n_nodes} nodes are too many for chain rounds (use chains=0)")
+    parent = parent.copy()
+    n = len(pairs)
+    fixed = None if model_from is None else _EdgeModel.learn(pairs, model_from, params, n_nodes)
+    for _ in range(params.chains):
+        model = fixed or _EdgeModel.learn(pairs, parent, params, n_nodes)
+        proposals, here, mass = _round(pairs, chunks, parent, model)
+        moves = proposals.independent(n)
+        parent[moves.child] = moves.dest
+        here[moves.child] = moves.score
+        swap = moves.other >= 0
+        parent[moves.other[swap]] = moves.source[swap]
+        here[moves.other[swap]] = moves.other_score[swap]
+        confidence = np.ones(n)
+        kid = np.flatnonzero((parent >= 0) & (mass > 0))
+        confidence[kid] = np.minimum(np.exp(np.clip(here[kid], -600, 600)) / mass[kid], 1.0)
+        gain = float(moves.gain.sum())
+        moved = int(moves.child.size + swap.sum())
+        yield parent.copy(), confidence, moved, gain
+        if moved == 0 or gain < params.chain_min_gain * n:
+            return
+
+
 def chain_rounds(
     pairs: CallPairs,
-    chunks: _CandidateChunks,
+    chunks: CandidateChunks,
     parent: np.ndarray,
     params: NestingParams,
     n_nodes: int,
     rounds: int,
     model_from: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Up to ``rounds`` chain rounds from ``parent``; stops early when nothing moves.
+    """Up to ``rounds`` chain rounds from ``parent`` (``chain_stages`` run to its end).
 
-    ``model_from``, for diagnosis only, fixes the assignment the model is learnt from
-    (say the true parents of a synthetic trace) instead of the current one.
-
-    Returns the new parents, each child's confidence (its parent's share of
-    exp(score) over its candidates, 1 for roots) and the rounds run.
+    Returns the new parents, each child's confidence and the rounds run.
     """
-    if 4 * n_nodes**3 * 2 * params.n_bins >= 1 << 62:
-        raise ParameterError(f"{n_nodes} nodes are too many for chain rounds (run without --chains)")
-    parent = parent.copy()
-    n = len(pairs)
-    here, mass = np.full(n, -np.inf), np.zeros(n)
-    fixed = None if model_from is None else _EdgeModel.learn(pairs, model_from, params, n_nodes)
-    done = 0
-    while done < rounds:
+    out, confidence, done = parent, np.ones(len(pairs)), 0
+    run = params.with_overrides(chains=rounds)
+    for out, confidence, _, _ in chain_stages(pairs, chunks, parent, run, n_nodes, model_from):  # noqa: B007
         done += 1
-        model = fixed or _EdgeModel.learn(pairs, parent, params, n_nodes)
-        proposals, here, mass = _round(pairs, chunks, parent, model)
-        moves = proposals.independent(n)
-        if moves.child.size == 0:
-            break
-        parent[moves.child] = moves.dest
-        here[moves.child] = moves.score
-        swap = moves.other >= 0
-        parent[moves.other[swap]] = moves.source[swap]
-        here[moves.other[swap]] = moves.other_score[swap]
-    confidence = np.ones(n)
-    kid = np.flatnonzero((parent >= 0) & (mass > 0))
-    confidence[kid] = np.exp(np.clip(here[kid], -600, 600)) / mass[kid]
-    return parent, np.minimum(confidence, 1.0), done
+    return out, confidence, done

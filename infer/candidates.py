@@ -1,0 +1,425 @@
+"""Candidate parents of the nesting algorithm, enumerated in bounded memory, and the
+scoreboard that scores them by delay.
+
+A candidate parent of a child call B->C is a call into B that started no later than the
+child's call and returned no earlier than its return (each within a clock-skew
+tolerance). ``CandidateChunks`` enumerates the (child, parent) pairs in chunks of
+parents, each parent with all its candidate children, kept in memory between passes
+when they fit a budget. ``Scoreboard`` holds, per (caller of the parent, parent node,
+child node), how often each parent-call-to-child-call delay occurs, on exponential bins
+(``delay_bins``). ``BestSoFar`` keeps each child's best candidate over chunks.
+
+These are the parts every stage of the nesting algorithm (``infer.nesting``) and the
+chain rounds (``infer.chains``) share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.ndimage import gaussian_filter1d
+
+from infer.callpairs import CallPairs
+from infer.params import NestingParams
+from tracefmt import ParameterError
+
+__all__ = [
+    "DENSE_TABLE",
+    "NODE_BITS",
+    "BestSoFar",
+    "CandidateChunks",
+    "Chunk",
+    "Scoreboard",
+    "Siblings",
+    "best_parents",
+    "bin_widths",
+    "candidates_by_parent",
+    "delay_bins",
+]
+
+_KEEP_BYTES = 640 << 20  # candidates kept between passes, beyond which they are enumerated again
+DENSE_TABLE = 1 << 24  # key spaces up to this size get a direct lookup table
+
+
+def _time_key(node: np.ndarray, t: np.ndarray, t0: int, shift: int) -> np.ndarray:
+    """One sortable int64 per (node, time): node in the high bits, time in the low."""
+    return (node.astype(np.int64) << (63 - NODE_BITS)) + ((t - t0) >> shift)
+
+
+NODE_BITS = 20
+
+
+def _time_frame(p: CallPairs) -> tuple[int, int]:
+    """Origin and right shift that fit every call's time beside a node code in one int64."""
+    if len(p) == 0:
+        return 0, 0
+    t0 = int(p.t_call.min())
+    span = int(p.t_return.max() - t0)
+    return t0, max(0, span.bit_length() - (63 - NODE_BITS - 1))
+
+
+def delay_bins(delay_ns: np.ndarray, params: NestingParams) -> np.ndarray:
+    """Exponential delay bins, ``2 * n_bins`` of them: a delay's magnitude picks the bin
+    (0 below ``bin_min_s``) and negative delays, possible within the skew tolerance,
+    take the mirror bins ``n_bins ..`` so they never pile up with short positive ones."""
+    nb = params.n_bins
+    # The arithmetic of bin = floor(log(max(|d|, min) / min) / log(base)) + 1, done in
+    # place: one buffer instead of one per step, for tens of millions of delays.
+    mag = np.abs(delay_ns).astype(np.float64)
+    np.divide(mag, 1e9, out=mag)
+    below = mag < params.bin_min_s
+    x = np.maximum(mag, params.bin_min_s, out=mag)
+    np.divide(x, params.bin_min_s, out=x)
+    np.log(x, out=x)
+    np.divide(x, np.log(params.bin_base), out=x)
+    np.floor(x, out=x)
+    b = x.astype(np.int32 if nb < 1 << 30 else np.int64)
+    b += 1
+    np.minimum(b, nb - 1, out=b)
+    b[below] = 0
+    b[delay_ns < 0] += nb
+    return b
+
+
+def bin_widths(params: NestingParams) -> np.ndarray:
+    """Width in seconds of every delay bin (bin 0 holds everything below ``bin_min_s``),
+    for positive then negative delays."""
+    k = np.arange(params.n_bins)
+    lower = params.bin_min_s * params.bin_base ** np.maximum(k - 1, 0)
+    width = lower * (params.bin_base - 1.0)
+    width[0] = params.bin_min_s
+    return np.concatenate([width, width])
+
+
+class Siblings:
+    """Candidates grouped by parent and in call order within (as enumerated), indexed
+    once so that overlap counts among any subset of each parent's candidates (all of
+    them, or the children it was given in a round) cost a few linear passes."""
+
+    def __init__(self, parent: np.ndarray, tc: np.ndarray, tr: np.ndarray) -> None:
+        m = parent.size
+        t0 = int(min(tc.min(), tr.min())) if m else 0
+        span = (int(max(tc.max(), tr.max())) - t0 + 1) if m else 1
+        if (int(parent.max(initial=0)) + 1).bit_length() + span.bit_length() <= 62:
+            # Times themselves fit beside the parent index in one int64 key.
+            rc, rr, width = tc - t0, tr - t0, span
+        else:
+            times, inv = np.unique(np.concatenate([tc, tr]), return_inverse=True)
+            inv = inv.ravel()
+            rc, rr, width = inv[:m], inv[m:], int(times.size) + 1
+        base = parent.astype(np.int64) * width
+        # Per candidate only its group and a few 32-bit fields: a chunk is kept between
+        # passes, so bytes per candidate count.
+        self.run = (
+            np.flatnonzero(np.concatenate([[True], parent[1:] != parent[:-1]])) if m else np.zeros(0, int)
+        )
+        self.run_end = np.append(self.run[1:], m)
+        self.group = (
+            np.cumsum(np.concatenate([[False], parent[1:] != parent[:-1]])) if m else self.run
+        ).astype(np.int32)
+        # Position of the first sibling starting at or after each child's end.
+        start = base + rc
+        self.after_end = np.searchsorted(start, base + rr, side="left").astype(np.int32)
+        self.nonempty = rc < rr
+        # Zero-length children (rare): where the run of siblings starting at the same
+        # instant ends, to tell a zero-length sibling at that instant, which ended by
+        # the child's start without starting before its end, from one that overlaps.
+        self.zero = np.flatnonzero(~self.nonempty).astype(np.int32)
+        if self.zero.size:
+            run_ends = np.append(np.flatnonzero(start[1:] != start[:-1]) + 1, m)
+            self.zero_until = run_ends[np.searchsorted(run_ends, self.zero, side="right")].astype(np.int32)
+        else:
+            self.zero_until = self.zero
+
+    @property
+    def nbytes(self) -> int:
+        return (
+            self.group.nbytes
+            + self.after_end.nbytes
+            + self.nonempty.nbytes
+            + self.zero.nbytes
+            + self.zero_until.nbytes
+            + 16 * self.run.size
+        )
+
+    def overlaps(self, member: np.ndarray | None) -> np.ndarray:
+        """Per candidate, the members (all candidates if None) of its parent's group that
+        overlap it in time, itself not counted."""
+        m = self.group.size
+        lo, hi = self.run[self.group], self.run_end[self.group]
+        # Members before after_end started before this child ended ...
+        if member is None:
+            started = self.after_end - lo
+            marked = self.after_end < hi
+        else:
+            prefix = np.concatenate([[0], np.cumsum(member)])
+            started = prefix[self.after_end] - prefix[lo]
+            marked = member & (self.after_end < hi)
+        # ... less those that ended by its start: member j ended by the start of every
+        # sibling from after_end[j] on, so a running count of those marks does it.
+        marks = np.cumsum(np.bincount(self.after_end[marked], minlength=m + 1)[:m])
+        ended = marks - np.where(lo > 0, marks[np.maximum(lo - 1, 0)], 0)
+        # A member with a length counts itself among the started.
+        own = self.nonempty if member is None else self.nonempty & member
+        out = started - ended - own
+        if self.zero.size:
+            # A zero-length member at a zero-length child's instant (itself included)
+            # ended by its start without starting before its end: it does not overlap.
+            zl = ~self.nonempty if member is None else ~self.nonempty & member
+            prefix = np.concatenate([[0], np.cumsum(zl)])
+            out[self.zero] += prefix[self.zero_until] - prefix[self.after_end[self.zero]]
+        return np.maximum(out, 0)
+
+
+class Scoreboard:
+    """The scoreboard in compact form: sorted int64 cell keys and their scores.
+
+    A cell is (caller of the parent, parent node, child node, delay bin) — plus the
+    return-gap bin for the joint board. Chunks add (key, weight) partial sums; after
+    ``finish`` the scores include smoothing and the density division.
+    """
+
+    def __init__(self, params: NestingParams, n_nodes: int) -> None:
+        self.params = params
+        self.n_nodes = n_nodes
+        self.n_bins = 2 * params.n_bins  # positive and negative delays
+        cells = n_nodes**3 * self.n_bins * (self.n_bins if params.board == "joint" else 1)
+        self.cells = cells
+        if cells >= 1 << 62:
+            raise ParameterError(f"{n_nodes} nodes are too many for the {params.board} scoreboard")
+        self._parts: list[tuple[np.ndarray, np.ndarray]] = []
+        # A small key space is summed in place: one bincount per chunk, no sorting.
+        self._dense = np.zeros(cells) if cells <= DENSE_TABLE else None
+        self.keys = np.zeros(0, np.int64)
+        self.values = np.zeros(0)
+        self._table: np.ndarray | None = None
+        self._head: np.ndarray | None = None
+
+    def cell_keys(self, pairs: CallPairs, c: np.ndarray, par: np.ndarray) -> np.ndarray:
+        n = self.n_nodes
+        if self._head is None or self._head.size != len(pairs):
+            # (caller, node) of every pair as a parent, once: one gather per candidate.
+            self._head = ((pairs.caller * n + pairs.callee) * n).astype(np.int64)
+        triple = self._head[par] + pairs.callee[c]
+        key = triple * self.n_bins + delay_bins(pairs.t_call[c] - pairs.t_call[par], self.params)
+        if self.params.board == "joint":
+            key = key * self.n_bins + delay_bins(pairs.t_return[par] - pairs.t_return[c], self.params)
+        return key.astype(np.int32) if self.cells < 1 << 31 else key
+
+    def add(self, cells: np.ndarray, weight: np.ndarray) -> None:
+        """Add ``weight`` to the cells (from ``cell_keys``)."""
+        if self._dense is not None:
+            self._dense += np.bincount(cells, weights=weight, minlength=self._dense.size)
+            return
+        keys, inv = np.unique(cells, return_inverse=True)
+        self._parts.append((keys, np.bincount(inv.ravel(), weights=weight, minlength=keys.size)))
+
+    def finish(self) -> None:
+        if self._dense is not None:
+            nonzero = np.flatnonzero(self._dense)
+            self._parts = [(nonzero, self._dense[nonzero])]
+            self._dense = None
+        keys = np.concatenate([k for k, _ in self._parts]) if self._parts else np.zeros(0, np.int64)
+        weights = np.concatenate([w for _, w in self._parts]) if self._parts else np.zeros(0)
+        self._parts = []
+        self.keys, inv = np.unique(keys, return_inverse=True)
+        values = np.bincount(inv.ravel(), weights=weights, minlength=self.keys.size)
+        nb = self.n_bins
+        if self.params.board == "delay" and self.params.smooth_bins > 0 and self.keys.size:
+            rows, row = np.unique(self.keys // nb, return_inverse=True)
+            dense = np.zeros((rows.size, nb))
+            dense[row.ravel(), self.keys % nb] = values
+            half = self.params.n_bins
+            for side in (slice(0, half), slice(half, nb)):  # positive and negative delays apart
+                dense[:, side] = gaussian_filter1d(
+                    dense[:, side], self.params.smooth_bins, axis=1, mode="constant"
+                )
+            values = dense[row.ravel(), self.keys % nb]
+        if self.params.density:
+            width = bin_widths(self.params)
+            if self.params.board == "joint":
+                values = values / (width[(self.keys // nb) % nb] * width[self.keys % nb])
+            else:
+                values = values / width[self.keys % nb]
+        self.values = values
+        # A small key space gets a direct table: one gather per lookup instead of a search.
+        space = int(self.keys.max()) + 1 if self.keys.size else 0
+        self._table = None
+        if space <= DENSE_TABLE:
+            self._table = np.zeros(space)
+            self._table[self.keys] = values
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """Scores of cells (from ``cell_keys``); 0 for a cell nothing was added to."""
+        if self._table is not None:
+            if keys.size == 0 or int(keys.max()) < self._table.size:
+                return self._table[keys]
+            inside = keys < self._table.size
+            return np.where(inside, self._table[np.where(inside, keys, 0)], 0.0)
+        if self.keys.size == 0:
+            return np.zeros(keys.size)
+        at = np.minimum(np.searchsorted(self.keys, keys), self.keys.size - 1)
+        return np.where(self.keys[at] == keys, self.values[at], 0.0)
+
+
+class BestSoFar:
+    """Each child's best candidate over chunks: highest score, then earliest parent call."""
+
+    def __init__(self, n: int) -> None:
+        self.score = np.full(n, -np.inf)
+        self.t_parent = np.full(n, np.iinfo(np.int64).max)
+        self.parent = np.full(n, -1, np.int64)
+        self.total = np.zeros(n)
+
+    def offer(
+        self,
+        c: np.ndarray,
+        par: np.ndarray,
+        score: np.ndarray,
+        t_call: np.ndarray,
+        mass: np.ndarray | None = None,
+    ) -> None:
+        """Offer candidates; ``mass`` (default ``score``) is what ``total`` sums per child
+        (chain rounds, whose scores are logarithms, offer exp(score))."""
+        if c.size == 0:
+            return
+        self.total += np.bincount(c, weights=score if mass is None else mass, minlength=self.total.size)
+        pick = best_parents(c, par, score, t_call, self.total.size)
+        kids, s, t = c[pick], score[pick], t_call[par[pick]]
+        better = (s > self.score[kids]) | ((s == self.score[kids]) & (t < self.t_parent[kids]))
+        kids, s, t, p = kids[better], s[better], t[better], par[pick][better]
+        self.score[kids], self.t_parent[kids], self.parent[kids] = s, t, p
+
+    def result(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Parents (-1 for roots) and confidences (the winner's share of all scores)."""
+        confidence = np.ones(self.parent.size)
+        won = self.parent >= 0
+        share = self.score[won] / np.where(self.total[won] > 0, self.total[won], 1.0)
+        confidence[won] = np.where(self.total[won] > 0, share, 1.0 / np.maximum(counts[won], 1))
+        return self.parent, confidence
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Candidates of a chunk of parents: children, parents, scoreboard cells, and the
+    sibling index for overlap penalties (None without them)."""
+
+    c: np.ndarray
+    par: np.ndarray
+    cells: np.ndarray
+    siblings: Siblings | None
+
+    @property
+    def nbytes(self) -> int:
+        extra = 0 if self.siblings is None else self.siblings.nbytes
+        return self.c.nbytes + self.par.nbytes + self.cells.nbytes + extra
+
+
+class CandidateChunks:
+    """The (child, parent) candidate pairs, in chunks of parents, with their scoreboard
+    cells, for the several passes over them: kept from the first pass when they fit
+    ``budget`` bytes (about 20 per pair), else enumerated again for each pass, so memory
+    stays bounded on any trace."""
+
+    def __init__(
+        self, pairs: CallPairs, tol_ns: int, board: Scoreboard, siblings: bool, budget: int = _KEEP_BYTES
+    ) -> None:
+        self.pairs, self.tol_ns, self.board, self.budget = pairs, tol_ns, board, budget
+        self.siblings = siblings
+        self.kept: list[Chunk] | None = None
+
+    def __iter__(self) -> Iterator[Chunk]:
+        if self.kept is not None:
+            yield from self.kept
+            return
+        kept: list[Chunk] | None = []
+        size = 0
+        p = self.pairs
+        for c, par in candidates_by_parent(p, self.tol_ns):
+            sib = Siblings(par, p.t_call[c], p.t_return[c]) if self.siblings else None
+            chunk = Chunk(c, par, self.board.cell_keys(p, c, par), sib)
+            if kept is not None:
+                size += chunk.nbytes
+                if size <= self.budget:
+                    kept.append(chunk)
+                else:
+                    kept = None
+            yield chunk
+        if kept is not None:
+            self.kept = kept
+
+
+def candidates_by_parent(
+    p: CallPairs, tol_ns: int, max_pairs: int = 1 << 18
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(child, parent) candidate pairs in chunks of parents, each parent with all its
+    candidate children: children of its node that start and end within its interval
+    (widened by the tolerance)."""
+    n = len(p)
+    if n == 0:
+        return
+    t0, shift = _time_frame(p)
+    ckey = _time_key(p.caller, p.t_call, t0, shift)
+    corder = np.argsort(ckey, kind="stable")
+    ckey = ckey[corder]
+    # Searches in key order walk the sorted keys forward: parents by (node, call time).
+    # (A 16-bit copy of the node codes sorts by radix.)
+    node = p.callee.astype(np.int16) if int(p.callee.max(initial=0)) < 1 << 15 else p.callee
+    porder = np.argsort(node, kind="stable")
+    lo = np.empty(n, np.int64)
+    hi = np.empty(n, np.int64)
+    lo[porder] = np.searchsorted(
+        ckey, _time_key(p.callee, np.maximum(p.t_call - tol_ns, t0), t0, shift)[porder]
+    )
+    hi[porder] = np.searchsorted(
+        ckey, _time_key(p.callee, p.t_return + tol_ns, t0, shift)[porder], side="right"
+    )
+    sizes = hi - lo
+    # Children's fields in key order: a chunk reads them in runs, not scattered.
+    c_call, c_return, c_caller = p.t_call[corder], p.t_return[corder], p.caller[corder]
+    # Cut the parents into chunks of about max_pairs enumerated pairs.
+    bounds = np.searchsorted(np.cumsum(sizes), np.arange(max_pairs, int(sizes.sum()) + max_pairs, max_pairs))
+    start = 0
+    for end in [*np.unique(np.minimum(bounds + 1, n)).tolist(), n]:
+        if end <= start:
+            continue
+        par_idx = np.arange(start, end)
+        counts = sizes[start:end]
+        total = int(counts.sum())
+        start = end
+        if total == 0:
+            continue
+        rep = np.repeat(par_idx, counts)
+        pos = np.repeat(lo[par_idx] - np.cumsum(counts) + counts, counts) + np.arange(total)
+        c = corder[pos]
+        ok = (
+            (c_call[pos] >= np.repeat(p.t_call[par_idx] - tol_ns, counts))
+            & (c_return[pos] <= np.repeat(p.t_return[par_idx] + tol_ns, counts))
+            & (c != rep)
+            & (c_caller[pos] == np.repeat(p.callee[par_idx], counts))
+        )
+        # Half the memory for the kept candidates when pair indices fit 32 bits.
+        index = np.int32 if n < 1 << 31 else np.int64
+        yield c[ok].astype(index), rep[ok].astype(index)
+
+
+def best_parents(
+    all_c: np.ndarray, all_p: np.ndarray, score: np.ndarray, t_call: np.ndarray, n: int
+) -> np.ndarray:
+    """Index (into the candidate arrays) of each child's best candidate.
+
+    The highest score wins, then the earliest parent call; should two tie on both, the
+    first enumerated. Reductions per child by ``ufunc.at``: no sort of the candidates.
+    """
+    top = np.full(n, -np.inf)
+    np.maximum.at(top, all_c, score)
+    won = np.flatnonzero(score == top[all_c])
+    t_par = t_call[all_p[won]]
+    earliest = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(earliest, all_c[won], t_par)
+    won = won[t_par == earliest[all_c[won]]]
+    first = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(first, all_c[won], won)
+    return first[first < np.iinfo(np.int64).max]

@@ -1,0 +1,207 @@
+"""Every setting of the nesting algorithm in one place, and its named presets.
+
+``NestingParams()`` is the default: the most accurate setting measured (the joint
+scoreboard with densities, penalty and sibling rounds, then chain rounds).
+``NestingParams.paper()`` is the 2003 scoreboard, for reproducing the paper;
+``NestingParams.fast()`` leaves out the chain rounds. The command line's defaults and
+``infer_nesting``'s keywords are derived from this class, never repeated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from tracefmt import ParameterError
+
+__all__ = ["BOARDS", "PRESETS", "NestingParams"]
+
+BOARDS = ("joint", "delay")
+#: Preset names, the default first.
+PRESETS = ("accurate", "fast", "paper")
+
+#: Keys a paths file's ``params`` holds besides the fields (output choices, not inference).
+_OUTPUT_KEYS = frozenset({"top", "min_count", "window_s", "preset", "sort"})
+
+
+@dataclass(frozen=True)
+class NestingParams:
+    """Every tuning parameter of ``infer_nesting`` (all recorded in the paths file).
+
+    The field defaults are the ``accurate`` preset.
+
+    Attributes
+    ----------
+    x, y, z : float
+        Penalty weights for overlapping children, children with the same destination,
+        and children in general (the paper's most predictable setting: 2, 0, 0).
+    bin_base, bin_min_s, bin_max_s : float
+        Exponential delay bins: bin k covers ``bin_min_s * bin_base**(k-1)`` up to the
+        next; the defaults resolve microseconds up to two hours.
+    smooth_bins : float
+        Standard deviation, in bins, of a Gaussian smoothing of every row of the delay
+        scoreboard (tolerates clock skew that spreads a peak); 0 is off.
+    tolerance_s : float
+        Clock-skew tolerance when testing whether a call can be a parent.
+    use_ids : bool
+        Match calls and returns by id where the trace has ids.
+    density : bool
+        Score a delay by its bin's count divided by the bin's width (a density)
+        instead of the raw count (the paper's way). Wrong candidates spread evenly over
+        time and exponential bins grow with the delay, so raw counts favour long
+        delays; densities do not.
+    board : {"joint", "delay"}
+        ``"delay"`` is the paper's scoreboard: per (A, B, C), the histogram of the
+        parent-call-to-child-call delay. ``"joint"`` also bins the child-return-to-
+        parent-return gap and scores the pair of bins together: a parent answers a
+        typical time after its last child returns, which wrong candidates do not.
+    rounds : int
+        Refinement rounds in which the penalties count the children each parent was
+        given in the round before (nothing to do without a penalty).
+    siblings : int
+        Then rounds scoring each candidate by the gaps to the siblings it would have.
+    chains : int
+        Then at most this many chain rounds (``infer.chains``): each child moves, or
+        swaps with a call to the same node, to where it most raises the likelihood of
+        its node's chains of events, learnt from the round before.
+    chain_min_gain : float
+        Chain rounds stop once a round raises the log-likelihood by less than this
+        many nats per call pair (or when nothing moves).
+
+    Examples
+    --------
+    >>> NestingParams().chains, NestingParams.paper().chains
+    (10, 0)
+    >>> NestingParams.preset("paper", x=1.0).x
+    1.0
+    >>> NestingParams.from_json(NestingParams.fast().to_json()) == NestingParams.fast()
+    True
+    """
+
+    x: float = 2.0
+    y: float = 0.0
+    z: float = 0.0
+    bin_base: float = 1.05
+    bin_min_s: float = 1e-6
+    bin_max_s: float = 7200.0
+    smooth_bins: float = 0.0
+    tolerance_s: float = 0.0
+    use_ids: bool = True
+    density: bool = True
+    board: str = "joint"
+    rounds: int = 2
+    siblings: int = 3
+    chains: int = 10
+    chain_min_gain: float = 1e-4
+
+    @classmethod
+    def accurate(cls) -> NestingParams:
+        """The default: the most accurate setting measured (``docs/inference.md``)."""
+        return cls()
+
+    @classmethod
+    def fast(cls) -> NestingParams:
+        """The accurate setting without chain rounds: a few times faster, less exact
+        where calls into one node overlap heavily."""
+        return cls(chains=0)
+
+    @classmethod
+    def paper(cls) -> NestingParams:
+        """The 2003 scoreboard of Aguilera et al. (x=2, y=z=0, raw delay counts, one pass)."""
+        return cls(density=False, board="delay", rounds=0, siblings=0, chains=0)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> NestingParams:
+        """The preset ``name`` (one of ``PRESETS``) with single fields overridden."""
+        if name not in PRESETS:
+            raise ParameterError(f"unknown preset {name!r} (must be one of {', '.join(PRESETS)})")
+        return getattr(cls, name)().with_overrides(**overrides)
+
+    def with_overrides(self, **overrides: Any) -> NestingParams:
+        """A copy with the named fields replaced; an unknown name is an error."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ParameterError(
+                f"unknown nesting parameter {unknown[0]!r} (known: {', '.join(sorted(known))})"
+            )
+        return replace(self, **overrides) if overrides else self
+
+    @property
+    def preset_name(self) -> str | None:
+        """The preset these params equal, if any."""
+        for name in PRESETS:
+            if getattr(type(self), name)() == self:
+                return name
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, plus ``preset`` when the params equal a preset."""
+        return {**asdict(self), "preset": self.preset_name}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> NestingParams:
+        """Params from ``to_json()`` or a paths file's ``params``, so a run can be repeated.
+
+        Fields missing from ``doc`` take the paper's values when ``doc`` comes from a
+        file written before presets existed (it has no ``preset`` key), else the defaults.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(doc) - known - _OUTPUT_KEYS)
+        if unknown:
+            raise ParameterError(f"unknown nesting parameter {unknown[0]!r} in params")
+        base = cls() if "preset" in doc else cls.paper()
+        params = replace(base, **{k: v for k, v in doc.items() if k in known})
+        params.check()
+        return params
+
+    def check(self) -> None:
+        """Raise ``ParameterError`` naming the first bad parameter."""
+        for name in ("x", "y", "z", "smooth_bins", "tolerance_s", "bin_base", "bin_min_s", "bin_max_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ParameterError(f"{name} must be a finite number, not {value}")
+        for name in ("x", "y", "z", "smooth_bins", "tolerance_s"):
+            if getattr(self, name) < 0:
+                raise ParameterError(f"{name} must be >= 0, not {getattr(self, name)}")
+        if not self.bin_base > 1.0:
+            raise ParameterError(f"bin_base must be > 1, not {self.bin_base}")
+        if not 0 < self.bin_min_s < self.bin_max_s:
+            raise ParameterError(f"need 0 < bin_min_s < bin_max_s, not {self.bin_min_s}, {self.bin_max_s}")
+        if self.n_bins > 1 << 20:
+            raise ParameterError(
+                f"{self.n_bins:,} delay bins are too many (raise bin_base or bin_min_s; at most {1 << 20:,})"
+            )
+        for name, top in (("rounds", 20), ("siblings", 20), ("chains", 100)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (isinstance(value, int) and 0 <= value <= top):
+                raise ParameterError(f"{name} must be an integer from 0 to {top}, not {value!r}")
+        if not (math.isfinite(self.chain_min_gain) and self.chain_min_gain >= 0):
+            raise ParameterError(f"chain_min_gain must be a number >= 0, not {self.chain_min_gain}")
+        if self.board not in BOARDS:
+            raise ParameterError(f"unknown scoreboard {self.board!r} (must be one of {', '.join(BOARDS)})")
+        if self.board == "joint" and self.smooth_bins > 0:
+            raise ParameterError(
+                "smoothing applies to the delay scoreboard: use board='delay' with smooth_bins"
+            )
+
+    def ineffective(self) -> list[str]:
+        """Settings that do nothing in this combination, each as a sentence.
+
+        Examples
+        --------
+        >>> NestingParams(x=0.0).ineffective()
+        ['rounds=2 does nothing without a penalty (x, y or z > 0)']
+        """
+        notes = []
+        if self.rounds and not (self.x or self.y or self.z):
+            notes.append(f"rounds={self.rounds} does nothing without a penalty (x, y or z > 0)")
+        if self.chain_min_gain != type(self)().chain_min_gain and not self.chains:
+            notes.append("chain_min_gain does nothing without chain rounds (chains > 0)")
+        return notes
+
+    @property
+    def n_bins(self) -> int:
+        """Delay bins on each side of zero (bin 0 holds everything below ``bin_min_s``)."""
+        return math.ceil(math.log(self.bin_max_s / self.bin_min_s) / math.log(self.bin_base)) + 2
