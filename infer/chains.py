@@ -30,7 +30,7 @@ never leaves.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -45,7 +45,9 @@ __all__ = ["chain_edges", "chain_log_likelihood", "chain_rounds", "chain_stages"
 # least likely learnt edge: finite, so that two unseen alternatives still compare on
 # the rest.
 _UNSEEN_BELOW = np.log(1e6)
-_CALL, _RETURN = 0, 1
+# Event kinds: a call received (at its callee), a return received (at its caller), and a
+# call sent (at its caller), which the next of a group of calls made at once follows.
+_CALL, _RETURN, _SENT = 0, 1, 2
 # The model is learnt from the assignment it then judges; spreading each learnt cell
 # over a bin either side keeps it from fitting that assignment's noise (measured on
 # multitier at parallelism 42: 89% of links right, against 88% unsmoothed and 87% at
@@ -82,12 +84,23 @@ def chain_edges(pairs: CallPairs, parent: np.ndarray) -> tuple[np.ndarray, ...]:
     in_kind = np.repeat(
         np.array([_CALL, _RETURN, _RETURN, _CALL]), [n_first, later.size, n_last, leaves.size]
     )
+    # A call made before the previous sibling returned (fan-out) follows that sibling's
+    # call, not its return.
+    prev, nxt = order[later - 1], order[later]
+    in_kind[n_first : n_first + later.size] = _follows(pairs, prev, nxt)
     in_pair = np.concatenate([par[first], order[later - 1], order[last], leaves])
     out_kind = np.repeat(
         np.array([_CALL, _CALL, _RETURN, _RETURN]), [n_first, later.size, n_last, leaves.size]
     )
     out_pair = np.concatenate([order[first], order[later], par[last], leaves])
     return in_kind, in_pair, out_kind, out_pair
+
+
+def _follows(pairs: CallPairs, before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """The event of sibling ``before`` that the call of the next sibling ``after`` follows:
+    its return, or, when ``after`` is called while ``before`` is still out (calls made
+    at once), its call (``_SENT``)."""
+    return np.where(pairs.t_call[after] < pairs.t_return[before], _SENT, _RETURN)
 
 
 def _smooth(keys: np.ndarray, prob: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
@@ -105,6 +118,26 @@ def _smooth(keys: np.ndarray, prob: np.ndarray, nb: int) -> tuple[np.ndarray, np
     return spread, np.bincount(inv.ravel(), weights=(prob[:, None] * weights)[inside], minlength=spread.size)
 
 
+def _fan_out_choice(heads: np.ndarray, count: np.ndarray, n_nodes: int) -> np.ndarray:
+    """Log-probabilities, per (node, peer), that a call the node made to the peer is
+    followed by the next call while it is out, or only after it returned; learnt from
+    the edges' input heads and their counts, with one pseudo-count each way (Laplace),
+    so that a node never seen to fan out is charged for doing so.
+
+    Without this charge a fan-out link would cost nothing: its head (a call sent) is
+    always followed by a call, so its probability given the head is 1, and wrong
+    assignments could group any overlapping calls for free.
+    """
+    seen = np.zeros(n_nodes * n_nodes * 3)
+    seen[heads] = count
+    per_pair = seen.reshape(-1, 3)
+    returned, sent = per_pair[:, _RETURN] + 1.0, per_pair[:, _SENT] + 1.0
+    out = np.zeros_like(per_pair)
+    out[:, _RETURN] = np.log(returned / (returned + sent))
+    out[:, _SENT] = np.log(sent / (returned + sent))
+    return out.ravel()
+
+
 @dataclass
 class _EdgeModel:
     """Log-densities of edges per cell: (node, input kind and peer, output kind and peer,
@@ -116,6 +149,10 @@ class _EdgeModel:
     values: np.ndarray
     table: np.ndarray | None
     unseen: float = -_UNSEEN_BELOW
+    #: Per input head (node, peer, kind): the log-probability of the choice a call's
+    #: link makes at its caller, the next call leaving while it is out (fan-out) or
+    #: after it returned; 0 for received calls, which make no such choice.
+    choice: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def cells(
         self,
@@ -129,9 +166,9 @@ class _EdgeModel:
         node = np.where(in_kind == _CALL, pairs.callee[in_pair], pairs.caller[in_pair])
         in_peer = np.where(in_kind == _CALL, pairs.caller[in_pair], pairs.callee[in_pair])
         out_peer = np.where(out_kind == _CALL, pairs.callee[out_pair], pairs.caller[out_pair])
-        t_in = np.where(in_kind == _CALL, pairs.t_call[in_pair], pairs.t_return[in_pair])
+        t_in = np.where(in_kind == _RETURN, pairs.t_return[in_pair], pairs.t_call[in_pair])
         t_out = np.where(out_kind == _CALL, pairs.t_call[out_pair], pairs.t_return[out_pair])
-        head = (((node * n + in_peer) * 2 + in_kind) * n + out_peer) * 2 + out_kind
+        head = (((node * n + in_peer) * 3 + in_kind) * n + out_peer) * 2 + out_kind
         return head * (2 * self.params.n_bins) + delay_bins(t_out - t_in, self.params)
 
     @classmethod
@@ -151,16 +188,18 @@ class _EdgeModel:
         if space <= DENSE_TABLE:
             model.table = np.full(space, model.unseen)
             model.table[keys] = model.values
+        model.choice = _fan_out_choice(heads, total, n_nodes)
         return model
 
     def lookup(self, cells: np.ndarray) -> np.ndarray:
+        choice = self.choice[cells // (2 * self.params.n_bins) // (2 * self.n_nodes)]
         if self.table is not None:
             inside = cells < self.table.size
-            return np.where(inside, self.table[np.where(inside, cells, 0)], self.unseen)
+            return choice + np.where(inside, self.table[np.where(inside, cells, 0)], self.unseen)
         if self.keys.size == 0:
-            return np.full(cells.size, self.unseen)
+            return choice + self.unseen
         at = np.minimum(np.searchsorted(self.keys, cells), self.keys.size - 1)
-        return np.where(self.keys[at] == cells, self.values[at], self.unseen)
+        return choice + np.where(self.keys[at] == cells, self.values[at], self.unseen)
 
     def insertion(
         self,
@@ -173,22 +212,27 @@ class _EdgeModel:
         """Gain in log-likelihood of putting ``child`` into ``par``'s chain between the
         sibling ``before`` (-1: the parent's call) and the sibling ``after`` (-1: the
         parent's return)."""
-        n, nb, tc, tr = self.n_nodes, 2 * self.params.n_bins, pairs.t_call, pairs.t_return
-        node = pairs.callee[par]
         hb, ha = before >= 0, after >= 0
         b, a = np.where(hb, before, 0), np.where(ha, after, 0)
-        t_in = np.where(hb, tr[b], tc[par])
-        t_out = np.where(ha, tc[a], tr[par])
-        # A cell's head is (input part) * 2n + (output part), as in ``cells``.
-        source = (node * n + np.where(hb, pairs.callee[b], pairs.caller[par])) * 2 + hb
-        target = np.where(ha, pairs.callee[a] * 2 + _CALL, pairs.caller[par] * 2 + _RETURN)
-        into = ((source * (2 * n) + pairs.callee[child] * 2 + _CALL) * nb) + delay_bins(
-            tc[child] - t_in, self.params
+        # The event each link starts from: the parent's call, or the sibling's return
+        # (or its call, when the next call leaves while it is out).
+        source_kind = np.where(hb, _follows(pairs, b, child), _CALL)
+        source = np.where(hb, b, par)
+        into = self.cells(pairs, source_kind, source, np.full(child.size, _CALL), child)
+        out_of = self.cells(
+            pairs,
+            np.where(ha, _follows(pairs, child, a), _RETURN),
+            child,
+            np.where(ha, _CALL, _RETURN),
+            np.where(ha, a, par),
         )
-        out_of = (((node * n + pairs.callee[child]) * 2 + _RETURN) * (2 * n) + target) * nb + delay_bins(
-            t_out - tr[child], self.params
+        bridge = self.cells(
+            pairs,
+            np.where(hb, np.where(ha, _follows(pairs, b, a), _RETURN), _CALL),
+            source,
+            np.where(ha, _CALL, _RETURN),
+            np.where(ha, a, par),
         )
-        bridge = (source * (2 * n) + target) * nb + delay_bins(t_out - t_in, self.params)
         return self.lookup(into) + self.lookup(out_of) - self.lookup(bridge)
 
 
@@ -328,28 +372,56 @@ def _score_chunk(
     score = model.insertion(pairs, c, par, sibling(prev), sibling(nxt))
     here[c[member]] = score[member]
     best.offer(c, par, score, tc, mass=np.exp(np.clip(score, -600, 600)))
-    # A non-member that overlaps exactly one member (its occupant) and no other could
-    # take the occupant's place: between the occupant's own neighbours.
-    occ_prev = (prev >= 0) & (tr[sibling(prev)] > tc[c])
-    occ_next = (nxt < m) & (tc[sibling(nxt)] < tr[c])
-    more = (occ_prev & (prev2 >= 0) & (tr[sibling(prev2)] > tc[c])) | (
-        occ_next & (nxt2 < m) & (tc[sibling(nxt2)] < tr[c])
-    )
-    one = ~member & (occ_prev ^ occ_next) & ~more
-    occupant = sibling(np.where(occ_prev, prev, nxt))
-    one &= pairs.callee[np.maximum(occupant, 0)] == pairs.callee[c]
-    k = np.flatnonzero(one)
+    # A non-member could take the place of its occupant: the member calling the same
+    # node that it overlaps, the nearest in call time. In a chain of calls made one at
+    # a time that is the one member it overlaps; among calls made at once (fan-out) it
+    # overlaps them all, and the occupant is its counterpart.
+    k, o = _occupants(pairs, c, member, sib.group)
     # The occupant must fit in the child's own parent to take its place there.
-    home, other = parent[c[k]], occupant[k]
+    home, other = parent[c[k]], c[o]
     h = np.maximum(home, 0)
     fits = (home >= 0) & (tc[other] >= tc[h] - tol_ns) & (tr[other] <= tr[h] + tol_ns)
-    k = k[fits]
+    k, o, other = k[fits], o[fits], other[fits]
     if k.size == 0:
         return None
-    before = sibling(np.where(occ_prev[k], prev2[k], prev[k]))
-    after = sibling(np.where(occ_prev[k], nxt[k], nxt2[k]))
+    # The child sits between its nearest members; where the occupant is one of them,
+    # the next one beyond it (the occupant leaves).
+    before = sibling(np.where(prev[k] == o, prev2[k], prev[k]))
+    after = sibling(np.where(nxt[k] == o, nxt2[k], nxt[k]))
     swap_score = model.insertion(pairs, c[k], par[k], before, after)
-    return c[k], par[k], occupant[k], swap_score
+    return c[k], par[k], other, swap_score
+
+
+def _occupants(
+    pairs: CallPairs, c: np.ndarray, member: np.ndarray, group: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of the non-members that have an occupant in their parent's group, and
+    the occupants' positions: the member of the group calling the same node that
+    overlaps the non-member in time, the nearest in call time (ties: the earlier)."""
+    tc, tr = pairs.t_call, pairs.t_return
+    m = c.size
+    n_nodes = np.int64(int(pairs.callee.max(initial=0)) + 1)
+    pos = np.flatnonzero(member)
+    key = (group[pos].astype(np.int64) * n_nodes + pairs.callee[c[pos]]) * m + pos
+    order = np.argsort(key, kind="stable")
+    key, pos = key[order], pos[order]
+    k = np.flatnonzero(~member)
+    if pos.size == 0 or k.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    head = group[k].astype(np.int64) * n_nodes + pairs.callee[c[k]]
+    at = np.searchsorted(key, head * m + k)
+    best = np.full(k.size, -1)
+    gap = np.full(k.size, np.iinfo(np.int64).max)
+    for side in (at - 1, at):  # the nearest member of that node before, then after
+        inside = (side >= 0) & (side < key.size)
+        j = np.where(inside, side, 0)
+        o = pos[j]
+        ok = inside & (key[j] // m == head) & (tc[c[o]] < tr[c[k]]) & (tc[c[k]] < tr[c[o]])
+        d = np.abs(tc[c[o]] - tc[c[k]])
+        take = ok & (d < gap)
+        best, gap = np.where(take, o, best), np.where(take, d, gap)
+    found = best >= 0
+    return k[found], best[found]
 
 
 def chain_log_likelihood(
@@ -392,7 +464,7 @@ def chain_stages(
     fixes the assignment the model is learnt from (say the true parents of a synthetic
     trace) instead of the current one.
     """
-    if 4 * n_nodes**3 * 2 * params.n_bins >= 1 << 62:
+    if 6 * n_nodes**3 * 2 * params.n_bins >= 1 << 62:
         raise ParameterError(f"{n_nodes} nodes are too many for chain rounds (use chains=0)")
     parent = parent.copy()
     n = len(pairs)

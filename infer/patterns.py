@@ -21,7 +21,7 @@ import numpy as np
 from infer.callpairs import CallPairs
 from tracefmt.patterns import Shape, join_text, shape_text, text_id
 
-__all__ = ["Pattern", "build_patterns", "group_stats"]
+__all__ = ["Pattern", "build_patterns", "group_stats", "sibling_groups"]
 
 #: The statistics of a latency or delay distribution, in the paths file's order.
 STAT_NAMES = ("mean", "p50", "p90", "p99", "std")
@@ -124,21 +124,24 @@ class Pattern:
         latency, delay = self.latency, self.delay
         position = iter(range(len(latency)))
 
-        def visit(s: Shape) -> dict[str, Any]:
+        def visit(s: Shape, group: int | None) -> dict[str, Any]:
             k = next(position)
+            numbers = s.groups or [None] * len(s.children)
             return {
                 "node": s.node,
                 "caller": s.caller,
                 "latency_s": latency[k],
                 "delay_s": delay[k],
-                "children": [visit(c) for c in s.children],
+                # Only children of a visit with a concurrent group carry their group's number.
+                **({} if group is None else {"group": group}),
+                "children": [visit(c, g) for c, g in zip(s.children, numbers, strict=True)],
             }
 
         return {
             "id": self.id,
             "count": self.count,
             "total_latency_s": self.total_latency_s,
-            "root": visit(self.shape),
+            "root": visit(self.shape, None),
         }
 
 
@@ -175,10 +178,48 @@ def _depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return depth, up
 
 
+def sibling_groups(
+    kid_parent: np.ndarray, t_call: np.ndarray, t_return: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Concurrent groups of children sorted by (parent, call time): per child, whether it
+    starts a new group and its group's number among its siblings' groups.
+
+    A child joins the group of the siblings before it when it is called before all of
+    them have returned (calls made at once); otherwise it starts a new group.
+
+    Examples
+    --------
+    Parent 0 calls at 0 (returns 5) and at 1 (returns 3): one group; then at 5, alone.
+
+    >>> new, number = sibling_groups(np.array([0, 0, 0]), np.array([0, 1, 5]), np.array([5, 3, 9]))
+    >>> new.tolist(), number.tolist()
+    ([True, False, True], [0, 0, 1])
+    """
+    m = kid_parent.size
+    if m == 0:
+        return np.zeros(0, bool), np.zeros(0, np.int64)
+    first = np.concatenate([[True], kid_parent[1:] != kid_parent[:-1]])
+    values, rank = np.unique(t_return, return_inverse=True)
+    width = np.int64(values.size + 1)
+    # Running maximum of the siblings' returns, restarted at every parent: the parent's
+    # run number in the high part of the key keeps runs apart.
+    run = np.cumsum(first) - 1
+    latest = np.maximum.accumulate(run * width + rank.ravel())
+    before = values[np.concatenate([[0], latest[:-1] % width])]
+    new = first | (t_call >= before)
+    count = np.cumsum(new)
+    number = count - count[np.flatnonzero(first)][run]
+    return new, number
+
+
 def build_patterns(
     pairs: CallPairs, parent: np.ndarray, names: list[str], *, sort: str = "total"
 ) -> tuple[list[Pattern], np.ndarray, np.ndarray]:
-    """Instances and patterns from parent links; returns (patterns, instance, pattern index)."""
+    """Instances and patterns from parent links; returns (patterns, instance, pattern index).
+
+    Children a call makes at once (``sibling_groups``) form an unordered concurrent
+    group: instances whose concurrent calls left in different orders share a pattern.
+    """
     n = parent.size
     if n == 0:
         return [], np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -190,63 +231,47 @@ def build_patterns(
     kid_parent = parent[kids]
     starts = np.ones(kids.size, bool)
     starts[1:] = kid_parent[1:] != kid_parent[:-1]
-    pos = np.arange(kids.size)
-    rank = pos - np.maximum.accumulate(np.where(starts, pos, 0))
+    new_group, group_number = sibling_groups(kid_parent, pairs.t_call[kids], pairs.t_return[kids])
     n_children = np.bincount(kid_parent, minlength=n)
 
-    # Subtree hashes and sizes, deepest level first.
+    # Subtree hashes and sizes, deepest level first. Within a concurrent group the
+    # children's hashes are summed (any order gives the same sum); each group's mixed
+    # sum is weighted by the group's position.
     h = _mix(pairs.caller.astype(np.uint64) * np.uint64(1_000_003) + pairs.callee.astype(np.uint64))
     size = np.ones(n, np.int64)
     kid_depth = depth[kids]
     max_depth = int(depth.max())
-    # Powers of an odd constant mod 2**64 (exact Python ints; one per child position).
-    power = np.array([pow(int(_P), k, 1 << 64) for k in range(int(rank.max(initial=0)) + 2)], np.uint64)
+    # Powers of an odd constant mod 2**64 (exact Python ints; one per group position).
+    power = np.array(
+        [pow(int(_P), k, 1 << 64) for k in range(int(group_number.max(initial=0)) + 2)], np.uint64
+    )
     for d in range(max_depth, 0, -1):
-        level = kid_depth == d
+        level = np.flatnonzero(kid_depth == d)
         c = kids[level]
         done = _mix(h[c] ^ _mix(n_children[c].astype(np.uint64)))
-        # Siblings are adjacent (kids are sorted by parent): sum them per run, wrapping.
+        # Siblings are adjacent (kids are sorted by parent), and so are the members of a group.
         par = kid_parent[level]
-        run = np.flatnonzero(np.concatenate([[True], par[1:] != par[:-1]])) if par.size else par
         if par.size:
-            h[par[run]] += np.add.reduceat(done * power[rank[level] + 1], run)
+            cut = np.concatenate([[True], par[1:] != par[:-1]])
+            grun = np.flatnonzero(cut | new_group[level])
+            members = np.diff(np.append(grun, par.size)).astype(np.uint64)
+            sums = np.add.reduceat(done, grun)
+            weighted = _mix(sums ^ _mix(members + np.uint64(1 << 32))) * power[group_number[level[grun]] + 1]
+            gpar = par[grun]
+            prun = np.flatnonzero(np.concatenate([[True], gpar[1:] != gpar[:-1]]))
+            h[gpar[prun]] += np.add.reduceat(weighted, prun)
+            run = np.flatnonzero(cut)
             size[par[run]] += np.add.reduceat(size[c], run)
         h[c] = done
     roots = np.flatnonzero(parent < 0)
     h[roots] = _mix(h[roots] ^ _mix(n_children[roots].astype(np.uint64)))
-
-    # Preorder position of every call within its instance, top level first.
-    order_pos = np.zeros(n, np.int64)
-    sib_before = np.zeros(kids.size, np.int64)
-    csize = size[kids]
-    cum = np.cumsum(csize)
-    group_cum_start = (cum - csize)[starts][np.cumsum(starts) - 1]
-    sib_before = cum - csize - group_cum_start
-    for d in range(1, max_depth + 1):
-        level = kid_depth == d
-        order_pos[kids[level]] = order_pos[kid_parent[level]] + 1 + sib_before[level]
 
     uniq, pat_of_root = np.unique(h[roots], return_inverse=True)
     pat_of_root = pat_of_root.ravel()
     by_root = np.empty(n, np.int64)
     by_root[roots] = pat_of_root
     pattern_index = by_root[root]
-
-    lat_ns = pairs.t_return - pairs.t_call
-    lat = lat_ns / 1e9
-    # One group per (pattern, visit position), numbered in that order: a pattern's
-    # groups follow those of the patterns before it, one per visit.
     rep_root = roots[np.unique(pat_of_root, return_index=True)[1]]
-    visits = size[rep_root]
-    first_group = np.concatenate([[0], np.cumsum(visits)[:-1]])
-    group = first_group[pattern_index] + order_pos
-    n_groups = int(visits.sum())
-    lat_stats = group_stats(group, lat_ns, n_groups, scale=1e-9)
-    kid = np.flatnonzero(parent >= 0)
-    delay_stats = group_stats(group[kid], pairs.t_call[kid] - pairs.t_call[parent[kid]], n_groups, scale=1e-9)
-
-    count = np.bincount(pat_of_root, minlength=uniq.size)
-    total = np.bincount(pat_of_root, weights=lat[roots], minlength=uniq.size)
 
     # Shapes are built in Python for one representative instance per pattern only,
     # from plain lists of those instances' calls (local numbers).
@@ -259,31 +284,80 @@ def build_patterns(
     n_kids = n_children[sub]
     first = np.concatenate([[0], np.cumsum(n_kids)[:-1]]).tolist()
     n_kids = n_kids.tolist()
-    sub_kids = local[kids[in_rep[kids]]].tolist()  # kids are sorted by parent, as sub is
+    rep_kid = in_rep[kids]
+    sub_kids = local[kids[rep_kid]].tolist()  # kids are sorted by parent, as sub is
+    sub_group = group_number[rep_kid].tolist()
     key_of = h[sub].tolist()
     name = np.asarray(names, dtype=object)
     caller_of, callee_of = name[pairs.caller[sub]].tolist(), name[pairs.callee[sub]].tolist()
 
-    # Equal subtree hashes, equal shapes: build each shape and its text once.
+    # Equal subtree hashes, equal shapes: build each shape and its text once. Children
+    # of a concurrent group are put in the order of their texts.
     memo: dict[int, tuple[Shape, str]] = {}
 
     def shape(i: int) -> tuple[Shape, str]:
         key = key_of[i]
         if key not in memo:
             lo = first[i]
-            kids_of = [shape(c) for c in sub_kids[lo : lo + n_kids[i]]]
+            built = [(sub_group[j], *shape(c)) for j, c in enumerate(sub_kids[lo : lo + n_kids[i]], lo)]
+            built.sort(key=lambda b: (b[0], b[2]))
+            numbers = [b[0] for b in built]
+            groups = tuple(numbers) if len(set(numbers)) < len(numbers) else ()
             a, b = caller_of[i], callee_of[i]
-            memo[key] = (Shape(a, b, tuple(k[0] for k in kids_of)), join_text(a, b, [k[1] for k in kids_of]))
+            memo[key] = (
+                Shape(a, b, tuple(k[1] for k in built), groups),
+                join_text(a, b, [k[2] for k in built], groups),
+            )
         return memo[key]
 
     rep_local = local[rep_root].tolist()
+    with _collector_paused():
+        shapes = [shape(i) for i in rep_local]
+
+    # Every subtree of every instance has a representative's twin: rank the subtrees by
+    # text, so that children sit in their shape's order, (group, text, call time).
+    texts = sorted((t, k) for k, (_, t) in memo.items())
+    known = np.array([k for _, k in texts], np.uint64)
+    order = np.argsort(known)
+    text_rank = np.empty(known.size, np.int64)
+    text_rank[order] = np.arange(known.size)
+    known = known[order]
+    kid_rank = text_rank[np.minimum(np.searchsorted(known, h[kids]), known.size - 1)]
+    canon = np.lexsort((kids, kid_rank, group_number, kid_parent))
+    kids, kid_parent, kid_depth = kids[canon], kid_parent[canon], kid_depth[canon]
+
+    # Preorder position of every call within its instance, top level first.
+    order_pos = np.zeros(n, np.int64)
+    csize = size[kids]
+    cum = np.cumsum(csize)
+    group_cum_start = (cum - csize)[starts][np.cumsum(starts) - 1]
+    sib_before = cum - csize - group_cum_start
+    for d in range(1, max_depth + 1):
+        level = kid_depth == d
+        order_pos[kids[level]] = order_pos[kid_parent[level]] + 1 + sib_before[level]
+
+    lat_ns = pairs.t_return - pairs.t_call
+    lat = lat_ns / 1e9
+    # One group per (pattern, visit position), numbered in that order: a pattern's
+    # groups follow those of the patterns before it, one per visit.
+    visits = size[rep_root]
+    first_group = np.concatenate([[0], np.cumsum(visits)[:-1]])
+    group = first_group[pattern_index] + order_pos
+    n_groups = int(visits.sum())
+    lat_stats = group_stats(group, lat_ns, n_groups, scale=1e-9)
+    kid = np.flatnonzero(parent >= 0)
+    delay_stats = group_stats(group[kid], pairs.t_call[kid] - pairs.t_call[parent[kid]], n_groups, scale=1e-9)
+
+    count = np.bincount(pat_of_root, minlength=uniq.size)
+    total = np.bincount(pat_of_root, weights=lat[roots], minlength=uniq.size)
+
     lat_rows = np.column_stack([lat_stats[k] for k in STAT_NAMES])
     delay_rows = np.column_stack([delay_stats[k] for k in STAT_NAMES])
     delay_rows[first_group] = np.nan  # the roots
     patterns: list[Pattern] = []
     with _collector_paused():
         for u, (g0, nv) in enumerate(zip(first_group.tolist(), visits.tolist(), strict=True)):
-            s, text = shape(rep_local[u])
+            s, text = shapes[u]
             rows = slice(g0, g0 + nv)
             patterns.append(
                 Pattern(text_id(text), s, int(count[u]), float(total[u]), lat_rows[rows], delay_rows[rows])

@@ -89,7 +89,9 @@ class CallSpec:
 
     ``before``: at the callee, from receiving the call to its first child call (or to
     the return of a leaf, plus ``after``); ``between``: from a child's return to the
-    next child call; ``after``: from the last child's return to the return.
+    next child call; ``after``: from the last child's return to the return; ``lead``:
+    at the caller, from the moment its turn comes (its parallel group's start) to this
+    call leaving, so that the calls of a group leave a little apart, in any order.
     """
 
     id: str
@@ -102,6 +104,7 @@ class CallSpec:
     before: NodeDelay = field(default_factory=NodeDelay)
     between: NodeDelay = field(default_factory=NodeDelay)
     after: NodeDelay = field(default_factory=NodeDelay)
+    lead: NodeDelay = field(default_factory=NodeDelay)
     line: int = 0
 
 
@@ -313,7 +316,19 @@ class _Reader:
 
 _TRACE_KEYS = {"seed", "messages", "duration_s", "parallelism", "start", "resolution_s"}
 _TRACELET_KEYS = {"name", "kind", "client", "client_weights", "weight", "clients", "think_s", "call", "hop"}
-_CALL_KEYS = {"id", "parent", "to", "weights", "p", "repeat", "group", "before_s", "between_s", "after_s"}
+_CALL_KEYS = {
+    "id",
+    "parent",
+    "to",
+    "weights",
+    "p",
+    "repeat",
+    "group",
+    "before_s",
+    "between_s",
+    "after_s",
+    "lead_s",
+}
 _HOP_KEYS = {"to", "weights", "p", "delay_s"}
 _FAULT_KEYS = {"loss", "skew", "duplicates", "ids", "jitter"}
 
@@ -382,6 +397,7 @@ def _read_calls(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> t
                 before=r.delay(c, where, "before_s", nodes),
                 between=r.delay(c, where, "between_s", nodes),
                 after=r.delay(c, where, "after_s", nodes),
+                lead=r.delay(c, where, "lead_s", nodes),
                 line=r.lines.line(where),
             )
         )
@@ -578,7 +594,11 @@ def with_delay_spread(config: SynthConfig, ratio: float) -> SynthConfig:
             t,
             calls=tuple(
                 replace(
-                    c, before=node_delay(c.before), between=node_delay(c.between), after=node_delay(c.after)
+                    c,
+                    before=node_delay(c.before),
+                    between=node_delay(c.between),
+                    after=node_delay(c.after),
+                    lead=node_delay(c.lead),
                 )
                 for c in t.calls
             ),

@@ -14,6 +14,8 @@ import numpy as np
 
 from synth.config import CallSpec, NodeDelay, TraceletSpec
 
+_NO_DELAY = NodeDelay()
+
 __all__ = ["Batch", "Template", "build_template"]
 
 
@@ -186,7 +188,9 @@ class Template:
                 begin = cursor + np.where(started, gap, 0.0)
                 end = begin.copy()
                 for c in group:
-                    ret = run(c, begin)
+                    lead = self.slots[c].spec.lead
+                    # No draw for a call without a lead: existing workloads keep their traces.
+                    ret = run(c, begin + self._delay(rng, lead, node[i]) if lead != _NO_DELAY else begin)
                     end = np.where(present[c], np.maximum(end, ret), end)
                 cursor = np.where(any_present, end, cursor)
                 started |= any_present

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from synth.template import Batch, Template
-from tracefmt.patterns import Shape, latency_stats, path_id, pattern_id
+from tracefmt.patterns import Shape, latency_stats, path_id, pattern_id, shape_text
 
 __all__ = ["PatternBook", "mean_parallelism"]
 
@@ -23,6 +23,7 @@ class _Pattern:
     nodes: list[str] | None  # for linear (messages) patterns
     lat: list[np.ndarray] = field(default_factory=list)  # per-batch arrays (present slots, k)
     delay: list[np.ndarray] = field(default_factory=list)
+    order: tuple | None = None  # (slot, children...) in the shape's order, for nesting patterns
     total: float = 0.0
     count: int = 0
 
@@ -66,16 +67,23 @@ class PatternBook:
             nodes = [client] + [node[i] for i in present]
             pat = _Pattern(path_id(nodes), t, key, present, None, nodes)
         else:
-
-            def build(i: int, caller: str) -> Shape:
-                kids = [c for group in tpl.slots[i].children for c in group if c in node]
-                return Shape(caller, node[i], tuple(build(c, node[i]) for c in kids))
-
-            shape = build(0, client)
-            pat = _Pattern(pattern_id(shape), t, key, present, shape, None)
+            shape, order = self._shape(tpl, node, 0, client)
+            pat = _Pattern(pattern_id(shape), t, key, present, shape, None, order=order)
         self.patterns.append(pat)
         self._by_key[(t, key)] = len(self.patterns) - 1
         return len(self.patterns) - 1
+
+    @staticmethod
+    def _shape(tpl: Template, node: dict[int, str], i: int, caller: str) -> tuple[Shape, tuple]:
+        """The shape of slot ``i``'s visit and its slots in the shape's order: a parallel
+        group of the template is a concurrent group, its children in canonical order."""
+        groups = []
+        for group in tpl.slots[i].children:
+            built = [(*PatternBook._shape(tpl, node, c, node[i]), c) for c in group if c in node]
+            if built:
+                groups.append(sorted(built, key=lambda b: shape_text(b[0])))
+        shape = Shape.grouped(caller, node[i], [[b[0] for b in g] for g in groups])
+        return shape, (i, *(b[1] for g in groups for b in g))
 
     def add(self, t: int, batch: Batch, pattern: np.ndarray, keep: np.ndarray) -> None:
         """Record true latencies of the kept instances of a batch."""
@@ -108,20 +116,22 @@ class PatternBook:
     def _tree(self, pat: _Pattern, lat: np.ndarray, delay: np.ndarray) -> dict[str, Any]:
         """The pattern's visit tree with per-visit latency and per-edge delay statistics."""
         assert pat.shape is not None
+        assert pat.order is not None
         row = {slot: k for k, slot in enumerate(pat.slots)}
-        tpl = self.templates[pat.template]
 
-        def visit(i: int, shape: Shape, root: bool) -> dict[str, Any]:
-            kids = [c for group in tpl.slots[i].children for c in group if c in row]
+        def visit(order: tuple, shape: Shape, group: int | None) -> dict[str, Any]:
+            i, kids = order[0], order[1:]
+            numbers = shape.groups or [None] * len(kids)
             return {
                 "node": shape.node,
                 "caller": shape.caller,
                 "latency_s": latency_stats(lat[row[i]]),
-                "delay_s": None if root else latency_stats(delay[row[i]]),
-                "children": [visit(c, s, False) for c, s in zip(kids, shape.children, strict=True)],
+                "delay_s": None if i == pat.slots[0] else latency_stats(delay[row[i]]),
+                **({} if group is None else {"group": group}),
+                "children": [visit(o, s, g) for o, s, g in zip(kids, shape.children, numbers, strict=True)],
             }
 
-        return visit(pat.slots[0], pat.shape, True)
+        return visit(pat.order, pat.shape, None)
 
     def truth(self, *, messages: int, instances: int, parallelism: float) -> dict[str, Any]:
         """The truth file (``results.md``): patterns by count, with true latency stats."""

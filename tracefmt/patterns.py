@@ -2,10 +2,14 @@
 and inference.
 
 A nesting pattern is a tree of visits: each visit is ``(caller, node, children)`` with
-children in call order. Its canonical text is ``caller>node(child,child,...)``; the id
-is the first 16 hex digits of its BLAKE2b digest, so the same shape gets the same id
-in a truth file and in an inferred paths file. A linear path (convolution, one-way
-messages) is its node sequence joined by ``>``.
+children in call order. Children a visit calls at once (each called before the earlier
+ones have all returned) form a *concurrent group*, unordered: whichever order the calls
+left in, the shape is the same, its group's children sorted by their text. The
+canonical text is ``caller>node(child,child|child,...)``: ``,`` between children called
+one after the other, ``|`` within a concurrent group. The id is the first 16 hex digits
+of the text's BLAKE2b digest, so the same shape gets the same id in a truth file and in
+an inferred paths file. A linear path (convolution, one-way messages) is its node
+sequence joined by ``>``.
 """
 
 from __future__ import annotations
@@ -23,33 +27,83 @@ __all__ = ["Shape", "join_text", "latency_stats", "path_id", "pattern_id", "shap
 class Shape:
     """One visit of a pattern: ``caller`` called ``node``, which called ``children`` in order.
 
+    ``groups`` numbers each child's concurrent group (children called at once share a
+    number, in canonical order within it); empty when every child was called on its own.
+    ``Shape.grouped`` builds a shape from its groups in canonical form.
+
     Examples
     --------
     >>> s = Shape("client", "WS1", (Shape("WS1", "AP1", (Shape("AP1", "DB1"),)),))
     >>> shape_text(s)
     'client>WS1(WS1>AP1(AP1>DB1))'
+    >>> g = Shape.grouped("c", "GW", [[Shape("GW", "RECS"), Shape("GW", "ADS")], [Shape("GW", "DB")]])
+    >>> shape_text(g), g.groups
+    ('c>GW(GW>ADS|GW>RECS,GW>DB)', (0, 0, 1))
     """
 
     caller: str
     node: str
     children: tuple[Shape, ...] = ()
+    groups: tuple[int, ...] = ()
+
+    @classmethod
+    def grouped(cls, caller: str, node: str, groups: Sequence[Sequence[Shape]]) -> Shape:
+        """The shape of a visit whose children come in ``groups`` (one after the other;
+        the children of a group called at once), each group sorted by text."""
+        kids: list[Shape] = []
+        numbers: list[int] = []
+        for k, group in enumerate(g for g in groups if g):
+            kids += sorted(group, key=shape_text)
+            numbers += [k] * len(group)
+        concurrent = len(set(numbers)) < len(numbers)
+        return cls(caller, node, tuple(kids), tuple(numbers) if concurrent else ())
+
+    def child_groups(self) -> list[list[Shape]]:
+        """The children as their groups, in order.
+
+        Examples
+        --------
+        >>> kids = (Shape("b", "c"), Shape("b", "d"), Shape("b", "e"))
+        >>> [[c.node for c in g] for g in Shape("a", "b", kids, (0, 0, 1)).child_groups()]
+        [['c', 'd'], ['e']]
+        >>> [[c.node for c in g] for g in Shape("a", "b", kids).child_groups()]
+        [['c'], ['d'], ['e']]
+        """
+        if not self.groups:
+            return [[c] for c in self.children]
+        out: list[list[Shape]] = []
+        for k, child in zip(self.groups, self.children, strict=True):
+            if k >= len(out):
+                out.append([])
+            out[-1].append(child)
+        return out
 
 
 def shape_text(shape: Shape) -> str:
     """The canonical text of a shape (see the module docstring)."""
-    return join_text(shape.caller, shape.node, [shape_text(c) for c in shape.children])
+    return join_text(shape.caller, shape.node, [shape_text(c) for c in shape.children], shape.groups)
 
 
-def join_text(caller: str, node: str, child_texts: Sequence[str]) -> str:
-    """The canonical text of a visit from its children's texts (for building many at once).
+def join_text(caller: str, node: str, child_texts: Sequence[str], groups: Sequence[int] = ()) -> str:
+    """The canonical text of a visit from its children's texts (for building many at once),
+    ``groups`` numbering each child's concurrent group (empty: each child on its own).
 
     Examples
     --------
     >>> join_text("client", "WS1", ["WS1>AP1", "WS1>AUTH"])
     'client>WS1(WS1>AP1,WS1>AUTH)'
+    >>> join_text("client", "GW", ["GW>A", "GW>B", "GW>C"], [0, 0, 1])
+    'client>GW(GW>A|GW>B,GW>C)'
     """
     head = f"{caller}>{node}"
-    return head + "(" + ",".join(child_texts) + ")" if child_texts else head
+    if not child_texts:
+        return head
+    if not groups:
+        return head + "(" + ",".join(child_texts) + ")"
+    parts = [child_texts[0]]
+    for k in range(1, len(child_texts)):
+        parts.append(("|" if groups[k] == groups[k - 1] else ",") + child_texts[k])
+    return head + "(" + "".join(parts) + ")"
 
 
 def text_id(text: str) -> str:

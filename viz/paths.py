@@ -126,9 +126,16 @@ def pattern_shape(root: dict[str, Any]) -> Shape:
     Examples
     --------
     >>> pattern_shape({"node": "WS1", "caller": "client", "children": []})
-    Shape(caller='client', node='WS1', children=())
+    Shape(caller='client', node='WS1', children=(), groups=())
     """
-    return Shape(root["caller"], root["node"], tuple(pattern_shape(c) for c in root.get("children", [])))
+    kids = root.get("children", [])
+    numbers = tuple(int(c["group"]) for c in kids if "group" in c)
+    return Shape(
+        root["caller"],
+        root["node"],
+        tuple(pattern_shape(c) for c in kids),
+        numbers if len(numbers) == len(kids) and len(set(numbers)) < len(numbers) else (),
+    )
 
 
 def _mean(stats: dict[str, float] | None) -> float:

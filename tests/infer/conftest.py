@@ -22,7 +22,7 @@ import pytest
 
 import synth
 from tracefmt import validate_trace
-from tracefmt.patterns import Shape, pattern_id
+from tracefmt.patterns import Shape, pattern_id, shape_text
 
 #: One message as the tests write it: (timestamp_ns, op, sender, receiver, id or None).
 Row = tuple[int, str, str, str, int | None]
@@ -79,15 +79,33 @@ class TrueCalls:
         assert np.all(self.uid[np.minimum(p, self.uid.size - 1)] == uids), "unknown true_call"
         return p
 
+    def groups(self, k: int) -> list[list[int]]:
+        """Children of ``k`` in concurrent groups: a child called before every earlier
+        sibling has returned joins their group; within a group, by shape text."""
+        out: list[list[int]] = []
+        latest = None
+        for c in self.children.get(k, []):
+            if latest is None or self.t_call[c] >= latest:
+                out.append([])
+            out[-1].append(c)
+            latest = self.t_ret[c] if latest is None else max(latest, self.t_ret[c])
+        return [sorted(g, key=lambda c: (shape_text(self.shape(c)), self.t_call[c])) for g in out]
+
     def preorder(self, k: int) -> list[int]:
         out = [k]
-        for c in self.children.get(k, []):
-            out += self.preorder(c)
+        for group in self.groups(k):
+            for c in group:
+                out += self.preorder(c)
         return out
 
     def shape(self, k: int) -> Shape:
+        groups = self.groups(k)
+        numbers = tuple(g for g, group in enumerate(groups) for _ in group)
         return Shape(
-            str(self.caller[k]), str(self.callee[k]), tuple(self.shape(c) for c in self.children.get(k, []))
+            str(self.caller[k]),
+            str(self.callee[k]),
+            tuple(self.shape(c) for group in groups for c in group),
+            numbers if len(set(numbers)) < len(numbers) else (),
         )
 
     @property

@@ -219,8 +219,7 @@ def test_chain_rounds_learn_what_each_caller_makes_a_node_do() -> None:
     # The chains are learnt per caller: a model blind to the caller would hand X calls
     # to S's visits from B, and leave visits from A childless.
     trace, truth = synth.generate_table(synth.parse_config(CALLER_DECIDES))
-    kw = {"board": "joint", "density": True, "rounds": 2, "siblings": 3}
-    found = {p.shape_text: p.count for p in infer_nesting(trace, "paper", chains=5, **kw).patterns}
+    found = {p.shape_text: p.count for p in infer_nesting(trace).patterns}  # the default: chain rounds
     true = {p["id"]: p["count"] for p in truth["patterns"]}
     assert len(true) == 2
     via_a, via_b = "client>A(A>S(S>X))", "client>B(B>S)"

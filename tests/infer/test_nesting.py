@@ -11,7 +11,7 @@ import pytest
 import synth
 from infer import infer_nesting
 from tracefmt import ParameterError, SchemaError
-from tracefmt.patterns import Shape, pattern_id
+from tracefmt.patterns import Shape, pattern_id, shape_text
 
 MS = 1_000_000
 
@@ -155,8 +155,8 @@ def test_candidates_match_a_brute_force_count(parallel_trace, h) -> None:
     assert np.all(expect[true_parent >= 0] >= 1)
 
 
-def test_parallel_fan_out_keeps_the_true_order(serial_toml: str, h) -> None:
-    # A parallel group: A calls F and E at the same instant, F first (the listed order).
+def test_parallel_fan_out_is_one_unordered_group(serial_toml: str, h) -> None:
+    # A parallel group: A calls F and E at the same instant, then G on its own.
     text = """\
 nodes = ["client", "A", "E", "F", "G"]
 
@@ -198,7 +198,8 @@ before_s = [0.001, 0.0001]
 """
     table, truth = synth.generate_table(synth.parse_config(text))
     tp = h.true_patterns(h.true_calls(table))
-    fan = Shape("client", "A", (Shape("A", "F"), Shape("A", "E"), Shape("A", "G")))
+    fan = Shape("client", "A", (Shape("A", "E"), Shape("A", "F"), Shape("A", "G")), (0, 0, 1))
+    assert shape_text(fan) == "client>A(A>E|A>F,A>G)"
     assert pattern_id(fan) in tp
     r = infer_nesting(table, "paper")
     true_parent, inferred = inferred_parent_uids(table, r, h)
@@ -210,22 +211,54 @@ before_s = [0.001, 0.0001]
 
 
 def test_children_in_call_order(h) -> None:
-    # B calls D, then C while D is still running; C returns first.
+    # B calls D, and C once D has returned: D then C, not sorted by name.
     t = h.trace(
         [
             (0, "call", "A", "B", 1),
             (1 * MS, "call", "B", "D", 2),
+            (2 * MS, "return", "D", "B", 2),
             (2 * MS, "call", "B", "C", 3),
             (3 * MS, "return", "C", "B", 3),
-            (5 * MS, "return", "D", "B", 2),
             (6 * MS, "return", "B", "A", 1),
         ]
     )
     r = infer_nesting(t, "paper")
     assert [p.shape for p in r.patterns] == [Shape("A", "B", (Shape("B", "D"), Shape("B", "C")))]
+    assert r.patterns[0].shape_text == "A>B(B>D,B>C)"
 
 
-def test_children_at_the_same_instant_keep_the_trace_order(h) -> None:
+def test_overlapping_children_are_one_group_whatever_their_order(h) -> None:
+    # B calls D, then C while D is still running (C returns first); in the second
+    # instance C leaves first. Both are one pattern: the group {C, D}.
+    rows = [
+        (0, "call", "A", "B", 1),
+        (1 * MS, "call", "B", "D", 2),
+        (2 * MS, "call", "B", "C", 3),
+        (3 * MS, "return", "C", "B", 3),
+        (5 * MS, "return", "D", "B", 2),
+        (6 * MS, "return", "B", "A", 1),
+    ]
+    rows += [
+        (10 * MS, "call", "A", "B", 11),
+        (11 * MS, "call", "B", "C", 13),
+        (12 * MS, "call", "B", "D", 12),
+        (14 * MS, "return", "C", "B", 13),
+        (15 * MS, "return", "D", "B", 12),
+        (16 * MS, "return", "B", "A", 11),
+    ]
+    r = infer_nesting(h.trace(rows), "paper")
+    assert len(r.patterns) == 1 and r.patterns[0].count == 2
+    assert r.patterns[0].shape == Shape("A", "B", (Shape("B", "C"), Shape("B", "D")), (0, 0))
+    assert r.patterns[0].shape_text == "A>B(B>C|B>D)"
+    # Visits are in the shape's order: C's latency is 1 and 3 ms, D's 4 and 3 ms.
+    doc = r.patterns[0].to_json()["root"]
+    assert [c["node"] for c in doc["children"]] == ["C", "D"]
+    assert [c["group"] for c in doc["children"]] == [0, 0]
+    assert doc["children"][0]["latency_s"]["mean"] == pytest.approx(0.002)
+    assert doc["children"][1]["latency_s"]["mean"] == pytest.approx(0.0035)
+
+
+def test_children_at_the_same_instant_are_one_group(h) -> None:
     t = h.trace(
         [
             (0, "call", "A", "B", 1),
@@ -237,7 +270,7 @@ def test_children_at_the_same_instant_keep_the_trace_order(h) -> None:
         ]
     )
     r = infer_nesting(t, "paper")
-    assert [p.shape for p in r.patterns] == [Shape("A", "B", (Shape("B", "Z"), Shape("B", "C")))]
+    assert [p.shape_text for p in r.patterns] == ["A>B(B>C|B>Z)"]
 
 
 # --- the scoreboard decides -------------------------------------------------------------------

@@ -270,10 +270,11 @@ def test_child_order_and_nesting_make_different_patterns(h) -> None:
     rows += instance(200 * MS, 3000, [("C", 1, 5, None), ("B", 10, 15, None)])
     rows += instance(300 * MS, 4000, [("B", 1, 5, "C")])
     rows += instance(400 * MS, 5000, [("B", 1, 5, None), ("C", 3, 4, None)])  # overlapping children
+    rows += instance(500 * MS, 6000, [("C", 1, 5, None), ("B", 2, 6, None)])  # the same, C first
     r = infer_nesting(h.trace(rows), "paper")
     got = {p.shape_text: p.count for p in r.patterns}
-    assert got == {"A>X(X>B,X>C)": 2, "A>X(X>C,X>B)": 2, "A>X(X>B(B>C))": 1}
-    assert len({p.id for p in r.patterns}) == 3
+    assert got == {"A>X(X>B,X>C)": 1, "A>X(X>C,X>B)": 2, "A>X(X>B(B>C))": 1, "A>X(X>B|X>C)": 2}
+    assert len({p.id for p in r.patterns}) == 4
 
 
 def test_same_shape_from_different_callers_differs(h) -> None:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 import synth
-from tracefmt.patterns import Shape, path_id, pattern_id
+from tracefmt.patterns import Shape, path_id, pattern_id, shape_text
 
 
 def _strings(col: pa.ChunkedArray) -> np.ndarray:
@@ -135,7 +135,23 @@ def rpc_pattern_ids(c: Calls) -> dict[int, str]:
     kids = c.children()
 
     def build(k: int) -> Shape:
-        return Shape(str(c.caller[k]), str(c.callee[k]), tuple(build(j) for j in kids.get(k, [])))
+        # Children called before every earlier sibling returned are one concurrent group,
+        # ordered by text within it.
+        groups: list[list[Shape]] = []
+        latest = None
+        for j in kids.get(k, []):
+            if latest is None or c.t_call[j] >= latest:
+                groups.append([])
+            groups[-1].append(build(j))
+            latest = c.t_ret[j] if latest is None else max(latest, c.t_ret[j])
+        groups = [sorted(g, key=shape_text) for g in groups]
+        numbers = tuple(n for n, g in enumerate(groups) for _ in g)
+        return Shape(
+            str(c.caller[k]),
+            str(c.callee[k]),
+            tuple(s for g in groups for s in g),
+            numbers if len(set(numbers)) < len(numbers) else (),
+        )
 
     roots = np.flatnonzero(c.parent < 0)
     return {int(c.inst[k]): pattern_id(build(int(k))) for k in roots}
