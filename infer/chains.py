@@ -11,14 +11,22 @@ between them. Every edge is scored by ``P(output kind and peer, delay | input ki
 and peer)`` at its node, learnt from the previous assignment (hard EM); the
 assignment's log-likelihood is the sum over its edges.
 
-A round scores each candidate parent of each child by the change in its parent's
-chain should the child sit there, between its would-be neighbours ``a`` and ``b``:
-``log e(a -> child call) + log e(child return -> b) - log e(a -> b)``, the same
-formula for the parent it has (neighbours found without it) and for the others. A
-child moves to a better parent; two children that sit in each other's place in two
-parents may swap. A move or swap is applied only when no better one touches either
-of its parents, so the moves of a round never interact: each raises the likelihood
-by exactly its gain. Rounds stop when nothing moves.
+Calls a node makes at once (fan-out: a call made before every earlier sibling has
+returned) form a *concurrent group*. Within a group each call follows the one sent
+before it (``C1 sent -> C2 called``, the spread of the group), and the group is left
+from its *latest* return (the node waits for all of them): ``P called -> C1 called,
+C1 sent -> C2 called, max(C1, C2) returned -> C3 called, ...``. Whether a node sends
+another call while one is out is itself learnt, per node and peer, and charged: a
+node never seen to fan out pays for grouping calls.
+
+A round scores each candidate parent of each child by the change in the likelihood of
+its parent's whole chain should the child sit there (for the parent it has: the
+chain with it less the chain without it); a swap of two calls to one node, each
+taking the other's place (its *occupant*), by the change of both chains. A child moves
+to a better parent, or two children swap. A move or swap is applied only when no
+better one touches either of its parents, so the moves of a round never interact:
+each raises the likelihood by exactly its gain. Rounds stop when nothing moves or
+the gain is below ``chain_min_gain``.
 
 Why: the per-child scoreboards let a parent keep no children at all while another
 collects them (an application server answering a web server without the database
@@ -57,50 +65,108 @@ _SMOOTH_BINS = 1.0
 
 def chain_edges(pairs: CallPairs, parent: np.ndarray) -> tuple[np.ndarray, ...]:
     """The edges of the chains that ``parent`` implies, as four arrays
-    ``(in_kind, in_pair, out_kind, out_pair)``: kind 0 is a call event of that pair,
-    1 its return. Children of one parent follow each other in call order.
+    ``(in_kind, in_pair, out_kind, out_pair)``: kind 0 is a call received (the pair's
+    call, at its callee), 1 a return received (at its caller), 2 a call sent (at its
+    caller). Children of one parent follow each other in call order.
 
     Examples
     --------
-    A call (0) with two children (1, 2), the second a leaf:
+    A call (0) with two children (1, 2), one after the other, the second a leaf:
 
     >>> from infer.callpairs import CallPairs
     >>> p = CallPairs(np.array([0, 1, 1]), np.array([1, 2, 3]), np.array([0, 1, 4]),
     ...     np.array([9, 3, 6]), np.arange(3), np.arange(3), 0, 0, 0)
-    >>> [a.tolist() for a in chain_edges(p, np.array([-1, 0, 0]))]
-    [[0, 1, 1, 0, 0], [0, 1, 2, 1, 2], [0, 0, 1, 1, 1], [1, 2, 0, 1, 2]]
+    >>> sorted(zip(*(a.tolist() for a in chain_edges(p, np.array([-1, 0, 0])))))
+    [(0, 0, 0, 1), (0, 1, 1, 1), (0, 2, 1, 2), (1, 1, 0, 2), (1, 2, 1, 0)]
+
+    Called at once instead (2 leaves while 1 is out, and returns first): 2 follows
+    1's call, and 0 returns after the latest return, 1's.
+
+    >>> p = CallPairs(np.array([0, 1, 1]), np.array([1, 2, 3]), np.array([0, 1, 2]),
+    ...     np.array([9, 6, 4]), np.arange(3), np.arange(3), 0, 0, 0)
+    >>> sorted(zip(*(a.tolist() for a in chain_edges(p, np.array([-1, 0, 0])))))
+    [(0, 0, 0, 1), (0, 1, 1, 1), (0, 2, 1, 2), (1, 1, 1, 0), (2, 1, 0, 2)]
     """
     n = len(pairs)
     kid = np.flatnonzero(parent >= 0)
     order = kid[np.lexsort((pairs.t_call[kid], parent[kid]))]
-    par = parent[order]
-    first = np.concatenate([[True], par[1:] != par[:-1]]) if order.size else np.zeros(0, bool)
-    last = np.concatenate([par[1:] != par[:-1], [True]]) if order.size else np.zeros(0, bool)
-    later = np.flatnonzero(~first)
-    leaf = np.ones(n, bool)
-    leaf[par] = False
-    leaves = np.flatnonzero(leaf)
-    n_first, n_last = int(first.sum()), int(last.sum())
-    in_kind = np.repeat(
-        np.array([_CALL, _RETURN, _RETURN, _CALL]), [n_first, later.size, n_last, leaves.size]
-    )
-    # A call made before the previous sibling returned (fan-out) follows that sibling's
-    # call, not its return.
-    prev, nxt = order[later - 1], order[later]
-    in_kind[n_first : n_first + later.size] = _follows(pairs, prev, nxt)
-    in_pair = np.concatenate([par[first], order[later - 1], order[last], leaves])
-    out_kind = np.repeat(
-        np.array([_CALL, _CALL, _RETURN, _RETURN]), [n_first, later.size, n_last, leaves.size]
-    )
-    out_pair = np.concatenate([order[first], order[later], par[last], leaves])
-    return in_kind, in_pair, out_kind, out_pair
+    return _sequence_edges(pairs, np.arange(n), order, parent[order])[:4]
 
 
-def _follows(pairs: CallPairs, before: np.ndarray, after: np.ndarray) -> np.ndarray:
-    """The event of sibling ``before`` that the call of the next sibling ``after`` follows:
-    its return, or, when ``after`` is called while ``before`` is still out (calls made
-    at once), its call (``_SENT``)."""
-    return np.where(pairs.t_call[after] < pairs.t_return[before], _SENT, _RETURN)
+def _sequence_edges(
+    pairs: CallPairs, owner: np.ndarray, kids: np.ndarray, seq: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """The edges of the chains of calls ``owner[s]`` whose children are ``kids[seq == s]``
+    (``seq`` non-decreasing, children in call order within), as ``(in_kind, in_pair,
+    out_kind, out_pair, sequence)``; a sequence without children is the edge from its
+    owner's call to its return."""
+    tc, tr = pairs.t_call, pairs.t_return
+    k = kids.size
+    n_seq = owner.size
+    first = np.ones(k, bool)
+    first[1:] = seq[1:] != seq[:-1]
+    last = np.ones(k, bool)
+    last[:-1] = seq[1:] != seq[:-1]
+    new = first | (tc[kids] >= _latest_before(tr[kids], seq, first))
+    gstart = np.flatnonzero(new)
+    gend = np.append(gstart[1:], k)
+    # The group's latest return (the earliest such child on a tie) leads on.
+    t_ret = tr[kids]
+    group = np.cumsum(new) - 1
+    gmax = np.maximum.reduceat(t_ret, gstart) if k else t_ret
+    latest = np.minimum.reduceat(np.where(t_ret == gmax[group], np.arange(k), k), gstart) if k else gstart
+    g_first = first[gstart]
+    g_last = last[gend - 1] if k else g_first
+    inner = np.flatnonzero(~new)
+    empty = np.ones(n_seq, bool)
+    empty[seq] = False
+    lone = np.flatnonzero(empty)
+    # Group entries, links within groups, exits, childless owners.
+    entry_from = np.where(g_first, 0, np.concatenate([[0], latest[:-1]]))
+    in_kind = np.concatenate(
+        [
+            np.where(g_first, _CALL, _RETURN),
+            np.full(inner.size, _SENT),
+            np.full(int(g_last.sum()), _RETURN),
+            np.full(lone.size, _CALL),
+        ]
+    )
+    in_pair = np.concatenate(
+        [
+            np.where(g_first, owner[seq[gstart]], kids[entry_from]),
+            kids[inner - 1],
+            kids[latest[g_last]],
+            owner[lone],
+        ]
+    )
+    out_kind = np.concatenate(
+        [
+            np.full(gstart.size + inner.size, _CALL),
+            np.full(int(g_last.sum()) + lone.size, _RETURN),
+        ]
+    )
+    out_pair = np.concatenate([kids[gstart], kids[inner], owner[seq[gstart[g_last]]], owner[lone]])
+    sequence = np.concatenate([seq[gstart], seq[inner], seq[gstart[g_last]], lone])
+    return in_kind, in_pair, out_kind, out_pair, sequence
+
+
+def _latest_before(t_ret: np.ndarray, seq: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Per child, the latest return among the children before it in its sequence
+    (meaningless at a sequence's first child): a running maximum restarted per sequence."""
+    k = t_ret.size
+    if k == 0:
+        return t_ret
+    base = np.minimum.reduceat(t_ret, np.flatnonzero(first))[np.cumsum(first) - 1]
+    rel = t_ret - base
+    width = int(rel.max()) + 1
+    if (int(seq[-1]) + 1).bit_length() + width.bit_length() <= 62:
+        key = seq.astype(np.int64) * width + rel
+        running = np.maximum.accumulate(key) - seq.astype(np.int64) * width + base
+    else:  # times too far apart to share an int64 with the sequence: by rank instead
+        values, rank = np.unique(t_ret, return_inverse=True)
+        key = seq.astype(np.int64) * (values.size + 1) + rank.ravel()
+        running = values[np.maximum.accumulate(key) - seq.astype(np.int64) * (values.size + 1)]
+    return np.concatenate([[running[0]], running[:-1]])
 
 
 def _smooth(keys: np.ndarray, prob: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
@@ -201,39 +267,14 @@ class _EdgeModel:
         at = np.minimum(np.searchsorted(self.keys, cells), self.keys.size - 1)
         return choice + np.where(self.keys[at] == cells, self.values[at], self.unseen)
 
-    def insertion(
-        self,
-        pairs: CallPairs,
-        child: np.ndarray,
-        par: np.ndarray,
-        before: np.ndarray,
-        after: np.ndarray,
+    def chain_likelihood(
+        self, pairs: CallPairs, owner: np.ndarray, kids: np.ndarray, seq: np.ndarray
     ) -> np.ndarray:
-        """Gain in log-likelihood of putting ``child`` into ``par``'s chain between the
-        sibling ``before`` (-1: the parent's call) and the sibling ``after`` (-1: the
-        parent's return)."""
-        hb, ha = before >= 0, after >= 0
-        b, a = np.where(hb, before, 0), np.where(ha, after, 0)
-        # The event each link starts from: the parent's call, or the sibling's return
-        # (or its call, when the next call leaves while it is out).
-        source_kind = np.where(hb, _follows(pairs, b, child), _CALL)
-        source = np.where(hb, b, par)
-        into = self.cells(pairs, source_kind, source, np.full(child.size, _CALL), child)
-        out_of = self.cells(
-            pairs,
-            np.where(ha, _follows(pairs, child, a), _RETURN),
-            child,
-            np.where(ha, _CALL, _RETURN),
-            np.where(ha, a, par),
-        )
-        bridge = self.cells(
-            pairs,
-            np.where(hb, np.where(ha, _follows(pairs, b, a), _RETURN), _CALL),
-            source,
-            np.where(ha, _CALL, _RETURN),
-            np.where(ha, a, par),
-        )
-        return self.lookup(into) + self.lookup(out_of) - self.lookup(bridge)
+        """Log-likelihood of the chain of each call ``owner[s]`` with the children
+        ``kids[seq == s]`` (in call order within each sequence)."""
+        in_kind, in_pair, out_kind, out_pair, sequence = _sequence_edges(pairs, owner, kids, seq)
+        score = self.lookup(self.cells(pairs, in_kind, in_pair, out_kind, out_pair))
+        return np.bincount(sequence, weights=score, minlength=owner.size)
 
 
 @dataclass
@@ -268,30 +309,6 @@ class _Proposals:
         np.minimum.at(first, np.where(src >= 0, src, n), np.where(src >= 0, rank, g.size))
         keep = g[(first[dst] == rank) & ((src < 0) | (first[np.maximum(src, 0)] == rank))]
         return _Proposals(*(getattr(self, f)[keep] for f in _Proposals.__dataclass_fields__))
-
-
-def _neighbours(member: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Per candidate (grouped by parent, in call order): the positions of the nearest
-    two members before it and after it in its group, itself excluded (-1 or the group's
-    end when there is none)."""
-    m = member.size
-    at = np.flatnonzero(member)
-    k = at.size
-    before = np.cumsum(member) - member  # members strictly before each position
-
-    def pick(i: np.ndarray, missing: int) -> np.ndarray:
-        if k == 0:
-            return np.full(m, missing)
-        return np.where((i >= 0) & (i < k), at[np.clip(i, 0, k - 1)], missing)
-
-    after = before + member  # index into ``at`` of the first member after each position
-    prev, prev2 = pick(before - 1, -1), pick(before - 2, -1)
-    nxt, nxt2 = pick(after, m), pick(after + 1, m)
-    prev = np.where(prev >= lo, prev, -1)
-    prev2 = np.where(prev2 >= lo, prev2, -1)
-    nxt = np.where(nxt < hi, nxt, m)
-    nxt2 = np.where(nxt2 < hi, nxt2, m)
-    return prev, prev2, nxt, nxt2
 
 
 def _round(
@@ -352,31 +369,38 @@ def _score_chunk(
     tol_ns: int,
 ) -> tuple[np.ndarray, ...] | None:
     """Score one chunk's candidates into ``best`` (its totals: exp(score)) and ``here``; return its
-    swap entries (child, parent, occupant, score in the occupant's place), if any."""
+    swap entries (child, parent, occupant, score in the occupant's place), if any.
+
+    A candidate's score is its parent's chain likelihood with it less without it: each
+    parent's chain is rebuilt with the candidate added (or, for a member, removed), in
+    call order, so calls made at once are grouped exactly as ``chain_edges`` groups them.
+    """
     tc, tr = pairs.t_call, pairs.t_return
     c, par = ch.c.astype(np.int64), ch.par.astype(np.int64)
     m = c.size
     if m == 0:
         return None
     sib = ch.siblings
-    lo, hi = sib.run[sib.group], sib.run_end[sib.group]
+    group = sib.group.astype(np.int64)
     member = parent[c] == par
-    prev, prev2, nxt, nxt2 = _neighbours(member, lo, hi)
-
-    # Positions run from -1 (none before) to m (none after); both read -1 here.
-    padded = np.append(c, -1)
-
-    def sibling(i: np.ndarray) -> np.ndarray:
-        return padded[i]
-
-    score = model.insertion(pairs, c, par, sibling(prev), sibling(nxt))
+    members = _Members(member, group, sib.run)
+    owners = par[sib.run]
+    base = model.chain_likelihood(pairs, owners, *members.spliced(c, np.arange(sib.run.size)))
+    rank = members.rank
+    pos = np.arange(m)
+    # With each candidate put in (a non-member) or taken out (a member).
+    spliced = members.spliced(
+        c, group, insert=np.where(member, -1, pos), insert_rank=rank, remove_rank=np.where(member, rank, -1)
+    )
+    changed = model.chain_likelihood(pairs, par, *spliced)
+    score = np.where(member, base[group] - changed, changed - base[group])
     here[c[member]] = score[member]
     best.offer(c, par, score, tc, mass=np.exp(np.clip(score, -600, 600)))
     # A non-member could take the place of its occupant: the member calling the same
     # node that it overlaps, the nearest in call time. In a chain of calls made one at
     # a time that is the one member it overlaps; among calls made at once (fan-out) it
     # overlaps them all, and the occupant is its counterpart.
-    k, o = _occupants(pairs, c, member, sib.group)
+    k, o = _occupants(pairs, c, member, group)
     # The occupant must fit in the child's own parent to take its place there.
     home, other = parent[c[k]], c[o]
     h = np.maximum(home, 0)
@@ -384,12 +408,54 @@ def _score_chunk(
     k, o, other = k[fits], o[fits], other[fits]
     if k.size == 0:
         return None
-    # The child sits between its nearest members; where the occupant is one of them,
-    # the next one beyond it (the occupant leaves).
-    before = sibling(np.where(prev[k] == o, prev2[k], prev[k]))
-    after = sibling(np.where(nxt[k] == o, nxt2[k], nxt[k]))
-    swap_score = model.insertion(pairs, c[k], par[k], before, after)
-    return c[k], par[k], other, swap_score
+    # In the occupant's place: the chain without the occupant, with the child.
+    shift = (rank[o] < rank[k]).astype(np.int64)
+    spliced = members.spliced(c, group[k], insert=k, insert_rank=rank[k] - shift, remove_rank=rank[o])
+    swapped = model.chain_likelihood(pairs, par[k], *spliced)
+    without = changed[o]  # the occupant's parent's chain without it
+    return c[k], par[k], other, swapped - without
+
+
+class _Members:
+    """The members (current children) of each parent group of a chunk, in call order,
+    to splice chains from: each group's members with one candidate put in or taken out."""
+
+    def __init__(self, member: np.ndarray, group: np.ndarray, run: np.ndarray) -> None:
+        self.pos = np.flatnonzero(member)  # grouped by parent, in call order
+        self.count = np.bincount(group[self.pos], minlength=run.size)
+        self.start = np.concatenate([[0], np.cumsum(self.count)[:-1]])
+        before = np.cumsum(member) - member
+        #: Per candidate: members of its group called before it (``run``: each group's first).
+        self.rank = before - before[run[group]] if group.size else before
+
+    def spliced(
+        self,
+        c: np.ndarray,
+        group: np.ndarray,
+        insert: np.ndarray | None = None,
+        insert_rank: np.ndarray | None = None,
+        remove_rank: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Children (pair indices) and sequence numbers of one sequence per entry of
+        ``group``: that group's members less the one at ``remove_rank`` (-1: none), with
+        the candidate at position ``insert`` (-1: none) put in at ``insert_rank`` among
+        the rest."""
+        s = group.size
+        removes = np.zeros(s, bool) if remove_rank is None else remove_rank >= 0
+        inserts = np.zeros(s, bool) if insert is None else insert >= 0
+        length = self.count[group] - removes + inserts
+        seq = np.repeat(np.arange(s), length)
+        j = np.arange(seq.size) - np.repeat(np.cumsum(length) - length, length)
+        if insert is not None:
+            at = inserts[seq] & (j == insert_rank[seq])
+            j = j - (inserts[seq] & (j > insert_rank[seq]))
+        else:
+            at = np.zeros(seq.size, bool)
+        if remove_rank is not None:
+            j = j + (removes[seq] & (j >= remove_rank[seq]))
+        from_members = self.pos[np.minimum(self.start[group][seq] + j, max(self.pos.size - 1, 0))]
+        src = np.where(at, insert[seq] if insert is not None else 0, from_members)
+        return c[src], seq
 
 
 def _occupants(

@@ -137,10 +137,22 @@ def evaluate_paths(
     trace : pyarrow.Table
         The trace the paths were inferred from, with its truth columns.
     instances : pyarrow.Table, optional
-        ``NestingResult.instances_table()``; needed for the instance and message scores
-        (they are None without it).
+        ``NestingResult.instances_table()``; needed for the instance, message and call
+        scores (they are None without it).
     ns, tolerances :
         Top-N sizes and count tolerances of the top-N missing rate.
+
+    Returns
+    -------
+    dict
+        The ``results.md`` accuracy report. ``instances`` also holds ``fully_right``,
+        the true instances (requests) whose every call got its true parent, and
+        ``fully_right_rate``, their share (TraceWeaver's "requests fully right"); a
+        request stays fully right when a call of another request is wrongly attached
+        to it, which does make its inferred instance inexact (``false_negatives``
+        counts the true instances without an exact inferred one). ``calls`` counts
+        the true calls given their true parent (``right_parent``,
+        ``right_parent_rate``).
 
     A convolution paths file (``"algorithm": "convolution"``) is scored by
     :func:`evaluate_convolution`.
@@ -196,20 +208,40 @@ def evaluate_paths(
         if errors
         else {"median_rel": None, "p90_rel": None}
     )
-    report["instances"], report["messages"] = _instance_scores(trace, len(pairs), inst, instances)
+    report["instances"], report["messages"], report["calls"] = _instance_scores(
+        trace, pairs.call_row, inst, instances
+    )
     return report
 
 
 def _instance_scores(
-    trace: pa.Table, n_pairs: int, inst: np.ndarray, instances: pa.Table | None
-) -> tuple[Any, Any]:
-    """Instance and message scores; ``trace`` sorted, ``inst`` the true instance of each true pair."""
-    true_instances = int(np.unique(inst).size)
+    trace: pa.Table, true_rows: np.ndarray, inst: np.ndarray, instances: pa.Table | None
+) -> tuple[Any, Any, Any]:
+    """Instance, message and call scores.
+
+    ``trace`` is sorted, ``true_rows`` the call row of every true pair and ``inst`` its
+    true instance. One verdict decides every score: an inferred call is right when its
+    parent is its true parent and its own return closes it. An inferred instance is
+    *exact* when it is one whole true instance with every call right (instances and
+    messages); a true instance is *fully right* when every one of its calls is right,
+    whatever else was wrongly attached to it (TraceWeaver's "requests fully right").
+    """
+    n_pairs = true_rows.size
+    true_ids, true_size = np.unique(inst, return_counts=True)
+    true_instances = int(true_ids.size)
     true_messages = 2 * n_pairs
     if instances is None:
         return (
-            {"true": true_instances, "inferred": None, "false_negatives": None, "false_positives": None},
+            {
+                "true": true_instances,
+                "inferred": None,
+                "false_negatives": None,
+                "false_positives": None,
+                "fully_right": None,
+                "fully_right_rate": None,
+            },
             {"true": true_messages, "false_negatives": None, "false_positives": None},
+            {"true": n_pairs, "right_parent": None, "right_parent_rate": None},
         )
     uid = trace["true_call"].to_numpy().astype(np.int64)
     # Uids are far below 2**63: the null fill reads back as a negative int64.
@@ -233,17 +265,22 @@ def _instance_scores(
     np.minimum.at(t_min, group, my_true_inst)
     np.maximum.at(t_max, group, my_true_inst)
     links = np.bincount(group, weights=link_ok, minlength=n_groups)
-    true_ids, true_size = np.unique(inst, return_counts=True)
     at = np.minimum(np.searchsorted(true_ids, t_min), max(true_ids.size - 1, 0))
     known = (true_ids.size > 0) & (true_ids[at] == t_min) if true_ids.size else np.zeros(n_groups, bool)
     full = known & (np.where(known, true_size[at], -1) == size)
     exact = (t_min == t_max) & full & (links == size)
     recovered = int(np.unique(t_min[exact]).size)
+    # Per true call: inferred, and right. A true instance is fully right when all are.
+    right = np.isin(true_rows, call_row[link_ok])
+    wrong_in = np.bincount(np.searchsorted(true_ids, inst), weights=~right, minlength=true_instances)
+    fully_right = int((wrong_in == 0).sum())
     inst_report = {
         "true": true_instances,
         "inferred": n_groups,
         "false_negatives": true_instances - recovered,
         "false_positives": int(n_groups - exact.sum()),
+        "fully_right": fully_right,
+        "fully_right_rate": fully_right / true_instances if true_instances else None,
     }
     good_msgs = int(2 * size[exact].sum())
     msg_report = {
@@ -251,7 +288,13 @@ def _instance_scores(
         "false_negatives": true_messages - good_msgs,
         "false_positives": int(2 * size[~exact].sum()),
     }
-    return inst_report, msg_report
+    n_right = int(right.sum())
+    call_report = {
+        "true": n_pairs,
+        "right_parent": n_right,
+        "right_parent_rate": n_right / n_pairs if n_pairs else None,
+    }
+    return inst_report, msg_report, call_report
 
 
 # --- convolution paths files -------------------------------------------------------------

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from infer.callpairs import CallPairs
-from tracefmt.patterns import Shape, join_text, shape_text, text_id
+from tracefmt.patterns import Shape, join_text, shape_text, sibling_groups, text_id
 
-__all__ = ["Pattern", "build_patterns", "group_stats", "sibling_groups"]
+__all__ = ["Pattern", "build_patterns", "group_stats"]
 
 #: The statistics of a latency or delay distribution, in the paths file's order.
 STAT_NAMES = ("mean", "p50", "p90", "p99", "std")
@@ -176,40 +176,6 @@ def _depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if n and not np.all(parent[up] < 0):
         raise ValueError("parent links form a loop: every call must have a root above it")
     return depth, up
-
-
-def sibling_groups(
-    kid_parent: np.ndarray, t_call: np.ndarray, t_return: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Concurrent groups of children sorted by (parent, call time): per child, whether it
-    starts a new group and its group's number among its siblings' groups.
-
-    A child joins the group of the siblings before it when it is called before all of
-    them have returned (calls made at once); otherwise it starts a new group.
-
-    Examples
-    --------
-    Parent 0 calls at 0 (returns 5) and at 1 (returns 3): one group; then at 5, alone.
-
-    >>> new, number = sibling_groups(np.array([0, 0, 0]), np.array([0, 1, 5]), np.array([5, 3, 9]))
-    >>> new.tolist(), number.tolist()
-    ([True, False, True], [0, 0, 1])
-    """
-    m = kid_parent.size
-    if m == 0:
-        return np.zeros(0, bool), np.zeros(0, np.int64)
-    first = np.concatenate([[True], kid_parent[1:] != kid_parent[:-1]])
-    values, rank = np.unique(t_return, return_inverse=True)
-    width = np.int64(values.size + 1)
-    # Running maximum of the siblings' returns, restarted at every parent: the parent's
-    # run number in the high part of the key keeps runs apart.
-    run = np.cumsum(first) - 1
-    latest = np.maximum.accumulate(run * width + rank.ravel())
-    before = values[np.concatenate([[0], latest[:-1] % width])]
-    new = first | (t_call >= before)
-    count = np.cumsum(new)
-    number = count - count[np.flatnonzero(first)][run]
-    return new, number
 
 
 def build_patterns(

@@ -1,4 +1,5 @@
-"""The message-trace schema, its Parquet store, the text form, merging and summaries.
+"""The message-trace schema, its Parquet store, the text form, merging and summaries,
+and span files (Jaeger, OTLP) as traces with ground truth.
 
 Every other wirepath package takes a validated Arrow table from here.
 """
@@ -49,6 +50,7 @@ from tracefmt.schema import (
     sort_trace,
     validate_trace,
 )
+from tracefmt.spans import SPAN_AT, SPAN_FORMATS, SpanStats, read_jaeger, read_otlp, read_spans, span_format
 from tracefmt.store import STORE_DIRS, Store
 from tracefmt.summary import TraceSummary, summarize_trace
 from tracefmt.text import TextStats, format_text_lines, iter_text_trace, read_text_trace, write_text_trace
@@ -63,6 +65,8 @@ __all__ = [
     "OP_RETURN",
     "OP_SEND",
     "SCHEMA_VERSION",
+    "SPAN_AT",
+    "SPAN_FORMATS",
     "STORE_DIRS",
     "TRACE_SCHEMA",
     "TRACE_SUFFIXES",
@@ -73,6 +77,7 @@ __all__ = [
     "ParameterError",
     "ParseError",
     "SchemaError",
+    "SpanStats",
     "Store",
     "TextStats",
     "TraceFileError",
@@ -93,11 +98,15 @@ __all__ = [
     "op_codes",
     "parse_duration_ns",
     "read_any_trace",
+    "read_jaeger",
+    "read_otlp",
+    "read_spans",
     "read_text_trace",
     "read_trace",
     "read_trace_metadata",
     "rename_nodes",
     "sort_trace",
+    "span_format",
     "summarize_trace",
     "trace_format",
     "validate_trace",

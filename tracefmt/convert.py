@@ -1,4 +1,8 @@
-"""Reading and writing a trace in whichever form its file name says: Parquet or text."""
+"""Reading and writing a trace in whichever form its file name says: Parquet or text.
+
+``convert_trace`` also reads Jaeger and OTLP span files (told by their content), with
+ground-truth columns (``tracefmt.spans``).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import pyarrow as pa
 from tracefmt.errors import ParameterError
 from tracefmt.parquet import TraceWriter, iter_trace, read_trace, read_trace_metadata
 from tracefmt.schema import sort_trace
+from tracefmt.spans import SPAN_AT, SpanStats, read_jaeger, read_otlp, span_format
 from tracefmt.text import TextStats, iter_text_trace, read_text_trace, write_text_trace
 
 __all__ = [
@@ -92,7 +97,12 @@ def _reporting(tables: Iterator[pa.Table], on_progress: Callable[[int], None]) -
 
 @dataclass(frozen=True)
 class ConvertReport:
-    """What ``convert_trace`` did: message counts and skipped lines."""
+    """What ``convert_trace`` did: message counts and skipped lines (or spans).
+
+    ``spans`` is None for a trace input; for a span file it is ``SpanStats.to_json()``:
+    the format, whose times stamp the messages (``at``), and what was read, merged
+    and skipped.
+    """
 
     source: str
     target: str
@@ -102,6 +112,7 @@ class ConvertReport:
     hashed_ids: int = 0
     sorted: bool = False
     examples: list[str] = field(default_factory=list)
+    spans: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of the report."""
@@ -115,22 +126,31 @@ def convert_trace(
     skip_bad: bool = False,
     sort: bool = False,
     on_progress: Callable[[int], None] | None = None,
+    at: str | None = None,
 ) -> ConvertReport:
     """Convert a trace between text and Parquet (or re-encode one), chosen by file names.
 
     Streams with bounded memory unless ``sort`` is asked for, which reads the whole
-    trace. Message order, names, ops and ids are kept exactly.
+    trace. Message order, names, ops and ids are kept exactly. A Jaeger or OTLP JSON
+    source (told by its content, see ``span_format``) becomes a sorted trace with
+    ground-truth columns (``read_jaeger``, ``read_otlp``), read whole.
 
     Parameters
     ----------
-    source, target : str or path-like
-        ``.parquet``/``.pq`` or ``.txt``/``.txt.gz``/``.trace``.
+    source : str or path-like
+        ``.parquet``/``.pq``, ``.txt``/``.txt.gz``/``.trace``, or Jaeger/OTLP JSON.
+    target : str or path-like
+        ``.parquet``/``.pq`` or ``.txt``/``.txt.gz``/``.trace`` (text keeps only the
+        core columns).
     skip_bad : bool
-        Skip malformed text lines (counted in the report) instead of failing.
+        Skip malformed text lines or spans (counted in the report) instead of failing.
     sort : bool
         Sort messages by timestamp (stable), e.g. before ``merge_traces``.
     on_progress : callable, optional
         Called with the number of messages converted so far, after each chunk.
+    at : {"callee", "caller"}, optional
+        For span files only: stamp RPCs with the server span's times (the default) or
+        the client span's.
 
     Examples
     --------
@@ -140,8 +160,13 @@ def convert_trace(
     >>> convert_trace(os.path.join(d, "t.txt"), os.path.join(d, "t.parquet"), sort=True).messages
     2
     """
+    spans_fmt = span_format(source)
+    if spans_fmt is not None:
+        return _convert_spans(source, target, spans_fmt, at or SPAN_AT[0], skip_bad, on_progress)
     stats = TextStats()
     src_fmt, dst_fmt = trace_format(source), trace_format(target)
+    if at is not None:
+        raise ParameterError(f"{source}: 'at' applies to Jaeger or OTLP span files, not a {src_fmt} trace")
     if Path(source).resolve() == Path(target).resolve():
         raise ParameterError(f"{target}: output would overwrite the input; choose another name")
     if sort:
@@ -182,4 +207,39 @@ def convert_trace(
         hashed_ids=stats.hashed_ids,
         sorted=sort,
         examples=stats.examples,
+    )
+
+
+def _convert_spans(
+    source: PathLike,
+    target: PathLike,
+    fmt: str,
+    at: str,
+    skip_bad: bool,
+    on_progress: Callable[[int], None] | None,
+) -> ConvertReport:
+    dst_fmt = trace_format(target)
+    if Path(source).resolve() == Path(target).resolve():
+        raise ParameterError(f"{target}: output would overwrite the input; choose another name")
+    stats = SpanStats()
+    reader = read_jaeger if fmt == "jaeger" else read_otlp
+    table = reader(source, at=at, skip_bad=skip_bad, stats=stats)
+    counts = stats.to_json()
+    del counts["examples"]
+    if dst_fmt == "parquet":
+        provenance = {"source": str(source), "converted_from": fmt, "spans": counts}
+        with TraceWriter(target, provenance=provenance) as writer:
+            writer.write(table)
+    else:
+        write_text_trace(table, target)
+    if on_progress is not None:
+        on_progress(table.num_rows)
+    return ConvertReport(
+        source=str(source),
+        target=str(target),
+        messages=table.num_rows,
+        skipped=stats.skipped,
+        sorted=True,
+        examples=stats.examples,
+        spans=counts,
     )

@@ -20,7 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Shape", "join_text", "latency_stats", "path_id", "pattern_id", "shape_text", "text_id"]
+__all__ = [
+    "Shape",
+    "join_text",
+    "latency_stats",
+    "path_id",
+    "pattern_id",
+    "shape_text",
+    "sibling_groups",
+    "text_id",
+]
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,40 @@ def join_text(caller: str, node: str, child_texts: Sequence[str], groups: Sequen
     for k in range(1, len(child_texts)):
         parts.append(("|" if groups[k] == groups[k - 1] else ",") + child_texts[k])
     return head + "(" + "".join(parts) + ")"
+
+
+def sibling_groups(
+    kid_parent: np.ndarray, t_call: np.ndarray, t_return: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Concurrent groups of children sorted by (parent, call time): per child, whether it
+    starts a new group and its group's number among its siblings' groups.
+
+    A child joins the group of the siblings before it when it is called before all of
+    them have returned (calls made at once); otherwise it starts a new group.
+
+    Examples
+    --------
+    Parent 0 calls at 0 (returns 5) and at 1 (returns 3): one group; then at 5, alone.
+
+    >>> new, number = sibling_groups(np.array([0, 0, 0]), np.array([0, 1, 5]), np.array([5, 3, 9]))
+    >>> new.tolist(), number.tolist()
+    ([True, False, True], [0, 0, 1])
+    """
+    m = kid_parent.size
+    if m == 0:
+        return np.zeros(0, bool), np.zeros(0, np.int64)
+    first = np.concatenate([[True], kid_parent[1:] != kid_parent[:-1]])
+    values, rank = np.unique(t_return, return_inverse=True)
+    width = np.int64(values.size + 1)
+    # Running maximum of the siblings' returns, restarted at every parent: the parent's
+    # run number in the high part of the key keeps runs apart.
+    run = np.cumsum(first) - 1
+    latest = np.maximum.accumulate(run * width + rank.ravel())
+    before = values[np.concatenate([[0], latest[:-1] % width])]
+    new = first | (t_call >= before)
+    count = np.cumsum(new)
+    number = count - count[np.flatnonzero(first)][run]
+    return new, number
 
 
 def text_id(text: str) -> str:

@@ -44,17 +44,45 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     output = _output_path(args)
     progress = _progress("convert")
     report = tracefmt.convert_trace(
-        args.input, output, skip_bad=args.skip_bad, sort=args.sort, on_progress=progress
+        args.input, output, skip_bad=args.skip_bad, sort=args.sort, on_progress=progress, at=args.at
     )
     _end_progress(progress)
     lines = [f"wrote {report.messages:,} messages to {report.target}"]
+    if report.spans is not None:
+        lines += _span_summary(report.spans)
     if report.skipped:
-        lines.append(f"skipped {report.skipped:,} bad lines; first ones:")
+        what = "spans" if report.spans is not None else "lines"
+        lines.append(f"skipped {report.skipped:,} bad {what}; first ones:")
         lines += [f"  {e}" for e in report.examples]
     if report.hashed_ids:
         lines.append(f"{report.hashed_ids:,} non-numeric ids mapped to 64-bit hashes")
     _emit(args, report.to_json(), "\n".join(lines))
     return 0
+
+
+def _span_summary(st: dict[str, Any]) -> list[str]:
+    """What a span file held and what became of it, for ``convert``."""
+    if st["at"] == "caller":
+        stamped = f"the client span's times ({st['caller_stamped']:,} RPCs), else the server span's"
+    else:
+        stamped = "the server span's times, each on its callee's clock"
+    lines = [
+        f"from {st['spans']:,} {st['format']} spans in {st['traces']:,} traces: {st['rpcs']:,} RPCs "
+        f"in {st['requests']:,} requests, with truth columns",
+        f"stamped at the {st['at']}: {stamped}",
+    ]
+    merged = []
+    if st["client_sides"]:
+        merged.append(f"{st['client_sides']:,} client spans merged with their server side")
+    if st["local"]:
+        merged.append(f"{st['local']:,} spans within a service (not RPCs)")
+    if merged:
+        lines.append("; ".join(merged))
+    if st["orphans"]:
+        lines.append(f"{st['orphans']:,} spans whose parent is not in the file became roots")
+    if st["duplicates"]:
+        lines.append(f"skipped {st['duplicates']:,} duplicate spans (same trace and span id)")
+    return lines
 
 
 def _parse_offsets(pairs: Sequence[str], inputs: Sequence[str]) -> dict[str, int]:
@@ -277,6 +305,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             f"messages   true {m['true']:,}: {m['false_negatives']:,} false negatives, "
             f"{m['false_positives']:,} false positives"
         )
+        c = report["calls"]
+        if i["true"] and c["true"]:
+            lines.append(
+                f"requests   fully right {i['fully_right']:,} of {i['true']:,} "
+                f"({i['fully_right_rate']:.1%}): every call got its true parent"
+            )
+            rate = c["right_parent_rate"]
+            lines.append(f"calls      right parent {c['right_parent']:,} of {c['true']:,} ({rate:.1%})")
     elif "edges" in report:  # a convolution paths file: hops in context, estimated messages
         e = report["edges"]
         lines.append(
@@ -369,21 +405,34 @@ def _build_parser() -> argparse.ArgumentParser:
     p = verb(
         "convert",
         _cmd_convert,
-        "convert a trace between text and Parquet",
+        "convert a trace between text and Parquet, or import Jaeger/OTLP spans",
         "Convert a message trace between the text form and Parquet, chosen by file name:\n"
         "  .parquet .pq                 Parquet (zstd), the store's form\n"
         "  .txt .txt.gz .trace .trace.gz  text: 'timestamp op sender receiver id' per line\n\n"
         "Text timestamps are seconds with any decimals (kept to the nanosecond) or ISO-8601;\n"
         "op is call, return or send; id is a decimal integer, '-' for none, or any other\n"
         "token (mapped to a stable 64-bit hash). '#' starts a comment.\n\n"
+        "Tracing spans are read too, told by content (gzip'd or not): a Jaeger API response\n"
+        '{"data": [trace, ...]} or OTLP/JSON {"resourceSpans": [...]}, one document or JSON\n'
+        "Lines. Each span entering a service is one RPC (a call and a return); the output\n"
+        "has ground-truth columns for 'wirepath eval' (docs/real-traces.md).\n\n"
         "examples: wirepath convert run1.txt run1.parquet\n"
-        "          wirepath convert run1.txt --store results/   (-> results/traces/run1.parquet)",
+        "          wirepath convert run1.txt --store results/   (-> results/traces/run1.parquet)\n"
+        "          wirepath convert jaeger.jsonl.gz hotel.parquet --at callee",
     )
-    p.add_argument("input", help="trace to read (.txt, .txt.gz, .trace or .parquet)")
+    p.add_argument("input", help="trace to read (.txt, .txt.gz, .trace, .parquet) or Jaeger/OTLP JSON")
     p.add_argument("output", nargs="?", help="trace to write (.parquet or .txt)")
     p.add_argument("--store", metavar="DIR", help="write into the store DIR (traces/NAME.parquet) instead")
     p.add_argument("--name", help="trace name in the store (default: the input's file name stem)")
-    p.add_argument("--skip-bad", action="store_true", help="skip malformed text lines and report how many")
+    p.add_argument(
+        "--skip-bad", action="store_true", help="skip malformed text lines or spans and report how many"
+    )
+    p.add_argument(
+        "--at",
+        choices=list(tracefmt.SPAN_AT),
+        help="spans only: stamp each RPC with the server span's times, as a capture on the callee's "
+        "host sees it (callee, the default), or the client span's where the hop has one (caller)",
+    )
     p.add_argument(
         "--sort", action="store_true", help="sort messages by timestamp (stable; reads all in memory)"
     )
@@ -512,11 +561,14 @@ def _build_parser() -> argparse.ArgumentParser:
     p = verb(
         "eval",
         _cmd_eval,
-        "score inferred paths against a synthetic trace's ground truth",
+        "score inferred paths against a trace's ground truth",
         "Score a paths file against the ground truth of the trace it came from (made by\n"
-        "wirepath synth): false negatives and positives of patterns, instances and\n"
-        "messages, the top-N missing rate at count tolerances 0%, 2% and 6%, and the\n"
-        "relative error of per-visit latency and per-edge delay in correctly found patterns.\n\n"
+        "wirepath synth, or converted from Jaeger/OTLP spans): false negatives and positives\n"
+        "of patterns, instances and messages, the top-N missing rate at count tolerances 0%,\n"
+        "2% and 6%, and the relative error of per-visit latency and per-edge delay in\n"
+        "correctly found patterns. With --instances also the requests fully right (true\n"
+        "instances whose every call got its true parent, TraceWeaver's measure) and the\n"
+        "calls with the right parent.\n\n"
         "example: wirepath eval paths.json t.parquet --instances inst.parquet",
     )
     p.add_argument("paths", help="paths file (JSON) from wirepath infer")

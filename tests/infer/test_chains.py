@@ -90,6 +90,16 @@ def _likelihood(pairs: CallPairs, parent: np.ndarray, model: _EdgeModel) -> floa
     return float(model.lookup(model.cells(pairs, *chain_edges(pairs, parent))).sum())
 
 
+def _applied(parent: np.ndarray, proposals, keep: np.ndarray) -> np.ndarray:
+    """``parent`` with the proposals ``keep`` applied: a move, or a swap (``other``)."""
+    out = parent.copy()
+    for i in np.atleast_1d(keep):
+        out[proposals.child[i]] = proposals.dest[i]
+        if proposals.other[i] >= 0:
+            out[proposals.other[i]] = proposals.source[i]
+    return out
+
+
 def test_scores_are_changes_in_the_likelihood_of_whole_assignments(busy) -> None:
     pairs, parent = busy["pairs"], busy["start"]
     model = _EdgeModel.learn(pairs, parent, busy["params"], busy["n_nodes"])
@@ -103,16 +113,13 @@ def test_scores_are_changes_in_the_likelihood_of_whole_assignments(busy) -> None
         assert here[c] == pytest.approx(base - _likelihood(pairs, alone, model), abs=1e-6)
     # A proposal's gain: what the assignment gains when it alone is applied.
     swaps = np.flatnonzero(proposals.other >= 0)
-    singles = np.flatnonzero(proposals.other < 0)
+    singles = np.flatnonzero((proposals.other < 0) & (proposals.child >= 0))
     assert swaps.size > 0
     assert singles.size > 0
     for i in np.concatenate(
         [rng.choice(singles, 30, replace=False), rng.choice(swaps, min(30, swaps.size), replace=False)]
     ):
-        moved = parent.copy()
-        moved[proposals.child[i]] = proposals.dest[i]
-        if proposals.other[i] >= 0:
-            moved[proposals.other[i]] = proposals.source[i]
+        moved = _applied(parent, proposals, i)
         assert proposals.gain[i] == pytest.approx(_likelihood(pairs, moved, model) - base, abs=1e-6)
 
 
@@ -124,10 +131,7 @@ def test_a_round_raises_the_likelihood_by_the_sum_of_its_moves(busy) -> None:
     moves = _round(pairs, busy["chunks"], parent, model)[0].independent(len(pairs))
     touched = np.concatenate([moves.dest, moves.source[moves.source >= 0]])
     assert np.unique(touched).size == touched.size
-    after = parent.copy()
-    after[moves.child] = moves.dest
-    swap = moves.other >= 0
-    after[moves.other[swap]] = moves.source[swap]
+    after = _applied(parent, moves, np.arange(moves.gain.size))
     gain = _likelihood(pairs, after, model) - _likelihood(pairs, parent, model)
     assert moves.child.size > 50
     assert gain == pytest.approx(moves.gain.sum(), rel=1e-9)
@@ -295,10 +299,7 @@ def test_gains_match_brute_force_under_tolerance_ties_and_any_budget(seed: int) 
     assert np.all(np.isfinite(proposals.gain))
     assert np.all(parent[proposals.child] >= 0)  # roots stay roots
     for i in range(proposals.gain.size):
-        moved = parent.copy()
-        moved[proposals.child[i]] = proposals.dest[i]
-        if proposals.other[i] >= 0:
-            moved[proposals.other[i]] = proposals.source[i]
+        moved = _applied(parent, proposals, i)
         assert proposals.gain[i] == pytest.approx(_likelihood(pairs, moved, model) - base, abs=1e-6)
 
 

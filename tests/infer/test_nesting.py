@@ -247,7 +247,8 @@ def test_overlapping_children_are_one_group_whatever_their_order(h) -> None:
         (16 * MS, "return", "B", "A", 11),
     ]
     r = infer_nesting(h.trace(rows), "paper")
-    assert len(r.patterns) == 1 and r.patterns[0].count == 2
+    assert len(r.patterns) == 1
+    assert r.patterns[0].count == 2
     assert r.patterns[0].shape == Shape("A", "B", (Shape("B", "C"), Shape("B", "D")), (0, 0))
     assert r.patterns[0].shape_text == "A>B(B>C|B>D)"
     # Visits are in the shape's order: C's latency is 1 and 3 ms, D's 4 and 3 ms.
