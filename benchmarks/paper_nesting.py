@@ -5,8 +5,9 @@
 Figure 12 (the added 200 ms at WS2), Figure 17 (top-N missing rate at a mean
 parallelism of about 42, and against parallelism), Figures 18-20 (pathological
 patterns against parallelism and delay variance), Figure 21 (capture loss) and
-Figure 22 (clock skew), each for the paper's scoreboard and for ours. The file's
-convolution block (between its markers) is left as it is.
+Figure 22 (clock skew), each for the presets ``paper`` (the paper's scoreboard),
+``fast`` and the default (``accurate``, ours), with a diagnosis of the chain rounds.
+The file's convolution block (between its markers) is left as it is.
 """
 
 from __future__ import annotations
@@ -28,13 +29,11 @@ import synth  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples" / "synth"
-PAPER, OURS = "paper (delay board, x=2)", "ours (joint board, densities, x=2, 2+3 rounds)"
-CHAINS = "ours + 10 chain rounds"
-SETTINGS = {
-    PAPER: {},
-    OURS: {"board": "joint", "density": True, "rounds": 2, "siblings": 3},
-    CHAINS: {"board": "joint", "density": True, "rounds": 2, "siblings": 3, "chains": 10},
-}
+PAPER = "paper (preset paper: delay board, x=2)"
+FAST = "fast (preset fast: ours without chain rounds)"
+OURS = "ours (the default preset, accurate)"
+#: Row label -> ``NestingParams`` preset.
+SETTINGS = {PAPER: "paper", FAST: "fast", OURS: "accurate"}
 TOP_NS = (1, 2, 3, 5, 10, 15, 20, 30)
 TOLERANCES = (0.0, 0.02, 0.06)
 
@@ -57,14 +56,14 @@ def _auth_then_ap(pattern: dict) -> bool:
 
 def figure12(messages: int, parallelism: float) -> list[str]:
     rows = []
-    for setting, kw in SETTINGS.items():
+    for setting, preset in SETTINGS.items():
         found = {}
         for name in ("multitier", "multitier-slow"):
             cfg = replace(
                 synth.load_config(SAMPLES / f"{name}.toml"), messages=messages, parallelism=parallelism
             )
             trace, truth = synth.generate_table(cfg)
-            doc = infer.infer_nesting(trace, "paper", **kw).to_json()
+            doc = infer.infer_nesting(trace, preset).to_json()
             for source, patterns in (("inferred", doc["patterns"]), ("true", truth["patterns"])):
                 best = max((p for p in patterns if _auth_then_ap(p)), key=lambda p: p["count"], default=None)
                 ap = (
@@ -94,9 +93,10 @@ def _skewed(messages: int, parallelism: float, std_ratio: float | None = None, s
     return synth.with_delay_spread(cfg, std_ratio) if std_ratio else cfg
 
 
-def _run(trace, kw: dict, ns: tuple[int, ...] = (1,)) -> tuple[dict, float, float]:
+def _run(trace, preset: str, ns: tuple[int, ...] = (1,), **overrides) -> tuple[dict, float, float]:
+    """``preset`` (with single ``overrides``) on ``trace``: its report, parallelism, time."""
     t0 = time.perf_counter()
-    result = infer.infer_nesting(trace, "paper", **kw)
+    result = infer.infer_nesting(trace, preset, **overrides)
     dt = time.perf_counter() - t0
     report = infer.evaluate_paths(
         result.to_json(), trace, instances=result.instances_table(), ns=ns, tolerances=TOLERANCES
@@ -117,7 +117,7 @@ def figure17(messages: int, parallelism: float, std_ratio: float | None = None) 
     """Top-N missing rate for N = 1..30 at tolerances 0/2/6%, both scoreboards, one trace."""
     trace, _ = synth.generate_table(_skewed(messages, parallelism, std_ratio))
     every_n = tuple(range(1, 31))
-    reports = {name: _run(trace, kw, every_n) for name, kw in SETTINGS.items()}
+    reports = {name: _run(trace, preset, every_n) for name, preset in SETTINGS.items()}
     rows = []
     for n in TOP_NS:
         cells = " | ".join(_missing(reports[name][0], n) for name in SETTINGS)
@@ -139,28 +139,44 @@ def figure17(messages: int, parallelism: float, std_ratio: float | None = None) 
     return rows, reports[PAPER][1]
 
 
+def _true_parents(result: infer.NestingResult, trace) -> np.ndarray:
+    """The true parent of each of ``result``'s call pairs, as an index into them (-1:
+    none, or a parent that is not among them)."""
+    tpairs, tparent, _, _ = infer.true_pairs(trace)
+    n = len(result.pairs)
+    index = np.full(trace.num_rows, -1, np.int64)
+    index[result.pairs.call_row] = np.arange(n)
+    mine = index[tpairs.call_row]
+    truth = np.full(n, -1, np.int64)
+    ok = mine >= 0
+    truth[mine[ok]] = np.where(tparent[ok] >= 0, mine[np.maximum(tparent[ok], 0)], -1)
+    return truth
+
+
 def model_limit(messages: int, parallelism: float, std_ratio: float | None = None) -> list[str]:
-    """Chain rounds from our scoreboard's answer, with the model learnt as they go (as
-    ``--chains`` runs) and, for diagnosis, learnt once from the true parents."""
+    """Chain rounds from the fast preset's answer (every stage of the default before its
+    chain rounds), with the model learnt as they go (the default preset) and, for
+    diagnosis, learnt once from the true parents."""
     from dataclasses import replace as copy_with
 
     from infer.candidates import CandidateChunks, Scoreboard
     from infer.chains import chain_rounds
-    from infer.evaluate import true_pairs
     from infer.patterns import build_patterns
 
     trace, _ = synth.generate_table(_skewed(messages, parallelism, std_ratio))
-    start = infer.infer_nesting(trace, "paper", **SETTINGS[OURS])
-    truth = true_pairs(trace)[1]
+    start = infer.infer_nesting(trace, "fast")
+    truth = _true_parents(start, trace)
     pairs, n_nodes = start.pairs, len(start.nodes)
-    params = copy_with(start.params, chains=10)
+    params = infer.NestingParams.preset("accurate")
     chunks = CandidateChunks(pairs, 0, Scoreboard(params, n_nodes), siblings=True)
     rows = []
     for label, source in (
-        ("learnt as it goes (`--chains 10`)", None),
+        ("learnt as it goes (the default preset)", None),
         ("learnt from the true parents", truth),
     ):
-        parent, _, ran = chain_rounds(pairs, chunks, start.parent, params, n_nodes, 10, model_from=source)
+        parent, _, ran = chain_rounds(
+            pairs, chunks, start.parent, params, n_nodes, params.chains, model_from=source
+        )
         patterns, instance, index = build_patterns(pairs, parent, start.nodes, sort=start.sort)
         result = copy_with(start, parent=parent, patterns=patterns, instance=instance, pattern_index=index)
         report = infer.evaluate_paths(
@@ -193,8 +209,8 @@ def accuracy(messages: int, levels: list[float], std_ratio: float | None = None)
     rows = []
     for p in levels:
         trace, _ = synth.generate_table(_skewed(messages, p, std_ratio))
-        for setting, kw in SETTINGS.items():
-            report, par, dt = _run(trace, kw, (1, 5, 10))
+        for setting, preset in SETTINGS.items():
+            report, par, dt = _run(trace, preset, (1, 5, 10))
             pats = report["patterns"]
             rows.append(
                 f"| {par:.1f} | {setting} | {_exact(report):.1%} | {_missing(report, 1)} | "
@@ -214,8 +230,8 @@ def pathological(messages: int, levels: list[float], std_ratios: list[float | No
                     cfg = synth.with_delay_spread(cfg, ratio)
                 trace, _ = synth.generate_table(cfg)
                 std = f"{ratio:.0%}" if ratio else "as configured"
-                for setting, kw in SETTINGS.items():
-                    report, par, _ = _run(trace, kw)
+                for setting, preset in SETTINGS.items():
+                    report, par, _ = _run(trace, preset)
                     pats = report["patterns"]
                     rows.append(
                         f"| {name} | {par:.1f} | {std} | {setting} | {_exact(report):.1%} | "
@@ -248,10 +264,10 @@ def faults(messages: int) -> list[str]:
         engine_report = synth.generate_trace(cfg, _TMP / "fault.parquet")
         trace = synth_trace(_TMP / "fault.parquet")
         lost = engine_report.lost / (engine_report.lost + engine_report.messages)
-        for setting, kw in SETTINGS.items():
-            if "smooth_bins" in extra and kw.get("board") == "joint":
+        for setting, preset in SETTINGS.items():
+            if "smooth_bins" in extra and infer.NestingParams.preset(preset).board == "joint":
                 continue  # smoothing is a delay-board option
-            report, _, _ = _run(trace, {**kw, **extra}, (1, 5))
+            report, _, _ = _run(trace, preset, (1, 5), **extra)
             pats = report["patterns"]
             rows.append(
                 f"| {label} | {setting} | {lost:.1%} | {_exact(report):.1%} | "
@@ -310,15 +326,15 @@ def main() -> None:
         "",
         f"Made by `python benchmarks/paper_nesting.py --messages {m}`; every number below",
         "comes from that run (synthetic traces from `samples/synth/`, truth from their truth columns).",
-        f"Three settings throughout: **{PAPER}**, the paper's algorithm with its recommended",
-        f"penalty weight; **{OURS}**: the child-return-to-parent-return gap scored",
-        "together with the call delay, bin densities instead of raw counts, two rounds in",
-        "which the overlap penalty counts the children each parent was actually given, then",
-        "three in which each candidate is scored by the gaps to the siblings it would have",
-        "(`wirepath infer nesting --board joint --density --rounds 2 --siblings 3`); and",
-        f"**{CHAINS}**: then up to ten rounds in which each child moves, or swaps with a",
-        "call to the same node, to where its node's chains of events are most likely",
-        "(`... --chains 10`; `infer/chains.py`).",
+        "Three presets of `infer.NestingParams` throughout (`wirepath infer nesting --preset`):",
+        f"**{PAPER}**, the paper's algorithm with its recommended penalty weight;",
+        f"**{FAST}**: the child-return-to-parent-return gap scored together with the call",
+        "delay, bin densities instead of raw counts, two rounds in which the overlap penalty",
+        "counts the children each parent was actually given, then three in which each",
+        "candidate is scored by the gaps to the siblings it would have; and",
+        f"**{OURS}**: the same, then up to ten chain rounds in which each child moves, or",
+        "swaps with a call to the same node, to where its node's chains of events are most",
+        "likely (`infer/chains.py`).",
         "",
         "Missing rates are given at count tolerances 0 / 2 / 6%: a true top-N pattern counts",
         "as found when it is among the inferred top N, or within the tolerance of the N-th",

@@ -37,6 +37,7 @@ never leaves.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ from infer.callpairs import CallPairs
 from infer.candidates import DENSE_TABLE, BestSoFar, CandidateChunks, Chunk, bin_widths, delay_bins
 from infer.params import NestingParams
 from tracefmt import ParameterError
+from tracefmt.patterns import sibling_groups
 
 __all__ = ["chain_edges", "chain_log_likelihood", "chain_rounds", "chain_stages"]
 
@@ -184,6 +186,14 @@ def _smooth(keys: np.ndarray, prob: np.ndarray, nb: int) -> tuple[np.ndarray, np
     return spread, np.bincount(inv.ravel(), weights=(prob[:, None] * weights)[inside], minlength=spread.size)
 
 
+@functools.lru_cache(maxsize=8)
+def _bin_edges(params: NestingParams) -> np.ndarray:
+    """The delay bins' lower edges (``infer._chainjit.bin_edges``), once per setting."""
+    from infer._chainjit import bin_edges  # numba is imported when chain rounds run
+
+    return bin_edges(lambda d: delay_bins(d, params), params.n_bins)
+
+
 def _fan_out_choice(heads: np.ndarray, count: np.ndarray, n_nodes: int) -> np.ndarray:
     """Log-probabilities, per (node, peer), that a call the node made to the peer is
     followed by the next call while it is out, or only after it returned; learnt from
@@ -219,6 +229,10 @@ class _EdgeModel:
     #: link makes at its caller, the next call leaving while it is out (fan-out) or
     #: after it returned; 0 for received calls, which make no such choice.
     choice: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: The delay bins' lower edges in ns, for the compiled loop (``infer._chainjit``).
+    edges: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: ``table`` with every cell's fan-out choice added, for the compiled loop.
+    kernel_table: np.ndarray | None = None
 
     def cells(
         self,
@@ -255,7 +269,60 @@ class _EdgeModel:
             model.table = np.full(space, model.unseen)
             model.table[keys] = model.values
         model.choice = _fan_out_choice(heads, total, n_nodes)
+        model.edges = _bin_edges(params)
+        if model.table is not None:
+            # Every cell with its head's fan-out choice added, for the compiled loop.
+            model.kernel_table = model.table + model.choice[np.arange(space) // nb // (2 * n_nodes)]
         return model
+
+    def spliced_likelihood(
+        self,
+        pairs: CallPairs,
+        owner: np.ndarray,
+        group: np.ndarray,
+        c: np.ndarray,
+        members: _Members,
+        insert: np.ndarray | None = None,
+        insert_rank: np.ndarray | None = None,
+        remove_rank: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """``chain_likelihood`` of the chains ``members.spliced`` describes (the members
+        of each ``group`` less one, with one candidate put in), by the compiled loop."""
+        from infer._chainjit import spliced_likelihood
+
+        s = owner.size
+        none = np.full(s, -1, np.int64)
+        i64 = np.int64
+        return spliced_likelihood(
+            owner.astype(i64, copy=False),
+            group.astype(i64, copy=False),
+            none if insert is None else insert.astype(i64, copy=False),
+            none if insert_rank is None else insert_rank.astype(i64, copy=False),
+            none if remove_rank is None else remove_rank.astype(i64, copy=False),
+            c.astype(i64, copy=False),
+            members.pos.astype(i64, copy=False),
+            members.start.astype(i64, copy=False),
+            members.count.astype(i64, copy=False),
+            *self.kernel_arguments(pairs),
+        )
+
+    def kernel_arguments(self, pairs: CallPairs) -> tuple:
+        """The pairs' fields and the model's tables, as the compiled loops take them."""
+        i64 = np.int64
+        return (
+            pairs.t_call,
+            pairs.t_return,
+            pairs.caller.astype(i64, copy=False),
+            pairs.callee.astype(i64, copy=False),
+            i64(self.n_nodes),
+            self.edges,
+            i64(self.params.n_bins),
+            np.zeros(0) if self.kernel_table is None else self.kernel_table,
+            self.keys.astype(i64, copy=False),
+            self.values,
+            float(self.unseen),
+            self.choice,
+        )
 
     def lookup(self, cells: np.ndarray) -> np.ndarray:
         choice = self.choice[cells // (2 * self.params.n_bins) // (2 * self.n_nodes)]
@@ -281,8 +348,9 @@ class _EdgeModel:
 class _Proposals:
     """Moves of one round: ``child`` goes to ``dest`` from ``source`` (its parent, -1
     for none) and, for a swap, ``other`` (-1 for none) goes from ``dest`` to ``source``;
+    a run move takes ``child`` and the ``count - 1`` siblings called after it at once;
     ``gain`` is the rise in log-likelihood, ``score`` and ``other_score`` the moved
-    children's scores at their new parents."""
+    children's scores at their new parents (a run's: its gain)."""
 
     gain: np.ndarray
     source: np.ndarray
@@ -291,6 +359,8 @@ class _Proposals:
     other: np.ndarray
     score: np.ndarray
     other_score: np.ndarray
+    #: Children moved: ``child`` and the siblings called after it, together (1: alone).
+    count: np.ndarray
 
     @staticmethod
     def join(parts: list[_Proposals]) -> _Proposals:
@@ -319,10 +389,11 @@ def _round(
     at its parent and the sum of exp(score) over its candidates (for confidences)."""
     n = len(pairs)
     best = BestSoFar(n)
+    away = BestSoFar(n)  # each child's best parent other than its own
     here = np.full(n, -np.inf)
     swaps: list[tuple[np.ndarray, ...]] = []
     for ch in chunks:
-        sw = _score_chunk(pairs, ch, parent, model, best, here, chunks.tol_ns)
+        sw = _score_chunk(pairs, ch, parent, model, best, here, chunks.tol_ns, away)
         if sw is not None:
             swaps.append(sw)
     parts = []
@@ -338,6 +409,7 @@ def _round(
             np.full(kid.size, -1),
             best.score[kid],
             np.zeros(kid.size),
+            np.ones(kid.size, np.int64),
         )
     )
     if swaps:
@@ -354,9 +426,86 @@ def _round(
         gain = (score - here[other]) + (score[back] - here[child])
         i = np.flatnonzero(ok)
         parts.append(
-            _Proposals(gain[i], parent[child[i]], dest[i], child[i], other[i], score[i], score[back[i]])
+            _Proposals(
+                gain[i],
+                parent[child[i]],
+                dest[i],
+                child[i],
+                other[i],
+                score[i],
+                score[back[i]],
+                np.ones(i.size, np.int64),
+            )
         )
+    parts.append(_run_moves(pairs, parent, model, away.parent, chunks.tol_ns))
     return _Proposals.join(parts), here, best.total
+
+
+#: The longest run of calls made at once that moves as one.
+_LONGEST_RUN = 4
+
+
+def _run_moves(
+    pairs: CallPairs, parent: np.ndarray, model: _EdgeModel, away: np.ndarray, tol_ns: int
+) -> _Proposals:
+    """Proposals to move a run of siblings called at once (2 to ``_LONGEST_RUN`` calls
+    in a row of one concurrent group) to the best other parent of its first call
+    (``away``), where that parent's time span holds them all, with their exact gains.
+
+    The calls a visit fans out belong together: a wrong parent that took another
+    visit's fan-out cannot give it back one call at a time, since every single move
+    breaks the group it leaves and the one it joins.
+    """
+    tc, tr = pairs.t_call, pairs.t_return
+    order, start, count = _children_index(pairs, parent)
+    none = _Proposals(*(np.zeros(0, np.int64),) * 8)
+    if order.size < 2:
+        return none
+    new_group = sibling_groups(parent[order], tc[order], tr[order])[0]
+    groups_so_far = np.cumsum(new_group)
+    q = away[order]
+    props = []
+    ret = tr[order]
+    latest = ret
+    for length in range(2, _LONGEST_RUN + 1):
+        end = np.minimum(np.arange(order.size) + length - 1, order.size - 1)
+        shifted = np.zeros_like(ret)  # the return of the run's last call
+        shifted[: max(ret.size - length + 1, 0)] = ret[length - 1 :]
+        latest = np.maximum(latest, shifted)
+        qq = np.maximum(q, 0)
+        ok = (np.arange(order.size) + length - 1 < order.size) & (groups_so_far[end] == groups_so_far)
+        ok &= (q >= 0) & (tc[order] >= tc[qq] - tol_ns) & (latest <= tr[qq] + tol_ns)
+        i = np.flatnonzero(ok)
+        if i.size:
+            props.append((parent[order[i]], q[i], i, np.full(i.size, length)))
+    if not props:
+        return none
+    from infer._chainjit import run_move_gains
+
+    src, dst, first, length = (np.concatenate(a) for a in zip(*props, strict=True))
+    i64 = np.int64
+    gain = run_move_gains(
+        src.astype(i64),
+        dst.astype(i64),
+        first.astype(i64),
+        length.astype(i64),
+        order.astype(i64),
+        start.astype(i64),
+        count.astype(i64),
+        *model.kernel_arguments(pairs),
+    )
+    good = gain > 0
+    g = int(good.sum())
+    return _Proposals(
+        gain[good],
+        src[good],
+        dst[good],
+        order[first[good]],
+        np.full(g, -1),
+        gain[good],
+        np.zeros(g),
+        length[good],
+    )
 
 
 def _score_chunk(
@@ -367,9 +516,11 @@ def _score_chunk(
     best: BestSoFar,
     here: np.ndarray,
     tol_ns: int,
+    away: BestSoFar | None = None,
 ) -> tuple[np.ndarray, ...] | None:
-    """Score one chunk's candidates into ``best`` (its totals: exp(score)) and ``here``; return its
-    swap entries (child, parent, occupant, score in the occupant's place), if any.
+    """Score one chunk's candidates into ``best`` (its totals: exp(score)), ``here`` and
+    ``away`` (non-members only); return its swap entries (child, parent, occupant, score
+    in the occupant's place), if any.
 
     A candidate's score is its parent's chain likelihood with it less without it: each
     parent's chain is rebuilt with the candidate added (or, for a member, removed), in
@@ -385,17 +536,19 @@ def _score_chunk(
     member = parent[c] == par
     members = _Members(member, group, sib.run)
     owners = par[sib.run]
-    base = model.chain_likelihood(pairs, owners, *members.spliced(c, np.arange(sib.run.size)))
+    base = model.spliced_likelihood(pairs, owners, np.arange(sib.run.size), c, members)
     rank = members.rank
     pos = np.arange(m)
     # With each candidate put in (a non-member) or taken out (a member).
-    spliced = members.spliced(
-        c, group, insert=np.where(member, -1, pos), insert_rank=rank, remove_rank=np.where(member, rank, -1)
+    changed = model.spliced_likelihood(
+        pairs, par, group, c, members, np.where(member, -1, pos), rank, np.where(member, rank, -1)
     )
-    changed = model.chain_likelihood(pairs, par, *spliced)
     score = np.where(member, base[group] - changed, changed - base[group])
     here[c[member]] = score[member]
     best.offer(c, par, score, tc, mass=np.exp(np.clip(score, -600, 600)))
+    if away is not None:
+        out = ~member
+        away.offer(c[out], par[out], score[out], tc)
     # A non-member could take the place of its occupant: the member calling the same
     # node that it overlaps, the nearest in call time. In a chain of calls made one at
     # a time that is the one member it overlaps; among calls made at once (fan-out) it
@@ -410,8 +563,7 @@ def _score_chunk(
         return None
     # In the occupant's place: the chain without the occupant, with the child.
     shift = (rank[o] < rank[k]).astype(np.int64)
-    spliced = members.spliced(c, group[k], insert=k, insert_rank=rank[k] - shift, remove_rank=rank[o])
-    swapped = model.chain_likelihood(pairs, par[k], *spliced)
+    swapped = model.spliced_likelihood(pairs, par[k], group[k], c, members, k, rank[k] - shift, rank[o])
     without = changed[o]  # the occupant's parent's chain without it
     return c[k], par[k], other, swapped - without
 
@@ -539,8 +691,11 @@ def chain_stages(
         model = fixed or _EdgeModel.learn(pairs, parent, params, n_nodes)
         proposals, here, mass = _round(pairs, chunks, parent, model)
         moves = proposals.independent(n)
-        parent[moves.child] = moves.dest
-        here[moves.child] = moves.score
+        runs = moves.count > 1
+        moved_in_runs = _apply_runs(pairs, parent, moves.child[runs], moves.count[runs], moves.dest[runs])
+        single = ~runs
+        parent[moves.child[single]] = moves.dest[single]
+        here[moves.child[single]] = moves.score[single]
         swap = moves.other >= 0
         parent[moves.other[swap]] = moves.source[swap]
         here[moves.other[swap]] = moves.other_score[swap]
@@ -548,10 +703,36 @@ def chain_stages(
         kid = np.flatnonzero((parent >= 0) & (mass > 0))
         confidence[kid] = np.minimum(np.exp(np.clip(here[kid], -600, 600)) / mass[kid], 1.0)
         gain = float(moves.gain.sum())
-        moved = int(moves.child.size + swap.sum())
+        moved = int(single.sum() + swap.sum() + moved_in_runs)
         yield parent.copy(), confidence, moved, gain
         if moved == 0 or gain < params.chain_min_gain * n:
             return
+
+
+def _children_index(pairs: CallPairs, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Children grouped by parent, in call order (ties by pair index, as in
+    ``chain_edges``), with each pair's first position among them and its count."""
+    kid = np.flatnonzero(parent >= 0)
+    order = kid[np.lexsort((pairs.t_call[kid], parent[kid]))]
+    count = np.bincount(parent[order], minlength=len(pairs))
+    return order, np.cumsum(count) - count, count
+
+
+def _apply_runs(
+    pairs: CallPairs, parent: np.ndarray, first: np.ndarray, count: np.ndarray, dest: np.ndarray
+) -> int:
+    """Move each run (``first`` and the ``count - 1`` siblings called after it) to its
+    ``dest``, in place; returns the children moved."""
+    if first.size == 0:
+        return 0
+    order, _, _ = _children_index(pairs, parent)
+    at = np.full(len(pairs), -1)
+    at[order] = np.arange(order.size)
+    seq = np.repeat(np.arange(first.size), count)
+    j = np.arange(seq.size) - np.repeat(np.cumsum(count) - count, count)
+    kids = order[at[first][seq] + j]
+    parent[kids] = dest[seq]
+    return int(kids.size)
 
 
 def chain_rounds(

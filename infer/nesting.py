@@ -607,17 +607,20 @@ def infer_nesting(
             "for one-way messages use: wirepath infer convolution)"
         )
     counts = np.zeros(len(pairs), np.int64)
-    stages = list(nesting_stages(pairs, len(nodes.names), params, counts=counts))
-    final = stages[-1]
+    # Only the last stage's assignment is kept: each holds arrays the size of the trace.
+    stats, final = [], None
+    for final in nesting_stages(pairs, len(nodes.names), params, counts=counts):
+        stats.append(final.to_json())
+    assert final is not None
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     info: dict[str, Any] = {
         "messages": trace.num_rows,
         "start_ns": int(ts[0]),
         "end_ns": int(ts[-1]),
-        "stages": [s.to_json() for s in stages],
+        "stages": stats,
     }
     if params.chains:
-        info["chain_rounds_run"] = sum(s.name == "chain round" for s in stages)
+        info["chain_rounds_run"] = sum(s["stage"] == "chain round" for s in stats)
     patterns, instance, pattern_index = build_patterns(pairs, final.parent, nodes.names, sort=sort)
     return NestingResult(
         nodes=nodes.names,

@@ -90,11 +90,16 @@ def _likelihood(pairs: CallPairs, parent: np.ndarray, model: _EdgeModel) -> floa
     return float(model.lookup(model.cells(pairs, *chain_edges(pairs, parent))).sum())
 
 
-def _applied(parent: np.ndarray, proposals, keep: np.ndarray) -> np.ndarray:
-    """``parent`` with the proposals ``keep`` applied: a move, or a swap (``other``)."""
+def _applied(parent: np.ndarray, proposals, keep: np.ndarray, pairs_t_call: np.ndarray) -> np.ndarray:
+    """``parent`` with the proposals ``keep`` applied: a move, a swap (``other``), or a
+    run (``count`` siblings in call order from ``child`` on, ties by index)."""
     out = parent.copy()
     for i in np.atleast_1d(keep):
-        out[proposals.child[i]] = proposals.dest[i]
+        c = proposals.child[i]
+        siblings = sorted(np.flatnonzero(parent == parent[c]).tolist(), key=lambda k: (pairs_t_call[k], k))
+        run = siblings[siblings.index(c) : siblings.index(c) + proposals.count[i]]
+        assert len(run) == proposals.count[i]
+        out[run] = proposals.dest[i]
         if proposals.other[i] >= 0:
             out[proposals.other[i]] = proposals.source[i]
     return out
@@ -119,7 +124,7 @@ def test_scores_are_changes_in_the_likelihood_of_whole_assignments(busy) -> None
     for i in np.concatenate(
         [rng.choice(singles, 30, replace=False), rng.choice(swaps, min(30, swaps.size), replace=False)]
     ):
-        moved = _applied(parent, proposals, i)
+        moved = _applied(parent, proposals, i, pairs.t_call)
         assert proposals.gain[i] == pytest.approx(_likelihood(pairs, moved, model) - base, abs=1e-6)
 
 
@@ -131,7 +136,7 @@ def test_a_round_raises_the_likelihood_by_the_sum_of_its_moves(busy) -> None:
     moves = _round(pairs, busy["chunks"], parent, model)[0].independent(len(pairs))
     touched = np.concatenate([moves.dest, moves.source[moves.source >= 0]])
     assert np.unique(touched).size == touched.size
-    after = _applied(parent, moves, np.arange(moves.gain.size))
+    after = _applied(parent, moves, np.arange(moves.gain.size), pairs.t_call)
     gain = _likelihood(pairs, after, model) - _likelihood(pairs, parent, model)
     assert moves.child.size > 50
     assert gain == pytest.approx(moves.gain.sum(), rel=1e-9)
@@ -299,7 +304,7 @@ def test_gains_match_brute_force_under_tolerance_ties_and_any_budget(seed: int) 
     assert np.all(np.isfinite(proposals.gain))
     assert np.all(parent[proposals.child] >= 0)  # roots stay roots
     for i in range(proposals.gain.size):
-        moved = _applied(parent, proposals, i)
+        moved = _applied(parent, proposals, i, pairs.t_call)
         assert proposals.gain[i] == pytest.approx(_likelihood(pairs, moved, model) - base, abs=1e-6)
 
 
@@ -318,3 +323,43 @@ def test_too_many_nodes_for_chain_keys_is_refused(busy) -> None:
 def test_bad_chain_round_counts(serial_trace, value) -> None:
     with pytest.raises(ParameterError, match="chains"):
         infer_nesting(serial_trace[0], "paper", chains=value)
+
+
+def test_the_compiled_bins_are_the_bins_of_numpy() -> None:
+    # The compiled loop counts bin edges found by bisection on delay_bins itself: every
+    # delay, tiny to hours, positive or negative, lands in the bin numpy gives it.
+    from infer._chainjit import _bin, bin_edges
+    from infer.candidates import delay_bins
+
+    rng = np.random.default_rng(5)
+    for params in (NestingParams(), NestingParams(bin_min_s=1e-9, bin_base=1.5)):
+        edges = bin_edges(lambda d, p=params: delay_bins(d, p), params.n_bins)
+        mag = np.concatenate(
+            [np.arange(0, 3000), rng.integers(0, 7_200 * 10**9, 20_000), edges, edges - 1, edges + 1]
+        )
+        delays = np.concatenate([mag, -mag]).astype(np.int64)
+        got = np.array([_bin(d, edges, np.int64(params.n_bins)) for d in delays.tolist()])
+        assert np.array_equal(got, delay_bins(delays, params))
+
+
+FANOUT = Path(__file__).resolve().parents[2] / "samples" / "synth" / "gateway-fanout.toml"
+
+
+def test_runs_of_calls_made_at_once_move_together_by_their_exact_gain() -> None:
+    # On a gateway that fans out, a round proposes moving runs of calls made at once;
+    # each run's gain is the change in the likelihood of the whole assignment.
+    cfg = replace(synth.load_config(FANOUT), messages=4_000, parallelism=6.0, seed=2)
+    trace = synth.generate_table(cfg)[0]
+    nodes = node_codes(trace)
+    pairs = match_calls(trace, nodes)
+    params = NestingParams()
+    chunks = CandidateChunks(pairs, 0, Scoreboard(params, len(nodes.names)), siblings=True)
+    start = infer_nesting(trace, "fast").parent
+    model = _EdgeModel.learn(pairs, start, params, len(nodes.names))
+    proposals = _round(pairs, chunks, start, model)[0]
+    runs = np.flatnonzero(proposals.count > 1)
+    assert runs.size > 5
+    base = _likelihood(pairs, start, model)
+    for i in runs[:40]:
+        moved = _applied(start, proposals, i, pairs.t_call)
+        assert proposals.gain[i] == pytest.approx(_likelihood(pairs, moved, model) - base, abs=1e-6)
