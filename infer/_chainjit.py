@@ -347,3 +347,42 @@ def run_move_gains(
             t_return, caller, callee, n_nodes, edges, n_bins, table, keys, values, unseen, choice,
         )  # fmt: skip
     return out
+
+
+@_compiled()
+def occupants(
+    c: np.ndarray,
+    member: np.ndarray,
+    group: np.ndarray,
+    member_pos: np.ndarray,
+    member_start: np.ndarray,
+    member_count: np.ndarray,
+    t_call: np.ndarray,
+    t_return: np.ndarray,
+    callee: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each non-member position of a chunk, its occupant: the member of its group
+    (positions ``member_pos[member_start[g] : + member_count[g]]``) calling the same node
+    that overlaps it in time, the nearest in call time (ties: the earlier). Returns the
+    positions that have one and their occupants' positions."""
+    found = np.empty(c.size, np.int64)
+    occupant = np.empty(c.size, np.int64)
+    n = 0
+    for i in range(c.size):
+        if member[i]:
+            continue
+        k = c[i]
+        g = group[i]
+        best, gap = -1, np.int64(-1)
+        for j in range(member_start[g], member_start[g] + member_count[g]):
+            o = c[member_pos[j]]
+            if callee[o] != callee[k] or not (t_call[o] < t_return[k] and t_call[k] < t_return[o]):
+                continue
+            d = t_call[o] - t_call[k]
+            d = -d if d < 0 else d
+            if best < 0 or d < gap:
+                best, gap = member_pos[j], d
+        if best >= 0:
+            found[n], occupant[n] = i, best
+            n += 1
+    return found[:n], occupant[:n]

@@ -553,7 +553,19 @@ def _score_chunk(
     # node that it overlaps, the nearest in call time. In a chain of calls made one at
     # a time that is the one member it overlaps; among calls made at once (fan-out) it
     # overlaps them all, and the occupant is its counterpart.
-    k, o = _occupants(pairs, c, member, group)
+    from infer._chainjit import occupants
+
+    k, o = occupants(
+        c,
+        member,
+        group,
+        members.pos,
+        members.start,
+        members.count,
+        tc,
+        tr,
+        pairs.callee.astype(np.int64, copy=False),
+    )
     # The occupant must fit in the child's own parent to take its place there.
     home, other = parent[c[k]], c[o]
     h = np.maximum(home, 0)
@@ -608,38 +620,6 @@ class _Members:
         from_members = self.pos[np.minimum(self.start[group][seq] + j, max(self.pos.size - 1, 0))]
         src = np.where(at, insert[seq] if insert is not None else 0, from_members)
         return c[src], seq
-
-
-def _occupants(
-    pairs: CallPairs, c: np.ndarray, member: np.ndarray, group: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of the non-members that have an occupant in their parent's group, and
-    the occupants' positions: the member of the group calling the same node that
-    overlaps the non-member in time, the nearest in call time (ties: the earlier)."""
-    tc, tr = pairs.t_call, pairs.t_return
-    m = c.size
-    n_nodes = np.int64(int(pairs.callee.max(initial=0)) + 1)
-    pos = np.flatnonzero(member)
-    key = (group[pos].astype(np.int64) * n_nodes + pairs.callee[c[pos]]) * m + pos
-    order = np.argsort(key, kind="stable")
-    key, pos = key[order], pos[order]
-    k = np.flatnonzero(~member)
-    if pos.size == 0 or k.size == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    head = group[k].astype(np.int64) * n_nodes + pairs.callee[c[k]]
-    at = np.searchsorted(key, head * m + k)
-    best = np.full(k.size, -1)
-    gap = np.full(k.size, np.iinfo(np.int64).max)
-    for side in (at - 1, at):  # the nearest member of that node before, then after
-        inside = (side >= 0) & (side < key.size)
-        j = np.where(inside, side, 0)
-        o = pos[j]
-        ok = inside & (key[j] // m == head) & (tc[c[o]] < tr[c[k]]) & (tc[c[k]] < tr[c[o]])
-        d = np.abs(tc[c[o]] - tc[c[k]])
-        take = ok & (d < gap)
-        best, gap = np.where(take, o, best), np.where(take, d, gap)
-    found = best >= 0
-    return k[found], best[found]
 
 
 def chain_log_likelihood(

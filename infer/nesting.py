@@ -143,7 +143,7 @@ class NestingResult:
         return {
             "format": "wirepath.paths/1",
             "algorithm": "nesting",
-            "params": {**self.params.to_json(), "top": top, "min_count": min_count},
+            "params": {**self.params.to_json(), "top": top, "min_count": min_count, "sort": self.sort},
             "trace": {
                 "messages": self.trace_info.get("messages", 0),
                 "start": format_instant_ns(self.trace_info.get("start_ns")),

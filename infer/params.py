@@ -25,7 +25,7 @@ PRESETS = ("accurate", "fast", "paper")
 _OUTPUT_KEYS = frozenset({"top", "min_count", "window_s", "preset", "sort"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NestingParams:
     """Every tuning parameter of ``infer_nesting`` (all recorded in the paths file).
 
@@ -91,9 +91,9 @@ class NestingParams:
     density: bool = True
     board: str = "joint"
     rounds: int = 2
-    siblings: int = 3
+    siblings: int = 1
     chains: int = 10
-    chain_min_gain: float = 1e-4
+    chain_min_gain: float = 1e-3
 
     @classmethod
     def accurate(cls) -> NestingParams:
@@ -144,14 +144,17 @@ class NestingParams:
     def from_json(cls, doc: dict[str, Any]) -> NestingParams:
         """Params from ``to_json()`` or a paths file's ``params``, so a run can be repeated.
 
-        Fields missing from ``doc`` take the paper's values when ``doc`` comes from a
-        file written before presets existed (it has no ``preset`` key), else the defaults.
+        Fields missing from ``doc`` take the named preset's values; with no preset named,
+        the defaults, or the paper's for a file written before presets existed (no
+        ``preset`` key at all).
         """
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(doc) - known - _OUTPUT_KEYS)
         if unknown:
             raise ParameterError(f"unknown nesting parameter {unknown[0]!r} in params")
-        base = cls() if "preset" in doc else cls.paper()
+        # Overridden settings list every field; a file from before presets: the paper's.
+        name = doc.get("preset")
+        base = cls.preset(name) if name in PRESETS else cls() if "preset" in doc else cls.paper()
         params = replace(base, **{k: v for k, v in doc.items() if k in known})
         params.check()
         return params

@@ -284,10 +284,9 @@ def build_patterns(
     # text, so that children sit in their shape's order, (group, text, call time).
     texts = sorted((t, k) for k, (_, t) in memo.items())
     known = np.array([k for _, k in texts], np.uint64)
-    order = np.argsort(known)
-    text_rank = np.empty(known.size, np.int64)
-    text_rank[order] = np.arange(known.size)
-    known = known[order]
+    # ``known`` is in text order; sorted by hash for the search, each keeps its text rank.
+    text_rank = np.argsort(known)
+    known = known[text_rank]
     kid_rank = text_rank[np.minimum(np.searchsorted(known, h[kids]), known.size - 1)]
     canon = np.lexsort((kids, kid_rank, group_number, kid_parent))
     kids, kid_parent, kid_depth = kids[canon], kid_parent[canon], kid_depth[canon]

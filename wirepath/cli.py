@@ -208,18 +208,37 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _tree_lines(pattern: dict[str, Any]) -> list[str]:
-    """A pattern as an indented tree: node, mean latency, delay from the parent's call."""
+    """A pattern as an indented tree: node, mean latency, delay from the parent's call.
+
+    Calls a visit makes at once (a concurrent group, ``B>C|B>D`` in the shape text)
+    follow a ``(at once)`` line, and a ``|`` runs down the left of each of them and
+    its subtree; a call made on its own (``,`` in the shape text) has no mark::
+
+        A -> B  6.000 ms
+          (at once)
+          | B -> C  2.000 ms  +1.000 ms after parent
+          | B -> D  3.500 ms  +1.500 ms after parent
+          |   D -> F  1.000 ms  +0.500 ms after parent
+          B -> E  1.000 ms  +4.000 ms after parent
+    """
     lines = []
 
-    def walk(v: dict[str, Any], depth: int) -> None:
+    def walk(v: dict[str, Any], indent: str) -> None:
         delay = f"  +{v['delay_s']['mean'] * 1e3:.3f} ms after parent" if v["delay_s"] else ""
-        lines.append(
-            f"{'  ' * depth}{v['caller']} -> {v['node']}  {v['latency_s']['mean'] * 1e3:.3f} ms{delay}"
-        )
-        for child in v["children"]:
-            walk(child, depth + 1)
+        lines.append(f"{indent}{v['caller']} -> {v['node']}  {v['latency_s']['mean'] * 1e3:.3f} ms{delay}")
+        # Children carry a group number only when some of them were made at once.
+        groups = [c.get("group") for c in v["children"]]
+        previous = None
+        for child, group in zip(v["children"], groups, strict=True):
+            if group is None or groups.count(group) == 1:
+                walk(child, indent + "  ")
+            else:
+                if group != previous:
+                    lines.append(f"{indent}  (at once)")
+                walk(child, indent + "  | ")
+            previous = group
 
-    walk(pattern["root"], 1)
+    walk(pattern["root"], "  ")
     return lines
 
 

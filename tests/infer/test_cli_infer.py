@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+import infer
 import synth
+import tracefmt
 from tracefmt.patterns import Shape, pattern_id
 from wirepath.cli import main
 
@@ -322,3 +325,182 @@ def test_chain_rounds_from_the_command_line(
     rc, _, err = run(capsys, *argv, "--chains", "-1")
     assert rc != 0
     assert "chains must be an integer from 0 to 100" in err
+
+
+# --- presets and single settings ------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def parallel_file(tmp_path_factory: pytest.TempPathFactory, parallel_trace) -> Path:
+    """The parallel synth trace (about 4 candidate parents per call) as Parquet."""
+    path = tmp_path_factory.mktemp("cli_presets") / "parallel.parquet"
+    tracefmt.write_trace(parallel_trace[0], path)
+    return path
+
+
+def test_preset_paper_gives_the_papers_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], parallel_file: Path
+) -> None:
+    out_json = tmp_path / "p.json"
+    rc, _, err = run(capsys, "infer", "nesting", parallel_file, "--out", out_json, "--preset", "paper")
+    assert rc == 0, err
+    assert err == ""
+    doc = json.loads(out_json.read_text())
+    table = tracefmt.read_trace(parallel_file)
+    assert doc == json.loads(json.dumps(infer.infer_nesting(table, "paper").to_json()))
+    assert doc["params"]["preset"] == "paper"
+    # The default's answer differs here, so the flag was heard.
+    default = json.loads(json.dumps(infer.infer_nesting(table).to_json()))
+    assert [(p["id"], p["count"]) for p in doc["patterns"]] != [
+        (p["id"], p["count"]) for p in default["patterns"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "preset", "overrides", "recorded"),
+    [
+        (["--preset", "paper", "--chains", "3"], "paper", {"chains": 3}, None),
+        (["--no-density"], "accurate", {"density": False}, None),
+        (
+            ["--preset", "paper", "--density", "--board", "joint"],
+            "paper",
+            {"density": True, "board": "joint"},
+            None,
+        ),
+        (
+            ["--preset", "fast", "--rounds", "1", "--siblings", "0"],
+            "fast",
+            {"rounds": 1, "siblings": 0},
+            None,
+        ),
+        (["--chains", "0"], "accurate", {"chains": 0}, "fast"),  # lands on another preset
+    ],
+    ids=["paper-chains", "no-density", "paper-density-joint", "fast-rounds", "accurate-no-chains"],
+)
+def test_single_flags_override_the_preset(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    parallel_file: Path,
+    flags: list[str],
+    preset: str,
+    overrides: dict[str, Any],
+    recorded: str | None,
+) -> None:
+    out_json = tmp_path / "p.json"
+    rc, _, err = run(capsys, "infer", "nesting", parallel_file, "--out", out_json, *flags)
+    assert rc == 0, err
+    doc = json.loads(out_json.read_text())
+    params = infer.NestingParams.preset(preset, **overrides)
+    assert doc["params"] == {**params.to_json(), "preset": recorded, "top": None, "min_count": 1, "sort": "total"}
+    table = tracefmt.read_trace(parallel_file)
+    assert doc["patterns"] == json.loads(json.dumps(infer.infer_nesting(table, params).to_json()))["patterns"]
+    stages = doc["stats"]["stages"]
+    assert sum(s["stage"] == "chain round" for s in stages) == doc["stats"].get("chain_rounds_run", 0)
+    assert doc["stats"].get("chain_rounds_run", 0) <= params.chains
+
+
+def test_setting_that_does_nothing_is_warned_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], synth_files: dict[str, Any]
+) -> None:
+    out_json = tmp_path / "p.json"
+    flags = ["--rounds", "3", "--x", "0", "--y", "0", "--z", "0"]
+    rc, out, err = run(capsys, "infer", "nesting", synth_files["trace"], "--out", out_json, *flags)
+    assert rc == 0, err
+    assert err.splitlines() == ["warning: rounds=3 does nothing without a penalty (x, y or z > 0)"]
+    assert str(out_json) in out
+    doc = json.loads(out_json.read_text())
+    assert doc["params"]["rounds"] == 3
+    assert "penalty round" not in [s["stage"] for s in doc["stats"]["stages"]]
+
+
+def test_unknown_preset_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], synth_files: dict[str, Any]
+) -> None:
+    out_json = tmp_path / "p.json"
+    rc, out, err = run(
+        capsys, "infer", "nesting", synth_files["trace"], "--out", out_json, "--preset", "bogus"
+    )
+    assert rc == 2
+    assert out == ""
+    assert "usage: wirepath infer nesting" in err
+    assert "'bogus'" in err
+    for name in infer.PRESETS:
+        assert name in err.splitlines()[-1]
+    assert not out_json.exists()
+
+
+def test_help_describes_the_presets(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "infer", "nesting", "--help")
+    assert rc == 0
+    assert "--preset {accurate,fast,paper}" in out
+    text = " ".join(out.split())
+    assert "default accurate" in text
+    assert "--preset fast leaves out the chain rounds" in text
+    assert "--preset paper is the 2003 scoreboard" in text
+    assert "Single options override the preset's value" in text
+
+
+# --- the printed tree -------------------------------------------------------------------------
+
+
+def test_tree_marks_the_calls_made_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str], h) -> None:
+    ms = h.MS
+    rows = [
+        # B calls C and D at once (D calls F), then E and G at once, then H alone.
+        (0, "call", "A", "B", 1),
+        (1 * ms, "call", "B", "C", 2),
+        (2 * ms, "call", "B", "D", 3),
+        (3 * ms, "call", "D", "F", 4),
+        (4 * ms, "return", "F", "D", 4),
+        (5 * ms, "return", "C", "B", 2),
+        (6 * ms, "return", "D", "B", 3),
+        (7 * ms, "call", "B", "E", 5),
+        (7 * ms + ms // 2, "call", "B", "G", 6),
+        (8 * ms, "return", "E", "B", 5),
+        (9 * ms, "return", "G", "B", 6),
+        (10 * ms, "call", "B", "H", 7),
+        (11 * ms, "return", "H", "B", 7),
+        (12 * ms, "return", "B", "A", 1),
+        # B calls C, then D once C has returned: no mark.
+        (100 * ms, "call", "A", "B", 11),
+        (101 * ms, "call", "B", "C", 12),
+        (102 * ms, "return", "C", "B", 12),
+        (103 * ms, "call", "B", "D", 13),
+        (104 * ms, "return", "D", "B", 13),
+        (105 * ms, "return", "B", "A", 11),
+    ]
+    trace, out_json = tmp_path / "t.parquet", tmp_path / "p.json"
+    tracefmt.write_trace(h.trace(rows), trace)
+    rc, out, err = run(capsys, "infer", "nesting", trace, "--out", out_json)
+    assert rc == 0, err
+    doc = json.loads(out_json.read_text())
+    fan = Shape(
+        "A",
+        "B",
+        (
+            Shape("B", "C"),
+            Shape("B", "D", (Shape("D", "F"),)),
+            Shape("B", "E"),
+            Shape("B", "G"),
+            Shape("B", "H"),
+        ),
+        (0, 0, 1, 1, 2),
+    )
+    serial = Shape("A", "B", (Shape("B", "C"), Shape("B", "D")))
+    assert [p["id"] for p in doc["patterns"]] == [pattern_id(fan), pattern_id(serial)]
+    # Each line up to its numbers: the marks, the indent and the call.
+    lines = [re.sub(r"  [-+]?\d.*$", "", line) for line in out.splitlines()]
+    first = next(k for k, line in enumerate(lines) if line.startswith("#1 "))
+    second = next(k for k, line in enumerate(lines) if line.startswith("#2 "))
+    assert lines[first + 1 : second] == [
+        "  A -> B",
+        "    (at once)",
+        "    | B -> C",
+        "    | B -> D",
+        "    |   D -> F",
+        "    (at once)",
+        "    | B -> E",
+        "    | B -> G",
+        "    B -> H",
+    ]
+    assert lines[second + 1 :] == ["  A -> B", "    B -> C", "    B -> D"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -105,6 +107,34 @@ def test_per_visit_latency_and_delay_are_those_of_the_true_instances(serial_trac
                 assert v["delay_s"] == pytest.approx(h.np_stats(truth.delay[k]), rel=1e-9, abs=1e-12)
             checked += 1
     assert checked > 50
+
+
+def test_per_visit_statistics_of_fan_out_patterns_sit_on_their_visits(h) -> None:
+    # A gateway that calls two to four services at once: the patterns built from the
+    # true parents must give each visit, in the shape's order (concurrent children
+    # sorted by text), the statistics of those true visits, as recomputed here call by call.
+    from infer.evaluate import true_patterns
+
+    cfg = synth.load_config(Path(__file__).resolve().parents[2] / "samples" / "synth" / "gateway-fanout.toml")
+    table = synth.generate_table(replace(cfg, messages=6_000, parallelism=4.0, seed=5))[0]
+    tp = h.true_patterns(h.true_calls(table))
+    checked = 0
+    for p in true_patterns(table):
+        truth = tp[p.id]
+        assert p.count == truth.count
+        visits = h.preorder_visits(p.to_json()["root"])
+        assert [v["node"] for v in visits] == _preorder_nodes(truth.shape)
+        for k, v in enumerate(visits):
+            assert v["latency_s"] == pytest.approx(h.np_stats(truth.latency[k]), rel=1e-9, abs=1e-12)
+            if k:
+                assert v["delay_s"] == pytest.approx(h.np_stats(truth.delay[k]), rel=1e-9, abs=1e-12)
+            checked += 1
+    assert sum(bool(p.shape.groups) for p in true_patterns(table)) >= 5
+    assert checked > 30
+
+
+def _preorder_nodes(shape: Shape) -> list[str]:
+    return [shape.node] + [n for c in shape.children for n in _preorder_nodes(c)]
 
 
 def test_instance_and_pattern_of_every_pair(serial_trace, serial_result, h) -> None:
