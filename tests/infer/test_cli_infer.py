@@ -391,7 +391,8 @@ def test_single_flags_override_the_preset(
     assert rc == 0, err
     doc = json.loads(out_json.read_text())
     params = infer.NestingParams.preset(preset, **overrides)
-    assert doc["params"] == {**params.to_json(), "preset": recorded, "top": None, "min_count": 1, "sort": "total"}
+    expected = {**params.to_json(), "preset": recorded, "top": None, "min_count": 1, "sort": "total"}
+    assert doc["params"] == expected
     table = tracefmt.read_trace(parallel_file)
     assert doc["patterns"] == json.loads(json.dumps(infer.infer_nesting(table, params).to_json()))["patterns"]
     stages = doc["stats"]["stages"]
