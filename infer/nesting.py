@@ -606,19 +606,18 @@ def infer_nesting(
             "no RPC call/return pairs in this trace (nesting needs call and return messages; "
             "for one-way messages use: wirepath infer convolution)"
         )
+    ts = trace["timestamp"].cast(pa.int64())
+    info: dict[str, Any] = {"messages": trace.num_rows, "start_ns": ts[0].as_py(), "end_ns": ts[-1].as_py()}
+    # The trace is not needed past its call pairs: its columns are freed (when the caller
+    # holds no reference) before the candidates take their memory.
+    del trace, ts
     counts = np.zeros(len(pairs), np.int64)
     # Only the last stage's assignment is kept: each holds arrays the size of the trace.
     stats, final = [], None
     for final in nesting_stages(pairs, len(nodes.names), params, counts=counts):
         stats.append(final.to_json())
     assert final is not None
-    ts = trace["timestamp"].cast(pa.int64()).to_numpy()
-    info: dict[str, Any] = {
-        "messages": trace.num_rows,
-        "start_ns": int(ts[0]),
-        "end_ns": int(ts[-1]),
-        "stages": stats,
-    }
+    info["stages"] = stats
     if params.chains:
         info["chain_rounds_run"] = sum(s["stage"] == "chain round" for s in stats)
     patterns, instance, pattern_index = build_patterns(pairs, final.parent, nodes.names, sort=sort)

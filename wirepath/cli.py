@@ -263,14 +263,14 @@ def _nesting_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_infer_nesting(args: argparse.Namespace) -> int:
-    trace = tracefmt.read_any_trace(args.trace)
     params = infer.NestingParams.preset(args.preset, **_nesting_overrides(args))
     params.check()
     for note in params.ineffective():
         print(f"warning: {note}", file=sys.stderr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # said above, once
-        result = infer.infer_nesting(trace, params, sort=args.sort)
+        # No name holds the trace here, so inference can free it once it has the call pairs.
+        result = infer.infer_nesting(tracefmt.read_any_trace(args.trace), params, sort=args.sort)
     window = tracefmt.parse_duration_ns(args.window) / 1e9 if args.window else None
     doc = result.to_json(top=args.top, min_count=args.min_count, window_s=window)
     out = Path(args.out)
