@@ -267,11 +267,12 @@ class Scoreboard:
 class BestSoFar:
     """Each child's best candidate over chunks: highest score, then earliest parent call."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, *, totals: bool = True) -> None:
         self.score = np.full(n, -np.inf)
         self.t_parent = np.full(n, np.iinfo(np.int64).max)
         self.parent = np.full(n, -1, np.int64)
-        self.total = np.zeros(n)
+        self.total = np.zeros(n)  # per child, the sum of its candidates' scores (if ``totals``)
+        self.totals = totals
 
     def offer(
         self,
@@ -285,7 +286,8 @@ class BestSoFar:
         (chain rounds, whose scores are logarithms, offer exp(score))."""
         if c.size == 0:
             return
-        self.total += np.bincount(c, weights=score if mass is None else mass, minlength=self.total.size)
+        if self.totals:
+            self.total += np.bincount(c, weights=score if mass is None else mass, minlength=self.total.size)
         pick = best_parents(c, par, score, t_call, self.total.size)
         kids, s, t = c[pick], score[pick], t_call[par[pick]]
         better = (s > self.score[kids]) | ((s == self.score[kids]) & (t < self.t_parent[kids]))

@@ -389,7 +389,7 @@ def _round(
     at its parent and the sum of exp(score) over its candidates (for confidences)."""
     n = len(pairs)
     best = BestSoFar(n)
-    away = BestSoFar(n)  # each child's best parent other than its own
+    away = BestSoFar(n, totals=False)  # each child's best parent other than its own
     here = np.full(n, -np.inf)
     swaps: list[tuple[np.ndarray, ...]] = []
     for ch in chunks:

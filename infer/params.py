@@ -93,7 +93,7 @@ class NestingParams:
     rounds: int = 2
     siblings: int = 1
     chains: int = 10
-    chain_min_gain: float = 1e-3
+    chain_min_gain: float = 3e-3
 
     @classmethod
     def accurate(cls) -> NestingParams:

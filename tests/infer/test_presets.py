@@ -41,7 +41,7 @@ PAPER = {
     "rounds": 0,
     "siblings": 0,
     "chains": 0,
-    "chain_min_gain": 1e-3,
+    "chain_min_gain": 3e-3,
 }
 #: The default: joint board with densities, two penalty rounds, three sibling rounds,
 #: up to ten chain rounds.
