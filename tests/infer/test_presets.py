@@ -392,8 +392,11 @@ def _accuracy(trace: pa.Table, result: Any) -> tuple[float, float]:
         # Measured likewise: paper 0.678 and 0.051; accurate 0.838 and 0.545 (fast, not
         # tested here: 0.588 and 0.049, below the paper's share of calls).
         ("gateway-fanout", 0.81, 0.50, 0.12, 0.40),
+        # B calls C twice at once (the paper's Figure 18 pathology). Measured likewise:
+        # paper 0.551 and 0.096; accurate 0.815 and 0.684 (the goal: half the instances).
+        ("children-parallel", 0.79, 0.62, 0.20, 0.50),
     ],
-    ids=["multitier-skewed", "gateway-fanout"],
+    ids=["multitier-skewed", "gateway-fanout", "children-parallel"],
 )
 def test_default_beats_the_paper_at_parallelism_5(
     workload: str, min_calls: float, min_exact: float, calls_gain: float, exact_gain: float
