@@ -30,7 +30,7 @@ import synth  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples" / "synth"
 PAPER = "paper (preset paper: delay board, x=2)"
-FAST = "fast (preset fast: ours without chain rounds)"
+FAST = "fast (preset fast: ours with at most two chain rounds)"
 OURS = "ours (the default preset, accurate)"
 #: Row label -> ``NestingParams`` preset.
 SETTINGS = {PAPER: "paper", FAST: "fast", OURS: "accurate"}
@@ -331,8 +331,9 @@ def main() -> None:
         f"**{FAST}**: the child-return-to-parent-return gap scored together with the call",
         "delay, bin densities instead of raw counts, two rounds in which the overlap penalty",
         "counts the children each parent was actually given, then one in which each",
-        "candidate is scored by the gaps to the siblings it would have; and",
-        f"**{OURS}** (the default): the same, then up to ten chain rounds in which each child",
+        "candidate is scored by the gaps to the siblings it would have, then at most two",
+        "chain rounds (below); and",
+        f"**{OURS}** (the default): the same with up to ten chain rounds, in which each child",
         "moves, or swaps with a call to the same node, or a run of calls made at once moves",
         "together, to where its node's chains of events are most likely (`infer/chains.py`,",
         "[inference.md](inference.md)).",

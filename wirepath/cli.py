@@ -559,8 +559,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "delays occur, pick one parent per call, and group the resulting path instances\n"
         "into patterns with per-visit latency and per-edge delay statistics.\n\n"
         "The default preset, accurate, is the most exact setting measured: the joint\n"
-        "scoreboard with densities, two penalty rounds, three sibling rounds and up to ten\n"
-        "chain rounds. --preset fast leaves out the chain rounds (several times faster, less\n"
+        "scoreboard with densities, two penalty rounds, one sibling round and up to ten\n"
+        "chain rounds. --preset fast stops after two chain rounds (faster on large traces, less\n"
         "exact where calls into one node overlap); --preset paper is the 2003 scoreboard.\n"
         "Single options override the preset's value (measurements: docs/inference.md).\n\n"
         "example: wirepath infer nesting t.parquet --out paths.json --instances inst.parquet",

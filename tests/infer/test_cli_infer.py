@@ -373,9 +373,9 @@ def test_preset_paper_gives_the_papers_answer(
             {"rounds": 1, "siblings": 0},
             None,
         ),
-        (["--chains", "0"], "accurate", {"chains": 0}, "fast"),  # lands on another preset
+        (["--chains", "2"], "accurate", {"chains": 2}, "fast"),  # lands on another preset
     ],
-    ids=["paper-chains", "no-density", "paper-density-joint", "fast-rounds", "accurate-no-chains"],
+    ids=["paper-chains", "no-density", "paper-density-joint", "fast-rounds", "accurate-two-chains"],
 )
 def test_single_flags_override_the_preset(
     tmp_path: Path,

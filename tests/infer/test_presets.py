@@ -46,7 +46,7 @@ PAPER = {
 #: The default: joint board with densities, two penalty rounds, three sibling rounds,
 #: up to ten chain rounds.
 ACCURATE = {**PAPER, "density": True, "board": "joint", "rounds": 2, "siblings": 1, "chains": 10}
-FAST = {**ACCURATE, "chains": 0}
+FAST = {**ACCURATE, "chains": 2}
 EXPECTED = {"accurate": ACCURATE, "fast": FAST, "paper": PAPER}
 
 
@@ -87,13 +87,14 @@ def test_accurate_is_the_field_defaults() -> None:
     assert NestingParams().preset_name == "accurate"
 
 
-def test_fast_is_accurate_without_chain_rounds() -> None:
-    assert NestingParams.fast() == replace(NestingParams(), chains=0)
+def test_fast_is_accurate_with_two_chain_rounds_at_most() -> None:
+    assert NestingParams.fast() == replace(NestingParams(), chains=2)
 
 
 def test_settings_that_match_no_preset_have_no_name() -> None:
     assert NestingParams.paper().with_overrides(x=1.0).preset_name is None
-    assert NestingParams().with_overrides(chains=0).preset_name == "fast"
+    assert NestingParams().with_overrides(chains=2).preset_name == "fast"
+    assert NestingParams().with_overrides(chains=0).preset_name is None
 
 
 # --- how infer_nesting takes them -------------------------------------------------------------
@@ -278,7 +279,7 @@ def test_presets_warn_about_nothing(h, name: str) -> None:
         (NestingParams(x=0.0, y=1.0, rounds=3), []),
         (NestingParams(x=0.0, z=0.5, rounds=3), []),
         (
-            NestingParams.fast().with_overrides(chain_min_gain=0.01),
+            NestingParams.fast().with_overrides(chains=0, chain_min_gain=0.01),
             ["chain_min_gain does nothing without chain rounds (chains > 0)"],
         ),
         (NestingParams().with_overrides(chain_min_gain=0.01), []),
