@@ -436,7 +436,7 @@ def test_help_describes_the_presets(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--preset {accurate,fast,paper}" in out
     text = " ".join(out.split())
     assert "default accurate" in text
-    assert "--preset fast leaves out the chain rounds" in text
+    assert "--preset fast stops after two chain rounds" in text
     assert "--preset paper is the 2003 scoreboard" in text
     assert "Single options override the preset's value" in text
 
