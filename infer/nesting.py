@@ -40,7 +40,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from infer.callpairs import CallPairs, match_calls, node_codes
-from infer.candidates import NODE_BITS, BestSoFar, CandidateChunks, Chunk, Scoreboard, bin_widths, delay_bins
+from infer.candidates import (
+    NODE_BITS,
+    BestSoFar,
+    CandidateChunks,
+    Chunk,
+    Scoreboard,
+    bin_widths,
+    delay_bins,
+    skew_tolerance,
+)
 from infer.chains import chain_log_likelihood, chain_stages
 from infer.params import BOARDS, PRESETS, NestingParams
 from tracefmt import ParameterError, SchemaError, TraceFileError, sort_trace, validate_trace
@@ -157,7 +166,11 @@ class NestingResult:
                 "mean_parallelism": self.mean_parallelism,
                 "instances": int((self.parent < 0).sum()),
                 "patterns": len(self.patterns),
-                **{k: self.trace_info[k] for k in ("chain_rounds_run", "stages") if k in self.trace_info},
+                **{
+                    k: self.trace_info[k]
+                    for k in ("tolerance_s", "chain_rounds_run", "stages")
+                    if k in self.trace_info
+                },
             },
             "patterns": [p.to_json() for p in chosen],
         }
@@ -381,6 +394,9 @@ class Stage:
     log_likelihood : float
         Mean log-likelihood per call pair of the assignment's chains of events under the
         chain model learnt from it (``infer.chains``): it rises as the stages converge.
+    tolerance_s : float
+        The clock-skew tolerance the candidates were found with (``tolerance_s``, or the
+        estimate of ``auto_tolerance`` when larger).
     """
 
     name: str
@@ -389,6 +405,7 @@ class Stage:
     confidence: np.ndarray
     moved: int
     log_likelihood: float
+    tolerance_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """The stage as the paths file's ``stats.stages`` lists it."""
@@ -438,7 +455,10 @@ def nesting_stages(
     params = params or NestingParams()
     params.check()
     n = len(pairs)
-    tol_ns = round(params.tolerance_s * 1e9)
+    tolerance_s = params.tolerance_s
+    if params.auto_tolerance:
+        tolerance_s = max(tolerance_s, skew_tolerance(pairs)[0])
+    tol_ns = round(tolerance_s * 1e9)
     board = Scoreboard(params, n_nodes)
     chunks = CandidateChunks(
         pairs, tol_ns, board, siblings=params.x > 0 or params.siblings > 0 or params.chains > 0
@@ -458,7 +478,7 @@ def nesting_stages(
         parent = _without_loops(pairs, parent)
         moved = n if before is None else int(np.count_nonzero(parent != before))
         ll = chain_log_likelihood(pairs, parent, params, n_nodes)
-        return Stage(name, k, parent, confidence, moved, ll)
+        return Stage(name, k, parent, confidence, moved, ll, tolerance_s)
 
     last = stage("first pass", 1, _first_pass(pairs, chunks, board, params, n_nodes), None)
     yield last
@@ -484,6 +504,7 @@ def nesting_stages(
                 confidence,
                 moved,
                 last.log_likelihood + gain / max(n, 1),
+                tolerance_s,
             )
             yield last
 
@@ -618,6 +639,7 @@ def infer_nesting(
         stats.append(final.to_json())
     assert final is not None
     info["stages"] = stats
+    info["tolerance_s"] = final.tolerance_s
     if params.chains:
         info["chain_rounds_run"] = sum(s["stage"] == "chain round" for s in stats)
     patterns, instance, pattern_index = build_patterns(pairs, final.parent, nodes.names, sort=sort)

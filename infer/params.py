@@ -44,6 +44,10 @@ class NestingParams:
         scoreboard (tolerates clock skew that spreads a peak); 0 is off.
     tolerance_s : float
         Clock-skew tolerance when testing whether a call can be a parent.
+    auto_tolerance : bool
+        Estimate a clock-skew tolerance from the trace (``infer.candidates.skew_tolerance``:
+        calls that lie outside every call into their node betray skewed clocks) and use
+        it when it is larger than ``tolerance_s``.
     use_ids : bool
         Match calls and returns by id where the trace has ids.
     density : bool
@@ -87,6 +91,7 @@ class NestingParams:
     bin_max_s: float = 7200.0
     smooth_bins: float = 0.0
     tolerance_s: float = 0.0
+    auto_tolerance: bool = True
     use_ids: bool = True
     density: bool = True
     board: str = "joint"
@@ -110,7 +115,7 @@ class NestingParams:
     @classmethod
     def paper(cls) -> NestingParams:
         """The 2003 scoreboard of Aguilera et al. (x=2, y=z=0, raw delay counts, one pass)."""
-        return cls(density=False, board="delay", rounds=0, siblings=0, chains=0)
+        return cls(density=False, board="delay", rounds=0, siblings=0, chains=0, auto_tolerance=False)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> NestingParams:

@@ -252,6 +252,7 @@ def _nesting_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "bin_min_s": None if args.bin_min is None else tracefmt.parse_duration_ns(args.bin_min) / 1e9,
         "smooth_bins": args.smooth,
         "tolerance_s": None if args.tolerance is None else tracefmt.parse_duration_ns(args.tolerance) / 1e9,
+        "auto_tolerance": args.auto_tolerance,
         "use_ids": False if args.no_ids else None,
         "density": args.density,
         "board": args.board,
@@ -286,6 +287,13 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         f"{st['instances']:,} path instances in {st['patterns']:,} patterns; wrote {out}"
         + (f" and {args.instances}" if args.instances else ""),
     ]
+    if st.get("tolerance_s", 0) > result.params.tolerance_s:
+        lines.insert(
+            1,
+            f"clock skew: calls outside every call into their node; tolerance "
+            f"{st['tolerance_s'] * 1e3:.3g} ms estimated (--no-auto-tolerance to keep "
+            f"{result.params.tolerance_s * 1e3:g} ms)",
+        )
     for w in doc.get("windows", []):
         head = w["patterns"][0] if w["patterns"] else None
         top_text = f"; top {head['id']} x{head['count']:,}" if head else ""
@@ -401,6 +409,12 @@ def _nesting_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--smooth", type=float, metavar="BINS", help="Gaussian smoothing (delay board; default 0)")
     p.add_argument(
         "--tolerance", metavar="DURATION", help=f"clock-skew tolerance (default {d.tolerance_s * 1e3:g}ms)"
+    )
+    p.add_argument(
+        "--auto-tolerance",
+        action=argparse.BooleanOptionalAction,
+        help="estimate a larger clock-skew tolerance from calls that lie outside every call into "
+        f"their node (default {'on' if d.auto_tolerance else 'off'}; off in the paper preset)",
     )
     p.add_argument(
         "--no-ids", action="store_true", default=None, help="ignore call ids; match calls by time order"

@@ -35,6 +35,7 @@ PAPER = {
     "bin_max_s": 7200.0,
     "smooth_bins": 0.0,
     "tolerance_s": 0.0,
+    "auto_tolerance": False,
     "use_ids": True,
     "density": False,
     "board": "delay",
@@ -43,9 +44,17 @@ PAPER = {
     "chains": 0,
     "chain_min_gain": 3e-3,
 }
-#: The default: joint board with densities, two penalty rounds, three sibling rounds,
-#: up to ten chain rounds.
-ACCURATE = {**PAPER, "density": True, "board": "joint", "rounds": 2, "siblings": 1, "chains": 10}
+#: The default: joint board with densities, two penalty rounds, one sibling round, up to
+#: ten chain rounds, a clock-skew tolerance estimated from the trace.
+ACCURATE = {
+    **PAPER,
+    "density": True,
+    "board": "joint",
+    "rounds": 2,
+    "siblings": 1,
+    "chains": 10,
+    "auto_tolerance": True,
+}
 FAST = {**ACCURATE, "chains": 2}
 EXPECTED = {"accurate": ACCURATE, "fast": FAST, "paper": PAPER}
 
@@ -113,7 +122,9 @@ def test_paper_by_name_by_object_and_by_fields(parallel_trace) -> None:
     by_name = infer_nesting(table, "paper")
     by_object = infer_nesting(table, NestingParams.paper())
     # The default with the fields that make the paper's setting is the paper preset.
-    by_fields = infer_nesting(table, board="delay", density=False, rounds=0, siblings=0, chains=0)
+    by_fields = infer_nesting(
+        table, board="delay", density=False, rounds=0, siblings=0, chains=0, auto_tolerance=False
+    )
     for r in (by_name, by_object, by_fields):
         assert r.params == NestingParams.paper()
         assert r.to_json()["params"]["preset"] == "paper"
