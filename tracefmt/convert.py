@@ -7,7 +7,7 @@ ground-truth columns (``tracefmt.spans``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,8 +71,9 @@ def iter_any_trace(
         yield from iter_text_trace(path, skip_bad=skip_bad, stats=stats)
 
 
-def read_any_trace(path: PathLike) -> pa.Table:
-    """Read a whole trace file of either form (by its name) as one validated table.
+def read_any_trace(path: PathLike, *, columns: Sequence[str] | None = None) -> pa.Table:
+    """Read a whole trace file of either form (by its name) as one validated table;
+    ``columns`` limits a Parquet trace's optional columns, as in ``read_trace``.
 
     Examples
     --------
@@ -83,7 +84,7 @@ def read_any_trace(path: PathLike) -> pa.Table:
     2
     """
     if trace_format(path) == "parquet":
-        return read_trace(path)
+        return read_trace(path, columns=columns)
     return read_text_trace(path)
 
 

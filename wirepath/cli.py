@@ -270,8 +270,9 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         print(f"warning: {note}", file=sys.stderr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # said above, once
-        # No name holds the trace here, so inference can free it once it has the call pairs.
-        result = infer.infer_nesting(tracefmt.read_any_trace(args.trace), params, sort=args.sort)
+        # No name holds the trace here, so inference can free it once it has the call pairs;
+        # and it reads the core columns only (truth, labels and the like are not used).
+        result = infer.infer_nesting(tracefmt.read_any_trace(args.trace, columns=()), params, sort=args.sort)
     window = tracefmt.parse_duration_ns(args.window) / 1e9 if args.window else None
     doc = result.to_json(top=args.top, min_count=args.min_count, window_s=window)
     out = Path(args.out)
