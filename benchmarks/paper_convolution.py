@@ -182,10 +182,10 @@ def nesting_vs_convolution(messages: int) -> list[str]:
         return " / ".join(f"{x['missing']}" for x in r) or "-"
 
     rows = [
-        f"| nesting (defaults) | {rn['patterns']['true']} trees | {rn['patterns']['inferred']} | "
+        f"| nesting (preset paper) | {rn['patterns']['true']} trees | {rn['patterns']['inferred']} | "
         f"{rn['patterns']['false_negatives']} | {rn['patterns']['false_positives']} | {top5(rn)} | "
         f"{_pct(rn['delay_error']['median_rel'])} | {t_nest:.2f} s |",
-        f"| nesting (board=joint, density, x=0: the demo's) | {rt['patterns']['true']} trees | "
+        f"| nesting (preset paper with board=joint, density, x=0) | {rt['patterns']['true']} trees | "
         f"{rt['patterns']['inferred']} | {rt['patterns']['false_negatives']} | "
         f"{rt['patterns']['false_positives']} | {top5(rt)} | {_pct(rt['delay_error']['median_rel'])} | "
         f"{t_tuned:.2f} s |",

@@ -429,7 +429,7 @@ def best_parents(
 
 
 def skew_tolerance(
-    pairs: CallPairs, *, share: float = 0.02, factor: float = 2.5, cap_s: float = 0.1
+    pairs: CallPairs, *, share: float = 0.005, factor: float = 2.5, cap_s: float = 0.1
 ) -> tuple[float, float]:
     """A clock-skew tolerance estimated from the trace, and the share of stray calls it
     rests on: ``(tolerance in seconds, share)``.
