@@ -20,8 +20,8 @@ def trace():
     return synth.generate_table(config)[0]
 
 
-def _child_accuracy(trace, **kw) -> float:
-    result = infer_nesting(trace, "paper", **kw)
+def _child_accuracy(trace, preset: str = "paper", **kw) -> float:
+    result = infer_nesting(trace, preset, **kw)
     call = trace["true_call"].to_numpy().astype(np.int64)
     true_parent = trace["true_parent"].fill_null(np.uint64(2**64 - 1)).to_numpy().astype(np.int64)
     rows = result.pairs.call_row
@@ -77,20 +77,10 @@ def test_a_skewed_host_is_found_and_tolerated(skew_s: float) -> None:
     tolerance, stray = skew_tolerance(_stamped(skewed))
     assert stray > 0.005
     assert skew_s <= tolerance <= skew_s * 2.5
-    with_estimate = _child_accuracy_default(skewed)
-    without = _child_accuracy_default(skewed, auto_tolerance=False)
+    with_estimate = _child_accuracy(skewed, "accurate")
+    without = _child_accuracy(skewed, "accurate", auto_tolerance=False)
     assert with_estimate > 0.9
     assert with_estimate > without + 0.05
-
-
-def _child_accuracy_default(trace, **kw) -> float:
-    result = infer_nesting(trace, **kw)
-    call = trace["true_call"].to_numpy().astype(np.int64)
-    true_parent = trace["true_parent"].fill_null(np.uint64(2**64 - 1)).to_numpy().astype(np.int64)
-    rows = result.pairs.call_row
-    is_child = true_parent[rows] >= 0
-    inferred = np.where(result.parent >= 0, call[rows][np.maximum(result.parent, 0)], -1)
-    return float((inferred == true_parent[rows])[is_child].mean())
 
 
 def test_the_paper_preset_estimates_nothing() -> None:
