@@ -465,10 +465,12 @@ def skew_tolerance(
         return 0.0, 0.0
     into = np.lexsort((tc, pairs.callee))
     starts = np.searchsorted(pairs.callee[into], np.arange(n_nodes + 1))
+    kids = kids[np.argsort(pairs.caller[kids], kind="stable")]
+    kid_starts = np.searchsorted(pairs.caller[kids], np.arange(n_nodes + 1))
     need = []
     for node in np.unique(pairs.caller[kids]).tolist():
         q = into[starts[node] : starts[node + 1]]
-        c = kids[pairs.caller[kids] == node]
+        c = kids[kid_starts[node] : kid_starts[node + 1]]
         latest = np.maximum.accumulate(tr[q])  # the latest return among calls started so far
         before = np.searchsorted(tc[q], tc[c], side="right") - 1
         has = before >= 0

@@ -109,7 +109,7 @@ def _sequence_edges(
     first[1:] = seq[1:] != seq[:-1]
     last = np.ones(k, bool)
     last[:-1] = seq[1:] != seq[:-1]
-    new = first | (tc[kids] >= _latest_before(tr[kids], seq, first))
+    new = sibling_groups(seq, tc[kids], tr[kids])[0]
     gstart = np.flatnonzero(new)
     gend = np.append(gstart[1:], k)
     # The group's latest return (the earliest such child on a tie) leads on.
@@ -150,25 +150,6 @@ def _sequence_edges(
     out_pair = np.concatenate([kids[gstart], kids[inner], owner[seq[gstart[g_last]]], owner[lone]])
     sequence = np.concatenate([seq[gstart], seq[inner], seq[gstart[g_last]], lone])
     return in_kind, in_pair, out_kind, out_pair, sequence
-
-
-def _latest_before(t_ret: np.ndarray, seq: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """Per child, the latest return among the children before it in its sequence
-    (meaningless at a sequence's first child): a running maximum restarted per sequence."""
-    k = t_ret.size
-    if k == 0:
-        return t_ret
-    base = np.minimum.reduceat(t_ret, np.flatnonzero(first))[np.cumsum(first) - 1]
-    rel = t_ret - base
-    width = int(rel.max()) + 1
-    if (int(seq[-1]) + 1).bit_length() + width.bit_length() <= 62:
-        key = seq.astype(np.int64) * width + rel
-        running = np.maximum.accumulate(key) - seq.astype(np.int64) * width + base
-    else:  # times too far apart to share an int64 with the sequence: by rank instead
-        values, rank = np.unique(t_ret, return_inverse=True)
-        key = seq.astype(np.int64) * (values.size + 1) + rank.ravel()
-        running = values[np.maximum.accumulate(key) - seq.astype(np.int64) * (values.size + 1)]
-    return np.concatenate([[running[0]], running[:-1]])
 
 
 def _smooth(keys: np.ndarray, prob: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
@@ -242,7 +223,7 @@ class _EdgeModel:
         out_kind: np.ndarray,
         out_pair: np.ndarray,
     ) -> np.ndarray:
-        n = self.n_nodes
+        n = np.int64(self.n_nodes)  # keys in 64 bits whatever the codes' type
         node = np.where(in_kind == _CALL, pairs.callee[in_pair], pairs.caller[in_pair])
         in_peer = np.where(in_kind == _CALL, pairs.caller[in_pair], pairs.callee[in_pair])
         out_peer = np.where(out_kind == _CALL, pairs.callee[out_pair], pairs.caller[out_pair])
@@ -269,10 +250,6 @@ class _EdgeModel:
             model.table = np.full(space, model.unseen)
             model.table[keys] = model.values
         model.choice = _fan_out_choice(heads, total, n_nodes)
-        model.edges = _bin_edges(params)
-        if model.table is not None:
-            # Every cell with its head's fan-out choice added, for the compiled loop.
-            model.kernel_table = model.table + model.choice[np.arange(space) // nb // (2 * n_nodes)]
         return model
 
     def spliced_likelihood(
@@ -307,7 +284,15 @@ class _EdgeModel:
         )
 
     def kernel_arguments(self, pairs: CallPairs) -> tuple:
-        """The pairs' fields and the model's tables, as the compiled loops take them."""
+        """The pairs' fields and the model's tables, as the compiled loops take them
+        (made here, on first use: a model learnt only for a likelihood needs none)."""
+        if self.edges.size == 0:
+            self.edges = _bin_edges(self.params)
+        if self.table is not None and self.kernel_table is None:
+            # Every cell with its head's fan-out choice added.
+            nb = 2 * self.params.n_bins
+            heads = np.arange(self.table.size) // nb // (2 * self.n_nodes)
+            self.kernel_table = self.table + self.choice[heads]
         i64 = np.int64
         return (
             pairs.t_call,
@@ -672,18 +657,19 @@ def chain_stages(
         proposals, here, mass = _round(pairs, chunks, parent, model)
         moves = proposals.independent(n)
         runs = moves.count > 1
-        moved_in_runs = _apply_runs(pairs, parent, moves.child[runs], moves.count[runs], moves.dest[runs])
+        in_runs = _apply_runs(pairs, parent, moves.child[runs], moves.count[runs], moves.dest[runs])
         single = ~runs
         parent[moves.child[single]] = moves.dest[single]
         here[moves.child[single]] = moves.score[single]
         swap = moves.other >= 0
         parent[moves.other[swap]] = moves.source[swap]
         here[moves.other[swap]] = moves.other_score[swap]
+        here[in_runs] = _scores_at_parents(pairs, parent, in_runs, model)
         confidence = np.ones(n)
         kid = np.flatnonzero((parent >= 0) & (mass > 0))
         confidence[kid] = np.minimum(np.exp(np.clip(here[kid], -600, 600)) / mass[kid], 1.0)
         gain = float(moves.gain.sum())
-        moved = int(single.sum() + swap.sum() + moved_in_runs)
+        moved = int(single.sum() + swap.sum() + in_runs.size)
         yield parent.copy(), confidence, moved, gain
         if moved == 0 or gain < params.chain_min_gain * n:
             return
@@ -700,11 +686,11 @@ def _children_index(pairs: CallPairs, parent: np.ndarray) -> tuple[np.ndarray, n
 
 def _apply_runs(
     pairs: CallPairs, parent: np.ndarray, first: np.ndarray, count: np.ndarray, dest: np.ndarray
-) -> int:
+) -> np.ndarray:
     """Move each run (``first`` and the ``count - 1`` siblings called after it) to its
     ``dest``, in place; returns the children moved."""
     if first.size == 0:
-        return 0
+        return np.zeros(0, np.int64)
     order, _, _ = _children_index(pairs, parent)
     at = np.full(len(pairs), -1)
     at[order] = np.arange(order.size)
@@ -712,7 +698,24 @@ def _apply_runs(
     j = np.arange(seq.size) - np.repeat(np.cumsum(count) - count, count)
     kids = order[at[first][seq] + j]
     parent[kids] = dest[seq]
-    return int(kids.size)
+    return kids
+
+
+def _scores_at_parents(
+    pairs: CallPairs, parent: np.ndarray, kids: np.ndarray, model: _EdgeModel
+) -> np.ndarray:
+    """Each of ``kids``' score at its parent (as a round scores a member): the parent's
+    chain likelihood with it less without it."""
+    if kids.size == 0:
+        return np.zeros(0)
+    order, start, count = _children_index(pairs, parent)
+    owner = parent[kids]
+    size = count[owner]
+    seq = np.repeat(np.arange(kids.size), size)
+    members = order[np.repeat(start[owner] - (np.cumsum(size) - size), size) + np.arange(seq.size)]
+    full = model.chain_likelihood(pairs, owner, members, seq)
+    keep = members != kids[seq]
+    return full - model.chain_likelihood(pairs, owner, members[keep], seq[keep])
 
 
 def chain_rounds(

@@ -291,7 +291,7 @@ class _GapBoard:
         before = np.where(has_prev, tc[c] - tr[c[np.where(has_prev, prev, 0)]], tc[c] - tc[par])
         after = np.where(has_next, tc[c[np.where(has_next, nxt, 0)]] - tr[c], tr[par] - tr[c])
         b1, b2 = delay_bins(before, self.params), delay_bins(after, self.params)
-        n = self.n_nodes
+        n = np.int64(self.n_nodes)  # keys in 64 bits whatever the codes' type
         triple = (pairs.caller[par] * n + pairs.callee[par]) * n + pairs.callee[c]
         k = 2 * self.half
         key = (triple * k + b1 + has_prev * self.half) * k + b2 + has_next * self.half
@@ -392,8 +392,11 @@ class Stage:
     moved : int
         Calls whose parent differs from the stage before.
     log_likelihood : float
-        Mean log-likelihood per call pair of the assignment's chains of events under the
-        chain model learnt from it (``infer.chains``): it rises as the stages converge.
+        Mean log-likelihood per call pair of the assignment's chains of events
+        (``infer.chains``): for the stages before chain rounds, under the model learnt
+        from the assignment itself; for a chain round, the stage before's plus the
+        round's gain, which is exact under the model learnt from the stage before (the
+        model the round judged by). It rises as the stages converge.
     tolerance_s : float
         The clock-skew tolerance the candidates were found with (``tolerance_s``, or the
         estimate of ``auto_tolerance`` when larger).

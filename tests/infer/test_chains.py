@@ -363,3 +363,44 @@ def test_runs_of_calls_made_at_once_move_together_by_their_exact_gain() -> None:
     for i in runs[:40]:
         moved = _applied(start, proposals, i, pairs.t_call)
         assert proposals.gain[i] == pytest.approx(_likelihood(pairs, moved, model) - base, abs=1e-6)
+
+
+def test_the_compiled_chains_are_the_numpy_chains() -> None:
+    # Every candidate's spliced chain scored by the compiled loop the rounds use and by
+    # the same model in numpy, on a gateway that fans out (groups and joins).
+    from infer.chains import _Members
+
+    cfg = replace(synth.load_config(FANOUT), messages=4_000, parallelism=6.0, seed=3)
+    trace = synth.generate_table(cfg)[0]
+    nodes = node_codes(trace)
+    pairs = match_calls(trace, nodes)
+    params = NestingParams()
+    parent = infer_nesting(trace, "fast").parent
+    model = _EdgeModel.learn(pairs, parent, params, len(nodes.names))
+    for ch in CandidateChunks(pairs, 0, Scoreboard(params, len(nodes.names)), siblings=True):
+        c, par = ch.c.astype(np.int64), ch.par.astype(np.int64)
+        group = ch.siblings.group.astype(np.int64)
+        member = parent[c] == par
+        members = _Members(member, group, ch.siblings.run)
+        insert = np.where(member, -1, np.arange(c.size))
+        remove = np.where(member, members.rank, -1)
+        compiled = model.spliced_likelihood(pairs, par, group, c, members, insert, members.rank, remove)
+        spliced = members.spliced(c, group, insert=insert, insert_rank=members.rank, remove_rank=remove)
+        assert compiled == pytest.approx(model.chain_likelihood(pairs, par, *spliced), abs=1e-9)
+
+
+def test_calls_moved_in_a_run_get_their_score_at_the_new_parent() -> None:
+    from infer.chains import _scores_at_parents
+
+    cfg = replace(synth.load_config(FANOUT), messages=4_000, parallelism=6.0, seed=2)
+    trace = synth.generate_table(cfg)[0]
+    nodes = node_codes(trace)
+    pairs = match_calls(trace, nodes)
+    parent = infer_nesting(trace, "fast").parent
+    model = _EdgeModel.learn(pairs, parent, NestingParams(), len(nodes.names))
+    kids = np.flatnonzero(parent >= 0)[::7]
+    base = _likelihood(pairs, parent, model)
+    for c, score in zip(kids, _scores_at_parents(pairs, parent, kids, model), strict=True):
+        alone = parent.copy()
+        alone[c] = -1
+        assert score == pytest.approx(base - _likelihood(pairs, alone, model), abs=1e-6)
