@@ -4,8 +4,8 @@
 
 For every candidate parent of every call of a multitier trace, the likelihood of the
 parent's chain with the call put in (or, for its own parent, taken out) is computed
-twice: by ``_EdgeModel.spliced_likelihood`` (the compiled loop the rounds use) and by
-``_EdgeModel.chain_likelihood`` over the same spliced chains (numpy). Both must agree;
+twice: by ``ChainModel.spliced_likelihood`` (the compiled loop the rounds use) and by
+``ChainModel.chain_likelihood`` over the same spliced chains (numpy). Both must agree;
 the table gives their times (best of three) and the ratio.
 """
 
@@ -26,7 +26,7 @@ import infer  # noqa: E402
 import synth  # noqa: E402
 from infer.callpairs import match_calls, node_codes  # noqa: E402
 from infer.candidates import CandidateChunks, Scoreboard  # noqa: E402
-from infer.chains import _EdgeModel, _Members  # noqa: E402
+from infer.chains import ChainModel, _Members  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parent.parent / "samples" / "synth" / "multitier.toml"
 
@@ -43,7 +43,7 @@ def main() -> None:
     params = infer.NestingParams()
     n_nodes = len(nodes.names)
     parent = infer.infer_nesting(trace, "fast").parent
-    model = _EdgeModel.learn(pairs, parent, params, n_nodes)
+    model = ChainModel.learn(pairs, parent, params, n_nodes)
     work = []
     for ch in CandidateChunks(pairs, 0, Scoreboard(params, n_nodes), siblings=True):
         c, par = ch.c.astype(np.int64), ch.par.astype(np.int64)

@@ -5,7 +5,7 @@ Why compiled (numba): every candidate needs its parent's chain rebuilt, of a len
 that varies from parent to parent, with a running maximum of returns restarted per
 concurrent group. In numpy that is a dozen temporary arrays the size of all chains
 together per round; here it is one pass with no temporaries, several times faster at
-high parallelism. ``infer.chains._EdgeModel.chain_likelihood`` is the same model in
+high parallelism. ``infer.chains.ChainModel.chain_likelihood`` is the same model in
 numpy, kept for learning and as the reference the tests compare this loop to.
 """
 
@@ -69,7 +69,7 @@ def _bin(delay: np.int64, edges: np.ndarray, n_bins: np.int64) -> np.int64:
 
 # The model travels as separate arguments, not a tuple: arrays in a tuple are
 # reference-counted at every call, which made the loop nearly three times slower.
-# ``_EdgeModel.kernel_arguments`` lists them in this order.
+# ``ChainModel.kernel_arguments`` lists them in this order.
 
 
 @_compiled(inline="always")
@@ -91,7 +91,7 @@ def _edge(
     unseen: np.float64,
     choice: np.ndarray,
 ) -> float:
-    """The log-likelihood of one edge, as ``_EdgeModel.lookup(_EdgeModel.cells(...))``."""
+    """The log-likelihood of one edge, as ``ChainModel.lookup(ChainModel.cells(...))``."""
     if in_kind == _CALL:
         node, in_peer, t_in = callee[in_pair], caller[in_pair], t_call[in_pair]
     elif in_kind == _RETURN:

@@ -49,7 +49,7 @@ from infer.params import NestingParams
 from tracefmt import ParameterError
 from tracefmt.patterns import sibling_groups
 
-__all__ = ["chain_edges", "chain_log_likelihood", "chain_rounds", "chain_stages"]
+__all__ = ["ChainModel", "chain_edges", "chain_log_likelihood", "chain_rounds", "chain_stages"]
 
 # An edge no chain of the previous round had scores this far (in log units) below the
 # least likely learnt edge: finite, so that two unseen alternatives still compare on
@@ -196,7 +196,7 @@ def _fan_out_choice(heads: np.ndarray, count: np.ndarray, n_nodes: int) -> np.nd
 
 
 @dataclass
-class _EdgeModel:
+class ChainModel:
     """Log-densities of edges per cell: (node, input kind and peer, output kind and peer,
     delay bin), normalised per (node, input kind and peer) and by the bin's width."""
 
@@ -214,6 +214,8 @@ class _EdgeModel:
     edges: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     #: ``table`` with every cell's fan-out choice added, for the compiled loop.
     kernel_table: np.ndarray | None = None
+    #: The log-likelihood of the assignment the model was learnt from, under it.
+    own_log_likelihood: float = 0.0
 
     def cells(
         self,
@@ -233,9 +235,10 @@ class _EdgeModel:
         return head * (2 * self.params.n_bins) + delay_bins(t_out - t_in, self.params)
 
     @classmethod
-    def learn(cls, pairs: CallPairs, parent: np.ndarray, params: NestingParams, n_nodes: int) -> _EdgeModel:
+    def learn(cls, pairs: CallPairs, parent: np.ndarray, params: NestingParams, n_nodes: int) -> ChainModel:
         model = cls(params, n_nodes, np.zeros(0, np.int64), np.zeros(0), None)
         keys, count = np.unique(model.cells(pairs, *chain_edges(pairs, parent)), return_counts=True)
+        learnt_keys, learnt_count = keys, count
         nb = 2 * params.n_bins
         # (node, input kind and peer) is the key's head less the output's part.
         heads, inv = np.unique(keys // nb // (2 * n_nodes), return_inverse=True)
@@ -250,6 +253,8 @@ class _EdgeModel:
             model.table = np.full(space, model.unseen)
             model.table[keys] = model.values
         model.choice = _fan_out_choice(heads, total, n_nodes)
+        # The assignment's own log-likelihood, from its edges' cells counted above.
+        model.own_log_likelihood = float((learnt_count * model.lookup(learnt_keys)).sum())
         return model
 
     def spliced_likelihood(
@@ -367,7 +372,7 @@ class _Proposals:
 
 
 def _round(
-    pairs: CallPairs, chunks: CandidateChunks, parent: np.ndarray, model: _EdgeModel
+    pairs: CallPairs, chunks: CandidateChunks, parent: np.ndarray, model: ChainModel
 ) -> tuple[_Proposals, np.ndarray, np.ndarray]:
     """Score every candidate; propose each child's best move and the swaps of two
     calls to one node that sit in each other's place. Also returns each child's score
@@ -431,7 +436,7 @@ _LONGEST_RUN = 4
 
 
 def _run_moves(
-    pairs: CallPairs, parent: np.ndarray, model: _EdgeModel, away: np.ndarray, tol_ns: int
+    pairs: CallPairs, parent: np.ndarray, model: ChainModel, away: np.ndarray, tol_ns: int
 ) -> _Proposals:
     """Proposals to move a run of siblings called at once (2 to ``_LONGEST_RUN`` calls
     in a row of one concurrent group) to the best other parent of its first call
@@ -497,7 +502,7 @@ def _score_chunk(
     pairs: CallPairs,
     ch: Chunk,
     parent: np.ndarray,
-    model: _EdgeModel,
+    model: ChainModel,
     best: BestSoFar,
     here: np.ndarray,
     tol_ns: int,
@@ -608,7 +613,7 @@ class _Members:
 
 
 def chain_log_likelihood(
-    pairs: CallPairs, parent: np.ndarray, params: NestingParams, n_nodes: int, model: _EdgeModel | None = None
+    pairs: CallPairs, parent: np.ndarray, params: NestingParams, n_nodes: int, model: ChainModel | None = None
 ) -> float:
     """Mean log-likelihood per call pair of the chains ``parent`` implies, under ``model``
     (by default the model learnt from ``parent`` itself).
@@ -625,7 +630,7 @@ def chain_log_likelihood(
     if n == 0:
         return 0.0
     if model is None:
-        model = _EdgeModel.learn(pairs, parent, params, n_nodes)
+        return ChainModel.learn(pairs, parent, params, n_nodes).own_log_likelihood / n
     return float(model.lookup(model.cells(pairs, *chain_edges(pairs, parent))).sum() / n)
 
 
@@ -636,6 +641,8 @@ def chain_stages(
     params: NestingParams,
     n_nodes: int,
     model_from: np.ndarray | None = None,
+    *,
+    first_model: ChainModel | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int, float]]:
     """Chain rounds from ``parent``, one ``(parent, confidence, moved, gain)`` per round.
 
@@ -645,15 +652,17 @@ def chain_stages(
     model learnt from the round before; confidence is each child's parent's share of
     exp(score) over its candidates (1 for roots). ``model_from``, for diagnosis only,
     fixes the assignment the model is learnt from (say the true parents of a synthetic
-    trace) instead of the current one.
+    trace) instead of the current one. ``first_model``, the model already learnt from
+    ``parent``, saves learning it again for the first round.
     """
     if 6 * n_nodes**3 * 2 * params.n_bins >= 1 << 62:
         raise ParameterError(f"{n_nodes} nodes are too many for chain rounds (use chains=0)")
     parent = parent.copy()
     n = len(pairs)
-    fixed = None if model_from is None else _EdgeModel.learn(pairs, model_from, params, n_nodes)
-    for _ in range(params.chains):
-        model = fixed or _EdgeModel.learn(pairs, parent, params, n_nodes)
+    fixed = None if model_from is None else ChainModel.learn(pairs, model_from, params, n_nodes)
+    for r in range(params.chains):
+        model = fixed or (first_model if r == 0 and first_model else None)
+        model = model or ChainModel.learn(pairs, parent, params, n_nodes)
         proposals, here, mass = _round(pairs, chunks, parent, model)
         moves = proposals.independent(n)
         runs = moves.count > 1
@@ -702,7 +711,7 @@ def _apply_runs(
 
 
 def _scores_at_parents(
-    pairs: CallPairs, parent: np.ndarray, kids: np.ndarray, model: _EdgeModel
+    pairs: CallPairs, parent: np.ndarray, kids: np.ndarray, model: ChainModel
 ) -> np.ndarray:
     """Each of ``kids``' score at its parent (as a round scores a member): the parent's
     chain likelihood with it less without it."""

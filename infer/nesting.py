@@ -50,7 +50,7 @@ from infer.candidates import (
     delay_bins,
     skew_tolerance,
 )
-from infer.chains import chain_log_likelihood, chain_stages
+from infer.chains import ChainModel, chain_stages
 from infer.params import BOARDS, PRESETS, NestingParams
 from tracefmt import ParameterError, SchemaError, TraceFileError, sort_trace, validate_trace
 from tracefmt._files import existing_file
@@ -476,11 +476,14 @@ def nesting_stages(
         board.add(ch.cells, 1.0 / counts[ch.c])
     board.finish()
 
+    learnt: list[ChainModel] = []  # the chain model of the last stage, for chain round 1
+
     def stage(name: str, k: int, best: BestSoFar, before: np.ndarray | None) -> Stage:
         parent, confidence = best.result(counts)
         parent = _without_loops(pairs, parent)
         moved = n if before is None else int(np.count_nonzero(parent != before))
-        ll = chain_log_likelihood(pairs, parent, params, n_nodes)
+        learnt[:] = [ChainModel.learn(pairs, parent, params, n_nodes)]
+        ll = learnt[0].own_log_likelihood / max(n, 1)
         return Stage(name, k, parent, confidence, moved, ll, tolerance_s)
 
     last = stage("first pass", 1, _first_pass(pairs, chunks, board, params, n_nodes), None)
@@ -496,7 +499,7 @@ def nesting_stages(
         yield last
     if params.chains:
         for k, (parent, confidence, moved, gain) in enumerate(
-            chain_stages(pairs, chunks, last.parent, params, n_nodes), 1
+            chain_stages(pairs, chunks, last.parent, params, n_nodes, first_model=learnt[0]), 1
         ):
             # A round's moves raise the likelihood under the model learnt from the stage
             # before by exactly their gains (``infer.chains``).

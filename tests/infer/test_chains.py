@@ -18,7 +18,7 @@ import synth
 from infer import infer_nesting
 from infer.callpairs import CallPairs, match_calls, node_codes
 from infer.candidates import CandidateChunks, Scoreboard
-from infer.chains import _EdgeModel, _round, chain_edges, chain_rounds
+from infer.chains import ChainModel, _round, chain_edges, chain_rounds
 from infer.evaluate import true_pairs
 from infer.params import NestingParams
 from tracefmt import ParameterError
@@ -86,7 +86,7 @@ def busy() -> dict:
     }
 
 
-def _likelihood(pairs: CallPairs, parent: np.ndarray, model: _EdgeModel) -> float:
+def _likelihood(pairs: CallPairs, parent: np.ndarray, model: ChainModel) -> float:
     return float(model.lookup(model.cells(pairs, *chain_edges(pairs, parent))).sum())
 
 
@@ -107,7 +107,7 @@ def _applied(parent: np.ndarray, proposals, keep: np.ndarray, pairs_t_call: np.n
 
 def test_scores_are_changes_in_the_likelihood_of_whole_assignments(busy) -> None:
     pairs, parent = busy["pairs"], busy["start"]
-    model = _EdgeModel.learn(pairs, parent, busy["params"], busy["n_nodes"])
+    model = ChainModel.learn(pairs, parent, busy["params"], busy["n_nodes"])
     proposals, here, _ = _round(pairs, busy["chunks"], parent, model)
     base = _likelihood(pairs, parent, model)
     rng = np.random.default_rng(0)
@@ -132,7 +132,7 @@ def test_a_round_raises_the_likelihood_by_the_sum_of_its_moves(busy) -> None:
     # Moves that share no parent do not interact: applied together they gain exactly
     # what they gain apart.
     pairs, parent = busy["pairs"], busy["start"]
-    model = _EdgeModel.learn(pairs, parent, busy["params"], busy["n_nodes"])
+    model = ChainModel.learn(pairs, parent, busy["params"], busy["n_nodes"])
     moves = _round(pairs, busy["chunks"], parent, model)[0].independent(len(pairs))
     touched = np.concatenate([moves.dest, moves.source[moves.source >= 0]])
     assert np.unique(touched).size == touched.size
@@ -146,7 +146,7 @@ def test_a_round_raises_the_likelihood_by_the_sum_of_its_moves(busy) -> None:
 def test_the_true_assignment_barely_moves(busy) -> None:
     # Judged by the model learnt from itself, the truth is (almost) a fixed point.
     pairs, truth = busy["pairs"], busy["truth"]
-    model = _EdgeModel.learn(pairs, truth, busy["params"], busy["n_nodes"])
+    model = ChainModel.learn(pairs, truth, busy["params"], busy["n_nodes"])
     moves = _round(pairs, busy["chunks"], truth, model)[0].independent(len(pairs))
     assert moves.child.size + (moves.other >= 0).sum() <= 0.005 * len(pairs)
 
@@ -294,7 +294,7 @@ def test_gains_match_brute_force_under_tolerance_ties_and_any_budget(seed: int) 
     for c, qs in candidates.items():
         parent[c] = rng.choice(qs) if rng.random() < 0.9 else -1
         other[c] = rng.choice(qs)
-    model = _EdgeModel.learn(pairs, other, params, nodes)
+    model = ChainModel.learn(pairs, other, params, nodes)
     proposals, here, _ = _round(pairs, chunks, parent, model)
     base = _likelihood(pairs, parent, model)
     for c in np.flatnonzero(parent >= 0):
@@ -309,7 +309,7 @@ def test_gains_match_brute_force_under_tolerance_ties_and_any_budget(seed: int) 
 
 
 def test_an_unseen_edge_scores_below_every_learnt_one(busy) -> None:
-    model = _EdgeModel.learn(busy["pairs"], busy["start"], busy["params"], busy["n_nodes"])
+    model = ChainModel.learn(busy["pairs"], busy["start"], busy["params"], busy["n_nodes"])
     assert model.unseen < model.values.min()
     assert model.lookup(np.array([model.keys.max() + 1, 0]))[0] == model.unseen
 
@@ -355,7 +355,7 @@ def test_runs_of_calls_made_at_once_move_together_by_their_exact_gain() -> None:
     params = NestingParams()
     chunks = CandidateChunks(pairs, 0, Scoreboard(params, len(nodes.names)), siblings=True)
     start = infer_nesting(trace, "fast").parent
-    model = _EdgeModel.learn(pairs, start, params, len(nodes.names))
+    model = ChainModel.learn(pairs, start, params, len(nodes.names))
     proposals = _round(pairs, chunks, start, model)[0]
     runs = np.flatnonzero(proposals.count > 1)
     assert runs.size > 5
@@ -376,7 +376,7 @@ def test_the_compiled_chains_are_the_numpy_chains() -> None:
     pairs = match_calls(trace, nodes)
     params = NestingParams()
     parent = infer_nesting(trace, "fast").parent
-    model = _EdgeModel.learn(pairs, parent, params, len(nodes.names))
+    model = ChainModel.learn(pairs, parent, params, len(nodes.names))
     for ch in CandidateChunks(pairs, 0, Scoreboard(params, len(nodes.names)), siblings=True):
         c, par = ch.c.astype(np.int64), ch.par.astype(np.int64)
         group = ch.siblings.group.astype(np.int64)
@@ -397,7 +397,7 @@ def test_calls_moved_in_a_run_get_their_score_at_the_new_parent() -> None:
     nodes = node_codes(trace)
     pairs = match_calls(trace, nodes)
     parent = infer_nesting(trace, "fast").parent
-    model = _EdgeModel.learn(pairs, parent, NestingParams(), len(nodes.names))
+    model = ChainModel.learn(pairs, parent, NestingParams(), len(nodes.names))
     kids = np.flatnonzero(parent >= 0)[::7]
     base = _likelihood(pairs, parent, model)
     for c, score in zip(kids, _scores_at_parents(pairs, parent, kids, model), strict=True):
