@@ -107,7 +107,7 @@ class NestingParams:
 
     @classmethod
     def fast(cls) -> NestingParams:
-        """The accurate setting with at most two chain rounds: 1.4 times faster at
+        """The accurate setting with at most two chain rounds: 1.3 times faster at
         parallelism 5 and 2.6 times at 45 (benchmarks/nesting.py), less exact where
         requests overlap heavily. (Without any chain round the refined scoreboards are
         less exact than the paper's on real traffic.)"""
