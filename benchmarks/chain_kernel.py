@@ -46,26 +46,19 @@ def main() -> None:
     model = ChainModel.learn(pairs, parent, params, n_nodes)
     work = []
     for ch in CandidateChunks(pairs, 0, Scoreboard(params, n_nodes), siblings=True):
-        c, par = ch.c.astype(np.int64), ch.par.astype(np.int64)
-        group = ch.siblings.group.astype(np.int64)
-        member = parent[c] == par
-        members = _Members(member, group, ch.siblings.run)
-        insert = np.where(member, -1, np.arange(c.size))
-        remove = np.where(member, members.rank, -1)
-        work.append((c, par, group, members, insert, remove))
+        c, par, group, members = _Members.of_chunk(ch, parent)
+        work.append((c, par, group, members, *members.toggled()))
     entries = sum(w[0].size for w in work)
 
     def compiled() -> list[np.ndarray]:
         return [
-            model.spliced_likelihood(pairs, par, g, c, m, ins, m.rank, rem) for c, par, g, m, ins, rem in work
+            model.spliced_likelihood(pairs, par, g, c, m, ins, r, rem) for c, par, g, m, ins, r, rem in work
         ]
 
     def numpy_() -> list[np.ndarray]:
         return [
-            model.chain_likelihood(
-                pairs, par, *m.spliced(c, g, insert=ins, insert_rank=m.rank, remove_rank=rem)
-            )
-            for c, par, g, m, ins, rem in work
+            model.chain_likelihood(pairs, par, *m.spliced(c, g, insert=ins, insert_rank=r, remove_rank=rem))
+            for c, par, g, m, ins, r, rem in work
         ]
 
     compiled()  # compile (or load the cache) outside the timing

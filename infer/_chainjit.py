@@ -214,8 +214,10 @@ def spliced_likelihood(
         ins, ri, ro = insert[s], insert_rank[s], remove_rank[s]
         length = member_count[g] - (1 if ro >= 0 else 0) + (1 if ins >= 0 else 0)
         o = owner[s]
-        # ``_chain``'s walk, reading the spliced children in place: copying them to a
-        # buffer first made this loop, run for every candidate of every round, 1.6x slower.
+        # ``_chain``'s walk, written out again and reading the spliced children in place:
+        # copying them to a buffer first, or sharing the walk's step with ``_chain`` as a
+        # function returning a tuple, made this loop (run for every candidate of every
+        # round) 1.6x slower (benchmarks/chain_kernel.py).
         total = 0.0
         prev = -1
         latest = -1

@@ -517,22 +517,13 @@ def _score_chunk(
     call order, so calls made at once are grouped exactly as ``chain_edges`` groups them.
     """
     tc, tr = pairs.t_call, pairs.t_return
-    c, par = ch.c.astype(np.int64), ch.par.astype(np.int64)
-    m = c.size
-    if m == 0:
+    if ch.c.size == 0:
         return None
-    sib = ch.siblings
-    group = sib.group.astype(np.int64)
-    member = parent[c] == par
-    members = _Members(member, group, sib.run)
-    owners = par[sib.run]
-    base = model.spliced_likelihood(pairs, owners, np.arange(sib.run.size), c, members)
-    rank = members.rank
-    pos = np.arange(m)
+    c, par, group, members = _Members.of_chunk(ch, parent)
+    member, rank, sib = members.member, members.rank, ch.siblings
+    base = model.spliced_likelihood(pairs, par[sib.run], np.arange(sib.run.size), c, members)
     # With each candidate put in (a non-member) or taken out (a member).
-    changed = model.spliced_likelihood(
-        pairs, par, group, c, members, np.where(member, -1, pos), rank, np.where(member, rank, -1)
-    )
+    changed = model.spliced_likelihood(pairs, par, group, c, members, *members.toggled())
     score = np.where(member, base[group] - changed, changed - base[group])
     here[c[member]] = score[member]
     best.offer(c, par, score, tc, mass=np.exp(np.clip(score, -600, 600)))
@@ -581,6 +572,21 @@ class _Members:
         before = np.cumsum(member) - member
         #: Per candidate: members of its group called before it (``run``: each group's first).
         self.rank = before - before[run[group]] if group.size else before
+        self.member = member
+
+    @classmethod
+    def of_chunk(cls, ch: Chunk, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, _Members]:
+        """A chunk's candidates ``(c, par, group)`` as 64-bit arrays, and the members of
+        each of its parents under the assignment ``parent``."""
+        c, par = ch.c.astype(np.int64), ch.par.astype(np.int64)
+        group = ch.siblings.group.astype(np.int64)
+        return c, par, group, cls(parent[c] == par, group, ch.siblings.run)
+
+    def toggled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(insert, insert_rank, remove_rank)`` that splice each candidate's parent's
+        chain with the candidate put in (a non-member) or taken out (a member)."""
+        pos = np.arange(self.member.size)
+        return np.where(self.member, -1, pos), self.rank, np.where(self.member, self.rank, -1)
 
     def spliced(
         self,

@@ -345,17 +345,22 @@ def test_the_compiled_bins_are_the_bins_of_numpy() -> None:
 FANOUT = Path(__file__).resolve().parents[2] / "samples" / "synth" / "gateway-fanout.toml"
 
 
-def test_runs_of_calls_made_at_once_move_together_by_their_exact_gain() -> None:
-    # On a gateway that fans out, a round proposes moving runs of calls made at once;
-    # each run's gain is the change in the likelihood of the whole assignment.
-    cfg = replace(synth.load_config(FANOUT), messages=4_000, parallelism=6.0, seed=2)
+def _gateway(seed: int) -> tuple[CallPairs, int, np.ndarray, ChainModel]:
+    """A small gateway trace that fans out: its pairs, node count, the fast preset's
+    parents and the chain model learnt from them."""
+    cfg = replace(synth.load_config(FANOUT), messages=4_000, parallelism=6.0, seed=seed)
     trace = synth.generate_table(cfg)[0]
     nodes = node_codes(trace)
     pairs = match_calls(trace, nodes)
-    params = NestingParams()
-    chunks = CandidateChunks(pairs, 0, Scoreboard(params, len(nodes.names)), siblings=True)
-    start = infer_nesting(trace, "fast").parent
-    model = ChainModel.learn(pairs, start, params, len(nodes.names))
+    parent = infer_nesting(trace, "fast").parent
+    return pairs, len(nodes.names), parent, ChainModel.learn(pairs, parent, NestingParams(), len(nodes.names))
+
+
+def test_runs_of_calls_made_at_once_move_together_by_their_exact_gain() -> None:
+    # On a gateway that fans out, a round proposes moving runs of calls made at once;
+    # each run's gain is the change in the likelihood of the whole assignment.
+    pairs, n_nodes, start, model = _gateway(2)
+    chunks = CandidateChunks(pairs, 0, Scoreboard(NestingParams(), n_nodes), siblings=True)
     proposals = _round(pairs, chunks, start, model)[0]
     runs = np.flatnonzero(proposals.count > 1)
     assert runs.size > 5
@@ -370,34 +375,19 @@ def test_the_compiled_chains_are_the_numpy_chains() -> None:
     # the same model in numpy, on a gateway that fans out (groups and joins).
     from infer.chains import _Members
 
-    cfg = replace(synth.load_config(FANOUT), messages=4_000, parallelism=6.0, seed=3)
-    trace = synth.generate_table(cfg)[0]
-    nodes = node_codes(trace)
-    pairs = match_calls(trace, nodes)
-    params = NestingParams()
-    parent = infer_nesting(trace, "fast").parent
-    model = ChainModel.learn(pairs, parent, params, len(nodes.names))
-    for ch in CandidateChunks(pairs, 0, Scoreboard(params, len(nodes.names)), siblings=True):
-        c, par = ch.c.astype(np.int64), ch.par.astype(np.int64)
-        group = ch.siblings.group.astype(np.int64)
-        member = parent[c] == par
-        members = _Members(member, group, ch.siblings.run)
-        insert = np.where(member, -1, np.arange(c.size))
-        remove = np.where(member, members.rank, -1)
-        compiled = model.spliced_likelihood(pairs, par, group, c, members, insert, members.rank, remove)
-        spliced = members.spliced(c, group, insert=insert, insert_rank=members.rank, remove_rank=remove)
+    pairs, n_nodes, parent, model = _gateway(3)
+    for ch in CandidateChunks(pairs, 0, Scoreboard(NestingParams(), n_nodes), siblings=True):
+        c, par, group, members = _Members.of_chunk(ch, parent)
+        insert, rank, remove = members.toggled()
+        compiled = model.spliced_likelihood(pairs, par, group, c, members, insert, rank, remove)
+        spliced = members.spliced(c, group, insert=insert, insert_rank=rank, remove_rank=remove)
         assert compiled == pytest.approx(model.chain_likelihood(pairs, par, *spliced), abs=1e-9)
 
 
 def test_calls_moved_in_a_run_get_their_score_at_the_new_parent() -> None:
     from infer.chains import _scores_at_parents
 
-    cfg = replace(synth.load_config(FANOUT), messages=4_000, parallelism=6.0, seed=2)
-    trace = synth.generate_table(cfg)[0]
-    nodes = node_codes(trace)
-    pairs = match_calls(trace, nodes)
-    parent = infer_nesting(trace, "fast").parent
-    model = ChainModel.learn(pairs, parent, NestingParams(), len(nodes.names))
+    pairs, _, parent, model = _gateway(2)
     kids = np.flatnonzero(parent >= 0)[::7]
     base = _likelihood(pairs, parent, model)
     for c, score in zip(kids, _scores_at_parents(pairs, parent, kids, model), strict=True):
