@@ -4,6 +4,7 @@ and span files (Jaeger, OTLP) as traces with ground truth.
 Every other wirepath package takes a validated Arrow table from here.
 """
 
+from tracefmt._files import distinct_outputs
 from tracefmt.convert import (
     TRACE_SUFFIXES,
     ConvertReport,
@@ -86,6 +87,7 @@ __all__ = [
     "TraceWriter",
     "WirepathError",
     "convert_trace",
+    "distinct_outputs",
     "empty_trace",
     "format_duration_ns",
     "format_instant_ns",

@@ -1,11 +1,12 @@
-"""Checks shared by every reader of an input file."""
+"""Checks shared by every reader of an input file and every writer of outputs."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
-from tracefmt.errors import TraceFileError
+from tracefmt.errors import ParameterError, TraceFileError
 
 
 def existing_file(path: str | os.PathLike[str], what: str) -> Path:
@@ -19,3 +20,32 @@ def existing_file(path: str | os.PathLike[str], what: str) -> Path:
     if p.is_dir():
         raise TraceFileError(f"{p}: is a directory (expected {what})")
     return p
+
+
+def distinct_outputs(
+    inputs: Sequence[str | os.PathLike[str]],
+    outputs: Sequence[str | os.PathLike[str]],
+    *,
+    what: str = "the input",
+) -> None:
+    """Raise ``ParameterError`` when an output is one of the inputs (it would destroy it;
+    the message names the input as ``what``) or two outputs are the same file (one would
+    replace the other).
+
+    Examples
+    --------
+    >>> distinct_outputs(["t.parquet"], ["paths.json", "inst.parquet"])
+    >>> distinct_outputs(["t.parquet"], ["./t.parquet"])
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.ParameterError: ./t.parquet: output would overwrite the input; choose another name
+    """
+    sources = {Path(p).resolve() for p in inputs}
+    seen: set[Path] = set()
+    for out in outputs:
+        target = Path(out).resolve()
+        if target in sources:
+            raise ParameterError(f"{out}: output would overwrite {what}; choose another name")
+        if target in seen:
+            raise ParameterError(f"{out}: given for two outputs; choose another name for one")
+        seen.add(target)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tracefmt._files import distinct_outputs
 from tracefmt.errors import ParameterError
 from tracefmt.parquet import TraceWriter, iter_trace, read_trace, read_trace_metadata
 from tracefmt.schema import sort_trace
@@ -168,8 +169,7 @@ def convert_trace(
     src_fmt, dst_fmt = trace_format(source), trace_format(target)
     if at is not None:
         raise ParameterError(f"{source}: 'at' applies to Jaeger or OTLP span files, not a {src_fmt} trace")
-    if Path(source).resolve() == Path(target).resolve():
-        raise ParameterError(f"{target}: output would overwrite the input; choose another name")
+    distinct_outputs([source], [target])
     if sort:
         table = read_trace(source) if src_fmt == "parquet" else None
         if table is None:
@@ -220,8 +220,7 @@ def _convert_spans(
     on_progress: Callable[[int], None] | None,
 ) -> ConvertReport:
     dst_fmt = trace_format(target)
-    if Path(source).resolve() == Path(target).resolve():
-        raise ParameterError(f"{target}: output would overwrite the input; choose another name")
+    distinct_outputs([source], [target])
     stats = SpanStats()
     reader = read_jaeger if fmt == "jaeger" else read_otlp
     table = reader(source, at=at, skip_bad=skip_bad, stats=stats)

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracefmt._files import distinct_outputs
 from tracefmt.errors import ParameterError, SchemaError, TraceFileError
 from tracefmt.parquet import TraceMetadata, TraceWriter, iter_trace, read_trace_metadata
 from tracefmt.schema import CORE_COLUMNS, NODE_TYPE, OPTIONAL_FIELDS
@@ -342,9 +343,7 @@ def merge_traces(
     if dedup_window_ns is not None and dedup_window_ns < 0:
         raise ParameterError(f"dedup window must be >= 0, not {dedup_window_ns} ns")
     names = dict(names or {})
-    for spec in specs:
-        if Path(spec.path).resolve() == Path(output).resolve():
-            raise ParameterError(f"{output}: output would overwrite an input; choose another name")
+    distinct_outputs([spec.path for spec in specs], [output], what="an input")
     metas = [read_trace_metadata(spec.path) for spec in specs]
     columns = _output_columns(metas)
     streams = [_Input(i, spec, names, columns) for i, spec in enumerate(specs)]

@@ -264,6 +264,7 @@ def _nesting_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_infer_nesting(args: argparse.Namespace) -> int:
+    tracefmt.distinct_outputs([args.trace], [args.out, *([args.instances] if args.instances else [])])
     params = infer.NestingParams.preset(args.preset, **_nesting_overrides(args))
     params.check()
     for note in params.ineffective():

@@ -505,3 +505,28 @@ def test_tree_marks_the_calls_made_at_once(tmp_path: Path, capsys: pytest.Captur
         "    B -> H",
     ]
     assert lines[second + 1 :] == ["  A -> B", "    B -> C", "    B -> D"]
+
+
+@pytest.mark.parametrize("which", ["out", "instances", "both"])
+def test_infer_nesting_never_writes_over_its_input_or_itself(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, which: str
+) -> None:
+    # An output named like the trace would destroy it; two outputs named alike would lose
+    # one. One line, exit 1, the trace untouched, nothing written.
+    trace = tmp_path / "t.txt"
+    trace.write_text("0.001 call c s 1\n0.002 return s c 1\n")
+    before = trace.read_bytes()
+    args = {
+        "out": ["--out", trace],
+        "instances": ["--out", tmp_path / "p.json", "--instances", trace],
+        "both": ["--out", tmp_path / "x.json", "--instances", tmp_path / "x.json"],
+    }[which]
+    rc, _, err = run(capsys, "infer", "nesting", trace, *args)
+    assert rc == 1
+    if which == "both":
+        expected = f"error: {tmp_path / 'x.json'}: given for two outputs; choose another name for one"
+    else:
+        expected = f"error: {args[-1]}: output would overwrite the input; choose another name"
+    assert err.strip().splitlines() == [expected]
+    assert trace.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
