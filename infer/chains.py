@@ -374,12 +374,13 @@ class _Proposals:
 def _round(
     pairs: CallPairs, chunks: CandidateChunks, parent: np.ndarray, model: ChainModel
 ) -> tuple[_Proposals, np.ndarray, np.ndarray]:
-    """Score every candidate; propose each child's best move and the swaps of two
-    calls to one node that sit in each other's place. Also returns each child's score
-    at its parent and the sum of exp(score) over its candidates (for confidences)."""
+    """Score every candidate; propose each child's best move, the swaps of two calls to
+    one node that sit in each other's place and the moves of runs of calls made at once
+    (every swap and run, whatever its gain). Also returns each child's score at its
+    parent and the sum of exp(score) over its other candidates (for confidences)."""
     n = len(pairs)
-    best = BestSoFar(n)
-    away = BestSoFar(n, totals=False)  # each child's best parent other than its own
+    best = BestSoFar(n, totals=False)
+    away = BestSoFar(n)  # each child's best parent other than its own
     here = np.full(n, -np.inf)
     swaps: list[tuple[np.ndarray, ...]] = []
     for ch in chunks:
@@ -428,7 +429,7 @@ def _round(
             )
         )
     parts.append(_run_moves(pairs, parent, model, away.parent, chunks.tol_ns))
-    return _Proposals.join(parts), here, best.total
+    return _Proposals.join(parts), here, away.total
 
 
 #: The longest run of calls made at once that moves as one.
@@ -484,18 +485,7 @@ def _run_moves(
         count.astype(i64),
         *model.kernel_arguments(pairs),
     )
-    good = gain > 0
-    g = int(good.sum())
-    return _Proposals(
-        gain[good],
-        src[good],
-        dst[good],
-        order[first[good]],
-        np.full(g, -1),
-        gain[good],
-        np.zeros(g),
-        length[good],
-    )
+    return _Proposals(gain, src, dst, order[first], np.full(gain.size, -1), gain, np.zeros(gain.size), length)
 
 
 def _score_chunk(
@@ -508,8 +498,8 @@ def _score_chunk(
     tol_ns: int,
     away: BestSoFar | None = None,
 ) -> tuple[np.ndarray, ...] | None:
-    """Score one chunk's candidates into ``best`` (its totals: exp(score)), ``here`` and
-    ``away`` (non-members only); return its swap entries (child, parent, occupant, score
+    """Score one chunk's candidates into ``best``, ``here`` and ``away`` (non-members
+    only; its totals: exp(score)); return its swap entries (child, parent, occupant, score
     in the occupant's place), if any.
 
     A candidate's score is its parent's chain likelihood with it less without it: each
@@ -526,10 +516,10 @@ def _score_chunk(
     changed = model.spliced_likelihood(pairs, par, group, c, members, *members.toggled())
     score = np.where(member, base[group] - changed, changed - base[group])
     here[c[member]] = score[member]
-    best.offer(c, par, score, tc, mass=np.exp(np.clip(score, -600, 600)))
+    best.offer(c, par, score, tc)
     if away is not None:
         out = ~member
-        away.offer(c[out], par[out], score[out], tc)
+        away.offer(c[out], par[out], score[out], tc, mass=np.exp(np.clip(score[out], -600, 600)))
     # A non-member could take the place of its occupant: the member calling the same
     # node that it overlaps, the nearest in call time. In a chain of calls made one at
     # a time that is the one member it overlaps; among calls made at once (fan-out) it
@@ -650,13 +640,15 @@ def chain_stages(
     *,
     first_model: ChainModel | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int, float]]:
-    """Chain rounds from ``parent``, one ``(parent, confidence, moved, gain)`` per round.
+    """Chain rounds from ``parent``, one ``(parent, log_odds, moved, gain)`` per round.
 
     At most ``params.chains`` rounds; they stop when nothing moves or a round's gain
     in log-likelihood falls below ``params.chain_min_gain`` per call pair (that round
     is still yielded). ``gain`` is the exact rise of the log-likelihood under the
-    model learnt from the round before; confidence is each child's parent's share of
-    exp(score) over its candidates (1 for roots). ``model_from``, for diagnosis only,
+    model learnt from the round before; ``log_odds`` are the model's odds of each
+    child's parent against the neighbourhood of alternatives
+    (``neighbourhood_log_odds``), scored on the round's own answer for the last round
+    and, for the others, on the assignment the round started from (inf for roots). ``model_from``, for diagnosis only,
     fixes the assignment the model is learnt from (say the true parents of a synthetic
     trace) instead of the current one. ``first_model``, the model already learnt from
     ``parent``, saves learning it again for the first round.
@@ -669,25 +661,61 @@ def chain_stages(
     for r in range(params.chains):
         model = fixed or (first_model if r == 0 and first_model else None)
         model = model or ChainModel.learn(pairs, parent, params, n_nodes)
-        proposals, here, mass = _round(pairs, chunks, parent, model)
+        proposals, here, others = _round(pairs, chunks, parent, model)
+        log_odds = neighbourhood_log_odds(pairs, parent, proposals, here, others)
         moves = proposals.independent(n)
         runs = moves.count > 1
         in_runs = _apply_runs(pairs, parent, moves.child[runs], moves.count[runs], moves.dest[runs])
         single = ~runs
         parent[moves.child[single]] = moves.dest[single]
-        here[moves.child[single]] = moves.score[single]
         swap = moves.other >= 0
         parent[moves.other[swap]] = moves.source[swap]
-        here[moves.other[swap]] = moves.other_score[swap]
-        here[in_runs] = _scores_at_parents(pairs, parent, in_runs, model)
-        confidence = np.ones(n)
-        kid = np.flatnonzero((parent >= 0) & (mass > 0))
-        confidence[kid] = np.minimum(np.exp(np.clip(here[kid], -600, 600)) / mass[kid], 1.0)
         gain = float(moves.gain.sum())
         moved = int(single.sum() + swap.sum() + in_runs.size)
-        yield parent.copy(), confidence, moved, gain
-        if moved == 0 or gain < params.chain_min_gain * n:
+        last = moved == 0 or gain < params.chain_min_gain * n or r == params.chains - 1
+        if last and moved:
+            # The answer's confidence comes from scoring the answer itself, under the
+            # model it implies, not the assignment the round started from.
+            model = fixed or ChainModel.learn(pairs, parent, params, n_nodes)
+            proposals, here, others = _round(pairs, chunks, parent, model)
+            log_odds = neighbourhood_log_odds(pairs, parent, proposals, here, others)
+        yield parent.copy(), log_odds, moved, gain
+        if last:
             return
+
+
+def neighbourhood_log_odds(
+    pairs: CallPairs, parent: np.ndarray, proposals: _Proposals, here: np.ndarray, others: np.ndarray
+) -> np.ndarray:
+    """Per call, the log-odds of the assignment against its neighbours that change that
+    call's parent: every other candidate parent (``here``, its score at its own, and
+    ``others``, the sum of exp(score) over the rest), every swap with the call that sits
+    in its place at another parent, every move of a run of calls made at once that it
+    is in; each neighbour weighs exp(its gain). +inf for roots and for calls with no
+    alternative at all.
+
+    Scored one call at a time, each as if the rest were fixed, a call whose true parent
+    has been taken by its counterpart looks sure: the single move into that parent
+    would leave it with two such calls; the swap does not.
+    """
+    n = len(pairs)
+    alt = np.zeros(n)
+    kid = parent >= 0
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        alt[kid] = np.exp(np.clip(np.log(others[kid]) - here[kid], -600, 600))
+    swap = proposals.other >= 0
+    w = np.exp(np.clip(proposals.gain, -600, 600))
+    alt += np.bincount(proposals.child[swap], weights=w[swap], minlength=n)
+    alt += np.bincount(proposals.other[swap], weights=w[swap], minlength=n)
+    runs = proposals.count > 1
+    if runs.any():
+        members = _apply_runs(
+            pairs, parent.copy(), proposals.child[runs], proposals.count[runs], proposals.dest[runs]
+        )
+        alt += np.bincount(members, weights=np.repeat(w[runs], proposals.count[runs]), minlength=n)
+    alt[~kid] = 0.0
+    with np.errstate(divide="ignore"):
+        return -np.log(alt)
 
 
 def _children_index(pairs: CallPairs, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -744,10 +772,10 @@ def chain_rounds(
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Up to ``rounds`` chain rounds from ``parent`` (``chain_stages`` run to its end).
 
-    Returns the new parents, each child's confidence and the rounds run.
+    Returns the new parents, each child's log-odds (``chain_stages``) and the rounds run.
     """
-    out, confidence, done = parent, np.ones(len(pairs)), 0
+    out, log_odds, done = parent, np.full(len(pairs), np.inf), 0
     run = params.with_overrides(chains=rounds)
-    for out, confidence, _, _ in chain_stages(pairs, chunks, parent, run, n_nodes, model_from):  # noqa: B007
+    for out, log_odds, _, _ in chain_stages(pairs, chunks, parent, run, n_nodes, model_from):  # noqa: B007
         done += 1
-    return out, confidence, done
+    return out, log_odds, done

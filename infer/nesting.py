@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from infer.candidates import (
     delay_bins,
     skew_tolerance,
 )
+from infer.calibration import Calibration, sigmoid, twin_calibration
 from infer.chains import ChainModel, chain_stages
 from infer.params import BOARDS, PRESETS, NestingParams
 from tracefmt import ParameterError, SchemaError, TraceFileError, sort_trace, validate_trace
@@ -72,7 +73,9 @@ class NestingResult:
     parent : ndarray of int64
         Index of each pair's parent pair, -1 for roots.
     confidence : ndarray of float64
-        The winning candidate's share of all candidates' scores (1 for roots).
+        The probability that each pair's parent is right (1 for roots): calibrated on a
+        synthetic twin of the trace (``infer.calibration``) unless ``params.calibrate``
+        is off.
     candidates : ndarray of int64
         Number of candidate parents per pair.
     patterns : list
@@ -83,6 +86,8 @@ class NestingResult:
     params : NestingParams
     trace_info : dict
         Messages and time span of the input.
+    calibration : Calibration
+        The map from the last stage's odds to ``confidence``.
     """
 
     nodes: list[str]
@@ -96,6 +101,7 @@ class NestingResult:
     params: NestingParams
     trace_info: dict[str, Any] = field(default_factory=dict)
     sort: str = "total"
+    calibration: Calibration = field(default_factory=Calibration.identity)
 
     @property
     def mean_parallelism(self) -> float:
@@ -122,7 +128,9 @@ class NestingResult:
             new_index = np.full(self.parent.size, -1, np.int64)
             new_index[keep] = np.arange(keep.size)
             parent = np.where(self.parent[keep] >= 0, new_index[np.maximum(self.parent[keep], 0)], -1)
-            patterns, _, _ = build_patterns(self.pairs.take(keep), parent, self.nodes, sort=self.sort)
+            patterns, _, _ = build_patterns(
+                self.pairs.take(keep), parent, self.nodes, sort=self.sort, confidence=self.confidence[keep]
+            )
             out.append((t0 + int(k) * width, t0 + (int(k) + 1) * width, patterns))
         return out
 
@@ -171,6 +179,7 @@ class NestingResult:
                     for k in ("tolerance_s", "chain_rounds_run", "stages")
                     if k in self.trace_info
                 },
+                "confidence": self.calibration.to_json(),
             },
             "patterns": [p.to_json() for p in chosen],
         }
@@ -388,7 +397,9 @@ class Stage:
     parent : ndarray of int64
         Each call pair's parent pair, -1 for roots (loops already cut).
     confidence : ndarray of float64
-        Per pair, the winning candidate's share of its candidates' scores (1 for roots).
+        Per pair, the stage's own probability that its parent is right, from
+        ``log_odds`` (1 for roots); uncalibrated (``infer_nesting`` calibrates the
+        last stage's, ``infer.calibration``).
     moved : int
         Calls whose parent differs from the stage before.
     log_likelihood : float
@@ -409,6 +420,11 @@ class Stage:
     moved: int
     log_likelihood: float
     tolerance_s: float = 0.0
+    #: Per pair, the stage's own log-odds that its parent is right (inf for roots): for
+    #: the scoreboard stages the winner's share of the scores against the rest, for a
+    #: chain round the chain model's odds against the neighbourhood of alternatives
+    #: (``infer.chains.neighbourhood_log_odds``). Uncalibrated.
+    log_odds: np.ndarray | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The stage as the paths file's ``stats.stages`` lists it."""
@@ -479,12 +495,14 @@ def nesting_stages(
     learnt: list[ChainModel] = []  # the chain model of the last stage, for chain round 1
 
     def stage(name: str, k: int, best: BestSoFar, before: np.ndarray | None) -> Stage:
-        parent, confidence = best.result(counts)
+        parent, share = best.result(counts)
         parent = _without_loops(pairs, parent)
         moved = n if before is None else int(np.count_nonzero(parent != before))
         learnt[:] = [ChainModel.learn(pairs, parent, params, n_nodes)]
         ll = learnt[0].own_log_likelihood / max(n, 1)
-        return Stage(name, k, parent, confidence, moved, ll, tolerance_s)
+        with np.errstate(divide="ignore"):
+            log_odds = np.where(parent >= 0, np.log(share) - np.log1p(-share), np.inf)
+        return Stage(name, k, parent, sigmoid(log_odds), moved, ll, tolerance_s, log_odds)
 
     last = stage("first pass", 1, _first_pass(pairs, chunks, board, params, n_nodes), None)
     yield last
@@ -498,19 +516,22 @@ def nesting_stages(
         last = stage(name, number, best, last.parent)
         yield last
     if params.chains:
-        for k, (parent, confidence, moved, gain) in enumerate(
+        for k, (parent, log_odds, moved, gain) in enumerate(
             chain_stages(pairs, chunks, last.parent, params, n_nodes, first_model=learnt[0]), 1
         ):
             # A round's moves raise the likelihood under the model learnt from the stage
             # before by exactly their gains (``infer.chains``).
+            parent = _without_loops(pairs, parent)
+            log_odds = np.where(parent >= 0, log_odds, np.inf)
             last = Stage(
                 "chain round",
                 k,
-                _without_loops(pairs, parent),
-                confidence,
+                parent,
+                sigmoid(log_odds),
                 moved,
                 last.log_likelihood + gain / max(n, 1),
                 tolerance_s,
+                log_odds,
             )
             yield last
 
@@ -648,12 +669,18 @@ def infer_nesting(
     info["tolerance_s"] = final.tolerance_s
     if params.chains:
         info["chain_rounds_run"] = sum(s["stage"] == "chain round" for s in stats)
-    patterns, instance, pattern_index = build_patterns(pairs, final.parent, nodes.names, sort=sort)
+    calibration = Calibration.identity()
+    if params.calibrate:
+        calibration = twin_calibration(pairs, final.parent, _answer(len(nodes.names), params))
+    confidence = calibration.apply(final.log_odds)
+    patterns, instance, pattern_index = build_patterns(
+        pairs, final.parent, nodes.names, sort=sort, confidence=confidence
+    )
     return NestingResult(
         nodes=nodes.names,
         pairs=pairs,
         parent=final.parent,
-        confidence=final.confidence,
+        confidence=confidence,
         candidates=counts,
         patterns=patterns,
         instance=instance,
@@ -661,4 +688,19 @@ def infer_nesting(
         params=params,
         trace_info=info,
         sort=sort,
+        calibration=calibration,
     )
+
+
+def _answer(n_nodes: int, params: NestingParams) -> Callable[[CallPairs], tuple[np.ndarray, np.ndarray]]:
+    """The inference ``params`` ask for, as a function of call pairs returning the last
+    stage's parents and log-odds (what a twin is inferred with)."""
+
+    def run(pairs: CallPairs) -> tuple[np.ndarray, np.ndarray]:
+        final = None
+        for final in nesting_stages(pairs, n_nodes, params):
+            pass
+        assert final is not None and final.log_odds is not None
+        return final.parent, final.log_odds
+
+    return run

@@ -72,6 +72,11 @@ class NestingParams:
     chain_min_gain : float
         Chain rounds stop once a round raises the log-likelihood by less than this
         many nats per call pair (or when nothing moves).
+    calibrate : bool
+        Make each parent's confidence a calibrated probability, learnt by running the
+        same inference on a synthetic twin of the trace whose truth is known
+        (``infer.calibration``): about twice the time. Without it the confidence is
+        the last stage's own, uncalibrated. It changes no parent.
 
     Examples
     --------
@@ -99,6 +104,7 @@ class NestingParams:
     siblings: int = 1
     chains: int = 10
     chain_min_gain: float = 3e-3
+    calibrate: bool = True
 
     @classmethod
     def accurate(cls) -> NestingParams:
@@ -187,6 +193,9 @@ class NestingParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not (isinstance(value, int) and 0 <= value <= top):
                 raise ParameterError(f"{name} must be an integer from 0 to {top}, not {value!r}")
+        for name in ("auto_tolerance", "use_ids", "density", "calibrate"):
+            if not isinstance(getattr(self, name), bool):
+                raise ParameterError(f"{name} must be true or false, not {getattr(self, name)!r}")
         if not (math.isfinite(self.chain_min_gain) and self.chain_min_gain >= 0):
             raise ParameterError(f"chain_min_gain must be a number >= 0, not {self.chain_min_gain}")
         if self.board not in BOARDS:

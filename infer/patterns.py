@@ -103,6 +103,9 @@ class Pattern:
     #: and of the delay (parent call to this call; NaN at the root), in seconds.
     latency_table: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
     delay_table: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
+    #: The probability that an instance of the pattern is exactly right: the mean over
+    #: its instances of the product of their calls' confidences (None: not known).
+    confidence: float | None = None
 
     @property
     def shape_text(self) -> str:
@@ -140,6 +143,7 @@ class Pattern:
         return {
             "id": self.id,
             "count": self.count,
+            **({} if self.confidence is None else {"confidence": self.confidence}),
             "total_latency_s": self.total_latency_s,
             "root": visit(self.shape, None),
         }
@@ -179,12 +183,19 @@ def _depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build_patterns(
-    pairs: CallPairs, parent: np.ndarray, names: list[str], *, sort: str = "total"
+    pairs: CallPairs,
+    parent: np.ndarray,
+    names: list[str],
+    *,
+    sort: str = "total",
+    confidence: np.ndarray | None = None,
 ) -> tuple[list[Pattern], np.ndarray, np.ndarray]:
     """Instances and patterns from parent links; returns (patterns, instance, pattern index).
 
     Children a call makes at once (``sibling_groups``) form an unordered concurrent
     group: instances whose concurrent calls left in different orders share a pattern.
+    With ``confidence`` (each pair's probability that its parent is right), each
+    pattern gets the mean over its instances of the product of their calls' ones.
     """
     n = parent.size
     if n == 0:
@@ -315,6 +326,12 @@ def build_patterns(
 
     count = np.bincount(pat_of_root, minlength=uniq.size)
     total = np.bincount(pat_of_root, weights=lat[roots], minlength=uniq.size)
+    pattern_confidence = None
+    if confidence is not None:
+        with np.errstate(divide="ignore"):
+            instance_log = np.bincount(root, weights=np.log(confidence), minlength=n)
+        pattern_confidence = np.bincount(pat_of_root, weights=np.exp(instance_log[roots]), minlength=uniq.size)
+        pattern_confidence /= np.maximum(count, 1)
 
     lat_rows = np.column_stack([lat_stats[k] for k in STAT_NAMES])
     delay_rows = np.column_stack([delay_stats[k] for k in STAT_NAMES])
@@ -324,8 +341,9 @@ def build_patterns(
         for u, (g0, nv) in enumerate(zip(first_group.tolist(), visits.tolist(), strict=True)):
             s, text = shapes[u]
             rows = slice(g0, g0 + nv)
+            conf = None if pattern_confidence is None else round(float(pattern_confidence[u]), 6)
             patterns.append(
-                Pattern(text_id(text), s, int(count[u]), float(total[u]), lat_rows[rows], delay_rows[rows])
+                Pattern(text_id(text), s, int(count[u]), float(total[u]), lat_rows[rows], delay_rows[rows], conf)
             )
     if sort == "count":
         order = sorted(range(len(patterns)), key=lambda i: (-patterns[i].count, patterns[i].id))

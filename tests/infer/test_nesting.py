@@ -335,7 +335,7 @@ def test_majority_delay_decides_between_overlapping_parents(h) -> None:
         (t_amb + 20 * MS, "return", "B", "A", 1001),
         (t_amb + 21 * MS, "return", "B", "A", 1002),
     ]
-    r = infer_nesting(h.trace(rows), "paper")
+    r = infer_nesting(h.trace(rows), "paper", calibrate=False)
     c1, c2 = pair_at(r, t_amb + 5 * MS), pair_at(r, t_amb + 8 * MS)
     p1, p2 = pair_at(r, t_amb), pair_at(r, t_amb + 3 * MS)
     assert r.parent[c1] == p1
@@ -360,7 +360,7 @@ def test_majority_decides_even_with_fewer_votes(h) -> None:
         (t_amb + 20 * MS, "return", "B", "A", 1001),
         (t_amb + 21 * MS, "return", "B", "A", 1002),
     ]
-    r = infer_nesting(h.trace(rows), "paper")
+    r = infer_nesting(h.trace(rows), "paper", calibrate=False)
     assert r.parent[pair_at(r, t_amb + 8 * MS)] == pair_at(r, t_amb + 3 * MS)
     assert r.confidence[pair_at(r, t_amb + 8 * MS)] == pytest.approx(3.5 / 4.0, rel=1e-12)
 
@@ -376,7 +376,7 @@ def test_tie_goes_to_the_earliest_parent(h, x: float) -> None:
         (t_amb + 10 * MS, "return", "B", "A", 1),
         (t_amb + 11 * MS, "return", "B", "A", 2),
     ]
-    r = infer_nesting(h.trace(rows), "paper", x=x)
+    r = infer_nesting(h.trace(rows), "paper", x=x, calibrate=False)
     child = pair_at(r, t_amb + 5 * MS)
     assert r.parent[child] == pair_at(r, t_amb)
     assert r.confidence[child] == pytest.approx(0.5, rel=1e-12)
@@ -394,7 +394,7 @@ def test_tie_of_equal_histories_goes_to_the_earliest_parent(h) -> None:
         (t_amb + 10 * MS, "return", "B", "A", 1001),
         (t_amb + 11 * MS, "return", "B", "A", 1002),
     ]
-    r = infer_nesting(h.trace(rows), "paper")
+    r = infer_nesting(h.trace(rows), "paper", calibrate=False)
     child = pair_at(r, t_amb + 5 * MS)
     assert r.parent[child] == pair_at(r, t_amb)
     assert r.confidence[child] == pytest.approx(0.5, rel=1e-12)
@@ -432,7 +432,7 @@ def penalty_trace(h) -> pa.Table:
     ids=["x0", "x2", "x1", "y1", "z1"],
 )
 def test_penalties_break_a_raw_tie(h, weights: dict, winner: int, confidence: float | None) -> None:
-    r = infer_nesting(penalty_trace(h), "paper", **weights)
+    r = infer_nesting(penalty_trace(h), "paper", calibrate=False, **weights)
     c = pair_at(r, 10 * MS)
     d = pair_at(r, 1 * MS)
     assert r.candidates[c] == 2

@@ -43,6 +43,7 @@ PAPER = {
     "siblings": 0,
     "chains": 0,
     "chain_min_gain": 3e-3,
+    "calibrate": True,
 }
 #: The default: joint board with densities, two penalty rounds, one sibling round, up to
 #: ten chain rounds, a clock-skew tolerance estimated from the trace.

@@ -1,0 +1,275 @@
+"""Confidence that means what it says: each inferred parent's probability of being right.
+
+Every stage of the nesting algorithm states its own odds for each parent it chooses
+(``Stage.log_odds``): the scoreboards the winner's share of the scores, chain rounds
+the chain model's odds against the neighbourhood of alternatives. Those odds are not
+probabilities: a model learnt from the assignment it judges is sure of its own
+mistakes (chain rounds stating 0.99 were right 86 times in 100 on a busy synthetic
+trace), and the paper's scoreboard spreads one unit of weight over every candidate, so
+it doubts what it gets right.
+
+The map from odds to probability depends on the trace: how busy it is, how alike its
+requests are, how much the delays tell apart. So it is learnt on the trace itself, on
+a *synthetic twin* whose truth is known: the inferred requests (each a tree of calls
+with its own timings) are dealt out again to the requests' start times in a random
+order. The twin keeps the trace's nodes, delays, shapes and load (as many requests in
+flight at each moment) while every parent is known; the same inference runs on it, and
+the share of the twin's parents that are right at each level of the stated odds is the
+calibration (isotonic: a higher odds never maps to a lower probability).
+
+The twin is built from the inferred answer, so where that answer is mostly wrong its
+requests are more regular than the real ones and the twin is easier: the calibration
+is then optimistic (``docs/inference.md`` has the measurements).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from infer.callpairs import CallPairs
+
+__all__ = ["Calibration", "instance_roots", "isotonic", "reliability", "twin_pairs"]
+
+#: Stated log-odds are clipped to this range before the map: beyond it a model's odds
+#: only restate its certainty (roots and calls with a single candidate are inf).
+_CLIP = (-30.0, 60.0)
+#: Quantile bins of the stated odds that the isotonic fit starts from.
+_BINS = 200
+#: The twin is made of at most this many call pairs (whole requests, a contiguous
+#: stretch of time): enough to fit the map, and a bounded cost on long traces.
+TWIN_MAX_PAIRS = 500_000
+
+
+def sigmoid(log_odds: np.ndarray) -> np.ndarray:
+    """The probability of ``log_odds`` (inf gives 1)."""
+    return 0.5 * (1.0 + np.tanh(0.5 * np.clip(log_odds, -700.0, 700.0)))
+
+
+def isotonic(x: np.ndarray, y: np.ndarray, bins: int = _BINS) -> tuple[np.ndarray, np.ndarray]:
+    """A non-decreasing fit of ``y`` (0/1 outcomes) on ``x``, as knots ``(xs, ys)`` to
+    interpolate between: ``x`` is cut at its quantiles into at most ``bins`` bins, and
+    adjacent bins are pooled while a lower one has the higher mean (pool adjacent
+    violators).
+
+    Examples
+    --------
+    >>> xs, ys = isotonic(np.array([0.0, 1, 2, 3]), np.array([0, 1, 0, 1]), bins=4)
+    >>> ys.tolist()
+    [0.0, 0.0, 0.5, 0.5, 1.0, 1.0]
+    """
+    if x.size == 0:
+        return np.array([0.0]), np.array([1.0])
+    edges = np.unique(np.quantile(x, np.linspace(0.0, 1.0, bins + 1)))
+    b = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, max(edges.size - 2, 0))
+    n = np.bincount(b, minlength=edges.size).astype(float)
+    hits = np.bincount(b, weights=y.astype(float), minlength=edges.size)
+    lo = np.full(edges.size, np.inf)
+    hi = np.full(edges.size, -np.inf)
+    np.minimum.at(lo, b, x)
+    np.maximum.at(hi, b, x)
+    keep = n > 0
+    n, hits, lo, hi = n[keep], hits[keep], lo[keep], hi[keep]
+    # Pool adjacent violators over a few hundred bins: a short loop, not one per call.
+    blocks: list[list[float]] = []  # [hits, n, lo, hi]
+    for k in range(n.size):
+        blocks.append([hits[k], n[k], lo[k], hi[k]])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            h2, n2, _, hi2 = blocks.pop()
+            blocks[-1][0] += h2
+            blocks[-1][1] += n2
+            blocks[-1][3] = hi2
+    xs = np.array([v for blk in blocks for v in (blk[2], blk[3])])
+    ys = np.repeat([blk[0] / blk[1] for blk in blocks], 2)
+    return xs, ys
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A learnt map from stated log-odds to the probability of being right.
+
+    Attributes
+    ----------
+    xs, ys : ndarray
+        Knots of the non-decreasing map (log-odds, clipped to ``_CLIP``; probability).
+    twin_pairs : int
+        Call pairs of the synthetic twin it was learnt on (0: not learnt, the model's
+        own probabilities are used).
+    twin_right_rate : float or None
+        The share of the twin's parents the inference got right: an estimate, on the
+        optimistic side, of the share right on the trace itself.
+    """
+
+    xs: np.ndarray
+    ys: np.ndarray
+    twin_pairs: int = 0
+    twin_right_rate: float | None = None
+
+    @classmethod
+    def identity(cls) -> Calibration:
+        """No calibration: the stated odds' own probabilities."""
+        return cls(np.zeros(0), np.zeros(0))
+
+    @classmethod
+    def learn(cls, log_odds: np.ndarray, right: np.ndarray) -> Calibration:
+        """Fit the map on stated odds and whether each was right (roots left out)."""
+        xs, ys = isotonic(np.clip(log_odds, *_CLIP), right)
+        return cls(xs, ys, int(right.size), float(right.mean()) if right.size else None)
+
+    def apply(self, log_odds: np.ndarray) -> np.ndarray:
+        """Probabilities of ``log_odds``; inf (roots) stays 1.
+
+        Examples
+        --------
+        >>> c = Calibration(np.array([0.0, 10.0]), np.array([0.5, 0.9]))
+        >>> c.apply(np.array([-5.0, 5.0, 20.0, np.inf])).tolist()
+        [0.5, 0.7, 0.9, 1.0]
+        """
+        if self.xs.size == 0:
+            return sigmoid(log_odds)
+        out = np.interp(np.clip(log_odds, *_CLIP), self.xs, self.ys)
+        return np.where(np.isposinf(log_odds), 1.0, out)
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary a paths file's ``stats.confidence`` holds."""
+        return {
+            "calibration": "twin" if self.twin_pairs else "none",
+            "twin_pairs": self.twin_pairs,
+            "twin_right_rate": None if self.twin_right_rate is None else round(self.twin_right_rate, 6),
+        }
+
+
+def instance_roots(parent: np.ndarray) -> np.ndarray:
+    """Each pair's root (itself for a root), by pointer jumping: log(depth) steps.
+
+    >>> instance_roots(np.array([-1, 0, 1, -1])).tolist()
+    [0, 0, 0, 3]
+    """
+    root = np.where(parent >= 0, parent, np.arange(parent.size))
+    while True:
+        up = root[root]
+        if np.array_equal(up, root):
+            return root
+        root = up
+
+
+def twin_pairs(
+    pairs: CallPairs, parent: np.ndarray, *, seed: int = 0, max_pairs: int = TWIN_MAX_PAIRS
+) -> tuple[CallPairs, np.ndarray]:
+    """A synthetic twin of a trace's call pairs and its true parents.
+
+    Each inferred request (a root and its descendants, with their timings relative to
+    the root) is moved whole to the start time of another request, drawn without
+    replacement: the same requests and the same start times, so the same load, in
+    another order. On a trace of more than ``max_pairs`` pairs the twin is made of the
+    requests starting in a stretch of time from its middle holding about that many.
+
+    Returns the twin's pairs (in call order) and each one's true parent.
+
+    Examples
+    --------
+    >>> p = CallPairs(np.array([0, 1, 0, 1]), np.array([1, 2, 1, 2]), np.array([0, 1, 10, 12]),
+    ...     np.array([5, 3, 15, 13]), np.arange(4), np.arange(4), 0, 0, 0)
+    >>> twin, truth = twin_pairs(p, np.array([-1, 0, -1, 2]), seed=1)
+    >>> len(twin), truth.tolist()
+    (4, [-1, 0, -1, 2])
+    """
+    n = len(pairs)
+    root = instance_roots(parent)
+    keep = np.arange(n)
+    if n > max_pairs:
+        # Whole requests whose roots start in a middle stretch of about max_pairs pairs.
+        order = np.argsort(pairs.t_call[root], kind="stable")
+        lo = (n - max_pairs) // 2
+        t_lo, t_hi = pairs.t_call[root[order[lo]]], pairs.t_call[root[order[lo + max_pairs - 1]]]
+        keep = np.flatnonzero((pairs.t_call[root] >= t_lo) & (pairs.t_call[root] <= t_hi))
+    roots = keep[parent[keep] < 0]
+    start = pairs.t_call[roots]
+    shift = np.zeros(n, np.int64)
+    shift[roots] = np.random.default_rng(seed).permutation(start) - start
+    moved = shift[root[keep]]
+    t_call, t_return = pairs.t_call[keep] + moved, pairs.t_return[keep] + moved
+    order = np.argsort(t_call, kind="stable")
+    at = np.full(n, -1, np.int64)
+    at[keep[order]] = np.arange(order.size)
+    old_parent = parent[keep[order]]
+    truth = np.where(old_parent >= 0, at[np.maximum(old_parent, 0)], -1)
+    rows = np.arange(order.size, dtype=np.int64)
+    twin = CallPairs(
+        pairs.caller[keep[order]],
+        pairs.callee[keep[order]],
+        t_call[order],
+        t_return[order],
+        rows,
+        rows,
+        0,
+        0,
+        0,
+    )
+    return twin, truth
+
+
+def twin_calibration(
+    pairs: CallPairs,
+    parent: np.ndarray,
+    infer_parents: Callable[[CallPairs], tuple[np.ndarray, np.ndarray]],
+    *,
+    seed: int = 0,
+) -> Calibration:
+    """Learn the calibration on a twin of ``pairs`` (``twin_pairs`` of the inferred
+    ``parent``): ``infer_parents`` runs the same inference on the twin and returns its
+    parents and stated log-odds."""
+    twin, truth = twin_pairs(pairs, parent, seed=seed)
+    got, log_odds = infer_parents(twin)
+    linked = got >= 0
+    if not linked.any():
+        return Calibration.identity()
+    return Calibration.learn(log_odds[linked], got[linked] == truth[linked])
+
+
+def reliability(confidence: np.ndarray, right: np.ndarray, bins: int = 10) -> dict[str, Any]:
+    """How stated confidence compares with the share right: the expected calibration
+    error (ECE: the gap between the mean stated and the share right in each of
+    ``bins`` equal bins of confidence, weighted by the calls in it), the reliability
+    table, and the calls stated at 0.99 or more.
+
+    Examples
+    --------
+    >>> r = reliability(np.array([0.9, 0.9, 0.2, 0.2]), np.array([1, 1, 0, 1]))
+    >>> round(r["ece"], 3), [b["calls"] for b in r["bins"]]
+    (0.2, [2, 2])
+    """
+    confidence = np.asarray(confidence, float)
+    right = np.asarray(right, bool)
+    b = np.minimum((confidence * bins).astype(np.int64), bins - 1)
+    n = np.bincount(b, minlength=bins)
+    stated = np.bincount(b, weights=confidence, minlength=bins)
+    hits = np.bincount(b, weights=right, minlength=bins)
+    rows, gap = [], 0.0
+    for k in np.flatnonzero(n):
+        mean, rate = stated[k] / n[k], hits[k] / n[k]
+        gap += n[k] * abs(mean - rate)
+        rows.append(
+            {
+                "low": k / bins,
+                "high": (k + 1) / bins,
+                "calls": int(n[k]),
+                "stated": float(mean),
+                "right_rate": float(rate),
+            }
+        )
+    sure = confidence >= 0.99
+    return {
+        "calls": int(right.size),
+        "ece": float(gap / right.size) if right.size else None,
+        "mean_stated": float(confidence.mean()) if right.size else None,
+        "right_rate": float(right.mean()) if right.size else None,
+        "bins": rows,
+        "stated_99": {
+            "calls": int(sure.sum()),
+            "right_rate": float(right[sure].mean()) if sure.any() else None,
+        },
+    }
