@@ -9,10 +9,18 @@ quantum_s=..., max_lag_s=...)`` (free-form messages) returns a ``ConvolutionResu
 linear paths and the output graph.
 """
 
+from infer.calibration import Calibration, reliability, reliability_lines
 from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
 from infer.convolution import ConvolutionParams, ConvolutionResult, DelaySpike, LinearPath, infer_convolution
 from infer.evaluate import evaluate_convolution, evaluate_paths, true_linear_paths, true_pairs, true_patterns
-from infer.nesting import NestingResult, Stage, infer_nesting, nesting_stages, read_instances
+from infer.nesting import (
+    NestingResult,
+    Stage,
+    confident_instances,
+    infer_nesting,
+    nesting_stages,
+    read_instances,
+)
 from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import Pattern, build_patterns, group_stats
 from tracefmt.patterns import latency_stats
@@ -20,6 +28,7 @@ from tracefmt.patterns import latency_stats
 __all__ = [
     "BOARDS",
     "PRESETS",
+    "Calibration",
     "CallPairs",
     "ConvolutionParams",
     "ConvolutionResult",
@@ -31,6 +40,7 @@ __all__ = [
     "Pattern",
     "Stage",
     "build_patterns",
+    "confident_instances",
     "evaluate_convolution",
     "evaluate_paths",
     "group_stats",
@@ -41,6 +51,8 @@ __all__ = [
     "nesting_stages",
     "node_codes",
     "read_instances",
+    "reliability",
+    "reliability_lines",
     "true_linear_paths",
     "true_pairs",
     "true_patterns",

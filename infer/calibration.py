@@ -32,7 +32,15 @@ import numpy as np
 
 from infer.callpairs import CallPairs
 
-__all__ = ["Calibration", "instance_roots", "isotonic", "reliability", "twin_pairs"]
+__all__ = [
+    "Calibration",
+    "instance_roots",
+    "isotonic",
+    "reliability",
+    "reliability_lines",
+    "twin_calibration",
+    "twin_pairs",
+]
 
 #: Stated log-odds are clipped to this range before the map: beyond it a model's odds
 #: only restate its certainty (roots and calls with a single candidate are inf).
@@ -273,3 +281,29 @@ def reliability(confidence: np.ndarray, right: np.ndarray, bins: int = 10) -> di
             "right_rate": float(right[sure].mean()) if sure.any() else None,
         },
     }
+
+
+def reliability_lines(scores: dict[str, Any]) -> list[str]:
+    """``wirepath eval``'s lines for the confidence scores of ``evaluate_paths``: ECE of
+    calls and instances, the calls stated at 0.99 or more, and the calls' reliability
+    table (stated against right, per bin)."""
+    calls, inst = scores["calls"], scores["instances"]
+    if not calls["calls"]:
+        return ["confidence no call was given a parent"]
+    sure = calls["stated_99"]
+    sure_text = (
+        f"{sure['calls']:,} stated at >= 0.99, right {sure['right_rate']:.1%}"
+        if sure["calls"]
+        else "none stated at >= 0.99"
+    )
+    lines = [
+        f"confidence calls: ECE {calls['ece']:.3f} (stated {calls['mean_stated']:.3f}, right "
+        f"{calls['right_rate']:.3f}); {sure_text}",
+        f"           instances: ECE {inst['ece']:.3f} (stated {inst['mean_stated']:.3f}, exact "
+        f"{inst['right_rate']:.3f})",
+        "           stated       calls    mean stated  right",
+    ]
+    for b in calls["bins"]:
+        span = f"{b['low']:.1f}-{b['high']:.1f}"
+        lines.append(f"{'':11}{span}  {b['calls']:>10,}    {b['stated']:.3f}        {b['right_rate']:.3f}")
+    return lines

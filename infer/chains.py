@@ -648,10 +648,11 @@ def chain_stages(
     model learnt from the round before; ``log_odds`` are the model's odds of each
     child's parent against the neighbourhood of alternatives
     (``neighbourhood_log_odds``), scored on the round's own answer for the last round
-    and, for the others, on the assignment the round started from (inf for roots). ``model_from``, for diagnosis only,
-    fixes the assignment the model is learnt from (say the true parents of a synthetic
-    trace) instead of the current one. ``first_model``, the model already learnt from
-    ``parent``, saves learning it again for the first round.
+    and, for the others, on the assignment the round started from (inf for roots).
+    ``model_from``, for diagnosis only, fixes the assignment the model is learnt from
+    (say the true parents of a synthetic trace) instead of the current one.
+    ``first_model``, the model already learnt from ``parent``, saves learning it again
+    for the first round.
     """
     if 6 * n_nodes**3 * 2 * params.n_bins >= 1 << 62:
         raise ParameterError(f"{n_nodes} nodes are too many for chain rounds (use chains=0)")

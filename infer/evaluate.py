@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from infer.calibration import reliability
 from infer.callpairs import CallPairs, node_codes
 from infer.patterns import Pattern, build_patterns
 from tracefmt import (
@@ -208,16 +209,33 @@ def evaluate_paths(
         if errors
         else {"median_rel": None, "p90_rel": None}
     )
-    report["instances"], report["messages"], report["calls"] = _instance_scores(
+    report["instances"], report["messages"], report["calls"], verdicts = _instance_scores(
         trace, pairs.call_row, inst, instances
     )
+    if verdicts is not None and "confidence" in instances.column_names:
+        report["confidence"] = _confidence_scores(instances, *verdicts)
     return report
+
+
+def _confidence_scores(
+    instances: pa.Table, link_ok: np.ndarray, group: np.ndarray, exact: np.ndarray
+) -> dict[str, Any]:
+    """Stated confidence against the truth: per call given a parent (is the parent
+    right?) and per inferred instance (the product of its calls' confidences: is the
+    instance exactly one whole true request?), each as ``infer.calibration.reliability``."""
+    conf = instances["confidence"].to_numpy()
+    linked = instances["parent"].is_valid().to_numpy(zero_copy_only=False)
+    with np.errstate(divide="ignore"):
+        stated = np.exp(np.bincount(group, weights=np.log(conf), minlength=exact.size))
+    return {"calls": reliability(conf[linked], link_ok[linked]), "instances": reliability(stated, exact)}
 
 
 def _instance_scores(
     trace: pa.Table, true_rows: np.ndarray, inst: np.ndarray, instances: pa.Table | None
-) -> tuple[Any, Any, Any]:
-    """Instance, message and call scores.
+) -> tuple[Any, Any, Any, Any]:
+    """Instance, message and call scores, and the verdicts behind them: per inferred
+    call whether it is right, its instance's number, and per instance whether it is
+    exact (None without ``instances``).
 
     ``trace`` is sorted, ``true_rows`` the call row of every true pair and ``inst`` its
     true instance. One verdict decides every score: an inferred call is right when its
@@ -242,6 +260,7 @@ def _instance_scores(
             },
             {"true": true_messages, "false_negatives": None, "false_positives": None},
             {"true": n_pairs, "right_parent": None, "right_parent_rate": None},
+            None,
         )
     uid = trace["true_call"].to_numpy().astype(np.int64)
     # Uids are far below 2**63: the null fill reads back as a negative int64.
@@ -294,7 +313,7 @@ def _instance_scores(
         "right_parent": n_right,
         "right_parent_rate": n_right / n_pairs if n_pairs else None,
     }
-    return inst_report, msg_report, call_report
+    return inst_report, msg_report, call_report, (link_ok, group, exact)
 
 
 # --- convolution paths files -------------------------------------------------------------

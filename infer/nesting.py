@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from infer.calibration import Calibration, sigmoid, twin_calibration
 from infer.callpairs import CallPairs, match_calls, node_codes
 from infer.candidates import (
     NODE_BITS,
@@ -50,7 +51,6 @@ from infer.candidates import (
     delay_bins,
     skew_tolerance,
 )
-from infer.calibration import Calibration, sigmoid, twin_calibration
 from infer.chains import ChainModel, chain_stages
 from infer.params import BOARDS, PRESETS, NestingParams
 from tracefmt import ParameterError, SchemaError, TraceFileError, sort_trace, validate_trace
@@ -117,22 +117,62 @@ class NestingResult:
         """
         if not window_s > 0 or not np.isfinite(window_s):
             raise ParameterError(f"window must be a positive duration, not {window_s} s")
-        from infer.patterns import build_patterns
-
         width = round(window_s * 1e9)
         t0 = int(self.trace_info.get("start_ns", 0))
         slot = (self.pairs.t_call[self.instance] - t0) // width
-        out = []
-        for k in np.unique(slot):
-            keep = np.flatnonzero(slot == k)
-            new_index = np.full(self.parent.size, -1, np.int64)
-            new_index[keep] = np.arange(keep.size)
-            parent = np.where(self.parent[keep] >= 0, new_index[np.maximum(self.parent[keep], 0)], -1)
-            patterns, _, _ = build_patterns(
-                self.pairs.take(keep), parent, self.nodes, sort=self.sort, confidence=self.confidence[keep]
-            )
-            out.append((t0 + int(k) * width, t0 + (int(k) + 1) * width, patterns))
-        return out
+        return [
+            (t0 + int(k) * width, t0 + (int(k) + 1) * width, self._subset(np.flatnonzero(slot == k)).patterns)
+            for k in np.unique(slot)
+        ]
+
+    def confident(self, min_confidence: float) -> tuple[NestingResult, int, int]:
+        """The result without the instances holding a link (a call given a parent) whose
+        confidence is below ``min_confidence``; also returns the instances and the links
+        left out.
+
+        Examples
+        --------
+        >>> import pyarrow as pa
+        >>> t = pa.table({"timestamp": pa.array([0, 10, 20, 30], pa.timestamp("us")),
+        ...     "sender": ["c", "w", "d", "w"], "receiver": ["w", "d", "w", "c"],
+        ...     "op": ["call", "call", "return", "return"], "id": pa.array([1, 2, 2, 1], pa.uint64())})
+        >>> kept, instances, links = infer_nesting(t).confident(0.5)
+        >>> len(kept.patterns), instances, links
+        (1, 0, 0)
+        """
+        keep, instances, links = _confident(self.parent >= 0, self.confidence, self.instance, min_confidence)
+        keep = np.flatnonzero(keep)
+        kept = self._subset(keep)
+        left_out = {
+            "min": min_confidence,
+            "instances_left_out": instances,
+            "call_pairs_left_out": int(self.parent.size - keep.size),
+            "links_below": links,
+        }
+        kept = replace(kept, trace_info={**self.trace_info, "min_confidence": left_out})
+        return kept, left_out["instances_left_out"], left_out["links_below"]
+
+    def _subset(self, keep: np.ndarray) -> NestingResult:
+        """The result for the pairs ``keep`` (whole instances), patterns rebuilt."""
+        from infer.patterns import build_patterns
+
+        new_index = np.full(self.parent.size, -1, np.int64)
+        new_index[keep] = np.arange(keep.size)
+        parent = np.where(self.parent[keep] >= 0, new_index[np.maximum(self.parent[keep], 0)], -1)
+        pairs, confidence = self.pairs.take(keep), self.confidence[keep]
+        patterns, instance, pattern_index = build_patterns(
+            pairs, parent, self.nodes, sort=self.sort, confidence=confidence
+        )
+        return replace(
+            self,
+            pairs=pairs,
+            parent=parent,
+            confidence=confidence,
+            candidates=self.candidates[keep],
+            patterns=patterns,
+            instance=instance,
+            pattern_index=pattern_index,
+        )
 
     def to_json(
         self, *, top: int | None = None, min_count: int = 1, window_s: float | None = None
@@ -176,7 +216,7 @@ class NestingResult:
                 "patterns": len(self.patterns),
                 **{
                     k: self.trace_info[k]
-                    for k in ("tolerance_s", "chain_rounds_run", "stages")
+                    for k in ("tolerance_s", "chain_rounds_run", "stages", "min_confidence")
                     if k in self.trace_info
                 },
                 "confidence": self.calibration.to_json(),
@@ -211,6 +251,14 @@ class NestingResult:
                 "pattern": pa.DictionaryArray.from_arrays(pa.array(self.pattern_index.astype(np.int32)), ids),
                 "candidates": pa.array(self.candidates, pa.int64()),
                 "confidence": pa.array(self.confidence, pa.float64()),
+                "pattern_confidence": pa.array(
+                    np.array([np.nan if pat.confidence is None else pat.confidence for pat in self.patterns])[
+                        self.pattern_index
+                    ]
+                    if self.patterns
+                    else np.zeros(0),
+                    pa.float64(),
+                ),
             }
         )
 
@@ -226,6 +274,39 @@ def read_instances(path: str | os.PathLike[str]) -> pa.Table:
     if not need <= set(table.column_names):
         raise SchemaError(f"{p}: not an instances table (needs columns {', '.join(sorted(need))})")
     return table
+
+
+def confident_instances(table: pa.Table, min_confidence: float) -> tuple[pa.Table, int, int]:
+    """An instances table (``NestingResult.instances_table``) without the instances
+    holding a link whose confidence is below ``min_confidence``; also returns the
+    instances and the links left out.
+
+    Examples
+    --------
+    >>> t = pa.table({"parent": pa.array([None, 0, None, 2], pa.int64()), "instance": [0, 0, 2, 2],
+    ...     "confidence": [1.0, 0.95, 1.0, 0.6]})
+    >>> kept, instances, links = confident_instances(t, 0.9)
+    >>> kept["instance"].to_pylist(), instances, links
+    ([0, 0], 1, 1)
+    """
+    if "confidence" not in table.column_names:
+        raise SchemaError("this instances table has no confidence column (written by an older wirepath)")
+    linked = table["parent"].is_valid().to_numpy(zero_copy_only=False)
+    instance = table["instance"].to_numpy()
+    keep, instances, links = _confident(linked, table["confidence"].to_numpy(), instance, min_confidence)
+    return table.filter(pa.array(keep)), instances, links
+
+
+def _confident(
+    linked: np.ndarray, confidence: np.ndarray, instance: np.ndarray, min_confidence: float
+) -> tuple[np.ndarray, int, int]:
+    """Which calls belong to instances whose every link (a call given a parent) is at
+    least ``min_confidence``; the instances and links below it."""
+    if not 0.0 <= min_confidence <= 1.0:
+        raise ParameterError(f"min_confidence must be between 0 and 1, not {min_confidence}")
+    low = linked & (confidence < min_confidence)
+    doubtful = np.unique(instance[low])
+    return ~np.isin(instance, doubtful), int(doubtful.size), int(low.sum())
 
 
 def _penalty(count: np.ndarray, weight: float) -> np.ndarray:
@@ -697,10 +778,7 @@ def _answer(n_nodes: int, params: NestingParams) -> Callable[[CallPairs], tuple[
     stage's parents and log-odds (what a twin is inferred with)."""
 
     def run(pairs: CallPairs) -> tuple[np.ndarray, np.ndarray]:
-        final = None
-        for final in nesting_stages(pairs, n_nodes, params):
-            pass
-        assert final is not None and final.log_odds is not None
+        *_, final = nesting_stages(pairs, n_nodes, params)
         return final.parent, final.log_odds
 
     return run

@@ -22,7 +22,7 @@ BOARDS = ("joint", "delay")
 PRESETS = ("accurate", "fast", "paper")
 
 #: Keys a paths file's ``params`` holds besides the fields (output choices, not inference).
-_OUTPUT_KEYS = frozenset({"top", "min_count", "window_s", "preset", "sort"})
+_OUTPUT_KEYS = frozenset({"top", "min_count", "window_s", "preset", "sort", "min_confidence"})
 
 
 @dataclass(frozen=True, kw_only=True)

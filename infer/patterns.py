@@ -330,7 +330,8 @@ def build_patterns(
     if confidence is not None:
         with np.errstate(divide="ignore"):
             instance_log = np.bincount(root, weights=np.log(confidence), minlength=n)
-        pattern_confidence = np.bincount(pat_of_root, weights=np.exp(instance_log[roots]), minlength=uniq.size)
+        right_whole = np.exp(instance_log[roots])
+        pattern_confidence = np.bincount(pat_of_root, weights=right_whole, minlength=uniq.size)
         pattern_confidence /= np.maximum(count, 1)
 
     lat_rows = np.column_stack([lat_stats[k] for k in STAT_NAMES])
@@ -343,7 +344,9 @@ def build_patterns(
             rows = slice(g0, g0 + nv)
             conf = None if pattern_confidence is None else round(float(pattern_confidence[u]), 6)
             patterns.append(
-                Pattern(text_id(text), s, int(count[u]), float(total[u]), lat_rows[rows], delay_rows[rows], conf)
+                Pattern(
+                    text_id(text), s, int(count[u]), float(total[u]), lat_rows[rows], delay_rows[rows], conf
+                )
             )
     if sort == "count":
         order = sorted(range(len(patterns)), key=lambda i: (-patterns[i].count, patterns[i].id))

@@ -92,6 +92,9 @@ class _Spans:
         callers, callees = _strings(table["caller"]), _strings(table["callee"])
         patterns = _strings(table["pattern"])
         confidence = table["confidence"].to_numpy()
+        pattern_conf = (
+            table["pattern_confidence"].to_numpy() if "pattern_confidence" in table.column_names else None
+        )
         candidates = table["candidates"].to_numpy() if "candidates" in table.column_names else None
         span_id = _mix(pair.astype(np.uint64) * np.uint64(2) ^ _mix(t_call.view(np.uint64)))
         client_id = _mix(pair.astype(np.uint64) * np.uint64(2) + np.uint64(1) ^ _mix(t_ret.view(np.uint64)))
@@ -122,6 +125,7 @@ class _Spans:
         self.dur_us = np.maximum(1, -(-(t_ret[both] - t_call[both]) // 1000)).tolist()
         self.pattern = [patterns[i] for i in both.tolist()]
         self.confidence = confidence[both].astype(float).tolist()
+        self.pattern_confidence = None if pattern_conf is None else pattern_conf[both].astype(float).tolist()
         self.candidates = candidates[both].astype(np.int64).tolist() if candidates is not None else None
 
     def __len__(self) -> int:
@@ -133,6 +137,9 @@ class _Spans:
             ("wirepath.pattern", "string", self.pattern[k]),
             ("peer.service", "string", self.peer[k]),
         ]
+        if self.pattern_confidence is not None and self.pattern_confidence[k] == self.pattern_confidence[k]:
+            # The probability that this span's whole request was inferred exactly right.
+            out.append(("wirepath.pattern_confidence", "double", self.pattern_confidence[k]))
         if self.kind[k] == "server":
             out.append(("wirepath.confidence", "double", self.confidence[k]))
             if self.candidates is not None:

@@ -25,6 +25,7 @@ __all__ = [
     "SORTS",
     "check_paths",
     "collapse_replicas",
+    "confident_patterns",
     "load_paths",
     "pattern_shape",
     "select_patterns",
@@ -221,6 +222,36 @@ def _rename(root: dict[str, Any], name: Any) -> dict[str, Any]:
     return v
 
 
+def confident_patterns(doc: dict[str, Any], min_confidence: float) -> tuple[dict[str, Any], int, int]:
+    """A nesting paths document without the patterns whose confidence (the probability
+    that an instance is exactly right) is below ``min_confidence``; also returns the
+    patterns and the instances left out.
+
+    Examples
+    --------
+    >>> doc = {"algorithm": "nesting", "patterns": [{"id": "a", "count": 9, "confidence": 0.97},
+    ...                                             {"id": "b", "count": 4, "confidence": 0.4}]}
+    >>> kept, patterns, instances = confident_patterns(doc, 0.9)
+    >>> [p["id"] for p in kept["patterns"]], patterns, instances
+    (['a'], 1, 4)
+    """
+    if not 0.0 <= min_confidence <= 1.0:
+        raise ParameterError(f"min_confidence must be between 0 and 1, not {min_confidence}")
+    pats = doc.get("patterns", [])
+    if min_confidence == 0.0:
+        return doc, 0, 0
+    if doc.get("algorithm") != "nesting":
+        raise ParameterError("a minimum confidence applies to nesting paths (convolution has no confidence)")
+    if any("confidence" not in p for p in pats):
+        raise ParameterError(
+            "this paths file has no pattern confidence (written by an older wirepath): "
+            "run wirepath infer nesting again, or leave out the minimum confidence"
+        )
+    kept = [p for p in pats if float(p["confidence"]) >= min_confidence]
+    dropped = [p for p in pats if float(p["confidence"]) < min_confidence]
+    return {**doc, "patterns": kept}, len(dropped), sum(int(p["count"]) for p in dropped)
+
+
 def collapse_replicas(doc: dict[str, Any], globs: Sequence[str]) -> dict[str, Any]:
     """Merge patterns that differ only in which replica served them.
 
@@ -274,10 +305,14 @@ def collapse_replicas(doc: dict[str, Any], globs: Sequence[str]) -> dict[str, An
             target["delay_s"] = _merge_stats(
                 [(n, v.get("delay_s")) for n, (v, _, _) in zip(counts, column, strict=True)]
             )
+        confident = [m.get("confidence") for m in members]
+        weighted = None if None in confident else sum(n * c for n, c in zip(counts, confident, strict=True))
         merged.append(
             {
                 "id": pid,
                 "count": sum(counts),
+                # A merged instance is right as often as the members' instances are.
+                **({} if weighted is None else {"confidence": weighted / sum(counts)}),
                 "total_latency_s": sum(float(m["total_latency_s"]) for m in members),
                 "root": root,
                 "approx_percentiles": True,

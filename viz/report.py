@@ -21,7 +21,7 @@ from viz.dot import convolution_dot, format_s, pattern_dot
 from viz.paths import check_paths, collapse_replicas, select_patterns, shape_of
 from viz.render import render_dot
 
-__all__ = ["build_report", "inline_svg", "write_report"]
+__all__ = ["build_report", "inline_svg", "reliability_svg", "write_report"]
 
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1200px; color: #222; }
@@ -123,11 +123,13 @@ def _num(value: float, text: str) -> str:
 
 
 def _pattern_table(patterns: list[dict[str, Any]], whole: float) -> str:
+    confident = any("confidence" in p for p in patterns)
     heads = [
         ("#", "num"),
         ("pattern", "text"),
         ("shape", "text"),
         ("count", "num"),
+        *([("exactly right", "num")] if confident else []),
         ("total latency", "num"),
         ("share", "num"),
         ("mean", "num"),
@@ -148,6 +150,7 @@ def _pattern_table(patterns: list[dict[str, Any]], whole: float) -> str:
             + f'<td><a href="#pattern-{_e(p["id"])}"><code>{_e(p["id"])}</code></a></td>'
             + f'<td class="shape"><code>{_e(shape_of(p))}</code></td>'
             + _num(int(p["count"]), f"{int(p['count']):,}")
+            + (_confidence_cell(p.get("confidence")) if confident else "")
             + _num(total, f"{total:,.3f} s")
             + _num(share, f"{share:.1%}")
             + _num(float(lat.get("mean", 0.0)), format_s(lat.get("mean")))
@@ -156,6 +159,91 @@ def _pattern_table(patterns: list[dict[str, Any]], whole: float) -> str:
         )
     return (
         f'<table class="sortable" id="patterns"><thead><tr>{th}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _confidence_cell(confidence: float | None) -> str:
+    """The share of a pattern's instances inferred exactly right, as stated."""
+    if confidence is None:
+        return '<td class="num" data-sort="-1">–</td>'
+    return _num(float(confidence), f"{confidence:.0%}")
+
+
+def reliability_svg(calls: dict[str, Any], size: int = 320) -> str:
+    """A reliability diagram as inline SVG: per bin of stated confidence, the share of
+    calls actually right (a dot, its area by the calls in the bin) against the diagonal
+    of perfect calibration. ``calls`` is ``infer.reliability``'s result.
+
+    Examples
+    --------
+    >>> svg = reliability_svg({"bins": [{"low": 0.9, "high": 1.0, "calls": 10, "stated": 0.95,
+    ...     "right_rate": 0.9}], "ece": 0.05})
+    >>> svg.startswith("<svg") and svg.count("<circle") == 1
+    True
+    """
+    pad, inner = 40, size - 60
+    most = max((b["calls"] for b in calls["bins"]), default=1)
+
+    def x(v: float) -> float:
+        return pad + v * inner
+
+    def y(v: float) -> float:
+        return 20 + (1.0 - v) * inner
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}" '
+        f'viewBox="0 0 {size} {size}" font-size="11" font-family="sans-serif">',
+        f'<rect x="{x(0)}" y="{y(1)}" width="{inner}" height="{inner}" fill="none" stroke="#999"/>',
+        f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(1)}" y2="{y(1)}" stroke="#bbb" stroke-dasharray="4 3"/>',
+    ]
+    for t in (0.0, 0.5, 1.0):
+        parts.append(f'<text x="{x(t)}" y="{y(0) + 14}" text-anchor="middle">{t:g}</text>')
+        parts.append(f'<text x="{x(0) - 6}" y="{y(t) + 4}" text-anchor="end">{t:g}</text>')
+    parts.append(f'<text x="{x(0.5)}" y="{size - 4}" text-anchor="middle">stated confidence</text>')
+    parts.append(
+        f'<text transform="translate(11 {y(0.5)}) rotate(-90)" text-anchor="middle">share right</text>'
+    )
+    for b in calls["bins"]:
+        r = 2.0 + 8.0 * (b["calls"] / most) ** 0.5
+        parts.append(
+            f'<circle cx="{x(b["stated"]):.1f}" cy="{y(b["right_rate"]):.1f}" r="{r:.1f}" fill="#3465a4" '
+            f'fill-opacity="0.75"><title>{b["low"]:.1f}-{b["high"]:.1f}: {b["calls"]:,} calls, stated '
+            f"{b['stated']:.3f}, right {b['right_rate']:.3f}</title></circle>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _reliability_section(scores: dict[str, Any]) -> str:
+    """The report's section on how stated confidence compares with the truth."""
+    calls, inst = scores["calls"], scores["instances"]
+    if not calls["calls"]:
+        return ""
+    sure = calls["stated_99"]
+    sure_text = (
+        f"{sure['calls']:,} calls stated at 0.99 or more were right {sure['right_rate']:.1%} of the time."
+        if sure["calls"]
+        else "No call was stated at 0.99 or more."
+    )
+    rows = []
+    for b in calls["bins"]:
+        rows.append(
+            f"<tr><td>{b['low']:.1f}–{b['high']:.1f}</td>"
+            + _num(b["calls"], f"{b['calls']:,}")
+            + _num(b["stated"], f"{b['stated']:.3f}")
+            + _num(b["right_rate"], f"{b['right_rate']:.3f}")
+            + "</tr>"
+        )
+    return (
+        '<h2 id="confidence">Confidence against the truth</h2>'
+        f"<p>Calls given a parent: expected calibration error {calls['ece']:.3f} (mean stated "
+        f"{calls['mean_stated']:.3f}, share right {calls['right_rate']:.3f}). {sure_text} Instances: "
+        f"error {inst['ece']:.3f} (stated {inst['mean_stated']:.3f}, exactly right "
+        f"{inst['right_rate']:.3f}).</p>"
+        f'<div class="svg">{reliability_svg(calls)}</div>'
+        '<table id="reliability"><thead><tr><th>stated</th><th class="num">calls</th>'
+        '<th class="num">mean stated</th><th class="num">share right</th></tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
@@ -222,6 +310,7 @@ def build_report(
     collapse: Sequence[str] = (),
     title: str = "wirepath report",
     render: Callable[[str, str], bytes] = render_dot,
+    evaluation: dict[str, Any] | None = None,
 ) -> str:
     """The HTML text of a report on paths file ``doc`` (optionally diffed against ``base``).
 
@@ -238,6 +327,9 @@ def build_report(
         The page title.
     render : callable
         ``render(dot_text, "svg") -> bytes``; graphviz's ``dot`` by default.
+    evaluation : dict, optional
+        ``infer.evaluate_paths``' report of ``doc`` against the truth, with instances:
+        adds how the stated confidence compares with it (a reliability diagram).
 
     Examples
     --------
@@ -270,6 +362,8 @@ def build_report(
             "patterns; click a column to sort. Latencies are of the whole request (the root visit).</p>"
         )
         parts.append(_pattern_table(chosen, whole))
+        if evaluation is not None and evaluation.get("confidence"):
+            parts.append(_reliability_section(evaluation["confidence"]))
         if diff is not None:
             parts.append(_diff_section(diff, render, top))
         parts.append('<h2 id="graphs">Patterns</h2>')

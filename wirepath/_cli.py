@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-__all__ = ["Parser", "UsageError", "add_verb", "emit", "end_progress", "progress"]
+__all__ = ["Parser", "UsageError", "add_verb", "emit", "end_progress", "probability", "progress"]
 
 
 class UsageError(Exception):
@@ -66,3 +66,18 @@ def emit(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
         print(json.dumps(doc, indent=2, sort_keys=False, default=str))
     else:
         print(text)
+
+
+def probability(text: str) -> float:
+    """A probability given on the command line (0 to 1), for ``type=``.
+
+    >>> probability("0.9")
+    0.9
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r} (a probability from 0 to 1)") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a probability (from 0 to 1)")
+    return value

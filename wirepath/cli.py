@@ -22,7 +22,7 @@ from tracefmt import WirepathError
 from wirepath import __version__, cli_capture, cli_convolution, cli_trend, cli_viz
 from wirepath._cli import Parser as _Parser
 from wirepath._cli import UsageError as _UsageError
-from wirepath._cli import add_verb
+from wirepath._cli import add_verb, probability
 from wirepath._cli import emit as _emit
 from wirepath._cli import end_progress as _end_progress
 from wirepath._cli import progress as _progress
@@ -207,6 +207,12 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _confidence_text(pattern: dict[str, Any]) -> str:
+    """``" (92% exactly right)"`` for a pattern with a confidence, else nothing."""
+    conf = pattern.get("confidence")
+    return "" if conf is None else f" ({conf:.0%} exactly right)"
+
+
 def _tree_lines(pattern: dict[str, Any]) -> list[str]:
     """A pattern as an indented tree: node, mean latency, delay from the parent's call.
 
@@ -259,6 +265,7 @@ def _nesting_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "siblings": args.siblings,
         "chains": args.chains,
+        "calibrate": args.calibrate,
     }
     return {k: v for k, v in given.items() if v is not None}
 
@@ -274,6 +281,8 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         # No name holds the trace here, so inference can free it once it has the call pairs;
         # and it reads the core columns only (truth, labels and the like are not used).
         result = infer.infer_nesting(tracefmt.read_any_trace(args.trace, columns=()), params, sort=args.sort)
+    if args.min_confidence:
+        result, left_instances, left_links = result.confident(args.min_confidence)
     window = tracefmt.parse_duration_ns(args.window) / 1e9 if args.window else None
     doc = result.to_json(top=args.top, min_count=args.min_count, window_s=window)
     out = Path(args.out)
@@ -289,6 +298,12 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         f"{st['instances']:,} path instances in {st['patterns']:,} patterns; wrote {out}"
         + (f" and {args.instances}" if args.instances else ""),
     ]
+    if args.min_confidence:
+        lines.insert(
+            1,
+            f"left out {left_instances:,} instances ({st['min_confidence']['call_pairs_left_out']:,} call "
+            f"pairs) holding {left_links:,} links of confidence below {args.min_confidence:g}",
+        )
     if st.get("tolerance_s", 0) > result.params.tolerance_s:
         lines.insert(
             1,
@@ -303,7 +318,10 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
             f"window {w['start']}: {w['instances']:,} instances, {len(w['patterns'])} patterns{top_text}"
         )
     for k, pat in enumerate(doc["patterns"][: args.show], 1):
-        lines.append(f"#{k} {pat['id']}  {pat['count']:,} instances, total {pat['total_latency_s']:.3f} s")
+        lines.append(
+            f"#{k} {pat['id']}  {pat['count']:,} instances{_confidence_text(pat)}, "
+            f"total {pat['total_latency_s']:.3f} s"
+        )
         lines += _tree_lines(pat)
     _emit(args, doc, "\n".join(lines))
     return 0
@@ -342,6 +360,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             )
             rate = c["right_parent_rate"]
             lines.append(f"calls      right parent {c['right_parent']:,} of {c['true']:,} ({rate:.1%})")
+        if report.get("confidence"):
+            lines.extend(infer.reliability_lines(report["confidence"]))
     elif "edges" in report:  # a convolution paths file: hops in context, estimated messages
         e = report["edges"]
         lines.append(
@@ -420,6 +440,12 @@ def _nesting_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--no-ids", action="store_true", default=None, help="ignore call ids; match calls by time order"
+    )
+    p.add_argument(
+        "--calibrate",
+        action=argparse.BooleanOptionalAction,
+        help="make each parent's confidence a calibrated probability, learnt on a synthetic twin "
+        f"of the trace (about twice the time; default {'on' if d.calibrate else 'off'})",
     )
 
 
@@ -590,6 +616,14 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sort", choices=["total", "count"], default="total", help="order patterns by")
     p.add_argument("--show", type=int, default=5, metavar="N", help="patterns to print (default 5)")
     p.add_argument("--window", metavar="DURATION", help="also list patterns per time window (e.g. 60s)")
+    p.add_argument(
+        "--min-confidence",
+        type=probability,
+        default=0.0,
+        metavar="P",
+        help="leave out the instances holding a link (a call given a parent) whose confidence "
+        "is below P (0..1); the count left out is printed and kept in the paths file",
+    )
     _nesting_arguments(p)
     p.add_argument("--json", action="store_true", help="print the paths file on stdout")
 

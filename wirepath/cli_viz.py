@@ -10,15 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import infer
+import tracefmt
 from tracefmt import ParameterError
 from viz.demo import DEMO_CONVOLUTION, run_demo
 from viz.diff import convolution_diff_dot, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import format_s, paths_dot
 from viz.export import EXPORT_FORMATS, write_export
-from viz.paths import SORTS, collapse_replicas, load_paths, select_patterns
+from viz.paths import SORTS, collapse_replicas, confident_patterns, load_paths, select_patterns
 from viz.render import FORMATS, write_graph
 from viz.report import build_report, write_report
-from wirepath._cli import Parser, add_verb, emit
+from wirepath._cli import Parser, add_verb, emit, probability
 
 __all__ = ["register"]
 
@@ -36,8 +37,17 @@ def _graph_out(args: argparse.Namespace, default: str) -> Path:
     return out
 
 
+def _left_out(patterns: int, instances: int, min_confidence: float) -> str:
+    if not min_confidence:
+        return ""
+    return (
+        f"; left out {patterns:,} patterns ({instances:,} instances) of confidence below {min_confidence:g}"
+    )
+
+
 def _cmd_draw(args: argparse.Namespace) -> int:
     doc = load_paths(args.paths)
+    doc, left_patterns, left_instances = confident_patterns(doc, args.min_confidence)
     merged = collapse_replicas(doc, args.collapse) if doc["algorithm"] == "nesting" else doc
     text = paths_dot(merged, top=args.top, sort=args.sort, min_share=args.min_share)
     out = _graph_out(args, str(Path(args.paths).with_suffix("." + (args.format or "svg"))))
@@ -50,7 +60,8 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     else:
         shown = doc["paths"][: args.top]
         what = f"{len(shown)} of {len(doc['paths']):,} convolution paths"
-    emit(args, {"out": str(out), "shown": len(shown)}, f"drew {what} into {out}")
+    text = f"drew {what} into {out}" + _left_out(left_patterns, left_instances, args.min_confidence)
+    emit(args, {"out": str(out), "shown": len(shown)}, text)
     return 0
 
 
@@ -95,6 +106,16 @@ def _convolution_diff(args: argparse.Namespace, base: dict[str, Any], slow: dict
 def _cmd_report(args: argparse.Namespace) -> int:
     doc = load_paths(args.paths)
     base = load_paths(args.diff) if args.diff else None
+    if (args.truth is None) != (args.instances is None):
+        raise ParameterError(
+            "--truth and --instances go together (the trace with its truth, and the instances)"
+        )
+    evaluation = None
+    if args.truth:
+        evaluation = infer.evaluate_paths(
+            doc, tracefmt.read_trace(args.truth), instances=infer.read_instances(args.instances)
+        )
+    doc, left_patterns, left_instances = confident_patterns(doc, args.min_confidence)
     page = build_report(
         doc,
         base=base,
@@ -103,17 +124,27 @@ def _cmd_report(args: argparse.Namespace) -> int:
         min_share=args.min_share,
         collapse=args.collapse,
         title=args.title or f"wirepath report: {Path(args.paths).name}",
+        evaluation=evaluation,
     )
     out = write_report(page, args.out)
     text = f"wrote {out} ({len(page.encode('utf-8')) / 1024:,.0f} KiB, self-contained)"
+    text += _left_out(left_patterns, left_instances, args.min_confidence)
     emit(args, {"out": str(out), "bytes": len(page.encode("utf-8"))}, text)
     return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     table = infer.read_instances(args.instances)
+    left = ""
+    if args.min_confidence:
+        table, instances, links = infer.confident_instances(table, args.min_confidence)
+        left = (
+            f"; left out {instances:,} requests holding {links:,} links of confidence "
+            f"below {args.min_confidence:g}"
+        )
     counts = write_export(table, args.format, args.out, max_traces=args.max_traces)
     text = f"wrote {counts['traces']:,} traces ({counts['spans']:,} spans) as {args.format} to {args.out}"
+    text += left
     emit(args, {"out": args.out, "format": args.format, **counts}, text)
     return 0
 
@@ -188,6 +219,13 @@ def _view_options(p: argparse.ArgumentParser, top: int) -> None:
         help="drop patterns below this share (0..1) of all latency (or instances, --sort count)",
     )
     _collapse_option(p, [])
+    _min_confidence_option(
+        p, "leave out the patterns whose confidence (the share of their instances exactly right) is below P"
+    )
+
+
+def _min_confidence_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--min-confidence", type=probability, default=0.0, metavar="P", help=f"{what} (0..1)")
 
 
 def _collapse_option(p: argparse.ArgumentParser, default: Any = None) -> None:
@@ -273,6 +311,13 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     p.add_argument("--diff", metavar="BASE.json", help="paths file of a base run to compare against")
     p.add_argument("--out", required=True, help="HTML file to write")
     p.add_argument("--title", help="page title")
+    p.add_argument(
+        "--truth",
+        metavar="TRACE",
+        help="the trace with its truth (synth, or converted spans): adds how the stated confidence "
+        "compares with it (needs --instances)",
+    )
+    p.add_argument("--instances", metavar="FILE.parquet", help="instances from 'infer nesting --instances'")
     _view_options(p, 10)
 
     p = add_verb(
@@ -292,6 +337,9 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     p.add_argument("--format", choices=list(EXPORT_FORMATS), required=True, help="trace format")
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--max-traces", type=int, metavar="N", help="export only the first N requests")
+    _min_confidence_option(
+        p, "leave out the requests holding a link (a call given a parent) of confidence below P"
+    )
 
     p = add_verb(
         verbs,
