@@ -18,8 +18,9 @@ the share of the twin's parents that are right at each level of the stated odds 
 calibration (isotonic: a higher odds never maps to a lower probability).
 
 The twin is built from the inferred answer, so where that answer is mostly wrong its
-requests are more regular than the real ones and the twin is easier: the calibration
-is then optimistic (``docs/inference.md`` has the measurements).
+requests are more regular than the real ones and the twin is easier. A twin of the
+twin measures that optimism where the truth is known (``twin_calibration``); what is
+left of it is in ``docs/inference.md``.
 """
 
 from __future__ import annotations
@@ -228,14 +229,36 @@ def twin_calibration(
     seed: int = 0,
 ) -> Calibration:
     """Learn the calibration on a twin of ``pairs`` (``twin_pairs`` of the inferred
-    ``parent``): ``infer_parents`` runs the same inference on the twin and returns its
-    parents and stated log-odds."""
+    ``parent``), corrected by a twin of the twin; ``infer_parents`` runs the same
+    inference on a twin and returns its parents and stated log-odds.
+
+    A twin is made from an answer, not from the truth, and where the answer is often
+    wrong its requests are more regular than the real ones: the twin is easier and a
+    map learnt on it alone is optimistic. The twin of the twin is that much easier
+    than the twin, whose truth is known, so the way its map misjudges the twin
+    (a second, monotone map from the probability it states to the share right on the
+    twin) is applied on top of the twin's map.
+    """
     twin, truth = twin_pairs(pairs, parent, seed=seed)
     got, log_odds = infer_parents(twin)
     linked = got >= 0
     if not linked.any():
         return Calibration.identity()
-    return Calibration.learn(log_odds[linked], got[linked] == truth[linked])
+    right = got[linked] == truth[linked]
+    first = isotonic(np.clip(log_odds[linked], *_CLIP), right)
+    second_twin, second_truth = twin_pairs(twin, got, seed=seed + 1)
+    got2, log_odds2 = infer_parents(second_twin)
+    linked2 = got2 >= 0
+    if not linked2.any():
+        return Calibration(*first, int(right.size), float(right.mean()))
+    second = isotonic(np.clip(log_odds2[linked2], *_CLIP), got2[linked2] == second_truth[linked2])
+    stated = np.interp(np.clip(log_odds[linked], *_CLIP), *second)
+    correction = isotonic(stated, right)
+    # One map: the twin's, then the correction, on a fine grid of odds.
+    grid = np.unique(np.concatenate([np.linspace(*_CLIP, 2001), first[0]]))
+    return Calibration(
+        grid, np.interp(np.interp(grid, *first), *correction), int(right.size), float(right.mean())
+    )
 
 
 def reliability(confidence: np.ndarray, right: np.ndarray, bins: int = 10) -> dict[str, Any]:

@@ -49,7 +49,14 @@ from infer.params import NestingParams
 from tracefmt import ParameterError
 from tracefmt.patterns import sibling_groups
 
-__all__ = ["ChainModel", "chain_edges", "chain_log_likelihood", "chain_rounds", "chain_stages"]
+__all__ = [
+    "ChainModel",
+    "chain_edges",
+    "chain_log_likelihood",
+    "chain_rounds",
+    "chain_stages",
+    "neighbourhood_log_odds",
+]
 
 # An edge no chain of the previous round had scores this far (in log units) below the
 # least likely learnt edge: finite, so that two unseen alternatives still compare on
@@ -701,9 +708,8 @@ def neighbourhood_log_odds(
     """
     n = len(pairs)
     alt = np.zeros(n)
-    kid = parent >= 0
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        alt[kid] = np.exp(np.clip(np.log(others[kid]) - here[kid], -600, 600))
+    kid = np.flatnonzero((parent >= 0) & (others > 0))
+    alt[kid] = np.exp(np.clip(np.log(others[kid]) - here[kid], -600, 600))
     swap = proposals.other >= 0
     w = np.exp(np.clip(proposals.gain, -600, 600))
     alt += np.bincount(proposals.child[swap], weights=w[swap], minlength=n)
@@ -714,7 +720,7 @@ def neighbourhood_log_odds(
             pairs, parent.copy(), proposals.child[runs], proposals.count[runs], proposals.dest[runs]
         )
         alt += np.bincount(members, weights=np.repeat(w[runs], proposals.count[runs]), minlength=n)
-    alt[~kid] = 0.0
+    alt[parent < 0] = 0.0
     with np.errstate(divide="ignore"):
         return -np.log(alt)
 
@@ -743,23 +749,6 @@ def _apply_runs(
     kids = order[at[first][seq] + j]
     parent[kids] = dest[seq]
     return kids
-
-
-def _scores_at_parents(
-    pairs: CallPairs, parent: np.ndarray, kids: np.ndarray, model: ChainModel
-) -> np.ndarray:
-    """Each of ``kids``' score at its parent (as a round scores a member): the parent's
-    chain likelihood with it less without it."""
-    if kids.size == 0:
-        return np.zeros(0)
-    order, start, count = _children_index(pairs, parent)
-    owner = parent[kids]
-    size = count[owner]
-    seq = np.repeat(np.arange(kids.size), size)
-    members = order[np.repeat(start[owner] - (np.cumsum(size) - size), size) + np.arange(seq.size)]
-    full = model.chain_likelihood(pairs, owner, members, seq)
-    keep = members != kids[seq]
-    return full - model.chain_likelihood(pairs, owner, members[keep], seq[keep])
 
 
 def chain_rounds(

@@ -18,7 +18,7 @@ import synth
 from infer import infer_nesting
 from infer.callpairs import CallPairs, match_calls, node_codes
 from infer.candidates import CandidateChunks, Scoreboard
-from infer.chains import ChainModel, _round, chain_edges, chain_rounds
+from infer.chains import ChainModel, _round, chain_edges, chain_rounds, neighbourhood_log_odds
 from infer.evaluate import true_pairs
 from infer.params import NestingParams
 from tracefmt import ParameterError
@@ -384,13 +384,37 @@ def test_the_compiled_chains_are_the_numpy_chains() -> None:
         assert compiled == pytest.approx(model.chain_likelihood(pairs, par, *spliced), abs=1e-9)
 
 
-def test_calls_moved_in_a_run_get_their_score_at_the_new_parent() -> None:
-    from infer.chains import _scores_at_parents
-
-    pairs, _, parent, model = _gateway(2)
-    kids = np.flatnonzero(parent >= 0)[::7]
+def test_log_odds_weigh_every_neighbour_by_its_likelihood(busy) -> None:
+    # A call's odds are against every assignment that changes its parent by one
+    # proposal: each other candidate parent (brute force: the whole assignment with the
+    # call moved there), each swap and each run move it is in (their gains are checked
+    # against whole assignments above).
+    pairs, parent = busy["pairs"], busy["start"]
+    model = ChainModel.learn(pairs, parent, busy["params"], busy["n_nodes"])
+    proposals, here, others = _round(pairs, busy["chunks"], parent, model)
+    log_odds = neighbourhood_log_odds(pairs, parent, proposals, here, others)
+    assert np.all(np.isposinf(log_odds[parent < 0]))
     base = _likelihood(pairs, parent, model)
-    for c, score in zip(kids, _scores_at_parents(pairs, parent, kids, model), strict=True):
-        alone = parent.copy()
-        alone[c] = -1
-        assert score == pytest.approx(base - _likelihood(pairs, alone, model), abs=1e-6)
+    candidates: dict[int, set[int]] = {}
+    for ch in busy["chunks"]:
+        for c, q in zip(ch.c.tolist(), ch.par.tolist(), strict=True):
+            candidates.setdefault(c, set()).add(q)
+    rng = np.random.default_rng(1)
+    tested = 0
+    for c in rng.choice(np.flatnonzero(parent >= 0), 60, replace=False):
+        mass = 0.0
+        for q in candidates.get(int(c), set()) - {int(parent[c])}:
+            moved = parent.copy()
+            moved[c] = q
+            mass += np.exp(_likelihood(pairs, moved, model) - base)
+        swaps = (proposals.other >= 0) & ((proposals.other == c) | (proposals.child == c))
+        mass += float(np.exp(proposals.gain[swaps]).sum())
+        for i in np.flatnonzero(proposals.count > 1):
+            if (_applied(parent, proposals, i, pairs.t_call) != parent)[c]:
+                mass += np.exp(proposals.gain[i])
+        if mass == 0.0:
+            assert np.isposinf(log_odds[c])
+            continue
+        tested += 1
+        assert log_odds[c] == pytest.approx(-np.log(mass), abs=1e-6)
+    assert tested > 30

@@ -45,7 +45,7 @@ def test_report_loads_clean_and_sorts_by_clicking(open_page, demo_page, runs, tm
     shown = min(8, _merged_shapes(runs["slow"]["doc"]))
     assert shown >= 3
     assert len(counts) == shown
-    totals = _column(driver, "patterns", 4)
+    totals = _column(driver, "patterns", 5)  # after count and the share exactly right
     assert totals == sorted(totals, reverse=True)  # as written: by total latency
     header = driver.find_element("css selector", '#patterns th[data-col="3"]')
     header.click()

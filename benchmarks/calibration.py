@@ -1,0 +1,303 @@
+"""Calibration of nesting confidence: is each inferred parent right as often as it says?
+
+    python benchmarks/calibration.py [--messages 50000] [--parallelism 2,10,42]
+                                     [--presets accurate,fast,paper] [--workloads a,b]
+                                     [--datasets hotel_load25,...] [--no-real] [--no-synth]
+
+Each ``samples/synth/*.toml`` with RPC calls is generated at ``--messages`` messages at
+each ``--parallelism`` level (one trace when the workload fixes its client loops, as the
+PetStore ones do), and each of TraceWeaver's Jaeger data sets (all nine by default, read
+as ``benchmarks/traceweaver.py`` does, timestamps at the callee) is inferred with each
+preset; ``infer.evaluate_paths`` scores the stated confidence against the truth
+(``infer.reliability``: ten equal bins of confidence). Three kinds of markdown tables:
+
+- per source (workload or data set), parallelism (asked for; for the real data sets the
+  measured mean candidate parents per child call) and preset: calls given a parent,
+  the share right, the mean stated confidence, the expected calibration error (ECE) of
+  calls, the calls stated at 0.99 or more and the share of them right, the ECE of
+  instances (stated: the product of the calls' confidences; right: the instance is
+  exactly one whole true request), the right rate on the synthetic twin the calibration
+  was learnt on, and the inference time;
+- per preset, for the synthetic and the real rows apart: the worst and median ECE, the
+  rows meeting the ECE goal, the worst right rate of calls stated at 0.99 or more;
+- for the default preset, the reliability table (stated range, calls, mean stated, share
+  right) pooled over every synthetic row, then over every real row.
+
+Goals: ECE <= 0.03 for the default preset (accurate) and <= 0.05 for the others, on every
+sample workload at parallelism 2, 10 and 42 and on every TraceWeaver data set; calls
+stated at 0.99 or more right at least 98% of the time. A miss is marked ✗.
+
+Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+# benchmarks/synth.py would shadow the synth package when this runs as a file.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+import infer  # noqa: E402
+import synth  # noqa: E402
+import tracefmt  # noqa: E402
+
+
+def _sibling(name: str) -> ModuleType:
+    """The benchmark script ``benchmarks/<name>.py``, imported by path (its folder is off
+    ``sys.path``, so that ``synth`` is the package)."""
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", HERE / f"{name}.py")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {HERE / f'{name}.py'}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+accuracy = _sibling("accuracy")
+traceweaver = _sibling("traceweaver")
+
+DEFAULT = "accurate"
+#: ECE goal per preset (others: ``ECE_GOAL``).
+ECE_GOALS = {DEFAULT: 0.03}
+ECE_GOAL = 0.05
+#: Calls stated at 0.99 or more should be right at least this often.
+SURE_GOAL = 0.98
+BINS = 10
+
+
+@dataclass
+class Row:
+    """One preset on one trace, its confidence scored."""
+
+    kind: str  # "synthetic" or "real"
+    source: str  # workload or data set
+    level: str  # parallelism: asked for (synthetic) or measured (real)
+    preset: str
+    seconds: float
+    confidence: dict[str, Any]  # evaluate_paths' "confidence": {"calls", "instances"}
+    twin_right_rate: float | None
+
+    @property
+    def calls(self) -> dict[str, Any]:
+        return self.confidence["calls"]
+
+    @property
+    def ece(self) -> float | None:
+        return self.calls["ece"]
+
+    @property
+    def sure_rate(self) -> float | None:
+        return self.calls["stated_99"]["right_rate"]
+
+
+def ece_goal(preset: str) -> float:
+    return ECE_GOALS.get(preset, ECE_GOAL)
+
+
+def meets_ece(row: Row) -> bool:
+    return row.ece is not None and row.ece <= ece_goal(row.preset)
+
+
+def score(
+    trace: Any, preset: str, kind: str, source: str, level: Callable[[infer.NestingResult], str]
+) -> Row:
+    """Infer ``trace`` with ``preset`` and score its confidence against the truth."""
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # settings that do nothing in a combination
+        result = infer.infer_nesting(trace, preset)
+    seconds = time.perf_counter() - t0
+    report = infer.evaluate_paths(result.to_json(), trace, instances=result.instances_table())
+    if "confidence" not in report:
+        raise SystemExit(f"error: evaluate_paths gave no confidence scores for {source} ({preset})")
+    twin = result.calibration.to_json()["twin_right_rate"]
+    return Row(kind, source, level(result), preset, seconds, report["confidence"], twin)
+
+
+def synthetic_rows(
+    workloads: list[str], messages: int, asked: list[str], presets: list[str]
+) -> Iterator[Row]:
+    for name in workloads:
+        base = replace(synth.load_config(accuracy.SAMPLES / f"{name}.toml"), messages=messages)
+        for label, cfg in accuracy.levels_of(base, asked):
+            trace, _ = synth.generate_table(cfg)
+            for preset in presets:
+                row = score(trace, preset, "synthetic", name, lambda _r, label=label: label)
+                print(f"{name} at {label}, {preset}: {row.seconds:.1f} s", file=sys.stderr, flush=True)
+                yield row
+
+
+def real_rows(datasets: list[str], presets: list[str]) -> Iterator[Row]:
+    for name in datasets:
+        trace = tracefmt.read_jaeger(traceweaver.DATA / f"{name}.jsonl.gz", at="callee")
+        for preset in presets:
+            row = score(trace, preset, "real", name, lambda r: f"{r.mean_parallelism:.1f}")
+            print(f"{name}, {preset}: {row.seconds:.1f} s", file=sys.stderr, flush=True)
+            yield row
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1%}"
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _ece_text(ece: float | None, goal: float) -> str:
+    return _num(ece) + (" ✗" if ece is not None and ece > goal else "")
+
+
+def _sure_text(rate: float | None) -> str:
+    return _pct(rate) + (" ✗" if rate is not None and rate < SURE_GOAL else "")
+
+
+def row_line(r: Row) -> str:
+    calls, sure = r.calls, r.calls["stated_99"]
+    share = sure["calls"] / calls["calls"] if calls["calls"] else None
+    return (
+        f"| {r.source} | {r.level} | {r.preset} | {calls['calls']:,} | {_pct(calls['right_rate'])} | "
+        f"{_num(calls['mean_stated'])} | {_ece_text(r.ece, ece_goal(r.preset))} | "
+        f"{sure['calls']:,} ({_pct(share)}) | {_sure_text(r.sure_rate)} | "
+        f"{_num(r.confidence['instances']['ece'])} | {_pct(r.twin_right_rate)} | {r.seconds:.1f} s |"
+    )
+
+
+def rows_table(rows: list[Row]) -> list[str]:
+    return [
+        "| source | parallelism | preset | calls given a parent | right | mean stated | ECE "
+        "| stated ≥ 0.99 (share) | their right rate | instance ECE | twin right | time |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *(row_line(r) for r in rows),
+    ]
+
+
+def summary_table(rows: list[Row], presets: list[str]) -> list[str]:
+    lines = [
+        "| rows | preset | ECE goal | worst ECE | median ECE | meeting the goal | worst ≥ 0.99 right rate |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind in ("synthetic", "real"):
+        for preset in presets:
+            mine = [r for r in rows if r.kind == kind and r.preset == preset]
+            if not mine:
+                continue
+            eces = [r.ece for r in mine if r.ece is not None]
+            sures = [r.sure_rate for r in mine if r.sure_rate is not None]
+            goal = ece_goal(preset)
+            worst = max(eces) if eces else None
+            lines.append(
+                f"| {kind} | {preset} | {goal:.2f} | {_ece_text(worst, goal)} | "
+                f"{_num(statistics.median(eces) if eces else None)} | "
+                f"{sum(map(meets_ece, mine))} of {len(mine)} | {_sure_text(min(sures) if sures else None)} |"
+            )
+    return lines
+
+
+def pooled(rows: list[Row]) -> dict[str, Any]:
+    """The calls' reliability summed over ``rows``: per bin calls, mean stated and share
+    right; over all the ECE, and the calls stated at 0.99 or more and their share right."""
+    bins: dict[float, list[float]] = {}  # low -> [high, calls, stated sum, right sum]
+    sure_calls, sure_right = 0, 0.0
+    for r in rows:
+        for b in r.calls["bins"]:
+            acc = bins.setdefault(b["low"], [b["high"], 0, 0.0, 0.0])
+            acc[1] += b["calls"]
+            acc[2] += b["calls"] * b["stated"]
+            acc[3] += b["calls"] * b["right_rate"]
+        sure = r.calls["stated_99"]
+        if sure["calls"]:
+            sure_calls += sure["calls"]
+            sure_right += sure["calls"] * sure["right_rate"]
+    total = sum(acc[1] for acc in bins.values())
+    return {
+        "calls": int(total),
+        "ece": sum(abs(acc[2] - acc[3]) for acc in bins.values()) / total if total else None,
+        "bins": [(low, *acc) for low, acc in sorted(bins.items())],
+        "sure_calls": sure_calls,
+        "sure_rate": sure_right / sure_calls if sure_calls else None,
+    }
+
+
+def reliability_table(rows: list[Row]) -> list[str]:
+    p = pooled(rows)
+    lines = [
+        f"{len(rows)} run{'s' * (len(rows) != 1)}, {p['calls']:,} calls given a parent: "
+        f"ECE {_num(p['ece'])}; {p['sure_calls']:,} stated ≥ 0.99, right {_pct(p['sure_rate'])}.",
+        "",
+        "| stated | calls | mean stated | right |",
+        "|---|---:|---:|---:|",
+    ]
+    for low, high, calls, stated, right in p["bins"]:
+        if calls:
+            lines.append(f"| {low:.1f}–{high:.1f} | {calls:,} | {stated / calls:.3f} | {right / calls:.3f} |")
+    return lines
+
+
+def _names(
+    text: str | None, known: list[str] | tuple[str, ...], what: str, ap: argparse.ArgumentParser
+) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()] if text else list(known)
+    bad = [n for n in names if n not in known]
+    if bad:
+        ap.error(f"unknown {what} {bad[0]!r} (must be one of {', '.join(known)})")
+    return names
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=50_000)
+    ap.add_argument("--parallelism", default="2,10,42", help="comma-separated levels; own: the workload's")
+    ap.add_argument("--presets", default=",".join(infer.PRESETS), help="comma-separated presets")
+    ap.add_argument("--workloads", default=None, help="comma-separated (default: every RPC sample)")
+    ap.add_argument("--datasets", default=None, help="comma-separated (default: all nine)")
+    ap.add_argument("--no-real", action="store_true", help="skip the TraceWeaver data sets")
+    ap.add_argument("--no-synth", action="store_true", help="skip the synthetic workloads")
+    args = ap.parse_args()
+    presets = _names(args.presets, infer.PRESETS, "preset", ap)
+    workloads = [] if args.no_synth else _names(args.workloads, accuracy.rpc_workloads(), "workload", ap)
+    datasets = [] if args.no_real else _names(args.datasets, traceweaver.DATASETS, "data set", ap)
+    missing = [n for n in datasets if not (traceweaver.DATA / f"{n}.jsonl.gz").is_file()]
+    if missing:
+        ap.error(f"no data set {missing[0]!r} in {traceweaver.DATA}")
+    asked = [a.strip() for a in args.parallelism.split(",") if a.strip()]
+
+    t_start = time.perf_counter()
+    rows = [
+        *synthetic_rows(workloads, args.messages, asked, presets),
+        *real_rows(datasets, presets),
+    ]
+    goals = ", ".join(f"{p} ≤ {ece_goal(p):.2f}" for p in presets)
+    print(
+        f"Synthetic: {args.messages:,} messages per trace, parallelism as asked; real: TraceWeaver's "
+        "data sets, timestamps at the callee, parallelism measured (mean candidate parents per "
+        f"child call). ECE over {BINS} equal bins of stated confidence; goals: {goals}; calls "
+        f"stated ≥ 0.99 right ≥ {SURE_GOAL:.0%}. ✗: a miss."
+    )
+    print()
+    print("\n".join(rows_table(rows)))
+    print()
+    print("\n".join(summary_table(rows, presets)))
+    for kind in ("synthetic", "real"):
+        mine = [r for r in rows if r.kind == kind and r.preset == DEFAULT]
+        if mine:
+            print()
+            print(f"Reliability of `{DEFAULT}`, pooled over the {kind} rows: ", end="")
+            print("\n".join(reliability_table(mine)))
+    print(f"done in {time.perf_counter() - t_start:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

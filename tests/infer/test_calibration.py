@@ -1,0 +1,171 @@
+"""Calibrated confidence: the map learnt on a synthetic twin, the twin itself, the
+reliability scores, and the stated confidence of whole runs against synth's truth.
+
+The calibration is learnt on each trace's own twin, never on its truth: every
+workload here is one it was not learnt on. The thresholds are the goals of
+``docs/inference.md`` (expected calibration error at most 0.03 for the default preset
+and 0.05 for the others; calls stated at 0.99 or more right at least 98% of the time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import synth
+from infer import evaluate_paths, infer_nesting
+from infer.calibration import Calibration, instance_roots, isotonic, reliability, twin_pairs
+from infer.callpairs import CallPairs
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "synth"
+
+
+def test_isotonic_pools_the_bins_that_break_the_order() -> None:
+    x = np.arange(8.0)
+    y = np.array([0, 0, 1, 0, 1, 1, 0, 1])
+    xs, ys = isotonic(x, y, bins=8)
+    assert np.all(np.diff(ys) >= 0)
+    # Bins 2 and 3 (1, 0) pool to 0.5; bins 5 and 6 (1, 0) pool to 0.5, and then with
+    # bin 4 (1) before them: (1 + 1 + 0) / 3.
+    assert np.interp([0.0, 2.5, 4.0, 7.0], xs, ys).tolist() == pytest.approx([0.0, 0.5, 2 / 3, 1.0])
+
+
+def test_isotonic_recovers_a_known_curve() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-5, 5, 200_000)
+    truth = 1 / (1 + np.exp(-x))
+    xs, ys = isotonic(x, rng.random(x.size) < truth)
+    at = np.linspace(-4, 4, 9)
+    assert np.interp(at, xs, ys) == pytest.approx(1 / (1 + np.exp(-at)), abs=0.03)
+
+
+def test_calibration_maps_odds_and_keeps_roots_sure() -> None:
+    cal = Calibration.learn(np.array([-1.0, 0.0, 5.0, 9.0]), np.array([0, 1, 1, 1]))
+    got = cal.apply(np.array([-3.0, 9.0, np.inf]))
+    assert got.tolist() == [0.0, 1.0, 1.0]
+    assert cal.to_json() == {"calibration": "twin", "twin_pairs": 4, "twin_right_rate": 0.75}
+    # Not learnt: the stated odds' own probability.
+    assert Calibration.identity().apply(np.array([0.0, np.inf])).tolist() == [0.5, 1.0]
+
+
+def test_reliability_against_a_hand_count() -> None:
+    conf = np.array([0.05, 0.15, 0.15, 0.95, 0.95, 0.99, 0.995, 1.0])
+    right = np.array([0, 1, 0, 1, 0, 1, 1, 1], bool)
+    r = reliability(conf, right)
+    # Bins: [0, .1): 0.05 vs 0; [.1, .2): 0.15 vs 0.5; [.9, 1]: mean 0.978 vs 0.8.
+    top = (0.95 + 0.95 + 0.99 + 0.995 + 1.0) / 5
+    assert r["ece"] == pytest.approx((0.05 + 2 * 0.35 + 5 * abs(top - 0.8)) / 8)
+    assert [b["calls"] for b in r["bins"]] == [1, 2, 5]
+    assert r["stated_99"] == {"calls": 3, "right_rate": 1.0}
+
+
+def _pairs(caller, callee, t_call, t_return) -> CallPairs:
+    k = len(caller)
+    rows = np.arange(k)
+    return CallPairs(
+        np.array(caller), np.array(callee), np.array(t_call), np.array(t_return), rows, rows, 0, 0, 0
+    )
+
+
+def _requests(pairs: CallPairs, parent: np.ndarray) -> list[tuple]:
+    """Each request as its calls relative to its root: (depth-first) caller, callee,
+    call and return offsets, and the parent's position among them."""
+    root = instance_roots(parent)
+    out = []
+    for r in np.flatnonzero(parent < 0):
+        members = np.flatnonzero(root == r)
+        at = {int(m): k for k, m in enumerate(members)}
+        t0 = pairs.t_call[r]
+        out.append(
+            tuple(
+                (
+                    int(pairs.caller[m]),
+                    int(pairs.callee[m]),
+                    int(pairs.t_call[m] - t0),
+                    int(pairs.t_return[m] - t0),
+                    at.get(int(parent[m]), -1),
+                )
+                for m in members
+            )
+        )
+    return sorted(out)
+
+
+def test_the_twin_deals_the_same_requests_to_the_same_start_times() -> None:
+    rng = np.random.default_rng(2)
+    caller, callee, tc, tr, parent = [], [], [], [], []
+    for _ in range(40):  # requests of one to three calls, at random times
+        start = int(rng.integers(0, 10_000))
+        root = len(tc)
+        caller.append(0), callee.append(1), tc.append(start), tr.append(start + 900), parent.append(-1)
+        for j in range(int(rng.integers(0, 3))):
+            caller.append(1), callee.append(2 + j), tc.append(start + 100 + 300 * j)
+            tr.append(start + 250 + 300 * j), parent.append(root)
+    order = np.argsort(tc, kind="stable")
+    at = np.empty_like(order)
+    at[order] = np.arange(order.size)
+    parent = np.array(parent)[order]
+    parent = np.where(parent >= 0, at[np.maximum(parent, 0)], -1)
+    pairs = _pairs(*(np.array(a)[order] for a in (caller, callee, tc, tr)))
+    twin, truth = twin_pairs(pairs, parent, seed=5)
+    assert np.all(np.diff(twin.t_call) >= 0)
+    assert _requests(twin, truth) == _requests(pairs, parent)
+    assert sorted(twin.t_call[truth < 0].tolist()) == sorted(pairs.t_call[parent < 0].tolist())
+    assert not np.array_equal(twin.caller, pairs.caller) or not np.array_equal(twin.t_call, pairs.t_call)
+    # A long trace: whole requests from a middle stretch.
+    part, part_truth = twin_pairs(pairs, parent, seed=5, max_pairs=30)
+    assert 20 <= len(part) <= 40
+    assert np.all(part_truth < np.arange(len(part)))
+    roots = instance_roots(part_truth)
+    assert set(_requests(part, part_truth)) <= set(_requests(pairs, parent))
+    assert np.all(part.t_call >= part.t_call[roots])
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, dict]:
+    """Reports of the presets on two busy workloads with their truth."""
+    out = {}
+    for name, parallelism in (("multitier-skewed", 6.0), ("gateway-fanout-slow", 4.0)):
+        cfg = replace(
+            synth.load_config(SAMPLES / f"{name}.toml"), messages=40_000, parallelism=parallelism, seed=11
+        )
+        trace, _ = synth.generate_table(cfg)
+        for preset in ("accurate", "paper"):
+            r = infer_nesting(trace, preset)
+            report = evaluate_paths(r.to_json(), trace, instances=r.instances_table())
+            out[f"{name}/{preset}"] = report["confidence"]
+        raw = infer_nesting(trace, calibrate=False)
+        out[f"{name}/raw"] = evaluate_paths(raw.to_json(), trace, instances=raw.instances_table())[
+            "confidence"
+        ]
+    return out
+
+
+@pytest.mark.parametrize("name", ["multitier-skewed", "gateway-fanout-slow"])
+def test_the_default_states_what_it_gets_right(runs, name) -> None:
+    calls = runs[f"{name}/accurate"]["calls"]
+    assert calls["right_rate"] < 0.99  # busy enough to be wrong at times
+    assert calls["ece"] <= 0.03
+    sure = calls["stated_99"]
+    assert sure["calls"] > 0
+    assert sure["right_rate"] >= 0.98
+    # The model's own odds, uncalibrated, are further off.
+    assert runs[f"{name}/raw"]["calls"]["ece"] > calls["ece"]
+
+
+@pytest.mark.parametrize("name", ["multitier-skewed", "gateway-fanout-slow"])
+def test_the_paper_preset_is_calibrated_too(runs, name) -> None:
+    calls = runs[f"{name}/paper"]["calls"]
+    assert calls["ece"] <= 0.05
+    sure = calls["stated_99"]
+    assert sure["calls"] == 0 or sure["right_rate"] >= 0.98
+
+
+@pytest.mark.parametrize("name", ["multitier-skewed", "gateway-fanout-slow"])
+def test_pattern_confidence_is_the_share_of_instances_exactly_right(runs, name) -> None:
+    inst = runs[f"{name}/accurate"]["instances"]
+    assert inst["ece"] <= 0.05
+    assert inst["mean_stated"] == pytest.approx(inst["right_rate"], abs=0.05)
