@@ -48,6 +48,12 @@ __all__ = [
 _CLIP = (-30.0, 60.0)
 #: Quantile bins of the stated odds that the isotonic fit starts from.
 _BINS = 200
+#: Outcomes at the stated probability each bin of a fit holds besides its own: a twin
+#: of a handful of calls must not turn odds of 1 to 1 into certainty.
+_PRIOR_WEIGHT = 2.0
+#: Below this many calls given a parent there is too little to learn a map from: the
+#: stated odds' own probabilities are kept.
+MIN_LINKS = 200
 #: The twin is made of at most this many call pairs (whole requests, a contiguous
 #: stretch of time): enough to fit the map, and a bounded cost on long traces.
 TWIN_MAX_PAIRS = 500_000
@@ -58,11 +64,15 @@ def sigmoid(log_odds: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * np.clip(log_odds, -700.0, 700.0)))
 
 
-def isotonic(x: np.ndarray, y: np.ndarray, bins: int = _BINS) -> tuple[np.ndarray, np.ndarray]:
+def isotonic(
+    x: np.ndarray, y: np.ndarray, bins: int = _BINS, prior: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """A non-decreasing fit of ``y`` (0/1 outcomes) on ``x``, as knots ``(xs, ys)`` to
     interpolate between: ``x`` is cut at its quantiles into at most ``bins`` bins, and
     adjacent bins are pooled while a lower one has the higher mean (pool adjacent
-    violators).
+    violators). With ``prior`` (a probability per outcome), each bin also holds
+    ``_PRIOR_WEIGHT`` outcomes at its mean prior: a bin of a few outcomes stays near
+    what was stated, a bin of hundreds says what happened.
 
     Examples
     --------
@@ -76,6 +86,10 @@ def isotonic(x: np.ndarray, y: np.ndarray, bins: int = _BINS) -> tuple[np.ndarra
     b = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, max(edges.size - 2, 0))
     n = np.bincount(b, minlength=edges.size).astype(float)
     hits = np.bincount(b, weights=y.astype(float), minlength=edges.size)
+    if prior is not None:
+        mean_prior = np.bincount(b, weights=prior, minlength=edges.size) / np.maximum(n, 1)
+        hits = hits + _PRIOR_WEIGHT * mean_prior * (n > 0)
+        n = n + _PRIOR_WEIGHT * (n > 0)
     lo = np.full(edges.size, np.inf)
     hi = np.full(edges.size, -np.inf)
     np.minimum.at(lo, b, x)
@@ -125,7 +139,7 @@ class Calibration:
     @classmethod
     def learn(cls, log_odds: np.ndarray, right: np.ndarray) -> Calibration:
         """Fit the map on stated odds and whether each was right (roots left out)."""
-        xs, ys = isotonic(np.clip(log_odds, *_CLIP), right)
+        xs, ys = _odds_map(log_odds, right)
         return cls(xs, ys, int(right.size), float(right.mean()) if right.size else None)
 
     def apply(self, log_odds: np.ndarray) -> np.ndarray:
@@ -237,28 +251,38 @@ def twin_calibration(
     map learnt on it alone is optimistic. The twin of the twin is that much easier
     than the twin, whose truth is known, so the way its map misjudges the twin
     (a second, monotone map from the probability it states to the share right on the
-    twin) is applied on top of the twin's map.
+    twin) is applied on top of the twin's map. With fewer than ``MIN_LINKS`` calls
+    given a parent, in the trace or in its twin, the stated odds' own probabilities are
+    kept (``Calibration.identity``).
     """
+    if int((parent >= 0).sum()) < MIN_LINKS:
+        return Calibration.identity()
     twin, truth = twin_pairs(pairs, parent, seed=seed)
     got, log_odds = infer_parents(twin)
     linked = got >= 0
-    if not linked.any():
+    if int(linked.sum()) < MIN_LINKS:
         return Calibration.identity()
     right = got[linked] == truth[linked]
-    first = isotonic(np.clip(log_odds[linked], *_CLIP), right)
+    first = _odds_map(log_odds[linked], right)
     second_twin, second_truth = twin_pairs(twin, got, seed=seed + 1)
     got2, log_odds2 = infer_parents(second_twin)
     linked2 = got2 >= 0
-    if not linked2.any():
+    if int(linked2.sum()) < MIN_LINKS:
         return Calibration(*first, int(right.size), float(right.mean()))
-    second = isotonic(np.clip(log_odds2[linked2], *_CLIP), got2[linked2] == second_truth[linked2])
+    second = _odds_map(log_odds2[linked2], got2[linked2] == second_truth[linked2])
     stated = np.interp(np.clip(log_odds[linked], *_CLIP), *second)
-    correction = isotonic(stated, right)
+    correction = isotonic(stated, right, prior=stated)
     # One map: the twin's, then the correction, on a fine grid of odds.
     grid = np.unique(np.concatenate([np.linspace(*_CLIP, 2001), first[0]]))
     return Calibration(
         grid, np.interp(np.interp(grid, *first), *correction), int(right.size), float(right.mean())
     )
+
+
+def _odds_map(log_odds: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The isotonic map from stated odds to the share right, each bin held towards the
+    probability the odds state."""
+    return isotonic(np.clip(log_odds, *_CLIP), right, prior=sigmoid(log_odds))
 
 
 def reliability(confidence: np.ndarray, right: np.ndarray, bins: int = 10) -> dict[str, Any]:

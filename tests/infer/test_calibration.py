@@ -45,10 +45,36 @@ def test_isotonic_recovers_a_known_curve() -> None:
 def test_calibration_maps_odds_and_keeps_roots_sure() -> None:
     cal = Calibration.learn(np.array([-1.0, 0.0, 5.0, 9.0]), np.array([0, 1, 1, 1]))
     got = cal.apply(np.array([-3.0, 9.0, np.inf]))
-    assert got.tolist() == [0.0, 1.0, 1.0]
+
+    def sig(v: float) -> float:
+        return 1 / (1 + np.exp(-v))
+
+    # One call per bin, held towards what its odds state by two more at that probability.
+    assert got.tolist() == pytest.approx([(0 + 2 * sig(-1)) / 3, (1 + 2 * sig(9)) / 3, 1.0])
     assert cal.to_json() == {"calibration": "twin", "twin_pairs": 4, "twin_right_rate": 0.75}
     # Not learnt: the stated odds' own probability.
     assert Calibration.identity().apply(np.array([0.0, np.inf])).tolist() == [0.5, 1.0]
+
+
+def test_a_coin_toss_is_not_made_certain(h) -> None:
+    # Two requests into w at once, each making one call to d: each of d's calls has two
+    # candidate parents and nothing to tell them apart. A twin of two calls that both
+    # came out right must not turn that into certainty.
+    ms = 1_000_000
+    rows = [
+        (1 * ms, "call", "c1", "w", None),
+        (2 * ms, "call", "c2", "w", None),
+        (3 * ms, "call", "w", "d", None),
+        (4 * ms, "call", "w", "d", None),
+        (5 * ms, "return", "d", "w", None),
+        (6 * ms, "return", "d", "w", None),
+        (7 * ms, "return", "w", "c1", None),
+        (8 * ms, "return", "w", "c2", None),
+    ]
+    r = infer_nesting(h.trace(rows), "paper")
+    linked = r.parent >= 0
+    assert linked.sum() == 2
+    assert np.all(r.confidence[linked] < 0.8)
 
 
 def test_reliability_against_a_hand_count() -> None:
