@@ -119,17 +119,20 @@ class Calibration:
     xs, ys : ndarray
         Knots of the non-decreasing map (log-odds, clipped to ``_CLIP``; probability).
     twin_pairs : int
-        Call pairs of the synthetic twin it was learnt on (0: not learnt, the model's
-        own probabilities are used).
+        Calls given a parent in the synthetic twin it was learnt on (0: no twin).
     twin_right_rate : float or None
         The share of the twin's parents the inference got right: an estimate, on the
         optimistic side, of the share right on the trace itself.
+    kind : {"twin", "none"}
+        ``"twin"``: the map learnt on the twin; ``"none"``: not calibrated (not asked
+        for, or too few calls), the stated odds' own probabilities.
     """
 
     xs: np.ndarray
     ys: np.ndarray
     twin_pairs: int = 0
     twin_right_rate: float | None = None
+    kind: str = "none"
 
     @classmethod
     def identity(cls) -> Calibration:
@@ -140,7 +143,7 @@ class Calibration:
     def learn(cls, log_odds: np.ndarray, right: np.ndarray) -> Calibration:
         """Fit the map on stated odds and whether each was right (roots left out)."""
         xs, ys = _odds_map(log_odds, right)
-        return cls(xs, ys, int(right.size), float(right.mean()) if right.size else None)
+        return cls(xs, ys, int(right.size), float(right.mean()) if right.size else None, "twin")
 
     def apply(self, log_odds: np.ndarray) -> np.ndarray:
         """Probabilities of ``log_odds``; inf (roots) stays 1.
@@ -159,7 +162,7 @@ class Calibration:
     def to_json(self) -> dict[str, Any]:
         """The summary a paths file's ``stats.confidence`` holds."""
         return {
-            "calibration": "twin" if self.twin_pairs else "none",
+            "calibration": self.kind,
             "twin_pairs": self.twin_pairs,
             "twin_right_rate": None if self.twin_right_rate is None else round(self.twin_right_rate, 6),
         }
@@ -251,9 +254,8 @@ def twin_calibration(
     map learnt on it alone is optimistic. The twin of the twin is that much easier
     than the twin, whose truth is known, so the way its map misjudges the twin
     (a second, monotone map from the probability it states to the share right on the
-    twin) is applied on top of the twin's map. With fewer than ``MIN_LINKS`` calls
-    given a parent, in the trace or in its twin, the stated odds' own probabilities are
-    kept (``Calibration.identity``).
+    twin) is applied on top of the twin's map. With fewer than ``MIN_LINKS`` calls given a parent, in the
+    trace or in its twin, nothing is learnt (``Calibration.identity``).
     """
     if int((parent >= 0).sum()) < MIN_LINKS:
         return Calibration.identity()
@@ -264,19 +266,18 @@ def twin_calibration(
         return Calibration.identity()
     right = got[linked] == truth[linked]
     first = _odds_map(log_odds[linked], right)
+    learnt = (int(right.size), float(right.mean()))
     second_twin, second_truth = twin_pairs(twin, got, seed=seed + 1)
     got2, log_odds2 = infer_parents(second_twin)
     linked2 = got2 >= 0
     if int(linked2.sum()) < MIN_LINKS:
-        return Calibration(*first, int(right.size), float(right.mean()))
+        return Calibration(*first, *learnt, "twin")
     second = _odds_map(log_odds2[linked2], got2[linked2] == second_truth[linked2])
     stated = np.interp(np.clip(log_odds[linked], *_CLIP), *second)
     correction = isotonic(stated, right, prior=stated)
     # One map: the twin's, then the correction, on a fine grid of odds.
     grid = np.unique(np.concatenate([np.linspace(*_CLIP, 2001), first[0]]))
-    return Calibration(
-        grid, np.interp(np.interp(grid, *first), *correction), int(right.size), float(right.mean())
-    )
+    return Calibration(grid, np.interp(np.interp(grid, *first), *correction), *learnt, "twin")
 
 
 def _odds_map(log_odds: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

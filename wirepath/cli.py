@@ -281,6 +281,7 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         # No name holds the trace here, so inference can free it once it has the call pairs;
         # and it reads the core columns only (truth, labels and the like are not used).
         result = infer.infer_nesting(tracefmt.read_any_trace(args.trace, columns=()), params, sort=args.sort)
+    whole = result
     if args.min_confidence:
         result, left_instances, left_links = result.confident(args.min_confidence)
     window = tracefmt.parse_duration_ns(args.window) / 1e9 if args.window else None
@@ -292,9 +293,9 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         result.write_instances(args.instances)
     st = doc["stats"]
     lines = [
-        f"{st['call_pairs']:,} call pairs ({st['unmatched_calls']:,} calls and {st['unmatched_returns']:,} "
+        f"{len(whole.pairs):,} call pairs ({st['unmatched_calls']:,} calls and {st['unmatched_returns']:,} "
         f"returns unmatched, {st['sends_ignored']:,} sends ignored); mean parallelism "
-        f"{st['mean_parallelism']:.1f}",
+        f"{whole.mean_parallelism:.1f}",
         f"{st['instances']:,} path instances in {st['patterns']:,} patterns; wrote {out}"
         + (f" and {args.instances}" if args.instances else ""),
     ]
