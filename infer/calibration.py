@@ -26,19 +26,20 @@ left of it is in ``docs/inference.md``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from infer.callpairs import CallPairs
+from infer.patterns import depths
 
 __all__ = [
     "Calibration",
-    "instance_roots",
     "isotonic",
     "reliability",
     "reliability_lines",
+    "sigmoid",
     "twin_calibration",
     "twin_pairs",
 ]
@@ -146,18 +147,19 @@ class Calibration:
         return cls(xs, ys, int(right.size), float(right.mean()) if right.size else None, "twin")
 
     def apply(self, log_odds: np.ndarray) -> np.ndarray:
-        """Probabilities of ``log_odds``; inf (roots) stays 1.
+        """Probabilities of the stated ``log_odds`` of calls given a parent. Odds of inf
+        (a call with no other candidate) map as the highest the fit saw: the twin
+        says how often such calls are right.
 
         Examples
         --------
-        >>> c = Calibration(np.array([0.0, 10.0]), np.array([0.5, 0.9]))
-        >>> c.apply(np.array([-5.0, 5.0, 20.0, np.inf])).tolist()
-        [0.5, 0.7, 0.9, 1.0]
+        >>> c = Calibration(np.array([0.0, 60.0]), np.array([0.5, 0.9]))
+        >>> c.apply(np.array([-5.0, 30.0, np.inf])).tolist()
+        [0.5, 0.7, 0.9]
         """
         if self.xs.size == 0:
             return sigmoid(log_odds)
-        out = np.interp(np.clip(log_odds, *_CLIP), self.xs, self.ys)
-        return np.where(np.isposinf(log_odds), 1.0, out)
+        return np.interp(np.clip(log_odds, *_CLIP), self.xs, self.ys)
 
     def to_json(self) -> dict[str, Any]:
         """The summary a paths file's ``stats.confidence`` holds."""
@@ -166,20 +168,6 @@ class Calibration:
             "twin_pairs": self.twin_pairs,
             "twin_right_rate": None if self.twin_right_rate is None else round(self.twin_right_rate, 6),
         }
-
-
-def instance_roots(parent: np.ndarray) -> np.ndarray:
-    """Each pair's root (itself for a root), by pointer jumping: log(depth) steps.
-
-    >>> instance_roots(np.array([-1, 0, 1, -1])).tolist()
-    [0, 0, 0, 3]
-    """
-    root = np.where(parent >= 0, parent, np.arange(parent.size))
-    while True:
-        up = root[root]
-        if np.array_equal(up, root):
-            return root
-        root = up
 
 
 def twin_pairs(
@@ -204,7 +192,7 @@ def twin_pairs(
     (4, [-1, 0, -1, 2])
     """
     n = len(pairs)
-    root = instance_roots(parent)
+    root = depths(parent)[1]
     keep = np.arange(n)
     if n > max_pairs:
         # Whole requests whose roots start in a middle stretch of about max_pairs pairs.
@@ -265,19 +253,18 @@ def twin_calibration(
     if int(linked.sum()) < MIN_LINKS:
         return Calibration.identity()
     right = got[linked] == truth[linked]
-    first = _odds_map(log_odds[linked], right)
-    learnt = (int(right.size), float(right.mean()))
+    first = Calibration.learn(log_odds[linked], right)
     second_twin, second_truth = twin_pairs(twin, got, seed=seed + 1)
     got2, log_odds2 = infer_parents(second_twin)
     linked2 = got2 >= 0
     if int(linked2.sum()) < MIN_LINKS:
-        return Calibration(*first, *learnt, "twin")
+        return first
     second = _odds_map(log_odds2[linked2], got2[linked2] == second_truth[linked2])
     stated = np.interp(np.clip(log_odds[linked], *_CLIP), *second)
     correction = isotonic(stated, right, prior=stated)
     # One map: the twin's, then the correction, on a fine grid of odds.
-    grid = np.unique(np.concatenate([np.linspace(*_CLIP, 2001), first[0]]))
-    return Calibration(grid, np.interp(np.interp(grid, *first), *correction), *learnt, "twin")
+    grid = np.unique(np.concatenate([np.linspace(*_CLIP, 2001), first.xs]))
+    return replace(first, xs=grid, ys=np.interp(first.apply(grid), *correction))
 
 
 def _odds_map(log_odds: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -752,8 +752,11 @@ def infer_nesting(
         info["chain_rounds_run"] = sum(s["stage"] == "chain round" for s in stats)
     calibration = Calibration.identity()
     if params.calibrate:
-        calibration = twin_calibration(pairs, final.parent, _answer(len(nodes.names), params))
-    confidence = calibration.apply(final.log_odds)
+        # Twins are inferred as the trace was, with the tolerance it was given.
+        same = params.with_overrides(tolerance_s=final.tolerance_s, auto_tolerance=False)
+        calibration = twin_calibration(pairs, final.parent, _answer(len(nodes.names), same))
+    assert final.log_odds is not None
+    confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)
     patterns, instance, pattern_index = build_patterns(
         pairs, final.parent, nodes.names, sort=sort, confidence=confidence
     )

@@ -22,7 +22,7 @@ BOARDS = ("joint", "delay")
 PRESETS = ("accurate", "fast", "paper")
 
 #: Keys a paths file's ``params`` holds besides the fields (output choices, not inference).
-_OUTPUT_KEYS = frozenset({"top", "min_count", "window_s", "preset", "sort", "min_confidence"})
+_OUTPUT_KEYS = frozenset({"top", "min_count", "window_s", "preset", "sort"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,9 +74,10 @@ class NestingParams:
         many nats per call pair (or when nothing moves).
     calibrate : bool
         Make each parent's confidence a calibrated probability, learnt by running the
-        same inference on a synthetic twin of the trace whose truth is known
-        (``infer.calibration``): about twice the time. Without it the confidence is
-        the last stage's own, uncalibrated. It changes no parent.
+        same inference on a synthetic twin of the trace whose truth is known, and on a
+        twin of that twin (``infer.calibration``): about three times the time. Without
+        it the confidence is the last stage's own, uncalibrated. It changes no parent,
+        and a preset with it turned off keeps the preset's name.
 
     Examples
     --------
@@ -145,7 +146,8 @@ class NestingParams:
     def preset_name(self) -> str | None:
         """The preset these params equal, if any."""
         for name in PRESETS:
-            if getattr(type(self), name)() == self:
+            # Calibration changes the confidence only, not the answer.
+            if replace(getattr(type(self), name)(), calibrate=self.calibrate) == self:
                 return name
         return None
 

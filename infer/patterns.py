@@ -162,8 +162,15 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Depth of every pair and its root, by pointer jumping (O(log depth) passes)."""
+def depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depth of every pair and its root (itself for a root), by pointer jumping
+    (O(log depth) passes); ``ValueError`` when the links form a loop.
+
+    Examples
+    --------
+    >>> [a.tolist() for a in depths(np.array([-1, 0, 1, -1]))]
+    [[0, 1, 2, 0], [0, 0, 0, 3]]
+    """
     n = parent.size
     idx = np.arange(n)
     up = np.where(parent >= 0, parent, idx)
@@ -200,7 +207,7 @@ def build_patterns(
     n = parent.size
     if n == 0:
         return [], np.zeros(0, np.int64), np.zeros(0, np.int64)
-    depth, root = _depths(parent)
+    depth, root = depths(parent)
     # Children in call order: pairs are in call-time order already, so a stable sort by
     # parent gives (parent, call time, index).
     kids = np.flatnonzero(parent >= 0)
@@ -342,7 +349,7 @@ def build_patterns(
         for u, (g0, nv) in enumerate(zip(first_group.tolist(), visits.tolist(), strict=True)):
             s, text = shapes[u]
             rows = slice(g0, g0 + nv)
-            conf = None if pattern_confidence is None else round(float(pattern_confidence[u]), 6)
+            conf = None if pattern_confidence is None else float(pattern_confidence[u])
             patterns.append(
                 Pattern(
                     text_id(text), s, int(count[u]), float(total[u]), lat_rows[rows], delay_rows[rows], conf

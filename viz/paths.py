@@ -89,6 +89,11 @@ def check_paths(doc: Any, where: str = "paths") -> None:
         for k, pat in enumerate(doc["patterns"]):
             if not isinstance(pat, dict) or not {"id", "count", "total_latency_s", "root"} <= set(pat):
                 raise SchemaError(f"{where}: pattern {k} needs id, count, total_latency_s and root")
+            conf = pat.get("confidence", 0.0)
+            if isinstance(conf, bool) or not isinstance(conf, int | float) or not 0.0 <= conf <= 1.0:
+                raise SchemaError(
+                    f"{where}: pattern {k}'s confidence must be a number from 0 to 1, not {conf!r}"
+                )
     elif algorithm == "convolution":
         if not isinstance(doc.get("paths"), list):
             raise SchemaError(f"{where}: a convolution paths file needs a 'paths' list")

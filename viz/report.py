@@ -167,7 +167,7 @@ def _confidence_cell(confidence: float | None) -> str:
     """The share of a pattern's instances inferred exactly right, as stated."""
     if confidence is None:
         return '<td class="num" data-sort="-1">–</td>'
-    return _num(float(confidence), f"{confidence:.0%}")
+    return _num(float(confidence), f"{confidence:.1%}")
 
 
 def reliability_svg(calls: dict[str, Any], size: int = 320) -> str:

@@ -210,7 +210,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 def _confidence_text(pattern: dict[str, Any]) -> str:
     """``" (92% exactly right)"`` for a pattern with a confidence, else nothing."""
     conf = pattern.get("confidence")
-    return "" if conf is None else f" ({conf:.0%} exactly right)"
+    return "" if conf is None else f" ({conf:.1%} exactly right)"
 
 
 def _tree_lines(pattern: dict[str, Any]) -> list[str]:
@@ -446,7 +446,8 @@ def _nesting_arguments(p: argparse.ArgumentParser) -> None:
         "--calibrate",
         action=argparse.BooleanOptionalAction,
         help="make each parent's confidence a calibrated probability, learnt on a synthetic twin "
-        f"of the trace (about twice the time; default {'on' if d.calibrate else 'off'})",
+        f"of the trace and a twin of it (about three times the time; default "
+        f"{'on' if d.calibrate else 'off'})",
     )
 
 

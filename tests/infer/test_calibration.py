@@ -17,8 +17,9 @@ import pytest
 
 import synth
 from infer import evaluate_paths, infer_nesting
-from infer.calibration import Calibration, instance_roots, isotonic, reliability, twin_pairs
+from infer.calibration import Calibration, isotonic, reliability, twin_pairs
 from infer.callpairs import CallPairs
+from infer.patterns import depths
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "synth"
 
@@ -42,39 +43,23 @@ def test_isotonic_recovers_a_known_curve() -> None:
     assert np.interp(at, xs, ys) == pytest.approx(1 / (1 + np.exp(-at)), abs=0.03)
 
 
-def test_calibration_maps_odds_and_keeps_roots_sure() -> None:
+def test_calibration_holds_small_bins_towards_the_stated_odds() -> None:
     cal = Calibration.learn(np.array([-1.0, 0.0, 5.0, 9.0]), np.array([0, 1, 1, 1]))
-    got = cal.apply(np.array([-3.0, 9.0, np.inf]))
 
     def sig(v: float) -> float:
         return 1 / (1 + np.exp(-v))
 
-    # One call per bin, held towards what its odds state by two more at that probability.
-    assert got.tolist() == pytest.approx([(0 + 2 * sig(-1)) / 3, (1 + 2 * sig(9)) / 3, 1.0])
+    # One call per bin, held towards what its odds state by two more at that
+    # probability; odds of inf (no other candidate) as the highest odds seen.
+    top = (1 + 2 * sig(9)) / 3
+    got = cal.apply(np.array([-3.0, 9.0, np.inf]))
+    assert got.tolist() == pytest.approx([(0 + 2 * sig(-1)) / 3, top, top])
     assert cal.to_json() == {"calibration": "twin", "twin_pairs": 4, "twin_right_rate": 0.75}
+    # Without the prior two right calls at odds 0 would read as certain.
+    assert isotonic(np.zeros(2), np.ones(2))[1].max() == 1.0
+    assert isotonic(np.zeros(2), np.ones(2), prior=np.full(2, 0.5))[1].max() == pytest.approx(0.75)
     # Not learnt: the stated odds' own probability.
     assert Calibration.identity().apply(np.array([0.0, np.inf])).tolist() == [0.5, 1.0]
-
-
-def test_a_coin_toss_is_not_made_certain(h) -> None:
-    # Two requests into w at once, each making one call to d: each of d's calls has two
-    # candidate parents and nothing to tell them apart. A twin of two calls that both
-    # came out right must not turn that into certainty.
-    ms = 1_000_000
-    rows = [
-        (1 * ms, "call", "c1", "w", None),
-        (2 * ms, "call", "c2", "w", None),
-        (3 * ms, "call", "w", "d", None),
-        (4 * ms, "call", "w", "d", None),
-        (5 * ms, "return", "d", "w", None),
-        (6 * ms, "return", "d", "w", None),
-        (7 * ms, "return", "w", "c1", None),
-        (8 * ms, "return", "w", "c2", None),
-    ]
-    r = infer_nesting(h.trace(rows), "paper")
-    linked = r.parent >= 0
-    assert linked.sum() == 2
-    assert np.all(r.confidence[linked] < 0.8)
 
 
 def test_reliability_against_a_hand_count() -> None:
@@ -99,7 +84,7 @@ def _pairs(caller, callee, t_call, t_return) -> CallPairs:
 def _requests(pairs: CallPairs, parent: np.ndarray) -> list[tuple]:
     """Each request as its calls relative to its root: (depth-first) caller, callee,
     call and return offsets, and the parent's position among them."""
-    root = instance_roots(parent)
+    root = depths(parent)[1]
     out = []
     for r in np.flatnonzero(parent < 0):
         members = np.flatnonzero(root == r)
@@ -145,7 +130,7 @@ def test_the_twin_deals_the_same_requests_to_the_same_start_times() -> None:
     part, part_truth = twin_pairs(pairs, parent, seed=5, max_pairs=30)
     assert 20 <= len(part) <= 40
     assert np.all(part_truth < np.arange(len(part)))
-    roots = instance_roots(part_truth)
+    roots = depths(part_truth)[1]
     assert set(_requests(part, part_truth)) <= set(_requests(pairs, parent))
     assert np.all(part.t_call >= part.t_call[roots])
 
