@@ -200,7 +200,7 @@ def test_report_leaves_out_the_patterns_below(
     for pid in kept:
         row = re.search(rf'<a href="#pattern-{pid}">.*?</tr>', html)
         assert row, pid
-        assert f">{confidence[pid]:.0%}</td>" in row[0]
+        assert f">{confidence[pid]:.1%}</td>" in row[0]
     assert 'id="confidence"' not in html
 
 
