@@ -134,6 +134,9 @@ class Calibration:
     twin_pairs: int = 0
     twin_right_rate: float | None = None
     kind: str = "none"
+    #: The share right on the twin of the twin (of its own truth): how much easier a
+    #: twin made from an answer is than what the answer came from.
+    second_right_rate: float | None = None
 
     @classmethod
     def identity(cls) -> Calibration:
@@ -167,6 +170,9 @@ class Calibration:
             "calibration": self.kind,
             "twin_pairs": self.twin_pairs,
             "twin_right_rate": None if self.twin_right_rate is None else round(self.twin_right_rate, 6),
+            "second_twin_right_rate": None
+            if self.second_right_rate is None
+            else round(self.second_right_rate, 6),
         }
 
 
@@ -262,6 +268,7 @@ def twin_calibration(
     second = _odds_map(log_odds2[linked2], got2[linked2] == second_truth[linked2])
     stated = np.interp(np.clip(log_odds[linked], *_CLIP), *second)
     correction = isotonic(stated, right, prior=stated)
+    first = replace(first, second_right_rate=float((got2[linked2] == second_truth[linked2]).mean()))
     # One map: the twin's, then the correction, on a fine grid of odds.
     grid = np.unique(np.concatenate([np.linspace(*_CLIP, 2001), first.xs]))
     return replace(first, xs=grid, ys=np.interp(first.apply(grid), *correction))
@@ -297,8 +304,8 @@ def reliability(confidence: np.ndarray, right: np.ndarray, bins: int = 10) -> di
         gap += n[k] * abs(mean - rate)
         rows.append(
             {
-                "low": k / bins,
-                "high": (k + 1) / bins,
+                "low": float(k / bins),
+                "high": float((k + 1) / bins),
                 "calls": int(n[k]),
                 "stated": float(mean),
                 "right_rate": float(rate),

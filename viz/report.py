@@ -241,7 +241,7 @@ def _reliability_section(scores: dict[str, Any]) -> str:
         f"{calls['mean_stated']:.3f}, share right {calls['right_rate']:.3f}). {sure_text} Instances: "
         f"error {inst['ece']:.3f} (stated {inst['mean_stated']:.3f}, exactly right "
         f"{inst['right_rate']:.3f}).</p>"
-        f'<div class="svg">{reliability_svg(calls)}</div>'
+        f'<div class="svg" id="reliability-diagram">{reliability_svg(calls)}</div>'
         '<table id="reliability"><thead><tr><th>stated</th><th class="num">calls</th>'
         '<th class="num">mean stated</th><th class="num">share right</th></tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"

@@ -64,6 +64,33 @@ def test_report_loads_clean_and_sorts_by_clicking(open_page, demo_page, runs, tm
     assert shot.stat().st_size > 20_000
 
 
+@pytest.mark.browser
+@pytest.mark.needs_dot
+def test_reliability_diagram_in_the_browser(open_page, runs, tmp_path):
+    # With the truth, the report compares the stated confidence with it: one dot per
+    # bin of the reliability table, at the bin's mean stated and share right.
+    import infer
+
+    slow = runs["slow"]
+    report = infer.evaluate_paths(slow["doc"], slow["trace"], instances=slow["result"].instances_table())
+    path = tmp_path / "reliability.html"
+    path.write_text(build_report(slow["doc"], evaluation=report), encoding="utf-8")
+    page = open_page(path)
+    driver = page.driver
+    assert page.console_errors() == []
+    bins = report["confidence"]["calls"]["bins"]
+    dots = driver.find_elements("css selector", "#reliability-diagram svg circle")
+    assert len(dots) == len(bins) > 0
+    rows = driver.find_elements("css selector", "#reliability tbody tr")
+    assert [float(r.find_elements("tag name", "td")[1].get_attribute("data-sort")) for r in rows] == [
+        b["calls"] for b in bins
+    ]
+    # The diagram is drawn, not empty: the largest bin's dot is the largest.
+    radii = [float(d.get_attribute("r")) for d in dots]
+    assert radii.index(max(radii)) == max(range(len(bins)), key=lambda k: bins[k]["calls"])
+    assert page.screenshot(tmp_path / "reliability.png").stat().st_size > 10_000
+
+
 @pytest.mark.needs_dot
 def test_report_is_self_contained(demo_page):
     html = demo_page.read_text(encoding="utf-8")
