@@ -42,6 +42,7 @@ from tracefmt import (
     OPS,
     ParameterError,
     TraceWriter,
+    distinct_outputs,
     read_trace,
 )
 from tracefmt.schema import NODE_TYPE, TS_TYPE
@@ -322,6 +323,9 @@ def convert_pcaps(
     """
     if not paths:
         raise ParameterError("give at least one capture file")
+    files = [p for p in paths if isinstance(p, str | os.PathLike)]
+    names_file = names if isinstance(names, str | os.PathLike) else None
+    distinct_outputs([*files, names_file], [out], what="an input")
     t0 = time.perf_counter()
     namer = Namer(names, node_by=node_by)
     sources = [_as_source(p, chunk_bytes) for p in paths]

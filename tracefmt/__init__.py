@@ -4,7 +4,7 @@ and span files (Jaeger, OTLP) as traces with ground truth.
 Every other wirepath package takes a validated Arrow table from here.
 """
 
-from tracefmt._files import distinct_outputs
+from tracefmt._files import distinct_outputs, partial_path
 from tracefmt.convert import (
     TRACE_SUFFIXES,
     ConvertReport,
@@ -99,6 +99,7 @@ __all__ = [
     "merge_traces",
     "op_codes",
     "parse_duration_ns",
+    "partial_path",
     "read_any_trace",
     "read_jaeger",
     "read_otlp",

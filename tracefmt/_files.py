@@ -22,15 +22,27 @@ def existing_file(path: str | os.PathLike[str], what: str) -> Path:
     return p
 
 
+def partial_path(target: str | os.PathLike[str]) -> Path:
+    """The temporary file an output is written to before it replaces ``target`` whole.
+
+    >>> partial_path("out/t.parquet").as_posix()
+    'out/.t.parquet.partial'
+    """
+    p = Path(target)
+    return p.with_name(f".{p.name}.partial")
+
+
 def distinct_outputs(
-    inputs: Sequence[str | os.PathLike[str]],
-    outputs: Sequence[str | os.PathLike[str]],
+    inputs: Sequence[str | os.PathLike[str] | None],
+    outputs: Sequence[str | os.PathLike[str] | None],
     *,
     what: str = "the input",
 ) -> None:
-    """Raise ``ParameterError`` when an output is one of the inputs (it would destroy it;
-    the message names the input as ``what``) or two outputs are the same file (one would
-    replace the other).
+    """Raise ``ParameterError`` when an output, or the temporary file it is first written
+    to (``partial_path``), is one of the inputs (it would destroy it; the message names
+    the input as ``what``), or two outputs are the same file (one would replace the
+    other). Paths are compared after resolving links. ``None`` entries (options not
+    given) are skipped.
 
     Examples
     --------
@@ -40,11 +52,13 @@ def distinct_outputs(
     ...
     tracefmt.errors.ParameterError: ./t.parquet: output would overwrite the input; choose another name
     """
-    sources = {Path(p).resolve() for p in inputs}
+    sources = {Path(p).resolve() for p in inputs if p is not None}
     seen: set[Path] = set()
     for out in outputs:
+        if out is None:
+            continue
         target = Path(out).resolve()
-        if target in sources:
+        if target in sources or partial_path(target) in sources:
             raise ParameterError(f"{out}: output would overwrite {what}; choose another name")
         if target in seen:
             raise ParameterError(f"{out}: given for two outputs; choose another name for one")

@@ -146,6 +146,10 @@ def _parse_skew(pairs: Sequence[str]) -> dict[str, tuple[float, float]]:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
+    pcap_names = None if args.pcap is None else _default_names(args.pcap)
+    tracefmt.distinct_outputs(
+        [args.config], [args.out, args.truth, args.pcap, pcap_names], what="the configuration"
+    )
     config = synth.load_config(args.config)
     changes: dict[str, Any] = {"seed": args.seed, "parallelism": args.parallelism}
     if args.messages is not None:
@@ -205,6 +209,12 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         )
     _emit(args, doc, "\n".join(lines))
     return 0
+
+
+def _default_names(pcap: str) -> Path:
+    from capture.synthpcap import default_names_path
+
+    return default_names_path(pcap)
 
 
 def _confidence_text(pattern: dict[str, Any]) -> str:

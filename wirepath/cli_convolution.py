@@ -33,6 +33,7 @@ def format_path(path: dict[str, Any]) -> str:
 
 
 def _cmd_infer_convolution(args: argparse.Namespace) -> int:
+    tracefmt.distinct_outputs([args.trace], [args.out])
     trace = tracefmt.read_any_trace(args.trace)
     quantum_s = tracefmt.parse_duration_ns(args.quantum) / 1e9
     if args.max_lag == "auto":

@@ -46,6 +46,7 @@ def _left_out(patterns: int, instances: int, min_confidence: float) -> str:
 
 
 def _cmd_draw(args: argparse.Namespace) -> int:
+    tracefmt.distinct_outputs([args.paths], [args.out])
     doc = load_paths(args.paths)
     doc, left_patterns, left_instances = confident_patterns(doc, args.min_confidence)
     merged = collapse_replicas(doc, args.collapse) if doc["algorithm"] == "nesting" else doc
@@ -66,6 +67,7 @@ def _cmd_draw(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
+    tracefmt.distinct_outputs([args.base, args.slow], [args.out or "diff.svg"], what="an input")
     base, slow = load_paths(args.base), load_paths(args.slow)
     if base["algorithm"] == slow["algorithm"] == "convolution":
         return _convolution_diff(args, base, slow)
@@ -104,6 +106,9 @@ def _convolution_diff(args: argparse.Namespace, base: dict[str, Any], slow: dict
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    tracefmt.distinct_outputs(
+        [args.paths, args.diff, args.truth, args.instances], [args.out], what="an input"
+    )
     doc = load_paths(args.paths)
     base = load_paths(args.diff) if args.diff else None
     if (args.truth is None) != (args.instances is None):
@@ -134,6 +139,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    tracefmt.distinct_outputs([args.instances], [args.out])
     table = infer.read_instances(args.instances)
     left = ""
     if args.min_confidence:

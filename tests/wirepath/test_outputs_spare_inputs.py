@@ -1,0 +1,103 @@
+"""No verb writes over what it reads: an output named like an input (or like another
+output, or like the temporary file an output is written to first) is refused with one
+line and exit 1, and the input stays byte for byte as it was."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from wirepath.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+PCAP = ROOT / "samples" / "testbed" / "web.pcap"
+CONFIG = ROOT / "samples" / "synth" / "multitier.toml"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A trace, its paths file and instances, a capture and a synth configuration."""
+    d = tmp_path_factory.mktemp("made")
+    trace, paths, inst = d / "t.parquet", d / "p.json", d / "i.parquet"
+    assert main(["synth", str(CONFIG), "--messages", "4000", "--out", str(trace)]) == 0
+    assert main(["infer", "nesting", str(trace), "--out", str(paths), "--instances", str(inst)]) == 0
+    shutil.copy(PCAP, d / "w.pcap")
+    shutil.copy(CONFIG, d / "cfg.toml")
+    return {"trace": trace, "paths": paths, "instances": inst, "pcap": d / "w.pcap", "config": d / "cfg.toml"}
+
+
+#: Each case: the argv (names of ``made`` in braces), and the input it must spare.
+CASES = {
+    "capture pcap --out the capture": (["capture", "pcap", "{pcap}", "--out", "{pcap}"], "pcap"),
+    "infer nesting --out the trace": (["infer", "nesting", "{trace}", "--out", "{trace}"], "trace"),
+    "infer nesting --instances the trace": (
+        ["infer", "nesting", "{trace}", "--out", "{dir}/x.json", "--instances", "{trace}"],
+        "trace",
+    ),
+    "infer convolution --out the trace": (
+        ["infer", "convolution", "{trace}", "--quantum", "1ms", "--out", "{trace}"],
+        "trace",
+    ),
+    "report --out the paths": (["report", "{paths}", "--out", "{paths}"], "paths"),
+    "report --out the truth": (
+        ["report", "{paths}", "--truth", "{trace}", "--instances", "{instances}", "--out", "{trace}"],
+        "trace",
+    ),
+    "export --out the instances": (
+        ["export", "{instances}", "--format", "otlp", "--out", "{instances}"],
+        "instances",
+    ),
+    "viz draw --out the paths": (["viz", "draw", "{paths}", "--out", "{paths}"], "paths"),
+    "viz diff --out an input": (["viz", "diff", "{paths}", "{paths}", "--out", "{paths}"], "paths"),
+    "synth --truth the configuration": (
+        ["synth", "{config}", "--out", "{dir}/s.parquet", "--truth", "{config}"],
+        "config",
+    ),
+    "synth --pcap the configuration": (
+        ["synth", "{config}", "--out", "{dir}/s.parquet", "--pcap", "{config}"],
+        "config",
+    ),
+    # The temporary file s.parquet is first written to is the configuration itself.
+    "synth --out whose temporary file is the input": (
+        ["synth", "{dir}/.s.parquet.partial", "--out", "{dir}/s.parquet"],
+        "partial",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_an_output_never_replaces_an_input(capsys, made, case) -> None:
+    argv, spared = CASES[case]
+    names = {**{k: str(v) for k, v in made.items()}, "dir": str(made["trace"].parent)}
+    args = [a.format(**names) for a in argv]
+    if spared == "partial":
+        spared_path = made["trace"].parent / ".s.parquet.partial"
+        shutil.copy(CONFIG, spared_path)
+    else:
+        spared_path = made[spared]
+    before = spared_path.read_bytes()
+    listing = sorted(p.name for p in spared_path.parent.iterdir())
+    rc, _, err = run(capsys, *args)
+    assert rc == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "output would overwrite" in lines[0]
+    assert lines[0].startswith("error: ")
+    assert spared_path.read_bytes() == before
+    assert sorted(p.name for p in spared_path.parent.iterdir()) == listing
+
+
+def test_two_outputs_of_synth_may_not_share_a_name(capsys, made, tmp_path) -> None:
+    out = tmp_path / "t.parquet"
+    rc, _, err = run(capsys, "synth", made["config"], "--out", out, "--truth", out)
+    assert rc == 1
+    assert err.strip().splitlines() == [f"error: {out}: given for two outputs; choose another name for one"]
+    assert not out.exists()
