@@ -13,6 +13,7 @@ from tracefmt.convert import (
     read_any_trace,
     trace_format,
 )
+from tracefmt.display import printable
 from tracefmt.errors import (
     MissingToolError,
     ParameterError,
@@ -100,6 +101,7 @@ __all__ = [
     "op_codes",
     "parse_duration_ns",
     "partial_path",
+    "printable",
     "read_any_trace",
     "read_jaeger",
     "read_otlp",

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracefmt.convert import iter_any_trace, trace_format
+from tracefmt.display import printable
 from tracefmt.parquet import iter_trace, read_trace_metadata
 from tracefmt.schema import CORE_COLUMNS, OP_CALL, OP_RETURN, OPS, op_codes, validate_trace
 from tracefmt.units import format_duration_ns, format_instant_ns
@@ -114,12 +115,13 @@ class TraceSummary:
             f"messages   {self.messages:,} ({ops})",
             f"time       {format_instant_ns(self.start_ns)} .. {format_instant_ns(self.end_ns)} "
             f"({format_duration_ns(int(self.span_s * 1e9))}, {self.rate_per_s:,.1f} msg/s)",
-            f"nodes      {len(self.nodes)}: {' '.join(self.nodes)}",
+            f"nodes      {len(self.nodes)}: {' '.join(printable(n) for n in self.nodes)}",
             f"edges      {len(self.edges)} directed",
         ]
         ranked = sorted(self.edges.items(), key=lambda kv: (-kv[1], kv[0]))
-        width = max((len(f"{s} -> {r}") for (s, r), _ in ranked[:max_edges]), default=0)
-        lines += [f"  {f'{s} -> {r}':<{width}}  {n:>10,}" for (s, r), n in ranked[:max_edges]]
+        shown = [(f"{printable(s)} -> {printable(r)}", n) for (s, r), n in ranked[:max_edges]]
+        width = max((len(edge) for edge, _ in shown), default=0)
+        lines += [f"  {edge:<{width}}  {n:>10,}" for edge, n in shown]
         if len(ranked) > max_edges:
             lines.append(f"  ... {len(ranked) - max_edges} more")
         calls, returns = self.op_counts.get("call", 0), self.op_counts.get("return", 0)

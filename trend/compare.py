@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tracefmt import ParameterError, ParseError, TraceFileError
+from tracefmt.display import printable
 from trend.mdl import _bits, _renorm, _runs, check_direction, classify_mdl
 
 __all__ = ["Comparison", "compare_runs", "format_comparison", "parse_values", "read_compare_file"]
@@ -167,7 +168,7 @@ def format_comparison(index: int, c: Comparison) -> str:
       a trial failed: verdict failed
     """
     lines = [
-        f"test {index}: {c.test}",
+        f"test {index}: {printable(c.test)}",
         f"  parent values (measured order):  {_fmt(c.parent)}",
         f"  current values (measured order): {_fmt(c.current)}",
     ]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracefmt import ParameterError
+from tracefmt.display import printable
 from viz.dot import _Graph, format_s
 from viz.paths import _mean, check_paths, collapse_replicas, shape_of, visits
 
@@ -72,8 +73,8 @@ def _segments(root: dict[str, Any]) -> list[tuple[tuple[str, ...], int, int, flo
 
 
 def _describe(key: tuple[str, ...]) -> tuple[str, str]:
-    """(short label, where in words) of a segment key."""
-    kind = key[0]
+    """(short label, where in words) of a segment key (names made printable)."""
+    kind, key = key[0], (key[0], *(printable(k) if k else k for k in key[1:]))
     if kind == "wait":
         _, caller, callee, prev = key
         where = (

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tracefmt.display import printable
 from tracefmt.units import format_duration_ns
 from viz.paths import collapse_replicas, select_patterns, self_times, shape_of, visits
 
@@ -34,7 +35,8 @@ def dot_quote(text: str) -> str:
     >>> dot_quote("a\\nb")
     '"a\\\\nb"'
     """
-    body = str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\r", "")
+    # Control characters would make the SVG that dot writes not well-formed XML.
+    body = printable(str(text), keep="\n").replace("\\", "\\\\").replace('"', '\\"')
     return '"' + body.replace("\n", "\\n") + '"'
 
 

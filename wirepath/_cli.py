@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from tracefmt.display import printable
+
 __all__ = ["Parser", "UsageError", "add_verb", "emit", "end_progress", "probability", "progress"]
 
 
@@ -65,7 +67,8 @@ def emit(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=False, default=str))
     else:
-        print(text)
+        # Whatever a name from a trace holds, the terminal shows it and does not obey it.
+        print(printable(text, keep="\n"))
 
 
 def probability(text: str) -> float:

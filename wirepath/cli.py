@@ -241,7 +241,8 @@ def _tree_lines(pattern: dict[str, Any]) -> list[str]:
 
     def walk(v: dict[str, Any], indent: str) -> None:
         delay = f"  +{v['delay_s']['mean'] * 1e3:.3f} ms after parent" if v["delay_s"] else ""
-        lines.append(f"{indent}{v['caller']} -> {v['node']}  {v['latency_s']['mean'] * 1e3:.3f} ms{delay}")
+        call = f"{tracefmt.printable(v['caller'])} -> {tracefmt.printable(v['node'])}"
+        lines.append(f"{indent}{call}  {v['latency_s']['mean'] * 1e3:.3f} ms{delay}")
         # Children carry a group number only when some of them were made at once.
         groups = [c.get("group") for c in v["children"]]
         previous = None

@@ -24,7 +24,7 @@ def format_path(path: dict[str, Any]) -> str:
     >>> format_path({"nodes": ["a", "b", "c"], "delays_s": [[0.0021, 0.008]], "counts": [10, 7]})
     'a -> b -[2.1 ms|8 ms]-> c'
     """
-    nodes = path["nodes"]
+    nodes = [tracefmt.printable(str(n)) for n in path["nodes"]]
     parts = [f"{nodes[0]} -> {nodes[1]}"]
     for k, node in enumerate(nodes[2:]):
         delays = "|".join(tracefmt.format_duration_ns(round(d * 1e9)) for d in path["delays_s"][k])

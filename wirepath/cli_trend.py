@@ -266,17 +266,19 @@ def _pct(x: float | None) -> str:
 
 
 def _table(trends: list[trend.SeriesTrend]) -> str:
-    width = max(len(t.series.test) for t in trends)
+    tests = [tracefmt.printable(t.series.test) for t in trends]
+    width = max(len(name) for name in tests)
     lines = [
         f"{'test':<{width}}  {'testbed':<10} {'runs':>5} {'trend':>12} {'short':>8} {'long':>8} "
         f"{'regr':>4} {'progr':>5} {'last grp':>8}  newest"
     ]
-    for t in trends:
+    for t, name in zip(trends, tests, strict=True):
         s = t.series
         last = "n/a" if t.last_trend is None else f"{t.last_trend:.6g}"
         newest = "REGRESSION" if t.regressed else t.marks[-1]
         lines.append(
-            f"{s.test:<{width}}  {s.testbed:<10} {s.runs:>5} {last:>12} {_pct(t.short_change):>8} "
+            f"{name:<{width}}  {tracefmt.printable(s.testbed):<10} {s.runs:>5} {last:>12} "
+            f"{_pct(t.short_change):>8} "
             f"{_pct(t.long_change):>8} {t.regressions:>4} {t.progressions:>5} "
             f"{t.runs_in_last_group:>8}  {newest}"
         )
@@ -384,7 +386,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     ]
     blocks = [trend.format_comparison(k, c) for k, c in enumerate(results)]
     bad = [k for k, c in enumerate(results) if c.bad]
-    named = ", ".join(f"{k} ({results[k].test})" for k in bad)
+    named = ", ".join(f"{k} ({tracefmt.printable(results[k].test)})" for k in bad)
     summary = (
         f"{len(bad)} of {len(results)} tests regressed or failed: {named}"
         if bad
