@@ -31,7 +31,15 @@ from typing import Any
 import numpy as np
 
 from capture.decode import PROTO_TCP, PROTO_UDP, Segments, empty_segments
-from capture.protocols import NO_REPLY, PROTOCOLS, detect_tcp, parse_dns_datagram, parse_stream
+from capture.protocols import (
+    DNS_PORTS,
+    NO_REPLY,
+    NOT_DNS_PORTS,
+    PROTOCOLS,
+    detect_tcp,
+    parse_dns_datagram,
+    parse_stream,
+)
 
 __all__ = ["FlowAssembler", "FlowStats", "Messages"]
 
@@ -56,7 +64,6 @@ def _seq_end(s: Segments, flags: np.ndarray) -> np.ndarray:
 
 
 _PROTO_CODE = {p: i for i, p in enumerate(PROTOCOLS)}
-_DNS_PORTS = (53, 5353, 5355)
 _HTTP_METHODS = frozenset(
     (b"GET", b"POST", b"PUT", b"DELETE", b"HEAD", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")
 )
@@ -177,6 +184,31 @@ def _empty_messages() -> Messages:
     )
 
 
+def _dns_headers(s: Segments) -> np.ndarray:
+    """Datagrams whose first 13 bytes could start a DNS message asking one question about
+    a host name (the header's counts and flags, the first label's length), found by
+    vectorized reads: only these are parsed whole, whatever their port."""
+    cap = s.pay_cap
+    ok = cap >= 17
+    if not ok.any():
+        return ok
+    last = max(len(s.data) - 1, 0)
+
+    def byte(k: int) -> np.ndarray:
+        return s.data[np.minimum(s.pay_off + k, last)].astype(np.int64)
+
+    def word(k: int) -> np.ndarray:
+        return (byte(k) << 8) | byte(k + 1)
+
+    flags, qd, an, ns = word(2), word(4), word(6), word(8)
+    opcode = (flags >> 11) & 0xF
+    query = (flags & 0x8000) == 0
+    ok &= (qd == 1) & np.isin(opcode, (0, 1, 2, 4, 5)) & ((flags & 0x0040) == 0)
+    ok &= ~query | (opcode != 0) | ((an == 0) & (ns == 0) & ((flags & 0xF) == 0))
+    first = byte(12)
+    return ok & (first >= 1) & (first <= 63)
+
+
 def _flow_keys(s: Segments) -> tuple[np.ndarray, np.ndarray]:
     """(flow key, sent by the canonical first endpoint) of each segment."""
     lt = (s.src_hi < s.dst_hi) | (
@@ -285,9 +317,12 @@ class FlowAssembler:
         proto = np.full(n, _PROTO_CODE["udp"], np.int8)
         label = np.full(n, None, object)
         server_is_dst = s.dport <= s.sport
-        dns = np.flatnonzero(np.isin(s.sport, _DNS_PORTS) | np.isin(s.dport, _DNS_PORTS))
+        known = np.isin(s.sport, DNS_PORTS) | np.isin(s.dport, DNS_PORTS)
+        other = np.isin(s.sport, NOT_DNS_PORTS) | np.isin(s.dport, NOT_DNS_PORTS)
+        dns = np.flatnonzero(known | (_dns_headers(s) & ~other))
         for i in dns.tolist():  # DNS messages are few; each needs its name decoded anyway
-            parsed = parse_dns_datagram(s.payload(i))
+            cut = bool(s.pay_cap[i] < s.pay_len[i])
+            parsed = parse_dns_datagram(s.payload(i), any_port=not known[i], cut=cut)
             if parsed is None:
                 continue
             is_resp, txid, lab = parsed

@@ -1,0 +1,91 @@
+"""DNS found by its content on any port, UDP and TCP, and nothing else taken for it.
+
+``data/dns-port15353.pcap`` is dnsmasq (Debian's dnsmasq-base) answering dig on port
+15353 of the loopback: 39 queries over UDP and 10 over TCP, each answered, recorded
+with tcpdump. tshark, told that the port is DNS, finds the same calls and returns.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import capture
+import tracefmt
+from capture.protocols import detect_tcp, parse_dns_datagram
+
+DNS_15353 = Path(__file__).parent / "data" / "dns-port15353.pcap"
+QUERY = bytes.fromhex("abcd01000001000000000000") + b"\x02db\x04test\x00\x00\x01\x00\x01"
+
+
+def _trace(tmp_path: Path):
+    out = tmp_path / "t.parquet"
+    capture.convert_pcaps([DNS_15353], out)
+    return tracefmt.read_trace(out)
+
+
+def test_dns_on_another_port_is_dns(tmp_path: Path) -> None:
+    t = _trace(tmp_path)
+    proto = t["proto"].cast("string").to_pylist()
+    ops = t["op"].cast("string").to_pylist()
+    assert set(proto) == {"dns"}
+    assert (ops.count("call"), ops.count("return"), ops.count("send")) == (49, 49, 0)
+    # Every answer closes its own query (transaction ids), with the query's label.
+    ids, labels = t["id"].to_pylist(), t["label"].to_pylist()
+    calls = {i: lab for i, lab, op in zip(ids, labels, ops, strict=True) if op == "call"}
+    answers = {i: lab for i, lab, op in zip(ids, labels, ops, strict=True) if op == "return"}
+    assert calls == answers
+    assert {lab.split()[0] for lab in calls.values()} == {"A", "AAAA", "TXT"}
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
+def test_dns_on_another_port_agrees_with_tshark(tmp_path: Path) -> None:
+    decode_as = ["-d", "udp.port==15353,dns", "-d", "tcp.port==15353,dns"]
+    fields = subprocess.run(
+        ["tshark", "-r", str(DNS_15353), *decode_as, "-Y", "dns", "-T", "fields", "-e", "dns.flags.response"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    theirs = [line for line in fields if line]
+    t = _trace(tmp_path)
+    ops = t["op"].cast("string").to_pylist()
+    assert ops.count("call") == theirs.count("False") + theirs.count("0") > 0
+    assert ops.count("return") == theirs.count("True") + theirs.count("1") > 0
+
+
+def test_a_strict_check_away_from_the_dns_ports() -> None:
+    assert parse_dns_datagram(QUERY, any_port=True) == (False, 0xABCD, "A db.test")
+    # One byte too many, two questions, a name that is not a host name, an unknown
+    # class: DNS on its own port perhaps, not elsewhere.
+    assert parse_dns_datagram(QUERY + b"\x00", any_port=True) is None
+    two = bytearray(QUERY)
+    two[5] = 2
+    assert parse_dns_datagram(bytes(two) + QUERY[12:], any_port=True) is None
+    assert parse_dns_datagram(bytes(two) + QUERY[12:]) is not None
+    spaced = QUERY.replace(b"\x02db", b"\x02d ")
+    assert parse_dns_datagram(spaced, any_port=True) is None
+    odd_class = QUERY[:-2] + b"\x00\x09"
+    assert parse_dns_datagram(odd_class, any_port=True) is None
+
+
+def test_tcp_dns_is_found_by_its_length_prefixed_query() -> None:
+    framed = len(QUERY).to_bytes(2, "big") + QUERY
+    assert detect_tcp(framed, b"", 40000, 15353) == "dns"
+    assert detect_tcp(framed[:2] + b"\xff" * len(QUERY), b"", 40000, 15353) == "tcp"
+
+
+def test_random_datagrams_are_not_dns() -> None:
+    rng = np.random.default_rng(7)
+    found = 0
+    for _ in range(50_000):
+        n = int(rng.integers(12, 300))
+        body = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        found += parse_dns_datagram(body, any_port=True) is not None
+        # A forged query header in front of random bytes.
+        found += parse_dns_datagram(QUERY[:12] + body[12:], any_port=True) is not None
+    assert found == 0
