@@ -184,6 +184,10 @@ def _empty_messages() -> Messages:
     )
 
 
+#: Multicast DNS between its own ports: messages to the group, not calls and returns.
+_MDNS_PORT = 5353
+
+
 def _dns_headers(s: Segments) -> np.ndarray:
     """Datagrams whose first 13 bytes could start a DNS message asking one question about
     a host name (the header's counts and flags, the first label's length), found by
@@ -326,11 +330,13 @@ class FlowAssembler:
             if parsed is None:
                 continue
             is_resp, txid, lab = parsed
+            proto[i] = _PROTO_CODE["dns"]
+            label[i] = lab
+            if s.sport[i] == s.dport[i] == _MDNS_PORT:
+                continue  # multicast DNS: queries and announcements to the group, sends
             op[i] = 1 if is_resp else 0
             mid[i] = (int(flow[i]) << 24) | txid
             has[i] = True
-            proto[i] = _PROTO_CODE["dns"]
-            label[i] = lab
             server_is_dst[i] = not is_resp
         for p in np.unique(proto).tolist():
             self.stats.messages_by_proto[PROTOCOLS[p]] += int((proto == p).sum())
@@ -984,8 +990,10 @@ class FlowAssembler:
             if p != cur_p:
                 cur_p, queue, keyed, calls = p, [], {}, 0
             fid = int(flow_ids[p])
-            if dr == 0 and k == NO_REPLY:
-                op[i] = 2  # a command that gets no answer (e.g. MySQL COM_STMT_CLOSE)
+            if k == NO_REPLY:
+                # A message that gets no answer by protocol (a MySQL COM_STMT_CLOSE or its
+                # server's greeting, a PostgreSQL Terminate): a send, from its sender.
+                op[i] = 2
                 labels[i] = lab
                 continue
             if dr == 0:

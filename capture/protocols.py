@@ -26,6 +26,8 @@ __all__ = [
 
 #: (offset, length, label, key) of one message in a run of stream bytes.
 Message = tuple[int, int, str | None, int | None]
+#: Key of a message that expects no answer by protocol: written as a ``send``.
+NO_REPLY = -1
 
 PROTOCOLS = ("http", "dns", "redis", "memcached", "mysql", "postgresql", "thrift", "http2", "tcp", "udp")
 
@@ -80,6 +82,7 @@ _MEMCACHED_CMDS = (
     b"quit",
 )
 _MEMCACHED_STORE = (b"set", b"add", b"replace", b"append", b"prepend", b"cas")
+_MEMCACHED_QUITQ = 0x17  # binary QUITQ: closes without an answer
 _MEMCACHED_END = (
     b"END\r\n",
     b"STORED\r\n",
@@ -305,7 +308,22 @@ def _resp_end(buf: bytes, pos: int, depth: int = 0) -> int:
     return eol + 2
 
 
+#: Commands that enter or leave pub/sub: the server confirms each channel apart, and
+#: then pushes messages unasked. Both ways they are sends, not calls and returns.
+_REDIS_PUBSUB = frozenset(
+    ("SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE")
+)
+_REDIS_PUSHES = frozenset(
+    (
+        *(b"subscribe", b"psubscribe", b"ssubscribe", b"unsubscribe", b"punsubscribe", b"sunsubscribe"),
+        *(b"message", b"pmessage", b"smessage"),
+    )
+)
+
+
 def _parse_redis(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+    """Commands and replies, paired in order; pub/sub traffic and the commands that
+    ``CLIENT REPLY OFF`` or ``SKIP`` silence are sends."""
     out: list[Message] = []
     pos, n = 0, len(buf)
     while pos < n:
@@ -314,12 +332,43 @@ def _parse_redis(buf: bytes, direction: int, ctx: dict) -> list[Message]:
             break
         if end == -1:
             end = n
-        label = None
+        label, key = None, None
         if direction == 0:
             label = _redis_command(buf, pos, end)
-        out.append((pos, end - pos, label, None))
+            key = _redis_client_key(buf[pos:end], label, ctx)
+        elif buf[pos : pos + 1] == b">" or _redis_push(buf, pos, end):
+            key = NO_REPLY
+        out.append((pos, end - pos, label, key))
         pos = end
     return out
+
+
+def _redis_push(buf: bytes, pos: int, end: int) -> bool:
+    """A reply that is a pub/sub confirmation or message (an array led by its kind)."""
+    if buf[pos : pos + 1] != b"*":
+        return False
+    parts = buf[pos:end].split(b"\r\n", 3)
+    return len(parts) > 2 and parts[2].lower() in _REDIS_PUSHES
+
+
+def _redis_client_key(command: bytes, word: str, ctx: dict) -> int | None:
+    """``NO_REPLY`` for a command the server will not answer, else None; follows
+    ``CLIENT REPLY ON|OFF|SKIP`` in ``ctx``."""
+    if word in _REDIS_PUBSUB:
+        return NO_REPLY
+    silent = ctx.get("redis_reply", "on")
+    if word == "CLIENT":
+        mode = re.search(rb"(?i)\breply\b\s*(?:\r\n\$\d+\r\n)?\s*(on|off|skip)\b", command)
+        if mode:
+            ctx["redis_reply"] = mode.group(1).lower().decode()
+            # OFF and SKIP are not answered themselves; ON is.
+            return None if ctx["redis_reply"] == "on" else NO_REPLY
+    if silent == "off":
+        return NO_REPLY
+    if silent == "skip":
+        ctx["redis_reply"] = "on"
+        return NO_REPLY
+    return None
 
 
 def _redis_command(buf: bytes, pos: int, end: int) -> str:
@@ -342,7 +391,8 @@ def _parse_memcached(buf: bytes, direction: int, ctx: dict) -> list[Message]:
                 break
             _magic, opcode, _kl, _el, _dt, _st, blen, opaque = struct.unpack_from(">BBHBBHII", buf, pos)
             end = min(pos + 24 + blen, n)
-            out.append((pos, end - pos, f"op{opcode:#04x}", opaque))
+            key = NO_REPLY if direction == 0 and opcode == _MEMCACHED_QUITQ else opaque
+            out.append((pos, end - pos, f"op{opcode:#04x}", key))
             pos = end
             continue
         eol = buf.find(b"\r\n", pos)
@@ -357,7 +407,11 @@ def _parse_memcached(buf: bytes, direction: int, ctx: dict) -> list[Message]:
                 fields = line.split()
                 if len(fields) > 4 and fields[4].isdigit():
                     end += int(fields[4]) + 2
-            out.append((pos, min(end, n) - pos, word[:32].decode("ascii", "replace"), None))
+            # "quit" closes the connection and "noreply" asks for silence: nothing answers.
+            quiet = word == b"quit" or line.rstrip().endswith(b" noreply")
+            out.append(
+                (pos, min(end, n) - pos, word[:32].decode("ascii", "replace"), NO_REPLY if quiet else None)
+            )
             pos = min(end, n)
             continue
         # A response: VALUE blocks up to END, or one status line.
@@ -768,11 +822,12 @@ def _parse_postgresql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
                     body = body.split(b"\0", 1)[1] if b"\0" in body else b""
                 label = _pg_sql_word(body)
             if typ in b"QSpXF" or typ == ord("f") or typ == ord("c"):
+                key = None
                 if typ == ord("p"):
                     label = "password"
                 elif typ == ord("X"):
-                    label = "terminate"
-                out.append((start, end - start, label, None))
+                    label, key = "terminate", NO_REPLY  # the client leaves: nothing answers
+                out.append((start, end - start, label, key))
                 start, label = -1, None
         else:
             # Authentication requests the client must answer (cleartext, MD5, GSS, SSPI, SASL):
@@ -800,8 +855,11 @@ _MYSQL_COMMANDS = {
     0x1A: "STMT_RESET", 0x1B: "SET_OPTION", 0x1C: "STMT_FETCH", 0x1F: "RESET_CONNECTION",
 }  # fmt: skip
 _MYSQL_NO_REPLY = frozenset((0x01, 0x18, 0x19))  # QUIT, STMT_SEND_LONG_DATA, STMT_CLOSE
-#: Key of a message that expects no answer: written as a ``send``.
-NO_REPLY = -1
+
+
+def _tls_record(buf: bytes, pos: int) -> bool:
+    """A TLS record header at ``pos``: content type 20-23, version 3.x."""
+    return pos + 3 <= len(buf) and 20 <= buf[pos] <= 23 and buf[pos + 1] == 3 and buf[pos + 2] <= 4
 
 
 def _mysql_plausible(buf: bytes, *, client: bool) -> bool:
@@ -824,6 +882,8 @@ def _parse_mysql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     pos, n = 0, len(buf)
     start, prev, label, key = -1, -2, None, None
     while pos + 4 <= n:
+        if _tls_record(buf, pos):
+            break  # the connection went over to TLS (after an SSLRequest)
         ln = int.from_bytes(buf[pos : pos + 3], "little")
         seq = buf[pos + 3]
         end = min(pos + 4 + ln, n)
@@ -831,6 +891,11 @@ def _parse_mysql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
             if start >= 0:
                 out.append((start, pos - start, label, key))
             start, label, key = pos, None, None
+            if direction == 1 and seq == 0 and buf[pos + 4 : pos + 5] in (b"\x0a", b"\xff"):
+                # The server's greeting (or its refusal instead) opens the connection
+                # unasked; the client's login and the server's answer to it are the call
+                # and its return.
+                label, key = ("greeting" if buf[pos + 4] == 0x0A else "refused"), NO_REPLY
             if direction == 0:
                 cmd = buf[pos + 4] if pos + 4 < n else -1
                 if seq == 0 and cmd in _MYSQL_COMMANDS:
@@ -841,6 +906,11 @@ def _parse_mysql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
                     key = NO_REPLY if cmd in _MYSQL_NO_REPLY else None
                 elif seq == 0:
                     break  # not a MySQL command: garbage or the far side of a gap
+                elif seq == 1 and ln == 32 and buf[pos + 5] & 0x08:
+                    # An SSLRequest (the login's first 32 bytes, CLIENT_SSL set): the server
+                    # answers by starting TLS, and what follows is not MySQL's to read.
+                    out.append((pos, min(pos + 4 + ln, n) - pos, "SSLRequest", NO_REPLY))
+                    return out
                 else:
                     label = "login" if seq == 1 else "auth"
         prev = seq
