@@ -213,6 +213,16 @@ def _parse_http(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     methods: list[bytes] = ctx.setdefault("methods", [])
     while pos < n:
         m = (_REQ_LINE_LENIENT if direction == 0 else _STATUS_LINE).match(buf, pos)
+        if direction == 0 and m is not None and _http09_request(m) and not buf[m.end() :].strip(b"\r\n"):
+            # HTTP/0.9: "GET path" and nothing more, no version and no headers; the
+            # server answers with the bare document and closes the connection.
+            methods.append(b"0.9")
+            out.append((pos, n - pos, _http_label(m, 0), None))
+            break
+        if direction == 1 and m is None and methods[:1] == [b"0.9"]:
+            methods.pop(0)
+            out.append((pos, n - pos, None, None))
+            break
         if m is None:
             # Garbage or the tail of a message cut by a gap: look for the next start line.
             nxt = _resync_http(buf, pos + 1, direction)
@@ -249,6 +259,12 @@ def _parse_http(buf: bytes, direction: int, ctx: dict) -> list[Message]:
         out.append((pos, end - pos, label, None))
         pos = end
     return out
+
+
+def _http09_request(m: re.Match[bytes]) -> bool:
+    """A request line of HTTP/0.9: GET and a path, no version."""
+    target = m.group(2) or b""
+    return m.group(1) == b"GET" and bool(target) and b" " not in target
 
 
 def _header_end(buf: bytes, start: int) -> tuple[int, int] | None:

@@ -1,4 +1,5 @@
-"""DNS found by its content on any port, UDP and TCP, and nothing else taken for it.
+"""DNS found by its content on any port, UDP and TCP, and nothing else taken for it;
+HTTP/0.9 found too.
 
 ``data/dns-port15353.pcap`` is dnsmasq (Debian's dnsmasq-base) answering dig on port
 15353 of the loopback: 39 queries over UDP and 10 over TCP, each answered, recorded
@@ -89,3 +90,23 @@ def test_random_datagrams_are_not_dns() -> None:
         # A forged query header in front of random bytes.
         found += parse_dns_datagram(QUERY[:12] + body[12:], any_port=True) is not None
     assert found == 0
+
+
+def test_http09_requests_and_bare_responses(tmp_path: Path) -> None:
+    # data/http09.pcap: Python's http.server answering four one-line HTTP/0.9 requests
+    # (GET and a path, no version, no headers) with the bare document, closing each
+    # connection; the client read 41, 40,527, 41 and 335 bytes.
+    out = tmp_path / "t.parquet"
+    capture.convert_pcaps([Path(__file__).parent / "data" / "http09.pcap"], out)
+    rows = tracefmt.read_trace(out).to_pylist()
+    assert {r["proto"] for r in rows} == {"http"}
+    calls = [r for r in rows if r["op"] == "call"]
+    returns = [r for r in rows if r["op"] == "return"]
+    assert [r["label"] for r in calls] == [
+        "GET /index.html",
+        "GET /big.txt",
+        "GET /index.html",
+        "GET /missing",
+    ]
+    assert [r["bytes"] for r in returns] == [41, 40_527, 41, 335]
+    assert [r["id"] for r in returns] == [r["id"] for r in calls]
