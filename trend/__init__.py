@@ -8,7 +8,8 @@ numbers or :class:`Series`.
 from trend.analysis import METHODS, SeriesTrend, alert_text, analyze_series, trend_compliance
 from trend.compare import Comparison, compare_runs, format_comparison, parse_values, read_compare_file
 from trend.dashboard import DashboardReport, graph_figure, write_dashboard
-from trend.mdl import DIRECTIONS, MdlGroup, MdlResult, classify_mdl
+from trend.mdl import DIRECTIONS, MAX_SBPS, MdlGroup, MdlResult, classify_mdl, resolve_unit
+from trend.numbers import check_number, finite_json
 from trend.series import (
     IMPORT_COLUMNS,
     RESULTS_SCHEMA,
@@ -19,13 +20,15 @@ from trend.series import (
     results_table,
     write_results,
 )
-from trend.sources import mrr_from_timestamps, mrr_results, paths_results, trial_windows
+from trend.sources import MAX_TRIALS, mrr_from_timestamps, mrr_results, paths_results, trial_windows
 from trend.tmm import TmmResult, classify_tmm
 from trend.wda import WdaResult, WdaRun, analyze_wda, load_wda_config, read_wda_runs
 
 __all__ = [
     "DIRECTIONS",
     "IMPORT_COLUMNS",
+    "MAX_SBPS",
+    "MAX_TRIALS",
     "METHODS",
     "RESULTS_SCHEMA",
     "Comparison",
@@ -40,9 +43,11 @@ __all__ = [
     "alert_text",
     "analyze_series",
     "analyze_wda",
+    "check_number",
     "classify_mdl",
     "classify_tmm",
     "compare_runs",
+    "finite_json",
     "format_comparison",
     "graph_figure",
     "load_series",
@@ -55,6 +60,7 @@ __all__ = [
     "read_compare_file",
     "read_result_rows",
     "read_wda_runs",
+    "resolve_unit",
     "results_table",
     "trend_compliance",
     "trial_windows",

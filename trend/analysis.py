@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tracefmt import ParameterError, format_instant_ns
+from tracefmt.display import printable
 from trend.mdl import MdlGroup, classify_mdl
 from trend.series import Series
 from trend.tmm import classify_tmm
@@ -159,6 +160,12 @@ def analyze_series(
 
     A series whose valid values are all 0 is one normal group (without bits).
 
+    Raises
+    ------
+    ParameterError
+        An unknown method, a bad window, unit or sbps, or an infinite or negative value;
+        the message names the test and testbed.
+
     Examples
     --------
     >>> s = Series("ip4", "tb1", "pps", "bigger-is-better", ("b1", "b2", "b3"),
@@ -168,6 +175,16 @@ def analyze_series(
     """
     if method not in METHODS:
         raise ParameterError(f"unknown method {method!r} (must be one of {', '.join(METHODS)})")
+    try:
+        return _analyze(series, method, window, unit, sbps)
+    except ParameterError as e:  # a bad value in the store, or a unit that does not fit it
+        raise ParameterError(f"test {series.test!r} testbed {series.testbed!r}: {e}") from None
+
+
+def _analyze(series: Series, method: str, window: int, unit: float | None, sbps: float | None) -> SeriesTrend:
+    bad = [b for b, t in zip(series.builds, series.trials, strict=True) if np.isinf(t).any() or (t < 0).any()]
+    if bad:
+        raise ParameterError(f"build {bad[0]!r} holds a value that is not a finite number >= 0")
     values = series.values
     valid = ~np.isnan(values)
     idx = np.flatnonzero(valid)
@@ -230,7 +247,12 @@ def alert_text(trends: Sequence[SeriesTrend]) -> str:
         before = t.trend[:k][~np.isnan(t.trend[:k])] if k else np.array([])
         change = None if before.size == 0 or before[-1] == 0 else (t.last_trend - before[-1]) / before[-1]
         lines.append(
-            f"| {s.test} | {s.testbed} | {since} | {t.last_trend:.6g} {s.unit} | {_pct(change)} "
-            f"| {_pct(t.short_change)} | {_pct(t.long_change)} |"
+            f"| {_cell(s.test)} | {_cell(s.testbed)} | {_cell(since)} | {t.last_trend:.6g} {_cell(s.unit)} "
+            f"| {_pct(change)} | {_pct(t.short_change)} | {_pct(t.long_change)} |"
         )
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """A name as one Markdown table cell: shown, not obeyed (no line break, no extra column)."""
+    return printable(text).replace("|", "\\|")

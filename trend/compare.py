@@ -15,12 +15,13 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from tracefmt import ParameterError, ParseError, TraceFileError
+from tracefmt import ParameterError, ParseError
 from tracefmt.display import printable
+from trend._files import read_text
 from trend.mdl import _bits, _renorm, _runs, check_direction, classify_mdl
+from trend.numbers import check_number, finite_json
 
 __all__ = ["Comparison", "compare_runs", "format_comparison", "parse_values", "read_compare_file"]
 
@@ -63,25 +64,28 @@ class Comparison:
         return self.failed or self.verdict == "regression"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "test": self.test,
-            "parent": list(self.parent),
-            "current": list(self.current),
-            "failed": self.failed,
-            "verdict": self.verdict,
-            "change": self.change,
-            "parent_avg": self.parent_avg,
-            "current_avg": self.current_avg,
-            "parent_stdev": self.parent_stdev,
-            "current_stdev": self.current_stdev,
-            "combined_avg": self.combined_avg,
-            "combined_stdev": self.combined_stdev,
-            "parent_bits": self.parent_bits,
-            "current_bits": self.current_bits,
-            "separate_bits": self.separate_bits,
-            "combined_bits": self.combined_bits,
-            "unit": self.unit,
-        }
+        """The JSON document; failed trials (NaN) are null."""
+        return finite_json(
+            {
+                "test": self.test,
+                "parent": list(self.parent),
+                "current": list(self.current),
+                "failed": self.failed,
+                "verdict": self.verdict,
+                "change": self.change,
+                "parent_avg": self.parent_avg,
+                "current_avg": self.current_avg,
+                "parent_stdev": self.parent_stdev,
+                "current_stdev": self.current_stdev,
+                "combined_avg": self.combined_avg,
+                "combined_stdev": self.combined_stdev,
+                "parent_bits": self.parent_bits,
+                "current_bits": self.current_bits,
+                "separate_bits": self.separate_bits,
+                "combined_bits": self.combined_bits,
+                "unit": self.unit,
+            }
+        )
 
 
 def compare_runs(
@@ -133,6 +137,8 @@ def compare_runs(
     m2 += delta * delta * n_p * n_c / n
     comb_sd = math.sqrt(m2 / n)
     comb_bits = _bits(n, comb_avg, comb_sd, max_value, unit, None)
+    if not all(math.isfinite(b) for b in (p_bits, c_bits, comb_bits)):  # never decide on NaN bits
+        raise ParameterError(f"test {test!r}: the values overflow the description length at unit {unit:g}")
     return Comparison(
         test,
         tuple(p),
@@ -216,9 +222,7 @@ def parse_values(text: str, where: str) -> list[float]:
             v = float(tok)
         except ValueError:
             raise ParameterError(f"{where}: {tok!r} is not a number (or 'fail' for a failed trial)") from None
-        if math.isinf(v) or v < 0:
-            raise ParameterError(f"{where}: {tok!r} must be a finite value >= 0")
-        out.append(v)
+        out.append(check_number(v, f"{where}: value {tok!r}", low=0))
     if not out:
         raise ParameterError(f"{where}: no values")
     return out
@@ -236,10 +240,7 @@ def read_compare_file(path: str | os.PathLike[str]) -> dict[str, list[float]]:
     {'ip4': [10.1, 10.2], 'ip6': [9.0, nan]}
     """
     name = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise TraceFileError(f"cannot read {name}: {e.strerror}") from None
+    text = read_text(path)
     if text.lstrip().startswith("{"):
         try:
             doc = json.loads(text)

@@ -29,11 +29,23 @@ from typing import Any
 import numpy as np
 
 from tracefmt import ParameterError
+from trend.numbers import check_number
 
-__all__ = ["DIRECTIONS", "MdlGroup", "MdlResult", "check_direction", "classify_mdl"]
+__all__ = [
+    "DIRECTIONS",
+    "MAX_SBPS",
+    "MdlGroup",
+    "MdlResult",
+    "check_direction",
+    "classify_mdl",
+    "resolve_unit",
+]
 
 #: A series' direction: which way is better.
 DIRECTIONS = ("bigger-is-better", "smaller-is-better")
+#: The most significant bits per sample: a float64 holds 53 (beyond, the bits overflow).
+MAX_SBPS = 52
+SBPS_WHAT = "sbps (significant bits per sample)"
 
 _LN2 = math.log(2)
 _SWAP = {"regression": "progression", "progression": "regression", "normal": "normal"}
@@ -151,17 +163,20 @@ def _runs(values: Iterable[float | Iterable[float]]) -> tuple[np.ndarray, np.nda
     if max_value <= 0.0:
         raise ParameterError("every value is 0: MDL grouping needs a positive maximum")
     # Welford over the trials of every run at once (one column a step), as for_runs does.
+    # Values near float64's maximum overflow to inf: the bits are then not finite, and
+    # classify_mdl refuses to decide on them.
     avg = np.zeros(len(rows))
     m2 = np.zeros(len(rows))
-    for c in range(width):
-        live = lengths > c
-        x = table[:, c]
-        delta = x - avg
-        new_avg = avg + delta * 1 / (c + 1)
-        new_m2 = m2 + delta * delta * c * 1 / (c + 1)
-        avg = np.where(live, new_avg, avg)
-        m2 = np.where(live, new_m2, m2)
-    stdev = np.sqrt(m2 / lengths)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for c in range(width):
+            live = lengths > c
+            x = table[:, c]
+            delta = x - avg
+            new_avg = avg + delta * 1 / (c + 1)
+            new_m2 = m2 + delta * delta * c * 1 / (c + 1)
+            avg = np.where(live, new_avg, avg)
+            m2 = np.where(live, new_m2, m2)
+        stdev = np.sqrt(m2 / lengths)
     # A bare float enters jumpavg as itself, not through for_runs.
     single = np.array(scalar)
     avg[single] = table[single, 0]
@@ -217,9 +232,11 @@ def classify_mdl(
     values : sequence of float or of sequences of float
         The runs in time order. A run given as a list of trials is one undivisible unit.
     unit : float, optional
-        Resolution of the values; ``None`` or 0 derives it from ``sbps``.
+        Resolution of the values; ``None`` or 0 derives it from ``sbps``. See
+        :func:`resolve_unit` for the allowed ranges.
     sbps : float, optional
-        Significant bits per sample: the unit is ``max / (2**(sbps+1) - 1)``; default 12.
+        Significant bits per sample (1 to 52): the unit is ``max / (2**(sbps+1) - 1)``;
+        default 12.
     direction : str
         ``bigger-is-better`` (throughput: a lower group is a regression, as in jumpavg) or
         ``smaller-is-better`` (latency: a higher group is a regression).
@@ -233,7 +250,8 @@ def classify_mdl(
     ------
     ParameterError
         Empty series, an empty run, NaN, infinity, negative or non-numeric values, an
-        all-zero series, or an unknown direction.
+        all-zero series, an unknown direction, ``unit`` or ``sbps`` out of range, or a
+        description length that is not finite.
 
     Examples
     --------
@@ -247,15 +265,55 @@ def classify_mdl(
     if isinstance(values, np.ndarray):
         values = values.tolist()
     sizes, run_avg, run_sd, max_value = _runs(values)
-    if not unit:
-        max_in_units = pow(2.0, (sbps or 12.0) + 1.0) - 1.0
-        unit = max_value / max_in_units
-    if unit <= 0 or not math.isfinite(unit):
-        raise ParameterError(f"unit must be a positive number, not {unit!r}")
-    starts, bits, stats, best = _program(sizes, run_avg, run_sd, max_value, unit)
+    unit = resolve_unit(max_value, unit=unit, sbps=sbps)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow: caught as non-finite bits below
+        starts, bits, stats, best = _program(sizes, run_avg, run_sd, max_value, unit)
     # The total as jumpavg's record keeps it: the bits before the last group plus its bits.
     total_bits = float(best[starts[-1]]) + bits[-1]
+    if not math.isfinite(total_bits):  # never decide on NaN bits
+        raise ParameterError(
+            f"unit {unit:g} gives no finite description length for values up to {max_value:g}"
+        )
     return _result(starts, bits, stats, float(best[1]), sizes, max_value, unit, direction, total_bits)
+
+
+def resolve_unit(max_value: float, *, unit: float | None = None, sbps: float | None = None) -> float:
+    """The resolution MDL counts bits in: ``unit``, else ``max / (2**(sbps+1) - 1)`` (sbps 12).
+
+    Parameters
+    ----------
+    max_value : float
+        The largest value of the series (> 0).
+    unit : float, optional
+        Given resolution; ``None`` or 0 derives it from ``sbps`` (as jumpavg).
+    sbps : float, optional
+        Significant bits per sample, from 1 to :data:`MAX_SBPS`; ``None`` or 0 is 12 (as jumpavg).
+
+    Raises
+    ------
+    ParameterError
+        ``sbps`` out of range, ``unit`` not a finite positive number, or a unit finer than a
+        float64 can tell apart at the maximum (``max / unit > 2**53``).
+
+    Examples
+    --------
+    >>> resolve_unit(8191.0)
+    1.0
+    >>> resolve_unit(3.0, sbps=-5)
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.ParameterError: sbps (significant bits per sample) must be ... from 1 to 52, not -5
+    """
+    if not unit:
+        bits = check_number(sbps, SBPS_WHAT, low=1, high=MAX_SBPS) if sbps else 12.0
+        return max_value / (pow(2.0, bits + 1.0) - 1.0)
+    unit = check_number(unit, "unit", above=0)
+    if max_value / unit > 2.0 ** (MAX_SBPS + 1):
+        raise ParameterError(
+            f"unit {unit:g} is finer than float64 resolves at the maximum {max_value:g} "
+            f"(need unit >= {max_value / 2.0 ** (MAX_SBPS + 1):.6g})"
+        )
+    return unit
 
 
 def _program(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 import time as _time
 from collections.abc import Iterable, Sequence
@@ -30,8 +29,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from tracefmt import ParameterError, ParseError, Store, TraceFileError
+from tracefmt import ParameterError, ParseError, Store, TraceFileError, format_instant_ns
+from trend._files import read_bytes
 from trend.mdl import DIRECTIONS
+from trend.numbers import check_number
 
 __all__ = [
     "IMPORT_COLUMNS",
@@ -71,6 +72,7 @@ IMPORT_COLUMNS = {
 }
 _REQUIRED = [c for c, d in IMPORT_COLUMNS.items() if d is None]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MIN_NS, _MAX_NS = -(2**63), 2**63 - 1  # the instants a timestamp[ns] column holds
 
 
 def parse_time_ns(text: Any) -> int:
@@ -86,14 +88,14 @@ def parse_time_ns(text: Any) -> int:
     1714528800000001000
     """
     if isinstance(text, int | float) and not isinstance(text, bool):
-        if not math.isfinite(text):
-            raise ParameterError(f"time {text!r} is not a finite number")
-        return round(text * 1e9)
+        return _instant_ns(check_number(text, "time (epoch seconds)") * 1e9, text)
     s = str(text).strip()
     try:
-        return round(float(s) * 1e9)
+        seconds = float(s)
     except ValueError:
         pass
+    else:
+        return _instant_ns(check_number(seconds, f"time {s!r} in epoch seconds") * 1e9, s)
     try:
         dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
     except ValueError:
@@ -102,7 +104,17 @@ def parse_time_ns(text: Any) -> int:
         ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return (dt - _EPOCH) // timedelta(microseconds=1) * 1000  # exact, no float seconds
+    return _instant_ns((dt - _EPOCH) // timedelta(microseconds=1) * 1000, s)  # exact, no float seconds
+
+
+def _instant_ns(ns: float | int, text: Any) -> int:
+    """``ns`` as an int if a results file can hold it (int64 nanoseconds), else a ParameterError."""
+    if not _MIN_NS <= ns <= _MAX_NS:
+        raise ParameterError(
+            f"time {str(text)!r} is out of range (from {format_instant_ns(_MIN_NS)} "
+            f"to {format_instant_ns(_MAX_NS)})"
+        )
+    return round(ns)
 
 
 _NUMBER = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
@@ -207,6 +219,13 @@ def _columns_table(cols: dict[str, Any], line_of: np.ndarray, source: str) -> pa
     value = pc.cast(
         pc.if_else(pa.array(failed), "nan", pc.utf8_trim_whitespace(raw)), pa.float64()
     ).to_numpy()
+    bad = _first(~failed & ~np.isfinite(value))  # 1e400: a number, but beyond float64
+    if bad is not None:
+        fail(
+            bad,
+            f"test {test[bad].as_py()!r}: value {raw[bad].as_py().strip()!r} is out of range "
+            "(not a finite number)",
+        )
     bad = _first(value < 0)
     if bad is not None:
         fail(bad, f"value {value[bad]:g} is negative (measurements are >= 0)")
@@ -234,10 +253,10 @@ def _columns_table(cols: dict[str, Any], line_of: np.ndarray, source: str) -> pa
         else pc.utf8_trim_whitespace(trial_col.cast(pa.string()).fill_null(""))
     )
     auto = pc.equal(trial_text, "").to_numpy(zero_copy_only=False)
-    is_int = pc.match_substring_regex(trial_text, r"^\d+$").to_numpy(zero_copy_only=False)
+    is_int = pc.match_substring_regex(trial_text, r"^\d{1,9}$").to_numpy(zero_copy_only=False)  # int32
     bad = _first(~auto & ~is_int)
     if bad is not None:
-        fail(bad, f"trial {trial_text[bad].as_py()!r} is not an integer")
+        fail(bad, f"trial {trial_text[bad].as_py()!r} is not an integer from 0 to 999,999,999")
     trial = np.zeros(n, dtype=np.int64)
     trial[~auto] = pc.cast(pc.filter(trial_text, pa.array(~auto)), pa.int64()).to_numpy()
     if auto.any():
@@ -331,10 +350,7 @@ def read_result_rows(path: str | os.PathLike[str]) -> pa.Table:
     1
     """
     name = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise TraceFileError(f"cannot read {name}: {e.strerror}") from None
+    data = read_bytes(path)
     if name.endswith(".json"):
         try:
             doc = json.loads(data)
@@ -448,6 +464,20 @@ def _read_store_results(store: Store) -> pa.Table:
     return pa.concat_tables(parts)
 
 
+def _check_stored_values(store: Store, table: pa.Table, values: np.ndarray) -> None:
+    """Raise a TraceFileError naming the file, test, testbed and build of the first stored value
+    that is infinite or negative (a store written by hand, or by an older import)."""
+    bad = _first(np.isinf(values) | (values < 0))
+    if bad is None:
+        return
+    row = {c: table.column(c)[bad].as_py() for c in ("test", "testbed", "build", "_file")}
+    path = sorted(store.results_dir.glob("*.parquet"))[row["_file"]]
+    raise TraceFileError(
+        f"{path}: test {row['test']!r} testbed {row['testbed']!r} build {row['build']!r} holds the "
+        f"value {values[bad]:g}, not a finite number >= 0 (import that build again with a valid value)"
+    )
+
+
 def load_series(store: Store | str | os.PathLike[str], *, tests: Sequence[str] | None = None) -> list[Series]:
     """Every series of the store (or those whose test name contains one of ``tests``).
 
@@ -478,6 +508,7 @@ def load_series(store: Store | str | os.PathLike[str], *, tests: Sequence[str] |
     table = table.sort_by([(c, "ascending") for c in ("test", "testbed", "build", "trial")])
     t_ns = table.column("time").cast(pa.int64()).to_numpy()
     values = table.column("value").to_numpy(zero_copy_only=False).astype(np.float64)
+    _check_stored_values(store, table, values)
     codes = [
         table.column(c).combine_chunks().dictionary_encode().indices.to_numpy()
         for c in ("test", "testbed", "build")

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from tracefmt import ParameterError, ParseError, TraceFileError
+from tracefmt import ParameterError, ParseError
 from tracefmt.patterns import path_id
+from trend._files import read_text
+from trend.numbers import check_number
 from trend.series import parse_time_ns, results_table
 
-__all__ = ["mrr_from_timestamps", "mrr_results", "paths_results", "trial_windows"]
+__all__ = ["MAX_TRIALS", "mrr_from_timestamps", "mrr_results", "paths_results", "trial_windows"]
+
+#: The most trials of one run (CSIT runs 10): more is a typo, and would fill the memory.
+MAX_TRIALS = 1_000_000
 
 
 def trial_windows(start_ns: int, duration_ns: int, trials: int, *, gap_ns: int = 0) -> np.ndarray:
@@ -33,10 +37,14 @@ def trial_windows(start_ns: int, duration_ns: int, trials: int, *, gap_ns: int =
     """
     if duration_ns <= 0:
         raise ParameterError(f"trial duration must be positive, not {duration_ns} ns")
-    if trials < 1:
-        raise ParameterError(f"trials must be at least 1, not {trials}")
+    trials = int(check_number(trials, "trials", low=1, high=MAX_TRIALS, integer=True))
     if gap_ns < 0:
         raise ParameterError(f"gap must not be negative, not {gap_ns} ns")
+    end = start_ns + trials * (duration_ns + gap_ns)  # Python ints: no wrap-around
+    if end >= 2**63:
+        raise ParameterError(
+            f"{trials} trials of {duration_ns} ns from {start_ns} ns end beyond 2262 (int64 nanoseconds)"
+        )
     starts = start_ns + np.arange(trials, dtype=np.int64) * (duration_ns + gap_ns)
     return np.stack([starts, starts + duration_ns], axis=1)
 
@@ -140,9 +148,7 @@ def paths_results(
     else:
         name = str(source)
         try:
-            doc = json.loads(Path(source).read_text())
-        except OSError as e:
-            raise TraceFileError(f"cannot read {name}: {e.strerror}") from None
+            doc = json.loads(read_text(source))
         except json.JSONDecodeError as e:
             raise ParseError(name, e.lineno, f"not JSON: {e.msg}") from None
     if not isinstance(doc, dict) or doc.get("format") != "wirepath.paths/1":

@@ -122,7 +122,9 @@ def classify_tmm(
             f"run {int(np.argmax(~np.isfinite(x)))} is NaN or infinite; drop failed runs first"
         )
     sign = 1.0 if direction == "bigger-is-better" else -1.0
-    q1, iqr, tma, tmsd, tmm = _trailing(sign * x, window)
+    # A window longer than the series holds the same runs as one of its length (the rest is
+    # padding): no need to allocate it.
+    q1, iqr, tma, tmsd, tmm = _trailing(sign * x, min(window, x.size))
     # Run t is judged against the window of the runs before it: the trailing stats of t - 1.
     ref = np.concatenate([[np.nan], tmm[:-1]])
     ref_sd = np.concatenate([[np.nan], tmsd[:-1]])

@@ -11,22 +11,27 @@ deviation, medians by linearly interpolated percentiles, MAD unscaled.
 Mako's statuses and messages are kept: ``SUCCESS`` (``okay`` or ``Found N regressed
 checks``), ``FAIL`` (data extraction failed, too little data without
 ``ignore_missing_data``, a NaN or negative tolerance, inconsistent run orders), and a
-``SKIPPED`` check when data is short but may be ignored.
+``SKIPPED`` check when data is short but may be ignored. Two departures, so that bad data
+never passes: a NaN in the recent window (a failed run) regresses every params entry,
+whatever the bias (Mako compares ``|NaN| > tolerance``, false, and passes it), and an
+infinite tolerance (overflowing data) is a ``FAIL``. Infinite values are refused.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tracefmt import ParameterError, ParseError, TraceFileError
+from tracefmt import ParameterError, ParseError
+from trend._files import read_text
+from trend.numbers import check_number, finite_json
 
 __all__ = ["WdaResult", "WdaRun", "analyze_wda", "load_wda_config", "read_wda_runs"]
 
@@ -70,32 +75,18 @@ class WdaResult:
         return sum(c["result"] == "SKIPPED" for c in self.checks)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON document; NaN statistics (NaN values in the data) become null."""
-
-        def clean(x: Any) -> Any:
-            if isinstance(x, dict):
-                return {k: clean(v) for k, v in x.items()}
-            if isinstance(x, list):
-                return [clean(v) for v in x]
-            return None if isinstance(x, float) and math.isnan(x) else x
-
+        """The JSON document; NaN or infinite statistics (NaN values in the data) become null."""
         return {
             "status": self.status,
             "regression": self.regression,
             "message": self.message,
             "checks_skipped": self.checks_skipped,
-            "checks": clean(list(self.checks)),
+            "checks": finite_json(list(self.checks)),
         }
 
 
 class _FailError(Exception):
     """Mako's analyzer failure: reported as status FAIL, not raised to the caller."""
-
-
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ParameterError(f"{what} must be a number, not {value!r}")
-    return float(value)
 
 
 def load_wda_config(source: str | os.PathLike[str] | dict[str, Any]) -> dict[str, Any]:
@@ -123,9 +114,7 @@ def load_wda_config(source: str | os.PathLike[str] | dict[str, Any]) -> dict[str
         raw = source
     else:
         try:
-            raw = json.loads(Path(source).read_text())
-        except OSError as e:
-            raise TraceFileError(f"cannot read WDA config {source}: {e.strerror}") from None
+            raw = json.loads(read_text(source, "WDA config "))
         except json.JSONDecodeError as e:
             raise ParseError(str(source), e.lineno, f"not JSON: {e.msg}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("tolerance_check_list"), list):
@@ -164,7 +153,7 @@ def load_wda_config(source: str | os.PathLike[str] | dict[str, Any]) -> dict[str
                         f"{where}: unknown {kind} tolerance field {bad[0]!r} "
                         f"(fields: {', '.join(sorted(keys))})"
                     )
-                entries.append({key: _number(p.get(key, 0.0), f"{where} {key}") for key in sorted(keys)})
+                entries.append({key: check_number(p.get(key, 0.0), f"{where} {key}") for key in sorted(keys)})
             params[kind] = entries
         recent = check.get("recent_window_size", 1)
         minimum = check.get("minimum_historical_window_size", 3)
@@ -192,13 +181,20 @@ def load_wda_config(source: str | os.PathLike[str] | dict[str, Any]) -> dict[str
     }
 
 
-def _optional_number(text: str, path: str, line: int, column: str) -> float | None:
+def _optional_number(text: str, path: str, line: int, column: str, *, nan: bool = False) -> float | None:
+    """A cell's number (``None`` if empty); infinities, and NaN unless ``nan``, are refused."""
     if text.strip() == "":
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise ParseError(path, line, f"{column} {text!r} is not a number") from None
+    if nan and math.isnan(value):
+        return value
+    try:
+        return check_number(value, f"{column} {text.strip()!r}")
+    except ParameterError as e:
+        raise ParseError(path, line, str(e)) from None
 
 
 def read_wda_runs(path: str | os.PathLike[str]) -> list[WdaRun]:
@@ -217,37 +213,31 @@ def read_wda_runs(path: str | os.PathLike[str]) -> list[WdaRun]:
     {'y': 45.0, 'z': None}
     """
     name = str(path)
-    try:
-        with open(path, newline="") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                raise ParseError(name, 1, f"empty file (expected the header {','.join(RUNS_COLUMNS)})")
-            header = [h.strip() for h in header]
-            missing = [c for c in RUNS_COLUMNS if c not in header]
-            if missing:
-                raise ParseError(
-                    name, 1, f"missing column {missing[0]!r} (columns: {','.join(RUNS_COLUMNS)})"
-                )
-            col = {c: header.index(c) for c in RUNS_COLUMNS}
-            runs: list[WdaRun] = []
-            for line, row in enumerate(reader, start=2):
-                if not row or not "".join(row).strip():
-                    continue
-                if len(row) < len(header):
-                    raise ParseError(name, line, f"{len(row)} fields, expected {len(header)}")
-                key, metric = row[col["run_key"]].strip(), row[col["metric"]].strip()
-                if not key or not metric:
-                    raise ParseError(name, line, "run_key and metric must not be empty")
-                value = _optional_number(row[col["value"]], name, line, "value")
-                if runs and runs[-1].run_key == key and metric not in runs[-1].values:
-                    runs[-1].values[metric] = value
-                    continue
-                ts = _optional_number(row[col["timestamp_ms"]], name, line, "timestamp_ms")
-                build = _optional_number(row[col["build_id"]], name, line, "build_id")
-                runs.append(WdaRun(key, ts, build, {metric: value}))
-    except OSError as e:
-        raise TraceFileError(f"cannot read {name}: {e.strerror}") from None
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
+    header = next(reader, None)
+    if header is None:
+        raise ParseError(name, 1, f"empty file (expected the header {','.join(RUNS_COLUMNS)})")
+    header = [h.strip() for h in header]
+    missing = [c for c in RUNS_COLUMNS if c not in header]
+    if missing:
+        raise ParseError(name, 1, f"missing column {missing[0]!r} (columns: {','.join(RUNS_COLUMNS)})")
+    col = {c: header.index(c) for c in RUNS_COLUMNS}
+    runs: list[WdaRun] = []
+    for line, row in enumerate(reader, start=2):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) < len(header):
+            raise ParseError(name, line, f"{len(row)} fields, expected {len(header)}")
+        key, metric = row[col["run_key"]].strip(), row[col["metric"]].strip()
+        if not key or not metric:
+            raise ParseError(name, line, "run_key and metric must not be empty")
+        value = _optional_number(row[col["value"]], name, line, "value", nan=True)
+        if runs and runs[-1].run_key == key and metric not in runs[-1].values:
+            runs[-1].values[metric] = value
+            continue
+        ts = _optional_number(row[col["timestamp_ms"]], name, line, "timestamp_ms")
+        build = _optional_number(row[col["build_id"]], name, line, "build_id")
+        runs.append(WdaRun(key, ts, build, {metric: value}))
     if not runs:
         raise ParseError(name, 2, "no runs (need at least one row after the header)")
     return runs
@@ -257,40 +247,43 @@ def _median(x: np.ndarray) -> float:
     return float(np.percentile(x, 50)) if not np.isnan(x).any() else math.nan
 
 
-def _check(check: dict[str, Any], runs: list[WdaRun], order_key: str) -> dict[str, Any]:
+def _extract(check: dict[str, Any], runs: list[WdaRun], order_key: str) -> tuple[list[float], list[float]]:
+    """The check's metric from every run that has it, and the runs' order values."""
     key = check["data_filter"]["value_key"]
-    ignore = check["data_filter"]["ignore_missing_data"]
     data, order = [], []
     for run in runs:
         v = run.values.get(key)
         if v is None:
-            if not ignore:
+            if not check["data_filter"]["ignore_missing_data"]:
                 raise _FailError("Run data extraction failed")
             continue
+        if not math.isnan(v):  # NaN is data (Mako's), an infinity is not
+            check_number(v, f"run {run.run_key!r} {key}")
         data.append(v)
         order.append(getattr(run, order_key) or 0.0)
-    recent_size = check["recent_window_size"]
-    need = recent_size + check["minimum_historical_window_size"]
-    if len(data) < need:
-        if ignore:
-            return {"result": "SKIPPED", "data_length": len(data), "needed": need}
-        raise _FailError(
-            f"Failure computing stats: Total data length ({len(data)}) is less than "
-            f"recent_window_size + minimum_historical_window_size ({need})"
-        )
-    values = np.asarray(data, dtype=np.float64)
-    hist, recent = values[:-recent_size], values[-recent_size:]
-    h_mean, h_median = float(np.mean(hist)), _median(hist)
-    stats = {
-        "historic_mean": h_mean,
-        "historic_median": h_median,
-        "historic_stddev": float(np.sqrt(np.mean((hist - h_mean) ** 2))),
-        "historic_mad": _median(np.abs(hist - h_median)),
-        "recent_mean": float(np.mean(recent)),
-        "recent_median": _median(recent),
-    }
-    stats["delta_mean"] = stats["recent_mean"] - h_mean
-    stats["delta_median"] = stats["recent_median"] - h_median
+    return data, order
+
+
+def _stats(hist: np.ndarray, recent: np.ndarray) -> dict[str, float]:
+    """Mako's statistics of the two windows (NaN where a window holds NaN)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # huge values: inf, then FAIL below
+        h_mean, h_median = float(np.mean(hist)), _median(hist)
+        stats = {
+            "historic_mean": h_mean,
+            "historic_median": h_median,
+            "historic_stddev": float(np.sqrt(np.mean((hist - h_mean) ** 2))),
+            "historic_mad": _median(np.abs(hist - h_median)),
+            "recent_mean": float(np.mean(recent)),
+            "recent_median": _median(recent),
+        }
+        stats["delta_mean"] = stats["recent_mean"] - h_mean
+        stats["delta_median"] = stats["recent_median"] - h_median
+    return stats
+
+
+def _params(check: dict[str, Any], stats: dict[str, float]) -> list[dict[str, Any]]:
+    """One verdict per params entry. A NaN delta (a NaN in the recent window: a failed run)
+    is never within tolerance, whatever the bias: a failed run does not pass."""
     results = []
     for kind, (center, spread, cc, sc) in (
         ("mean", ("historic_mean", "historic_stddev", "mean_coeff", "stddev_coeff")),
@@ -300,18 +293,34 @@ def _check(check: dict[str, Any], runs: list[WdaRun], order_key: str) -> dict[st
             tol = p["const_term"] + p[cc] * abs(stats[center]) + p[sc] * stats[spread]
             if not tol >= 0:  # NaN too
                 raise _FailError(f"Tolerance must be nonnegative. Got: {tol:g}")
+            if math.isinf(tol):  # Mako would pass everything
+                raise _FailError(f"Tolerance must be finite. Got: {tol:g}")
             delta = stats[f"delta_{kind}"]
             ignored = (delta <= 0 and check["direction_bias"] == "IGNORE_DECREASE") or (
                 delta >= 0 and check["direction_bias"] == "IGNORE_INCREASE"
             )
+            within = abs(delta) <= tol  # False for NaN
             results.append(
-                {
-                    "kind": kind,
-                    "tolerance": tol,
-                    "delta": delta,
-                    "is_regressed": abs(delta) > tol and not ignored,
-                }
+                {"kind": kind, "tolerance": tol, "delta": delta, "is_regressed": not within and not ignored}
             )
+    return results
+
+
+def _check(check: dict[str, Any], runs: list[WdaRun], order_key: str) -> dict[str, Any]:
+    data, order = _extract(check, runs, order_key)
+    recent_size = check["recent_window_size"]
+    need = recent_size + check["minimum_historical_window_size"]
+    if len(data) < need:
+        if check["data_filter"]["ignore_missing_data"]:
+            return {"result": "SKIPPED", "data_length": len(data), "needed": need}
+        raise _FailError(
+            f"Failure computing stats: Total data length ({len(data)}) is less than "
+            f"recent_window_size + minimum_historical_window_size ({need})"
+        )
+    values = np.asarray(data, dtype=np.float64)
+    hist, recent = values[:-recent_size], values[-recent_size:]
+    stats = _stats(hist, recent)
+    results = _params(check, stats)
     regressed = bool(results) and all(r["is_regressed"] for r in results)
     return {
         "result": "REGRESSED" if regressed else "PASSED",

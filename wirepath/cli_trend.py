@@ -1,14 +1,21 @@
 """``wirepath trend ...``: metric series in the store, their trends, verdicts and dashboard.
 
-Exit status 1 from ``trend check`` and ``trend compare`` means a regression (or a failed
-trial), so CI jobs can gate on it; ``trend wda`` exits 1 on a regression or a FAIL status.
+The gating verbs (``check``, ``compare``, ``wda``) tell CI jobs three outcomes apart:
+0 no regression, 1 a regression or a failed trial/run (:data:`EXIT_REGRESSION`), 2 a usage
+error, 3 no verdict: an error, or Mako's FAIL status (:data:`EXIT_UNDECIDED`). The other
+trend verbs exit as every verb does (1 on an error).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Iterator
+import functools
+import json
+import math
+import sys
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +28,16 @@ import tracefmt
 import trend
 from wirepath._cli import Parser, add_verb, emit
 
-__all__ = ["register"]
+__all__ = ["EXIT_REGRESSION", "EXIT_UNDECIDED", "register"]
+
+#: Exit status of a gating verb that found a regression, a failed trial or a failed run.
+EXIT_REGRESSION = 1
+#: Exit status of a gating verb that could not decide: an error, or Mako's FAIL status.
+EXIT_UNDECIDED = 3
+_EXIT_EPILOG = (
+    "exit status:\n  0  no regression\n  1  {found}\n  2  a usage error\n"
+    "  3  no verdict: {undecided}an error (one 'error: ...' line on stderr)"
+)
 
 
 def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersAction) -> None:
@@ -57,6 +73,57 @@ def _writing(target: Any) -> Iterator[None]:
         raise tracefmt.TraceFileError(f"cannot write {target}: {e.strerror or e}") from None
 
 
+def _gating(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``handler`` returning :data:`EXIT_UNDECIDED` on an error instead of raising it, so that
+    an error (exit 3) is never taken for a regression (exit 1): a wirepath error is one
+    ``error: ...`` line; a crash (a bug) keeps its traceback, but not Python's exit status 1."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except tracefmt.WirepathError as e:
+            print(f"error: {tracefmt.printable(str(e))}", file=sys.stderr)
+        except BrokenPipeError:  # the reader went away: main's business
+            raise
+        except Exception:
+            traceback.print_exc()
+        return EXIT_UNDECIDED
+
+    return run
+
+
+def _gating_epilog(p: argparse.ArgumentParser, found: str, undecided: str = "") -> None:
+    """Document the exit statuses of a gating verb in its ``--help``."""
+    p.epilog = _EXIT_EPILOG.format(found=found, undecided=undecided)
+
+
+def _emit(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
+    """:func:`emit`, with JSON that never holds NaN or Infinity (``null`` in their place)."""
+    if args.json:
+        print(json.dumps(trend.finite_json(doc), indent=2, allow_nan=False, default=str))
+    else:
+        emit(args, doc, text)
+
+
+def _arg_type(what: str, *, integer: bool = False, **bounds: float) -> Callable[[str], float]:
+    """An argparse ``type=``: a number checked by :func:`trend.check_number` (a usage error)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            kind = "an integer" if integer else "a number"
+            raise argparse.ArgumentTypeError(f"{what} must be {kind}, not {text!r}") from None
+        try:
+            trend.check_number(value, what, integer=integer, **bounds)
+        except tracefmt.ParameterError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return value
+
+    return parse
+
+
 def _store_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, metavar="DIR", help="the store (results under DIR/results/)")
 
@@ -65,17 +132,26 @@ def _method_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--method", choices=trend.METHODS, default="mdl", help="mdl (MDL grouping, default) or tmm"
     )
-    p.add_argument("--window", type=int, default=14, help="tmm rolling window in runs (default 14)")
+    p.add_argument(
+        "--window",
+        type=_arg_type("--window", integer=True, low=2),
+        default=14,
+        help="tmm rolling window in runs, at least 2 (default 14)",
+    )
     p.add_argument("--test", action="append", metavar="TEXT", help="only tests whose name contains TEXT")
     _mdl_args(p)
 
 
 def _mdl_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--unit", type=float, help="mdl: resolution of the values (jumpavg's unit)")
+    p.add_argument(
+        "--unit",
+        type=_arg_type("--unit", above=0),
+        help="mdl: resolution of the values (jumpavg's unit, > 0)",
+    )
     p.add_argument(
         "--sbps",
-        type=float,
-        help="mdl: significant bits per sample, unit = max / (2**(sbps+1) - 1) (default 12)",
+        type=_arg_type("--sbps", low=1, high=trend.MAX_SBPS),
+        help="mdl: significant bits per sample, 1 to 52; unit = max / (2**(sbps+1) - 1) (default 12)",
     )
 
 
@@ -123,7 +199,7 @@ def _write(args: argparse.Namespace, table: Any, name: str) -> int:
     text = f"wrote {doc['trials']:,} trials ({doc['runs']:,} runs of {doc['series']:,} series) to {path}"
     if doc["failed_trials"]:
         text += f"\n{doc['failed_trials']:,} failed trials (stored as NaN)"
-    emit(args, doc, text)
+    _emit(args, doc, text)
     return 0
 
 
@@ -182,7 +258,12 @@ def _register_from_capture(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--testbed", default="default")
     p.add_argument("--start", help="first trial's start (ISO-8601 or epoch s; default: first packet)")
     p.add_argument("--duration", default="1s", help="trial duration (default 1s)")
-    p.add_argument("--trials", type=int, default=10, help="number of trials (default 10)")
+    p.add_argument(
+        "--trials",
+        type=_arg_type("--trials", integer=True, low=1, high=trend.MAX_TRIALS),
+        default=10,
+        help="number of trials (default 10)",
+    )
     p.add_argument("--gap", default="0s", help="pause between trials (default 0s)")
     p.add_argument("--point", help="capture point to count in a trace (the 'point' column)")
 
@@ -223,10 +304,11 @@ def _cmd_from_capture(args: argparse.Namespace) -> int:
         path = trend.write_results(tracefmt.Store.create(args.store), table, name="capture")
     doc = {"output": str(path), "test": args.test, "build": args.build, "trials_pps": rates.tolist()}
     text = (
-        f"MRR of {args.test} build {args.build}: {rates.mean():,.0f} pps "
+        f"MRR of {tracefmt.printable(args.test)} build {tracefmt.printable(args.build)}: "
+        f"{rates.mean():,.0f} pps "
         f"(trials {', '.join(f'{r:,.0f}' for r in rates)})\nwrote {path}"
     )
-    emit(args, doc, text)
+    _emit(args, doc, text)
     return 0
 
 
@@ -288,7 +370,7 @@ def _table(trends: list[trend.SeriesTrend]) -> str:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     trends = _analyze(args)
     doc = {"method": args.method, "series": [t.to_json() for t in trends]}
-    emit(args, doc, _table(trends))
+    _emit(args, doc, _table(trends))
     return 0
 
 
@@ -296,17 +378,18 @@ def _register_check(sub: argparse._SubParsersAction) -> None:
     p = add_verb(
         sub,
         "check",
-        _cmd_check,
-        "exit 1 when the newest run of any series is in a regression",
+        _gating(_cmd_check),
+        "exit 1 when the newest run of any series is in a regression (3 on an error)",
         "Analyze every series and exit 1 when any is in a regression at its newest run\n"
         "(mdl: its last group is lower than the one before, higher for latency; tmm: the\n"
         "newest run is below TMM - 3 TMSD). Prints a Markdown alert naming the regressed\n"
         "tests, for mail or a CI comment (also written to --alert FILE).\n\n"
-        "example:\n  wirepath trend check --store store --alert alert.md || echo regressed",
+        "example:\n  wirepath trend check --store store --alert alert.md; [ $? -eq 1 ] && echo regressed",
     )
     _store_arg(p)
     _method_args(p)
     p.add_argument("--alert", metavar="FILE.md", help="also write the alert text here")
+    _gating_epilog(p, "a series is in a regression at its newest run")
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -322,8 +405,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         "regressed": [{"test": t.series.test, "testbed": t.series.testbed} for t in bad],
         "alert": text,
     }
-    emit(args, doc, text)
-    return 1 if bad else 0
+    _emit(args, doc, text)
+    return EXIT_REGRESSION if bad else 0
 
 
 # compare ----------------------------------------------------------------------------------
@@ -333,8 +416,8 @@ def _register_compare(sub: argparse._SubParsersAction) -> None:
     p = add_verb(
         sub,
         "compare",
-        _cmd_compare,
-        "per-patch verdict: parent trials against current trials (exit 1 on regression)",
+        _gating(_cmd_compare),
+        "per-patch verdict: parent trials against current trials (exit 1 on regression, 3 on an error)",
         "Group the parent's trials and the current (patched) trials with the trend's MDL\n"
         "method: one group is normal, two groups a regression (current lower; higher for\n"
         "smaller-is-better) or a progression. Prints per test (indexed from 0) the values in\n"
@@ -355,6 +438,7 @@ def _register_compare(sub: argparse._SubParsersAction) -> None:
         "--direction", choices=trend.DIRECTIONS, default="bigger-is-better", help="default bigger-is-better"
     )
     _mdl_args(p)
+    _gating_epilog(p, "a test regressed, or a trial failed")
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -393,8 +477,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         else f"all {len(results)} tests normal or progressed"
     )
     doc = {"failed": bool(bad), "tests": [c.to_json() for c in results]}
-    emit(args, doc, "\n\n".join([*blocks, summary]))
-    return 1 if bad else 0
+    _emit(args, doc, "\n\n".join([*blocks, summary]))
+    return EXIT_REGRESSION if bad else 0
 
 
 # wda --------------------------------------------------------------------------------------
@@ -404,8 +488,8 @@ def _register_wda(sub: argparse._SubParsersAction) -> None:
     p = add_verb(
         sub,
         "wda",
-        _cmd_wda,
-        "Mako's window deviation analysis of the current run (exit 1 on regression or FAIL)",
+        _gating(_cmd_wda),
+        "Mako's window deviation analysis of the current run (exit 1 on regression, 3 on FAIL)",
         "CHECKS.json uses Mako's field names: tolerance_check_list with data_filter\n"
         "{value_key, ignore_missing_data}, recent_window_size, minimum_historical_window_size,\n"
         "direction_bias (NO_BIAS, IGNORE_INCREASE, IGNORE_DECREASE), mean_tolerance_params_list\n"
@@ -417,14 +501,18 @@ def _register_wda(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", required=True, metavar="CHECKS.json")
     p.add_argument("runs", metavar="RUNS.csv")
+    _gating_epilog(
+        p,
+        "a check regressed (a NaN in the recent window, a failed run, always regresses)",
+        "Mako's FAIL status (its message on stdout),\n     or ",
+    )
 
 
-def _cmd_wda(args: argparse.Namespace) -> int:
-    config = trend.load_wda_config(args.config)
-    result = trend.analyze_wda(config, trend.read_wda_runs(args.runs))
+def _wda_lines(config: dict[str, Any], result: trend.WdaResult) -> list[str]:
+    """The console text of a WDA result: the status, then per check its statistics and verdicts."""
     lines = [f"{result.status}: {result.message}"]
     for check, c in zip(config["tolerance_check_list"], result.checks, strict=False):
-        key = check["data_filter"]["value_key"]
+        key = tracefmt.printable(str(check["data_filter"]["value_key"]))
         if c["result"] == "SKIPPED":
             lines.append(f"  {key}: SKIPPED ({c['data_length']} values, {c['needed']} needed)")
             continue
@@ -436,12 +524,19 @@ def _cmd_wda(args: argparse.Namespace) -> int:
         )
         for prm in c["params"]:
             mark = "regressed" if prm["is_regressed"] else "ok"
-            lines.append(
-                f"    {prm['kind']}: |delta| {abs(prm['delta']):.6g} "
-                f"vs tolerance {prm['tolerance']:.6g}: {mark}"
-            )
-    emit(args, result.to_json(), "\n".join(lines))
-    return 1 if result.regression or result.status == "FAIL" else 0
+            delta = abs(prm["delta"])
+            shown = "NaN (a failed recent run)" if math.isnan(delta) else f"{delta:.6g}"
+            lines.append(f"    {prm['kind']}: |delta| {shown} vs tolerance {prm['tolerance']:.6g}: {mark}")
+    return lines
+
+
+def _cmd_wda(args: argparse.Namespace) -> int:
+    config = trend.load_wda_config(args.config)
+    result = trend.analyze_wda(config, trend.read_wda_runs(args.runs))
+    _emit(args, result.to_json(), "\n".join(_wda_lines(config, result)))
+    if result.status == "FAIL":
+        return EXIT_UNDECIDED
+    return EXIT_REGRESSION if result.regression else 0
 
 
 # dashboard --------------------------------------------------------------------------------
@@ -468,5 +563,5 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     with _writing(args.out):
         report = trend.write_dashboard(trends, args.out)
     doc = {"index": str(report.index), "graphs": [str(g) for g in report.graphs], "series": len(trends)}
-    emit(args, doc, f"wrote {report.index} and {len(report.graphs)} graphs ({len(trends)} series)")
+    _emit(args, doc, f"wrote {report.index} and {len(report.graphs)} graphs ({len(trends)} series)")
     return 0

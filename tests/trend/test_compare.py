@@ -95,20 +95,20 @@ def test_cli_many_tests_from_files_indexed_from_zero(tmp_path, capsys):
     [
         (["--parent", "1,2"], "--parent and --current go together"),
         (["--parent", "1,x", "--current", "1"], "'x' is not a number"),
-        (["--parent", "1,-2", "--current", "1"], "must be a finite value >= 0"),
+        (["--parent", "1,-2", "--current", "1"], "must be a finite number >= 0"),
         ([], "give --parent and --current, or --parent-file and --current-file"),
     ],
     ids=["half", "text", "negative", "nothing"],
 )
 def test_cli_bad_values(argv, message, capsys):
-    assert main(["trend", "compare", *argv]) == 1
+    assert main(["trend", "compare", *argv]) == 3  # an error: no verdict
     err = capsys.readouterr().err
     assert err.startswith("error: ")
     assert message in err
 
 
 def test_cli_files_with_other_tests(tmp_path, capsys):
-    assert main(["trend", "compare", *_files(tmp_path, "a: 1\nb: 2\n", "a: 1\nc: 2\n")]) == 1
+    assert main(["trend", "compare", *_files(tmp_path, "a: 1\nb: 2\n", "a: 1\nc: 2\n")]) == 3
     assert "only in one file: b, c" in capsys.readouterr().err
 
 

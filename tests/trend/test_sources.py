@@ -24,7 +24,7 @@ def test_mrr_counts_half_open_windows_in_any_packet_order():
     ("call", "message"),
     [
         (lambda: trial_windows(0, 0, 3), "duration must be positive"),
-        (lambda: trial_windows(0, 10, 0), "trials must be at least 1"),
+        (lambda: trial_windows(0, 10, 0), "trials must be an integer from 1 to 1,000,000, not 0"),
         (lambda: trial_windows(0, 10, 2, gap_ns=-1), "gap must not be negative"),
         (lambda: mrr_from_timestamps(np.array([1]), np.array([5, 10])), r"\(trials, 2\)"),
         (lambda: mrr_from_timestamps(np.array([1]), np.array([[10, 5]])), "end after it starts"),

@@ -89,7 +89,7 @@ def test_every_mako_case(case, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("name", "code"), [("mean-basic", 0), ("mean-multi-param-all-fail", 1), ("mean-missing-data", 1)]
+    ("name", "code"), [("mean-basic", 0), ("mean-multi-param-all-fail", 1), ("mean-missing-data", 3)]
 )
 def test_cli_json_and_exit_status(name, code, tmp_path, capsys):
     case = next(c for c in CASES if c["name"] == name)
@@ -163,7 +163,7 @@ def test_bad_config_file_through_cli(tmp_path, capsys):
     bad.write_text("{not json")
     runs = tmp_path / "runs.csv"
     runs.write_text("run_key,timestamp_ms,build_id,metric,value\nh1,1,,y,1\n")
-    assert main(["trend", "wda", "--config", str(bad), str(runs)]) == 1
+    assert main(["trend", "wda", "--config", str(bad), str(runs)]) == 3
     err = capsys.readouterr().err
     assert err.startswith("error: ")
     assert "not JSON" in err
