@@ -39,6 +39,8 @@ from capture.protocols import (
     detect_tcp,
     parse_dns_datagram,
     parse_stream,
+    tls_records,
+    tls_server_name,
 )
 
 __all__ = ["FlowAssembler", "FlowStats", "Messages"]
@@ -182,6 +184,52 @@ def _empty_messages() -> Messages:
         payload=np.zeros(0, object),
         server_is_dst=np.zeros(0, bool),
     )
+
+
+def _tls_segments(
+    kp: np.ndarray, kd: np.ndarray, run_start: np.ndarray, sstart: np.ndarray, kcap: np.ndarray, stream: bytes
+) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
+    """Per segment of TLS connections (grouped by connection and direction, in sequence
+    order): the content type of the record a segment starts (0 when it starts inside
+    one), whether it holds nothing but alerts, and each connection's server name.
+
+    The records are walked per gap-free run (a loop per record, not per packet: records
+    hold up to 16 KB); an encrypted alert (TLS 1.3 hides its type) is told by its size,
+    19 bytes, as the last record of its direction.
+    """
+    n = len(kp)
+    first_type = np.zeros(n, np.int16)
+    alert = np.zeros(n, bool)
+    names: dict[int, str] = {}
+    grp = kp * 2 + kd
+    new_run = np.r_[True, grp[1:] != grp[:-1]] | run_start
+    bounds = np.flatnonzero(new_run)
+    for a, b in zip(bounds.tolist(), np.r_[bounds[1:], n].tolist(), strict=True):
+        lo, hi = int(sstart[a]), int(sstart[b - 1] + kcap[b - 1])
+        records = tls_records(stream[lo:hi])
+        if not records:
+            continue
+        offs = np.array([lo + r[0] for r in records], np.int64)
+        types = np.array([r[1] for r in records], np.int16)
+        ends = offs + 5 + np.array([r[2] for r in records], np.int64)
+        seg_lo, seg_hi = sstart[a:b], sstart[a:b] + kcap[a:b]
+        at = np.searchsorted(offs, seg_lo)
+        starts = (at < len(offs)) & (offs[np.minimum(at, len(offs) - 1)] == seg_lo)
+        first_type[a:b] = np.where(starts, types[np.minimum(at, len(offs) - 1)], 0)
+        # Records wholly inside each segment: all alerts, or one last 19-byte one.
+        last = np.searchsorted(offs, seg_hi) - 1
+        for j in range(b - a):
+            if not starts[j] or ends[last[j]] != seg_hi[j]:
+                continue
+            inner = types[at[j] : last[j] + 1]
+            sizes = ends[at[j] : last[j] + 1] - offs[at[j] : last[j] + 1] - 5
+            closing = len(inner) == 1 and inner[0] == 23 and sizes[0] == 19 and last[j] == len(offs) - 1
+            alert[a + j] = bool((inner == 21).all() or closing)
+        if kd[a] == 0 and types[0] == 22 and int(kp[a]) not in names:
+            name = tls_server_name(stream[offs[0] : ends[0]])
+            if name:
+                names[int(kp[a])] = name
+    return first_type, alert, names
 
 
 #: Multicast DNS between its own ports: messages to the group, not calls and returns.
@@ -622,9 +670,17 @@ class FlowAssembler:
             sb = stream[sstart[v] : look[2 * p + 1]] if v >= 0 else b""
             protos[p] = detect_tcp(cb, sb, int(cport[p]), int(sport_[p]))
 
-        parsed = np.array([pr not in ("tcp",) for pr in protos], bool)
+        parsed = np.array([pr not in ("tcp", "tls") for pr in protos], bool)
+        tls = np.array([pr == "tls" for pr in protos], bool)
         out: list[Messages] = []
-        generic = ~parsed[kp]
+        generic = ~parsed[kp] & ~tls[kp]
+        if tls.any():
+            ti = np.flatnonzero(tls[kp])
+            out.append(
+                self._tls(
+                    s, di[ti], kp[ti], kd[ti], klen[ti], run_start[ti], flow_ids, sstart[ti], kcap[ti], stream
+                )
+            )
         extra_generic: list[int] = []
         http = np.array([pr == "http" for pr in protos], bool)
         if http.any() and not self.keep_payload:
@@ -822,8 +878,15 @@ class FlowAssembler:
         sstart: np.ndarray,
         kcap: np.ndarray,
         stream: bytes,
+        *,
+        proto: str = "tcp",
+        labels: dict[int, str | None] | None = None,
+        first_call: int = 1,
     ) -> Messages:
-        """The turn-taking rule over kept data segments of generic connections (vectorized)."""
+        """The turn-taking rule over kept data segments of generic connections (vectorized).
+
+        ``proto`` names the connections' protocol, ``labels`` gives each connection's label
+        (by piece), and calls are numbered from ``first_call`` within each connection."""
         o = np.lexsort((di, kp))  # time order within each connection
         di, kp, kd, klen, gap = di[o], kp[o], kd[o], klen[o], run_start[o]
         sstart, kcap = sstart[o], kcap[o]
@@ -839,9 +902,13 @@ class FlowAssembler:
         base = np.maximum.accumulate(np.where(tp_start, ccount - is_call, 0))
         call_no = ccount - base
         has_id = call_no > 0
+        call_no = call_no + (first_call - 1)
         mid = (flow_ids[tkp] << np.uint64(24)) | (call_no.astype(np.uint64) & np.uint64(0xFFFFFF))
         seg = di[ts]
-        self.stats.messages_by_proto["tcp"] += len(ts)
+        self.stats.messages_by_proto[proto] += len(ts)
+        label = np.full(len(ts), None, object)
+        if labels:
+            label[:] = [labels.get(int(p)) for p in tkp.tolist()]
         return _at_segments(
             s,
             seg,
@@ -850,10 +917,93 @@ class FlowAssembler:
             has_id=has_id,
             nbytes=nb,
             flow=flow_ids[tkp],
-            proto=np.full(len(ts), _PROTO_CODE["tcp"], np.int8),
-            label=np.full(len(ts), None, object),
+            proto=np.full(len(ts), _PROTO_CODE[proto], np.int8),
+            label=label,
             payload=self._turn_payloads(stream, sstart, kcap, ts),
             server_is_dst=is_call,
+        )
+
+    def _tls(
+        self,
+        s: Segments,
+        di: np.ndarray,
+        kp: np.ndarray,
+        kd: np.ndarray,
+        klen: np.ndarray,
+        run_start: np.ndarray,
+        flow_ids: np.ndarray,
+        sstart: np.ndarray,
+        kcap: np.ndarray,
+        stream: bytes,
+    ) -> Messages:
+        """TLS connections: the handshake as one call (from the ClientHello) and its
+        return (from the server's first flight), labelled ``TLS <server name>``; the
+        encrypted records after it by the turn-taking rule, labelled with the server
+        name; alerts (close_notify) left out, they answer nothing.
+
+        The handshake lasts until the client's first application-data record: every
+        segment before it, either way (the client's Finished, TLS 1.3's session tickets
+        sent ahead of the first request), belongs to the handshake's call or return.
+        """
+        first_type, alert, names = _tls_segments(kp, kd, run_start, sstart, kcap, stream)
+        ts = s.ts_ns[di]
+        npieces = int(kp.max()) + 1
+        data_from = np.full(npieces, np.iinfo(np.int64).max, np.int64)
+        first_data = (kd == 0) & (first_type == 23)
+        np.minimum.at(data_from, kp[first_data], ts[first_data])
+        handshake = (ts < data_from[kp]) & ~alert
+        turns = ~handshake & ~alert
+        labels = {p: names.get(p) or "TLS" for p in np.unique(kp).tolist()}
+        parts = [
+            self._tls_handshakes(
+                s, di[handshake], kp[handshake], kd[handshake], klen[handshake], flow_ids, labels
+            )
+        ]
+        if turns.any():
+            t = np.flatnonzero(turns)
+            parts.append(
+                self._turns(
+                    s, di[t], kp[t], kd[t], klen[t], run_start[t], flow_ids, sstart[t], kcap[t], stream,
+                    proto="tls", labels={p: names.get(p) for p in labels}, first_call=2,
+                )
+            )  # fmt: skip
+        return Messages.concat(parts)
+
+    def _tls_handshakes(
+        self,
+        s: Segments,
+        di: np.ndarray,
+        kp: np.ndarray,
+        kd: np.ndarray,
+        klen: np.ndarray,
+        flow_ids: np.ndarray,
+        names: dict[int, str],
+    ) -> Messages:
+        """One call per connection at its first handshake segment from the client, one
+        return at the server's first; each with the bytes of its side of the handshake."""
+        if not len(di):
+            return _empty_messages()
+        ts = s.ts_ns[di]
+        side = kp * 2 + kd
+        order = np.lexsort((ts, side))
+        first = order[np.r_[True, side[order][1:] != side[order][:-1]]]
+        nbytes = np.bincount(side, weights=klen, minlength=int(side.max()) + 1)[side[first]].astype(np.int64)
+        pk, call = kp[first], kd[first] == 0
+        self.stats.messages_by_proto["tls"] += len(first)
+        return _at_segments(
+            s,
+            di[first],
+            op=np.where(call, 0, 1).astype(np.int8),
+            id=(flow_ids[pk] << np.uint64(24)) | np.uint64(1),
+            has_id=np.ones(len(first), bool),
+            nbytes=nbytes,
+            flow=flow_ids[pk],
+            proto=np.full(len(first), _PROTO_CODE["tls"], np.int8),
+            label=np.array(
+                [f"TLS {names[p]}" if names[p] != "TLS" else "TLS" for p in pk.tolist()] + [None], object
+            )[:-1],
+            payload=np.full(len(first), None, object),
+            server_is_dst=call,
         )
 
     @staticmethod

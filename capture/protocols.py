@@ -29,7 +29,19 @@ Message = tuple[int, int, str | None, int | None]
 #: Key of a message that expects no answer by protocol: written as a ``send``.
 NO_REPLY = -1
 
-PROTOCOLS = ("http", "dns", "redis", "memcached", "mysql", "postgresql", "thrift", "http2", "tcp", "udp")
+PROTOCOLS = (
+    "http",
+    "dns",
+    "redis",
+    "memcached",
+    "mysql",
+    "postgresql",
+    "thrift",
+    "http2",
+    "tcp",
+    "udp",
+    "tls",
+)
 
 _METHODS = (
     b"GET",
@@ -130,6 +142,8 @@ def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
     """
     if client.startswith(_H2_PREFACE[:14]):
         return "http2"
+    if _tls_client_hello(client) or (not client and _tls_record(server, 0) and server[5:6] == b"\x02"):
+        return "tls"
     if _is_request(client) or server.startswith(b"HTTP/1."):
         return "http"
     if _REQ_LINE.search(client) or b"HTTP/1." in server:  # junk before the first message
@@ -871,6 +885,62 @@ _MYSQL_COMMANDS = {
     0x1A: "STMT_RESET", 0x1B: "SET_OPTION", 0x1C: "STMT_FETCH", 0x1F: "RESET_CONNECTION",
 }  # fmt: skip
 _MYSQL_NO_REPLY = frozenset((0x01, 0x18, 0x19))  # QUIT, STMT_SEND_LONG_DATA, STMT_CLOSE
+
+
+# ---- TLS -----------------------------------------------------------------------------------
+def _tls_client_hello(buf: bytes) -> bool:
+    """A handshake record holding a ClientHello opens the stream."""
+    return _tls_record(buf, 0) and buf[0] == 22 and buf[5:6] == b"\x01"
+
+
+def tls_records(buf: bytes) -> list[tuple[int, int, int]]:
+    """``(offset, content type, length)`` of each whole or started TLS record from the
+    start of ``buf``, up to the first bytes that are not a record header.
+
+    Examples
+    --------
+    >>> tls_records(b"\\x16\\x03\\x01\\x00\\x02ab\\x17\\x03\\x03\\x00\\x01x")
+    [(0, 22, 2), (7, 23, 1)]
+    """
+    out, pos = [], 0
+    while pos + 5 <= len(buf) and _tls_record(buf, pos):
+        ln = int.from_bytes(buf[pos + 3 : pos + 5], "big")
+        out.append((pos, buf[pos], ln))
+        pos += 5 + ln
+    return out
+
+
+def tls_server_name(record: bytes) -> str | None:
+    """The server name (SNI) a ClientHello record asks for, if it names one.
+
+    Examples
+    --------
+    >>> hello = bytes.fromhex("0303") + bytes(32) + b"\\x00" + b"\\x00\\x02\\x13\\x01" + b"\\x01\\x00"
+    >>> sni = b"\\x00\\x0d\\x00\\x00\\x0aapi.a.test"
+    >>> ext = b"\\x00\\x00" + len(sni).to_bytes(2, "big") + sni
+    >>> body = hello + len(ext).to_bytes(2, "big") + ext
+    >>> hs = b"\\x01" + len(body).to_bytes(3, "big") + body
+    >>> tls_server_name(b"\\x16\\x03\\x01" + len(hs).to_bytes(2, "big") + hs)
+    'api.a.test'
+    """
+    try:
+        pos = 5 + 4 + 2 + 32  # record header, handshake header, version, random
+        pos += 1 + record[pos]  # session id
+        pos += 2 + int.from_bytes(record[pos : pos + 2], "big")  # cipher suites
+        pos += 1 + record[pos]  # compression methods
+        end = pos + 2 + int.from_bytes(record[pos : pos + 2], "big")
+        pos += 2
+        while pos + 4 <= min(end, len(record)):
+            typ = int.from_bytes(record[pos : pos + 2], "big")
+            ln = int.from_bytes(record[pos + 2 : pos + 4], "big")
+            if typ == 0:  # server_name: list length, name type 0, name length, name
+                name_len = int.from_bytes(record[pos + 7 : pos + 9], "big")
+                name = record[pos + 9 : pos + 9 + name_len]
+                return name.decode("ascii", "replace") if record[pos + 6] == 0 and name else None
+            pos += 4 + ln
+    except IndexError:
+        return None
+    return None
 
 
 def _tls_record(buf: bytes, pos: int) -> bool:

@@ -110,3 +110,57 @@ def test_http09_requests_and_bare_responses(tmp_path: Path) -> None:
     ]
     assert [r["bytes"] for r in returns] == [41, 40_527, 41, 335]
     assert [r["id"] for r in returns] == [r["id"] for r in calls]
+
+
+TLS_PCAP = Path(__file__).parent / "data" / "tls.pcap"
+
+
+def _tshark_fields(path: Path, display_filter: str, *fields: str) -> list[list[str]]:
+    args = ["tshark", "-r", str(path), "-d", "tcp.port==18443,tls", "-Y", display_filter, "-T", "fields"]
+    for f in fields:
+        args += ["-e", f]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return [line.split("\t") for line in out.splitlines() if line]
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
+def test_tls_handshake_then_turns_agree_with_tshark(tmp_path: Path) -> None:
+    # data/tls.pcap: openssl s_server (Debian's openssl) and curl, three connections in
+    # TLS 1.3 to api.test and three in TLS 1.2 to db.test, one GET each.
+    out = tmp_path / "t.parquet"
+    capture.convert_pcaps([TLS_PCAP], out)
+    rows = tracefmt.read_trace(out).to_pylist()
+    assert {r["proto"] for r in rows} == {"tls"}
+    ns = [r["timestamp"].timestamp() for r in rows]  # seconds, as tshark prints them
+    hello = _tshark_fields(
+        TLS_PCAP, "tls.handshake.type == 1", "frame.time_epoch", "tls.handshake.extensions_server_name"
+    )
+    server = _tshark_fields(TLS_PCAP, "tls.handshake.type == 2", "frame.time_epoch")
+    calls = [
+        (t, r) for t, r in zip(ns, rows, strict=True) if r["op"] == "call" and r["label"].startswith("TLS ")
+    ]
+    rets = [
+        (t, r) for t, r in zip(ns, rows, strict=True) if r["op"] == "return" and r["label"].startswith("TLS ")
+    ]
+    # The handshake: a call at each ClientHello, named by its server name, and its
+    # return at the ServerHello.
+    assert [(round(t, 6), r["label"]) for t, r in calls] == [
+        (round(float(t), 6), f"TLS {n}") for t, n in hello
+    ]
+    assert [round(t, 6) for t, _ in rets] == [round(float(t), 6) for (t,) in server]
+    # After it, each GET and its answer: one call and one return per connection,
+    # labelled by the server name; the close_notify alerts are left out.
+    data = [r for r in rows if not r["label"].startswith("TLS ")]
+    assert [r["op"] for r in data].count("call") == [r["op"] for r in data].count("return") == 6
+    assert sorted({r["label"] for r in data}) == ["api.test", "db.test"]
+    # The first request of each connection: the client's first frame whose first record
+    # is application data (TLS 1.3's Finished rides behind a ChangeCipherSpec).
+    # (tshark shows TLS 1.3's encrypted records' type as their "opaque type".)
+    fields = ("tcp.stream", "frame.time_epoch", "tls.record.content_type", "tls.record.opaque_type")
+    frames = _tshark_fields(TLS_PCAP, "tls and tcp.dstport == 18443", *fields)
+    first_by_stream: dict[str, float] = {}
+    for stream, t, plain, opaque in frames:
+        if (plain or opaque).split(",")[0] == "23":
+            first_by_stream.setdefault(stream, float(t))
+    data_calls = sorted(round(t, 6) for t, r in zip(ns, rows, strict=True) if r["op"] == "call" and r in data)
+    assert data_calls == sorted(round(t, 6) for t in first_by_stream.values())
