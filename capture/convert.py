@@ -43,6 +43,7 @@ from tracefmt import (
     ParameterError,
     TraceWriter,
     distinct_outputs,
+    parquet_output,
     read_trace,
 )
 from tracefmt.schema import NODE_TYPE, TS_TYPE
@@ -326,6 +327,7 @@ def convert_pcaps(
     files = [p for p in paths if isinstance(p, str | os.PathLike)]
     names_file = names if isinstance(names, str | os.PathLike) else None
     distinct_outputs([*files, names_file], [out], what="an input")
+    parquet_output(out)
     t0 = time.perf_counter()
     namer = Namer(names, node_by=node_by)
     sources = [_as_source(p, chunk_bytes) for p in paths]

@@ -4,7 +4,7 @@ and span files (Jaeger, OTLP) as traces with ground truth.
 Every other wirepath package takes a validated Arrow table from here.
 """
 
-from tracefmt._files import distinct_outputs, partial_path
+from tracefmt._files import distinct_outputs, parquet_output, partial_path
 from tracefmt.convert import (
     TRACE_SUFFIXES,
     ConvertReport,
@@ -99,6 +99,7 @@ __all__ = [
     "load_names",
     "merge_traces",
     "op_codes",
+    "parquet_output",
     "parse_duration_ns",
     "partial_path",
     "printable",

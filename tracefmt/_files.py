@@ -63,3 +63,23 @@ def distinct_outputs(
         if target in seen:
             raise ParameterError(f"{out}: given for two outputs; choose another name for one")
         seen.add(target)
+
+
+def parquet_output(path: str | os.PathLike[str]) -> None:
+    """Raise ``ParameterError`` unless ``path`` names a Parquet trace (a verb that writes
+    Parquet must not write it under a text trace's name).
+
+    Examples
+    --------
+    >>> parquet_output("t.parquet")
+    >>> parquet_output("t.txt")
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.ParameterError: t.txt: this writes a Parquet trace: name it .parquet or .pq (...)
+    """
+    name = Path(path).name.lower()
+    if not name.endswith((".parquet", ".pq")):
+        raise ParameterError(
+            f"{path}: this writes a Parquet trace: name it .parquet or .pq "
+            "(wirepath convert makes text of it)"
+        )

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracefmt._files import distinct_outputs
+from tracefmt._files import distinct_outputs, parquet_output
 from tracefmt.errors import ParameterError, SchemaError, TraceFileError
 from tracefmt.parquet import TraceMetadata, TraceWriter, iter_trace, read_trace_metadata
 from tracefmt.schema import CORE_COLUMNS, NODE_TYPE, OPTIONAL_FIELDS
@@ -344,6 +344,7 @@ def merge_traces(
         raise ParameterError(f"dedup window must be >= 0, not {dedup_window_ns} ns")
     names = dict(names or {})
     distinct_outputs([spec.path for spec in specs], [output], what="an input")
+    parquet_output(output)
     metas = [read_trace_metadata(spec.path) for spec in specs]
     columns = _output_columns(metas)
     streams = [_Input(i, spec, names, columns) for i, spec in enumerate(specs)]

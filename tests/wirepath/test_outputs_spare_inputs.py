@@ -101,3 +101,18 @@ def test_two_outputs_of_synth_may_not_share_a_name(capsys, made, tmp_path) -> No
     assert rc == 1
     assert err.strip().splitlines() == [f"error: {out}: given for two outputs; choose another name for one"]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("verb", ["capture", "merge"])
+def test_a_parquet_trace_is_not_written_under_a_text_name(capsys, made, tmp_path, verb) -> None:
+    out = tmp_path / "x.txt"
+    argv = {
+        "capture": ["capture", "pcap", made["pcap"], "--out", out],
+        "merge": ["merge", f"a={made['trace']}", "--out", out],
+    }[verb]
+    rc, _, err = run(capsys, *argv)
+    assert rc == 1
+    lines = err.strip().splitlines()
+    why = "this writes a Parquet trace: name it .parquet or .pq (wirepath convert makes text of it)"
+    assert lines == [f"error: {out}: {why}"]
+    assert not out.exists()
