@@ -59,6 +59,46 @@ def _strings(column: pa.ChunkedArray) -> list[str]:
     return [str(v) for v in column.cast(pa.string()).to_pylist()]
 
 
+def _check_instances(
+    pair: np.ndarray,
+    t_call: np.ndarray,
+    t_ret: np.ndarray,
+    parent: np.ndarray,
+    inst: np.ndarray,
+    table: pa.Table,
+) -> None:
+    """Refuse an instances table no tracing tool could take: a span ending before it
+    starts, a confidence that is not a probability, a parent that is no pair of the
+    table, or parent links that loop (no request would have a root)."""
+    bad = np.flatnonzero(t_ret < t_call)
+    if bad.size:
+        raise SchemaError(f"pair {int(pair[bad[0]])} returns before it is called ({bad.size:,} such pairs)")
+    for column in ("confidence", "pattern_confidence"):
+        if column in table.column_names:
+            values = table[column].to_numpy(zero_copy_only=False).astype(float)
+            wrong = ~((values >= 0) & (values <= 1))
+            if column == "pattern_confidence":
+                wrong &= ~np.isnan(values)  # a pattern without a confidence
+            if wrong.any():
+                k = int(np.flatnonzero(wrong)[0])
+                raise SchemaError(f"pair {int(pair[k])}: {column} {values[k]} is not a probability")
+    order = np.argsort(pair, kind="stable")
+    linked = np.flatnonzero(parent >= 0)
+    at = np.searchsorted(pair[order], parent[linked])
+    known = (at < pair.size) & (pair[order][np.minimum(at, pair.size - 1)] == parent[linked])
+    if not known.all():
+        k = linked[np.flatnonzero(~known)[0]]
+        raise SchemaError(f"pair {int(pair[k])}: its parent {int(parent[k])} is not in the table")
+    # Each pair's instance must be a root: a pair whose instance has a parent, or whose
+    # parent is in another instance, belongs to no request.
+    roots = set(pair[parent < 0].tolist())
+    if not set(inst.tolist()) <= roots:
+        raise SchemaError("parent links loop or instances name no root: not a table wirepath wrote")
+    parent_inst = inst[order][np.minimum(at, pair.size - 1)]
+    if (parent_inst != inst[linked]).any():
+        raise SchemaError("a pair's parent belongs to another instance: not a table wirepath wrote")
+
+
 class _Spans:
     """Column arrays of the spans to write, client spans first then visit spans."""
 
@@ -74,6 +114,7 @@ class _Spans:
         t_ret = table["t_return"].cast(pa.int64()).to_numpy()
         parent_pair = table["parent"].fill_null(-1).to_numpy()
         inst = table["instance"].to_numpy()
+        _check_instances(pair, t_call, t_ret, parent_pair, inst, table)
         # Rows by pair number, to find a parent's row.
         by_pair = np.argsort(pair, kind="stable")
         roots = np.flatnonzero(parent_pair < 0)
@@ -305,7 +346,8 @@ def write_export(
     import json
 
     doc = export_traces(instances, fmt, max_traces=max_traces)
-    write_atomic(path, json.dumps(doc, separators=(",", ":")) + "\n")
+    # Bare NaN or Infinity would be JSON no tool reads.
+    write_atomic(path, json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n")
     if fmt == "zipkin":
         n_spans, n_traces = len(doc), len({s["traceId"] for s in doc})
     elif fmt == "jaeger":
