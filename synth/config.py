@@ -6,18 +6,40 @@ is reported as ``FILE:LINE: field: what is wrong (what would be right)``.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from synth.limits import (
+    CLIENTS,
+    DRIFT,
+    DURATION,
+    FRACTION,
+    MAX_TIME_S,
+    MESSAGES,
+    MODULUS,
+    OFFSET,
+    PARALLELISM,
+    PROBABILITY,
+    QUEUE,
+    RATE,
+    REPEAT,
+    RESOLUTION,
+    RESOLUTION_NS,
+    SEED,
+    START_NS,
+    TIME,
+    WEIGHT,
+    Limit,
+    tracelet_problem,
+)
 from tracefmt import ParameterError, TraceFileError
 
 __all__ = [
@@ -29,6 +51,7 @@ __all__ = [
     "NodeDelay",
     "SynthConfig",
     "TraceletSpec",
+    "check_config",
     "load_config",
     "parse_config",
     "with_delay_spread",
@@ -36,6 +59,7 @@ __all__ = [
 
 PathLike = str | os.PathLike[str]
 DEFAULT_START = "2024-01-01T00:00:00Z"
+START_RANGE = "an instant from 1970-01-01T00:00:00Z to 2200-01-01T00:00:00Z"
 ID_MODES = ("unique", "missing", "reused", "zero")
 
 
@@ -165,9 +189,146 @@ class SynthConfig:
     resolution_ns: int = 1000
     faults: Faults = field(default_factory=Faults)
 
-    def with_overrides(self, **changes: Any) -> SynthConfig:
-        """A copy with top-level fields replaced (None values are ignored)."""
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+    def with_overrides(self, *, labels: Mapping[str, str] | None = None, **changes: Any) -> SynthConfig:
+        """A copy with fields replaced, checked like the file's (``check_config``).
+
+        Parameters
+        ----------
+        labels : mapping, optional
+            What to call an overridden field in an error, e.g. ``{"messages": "--messages"}``
+            (default: its name in the file, ``trace.messages``).
+        **changes
+            Top-level fields (``seed``, ``messages``, ``duration_s``, ``parallelism``, ...)
+            or fault fields (``loss_rate_pps``, ``loss_queue``, ``skew``, ...); None values
+            are ignored. ``messages`` drops the file's ``duration_s`` and the other way
+            round; ``skew`` (node -> (offset_s, drift_ppm)) is merged into the file's.
+
+        Raises
+        ------
+        ConfigError
+            ``LABEL: problem (what is allowed)``.
+
+        Examples
+        --------
+        >>> cfg = parse_config('nodes = ["c", "s"]\\n[trace]\\nmessages = 100\\n[[tracelet]]\\n'
+        ...                    'client = "c"\\n[[tracelet.call]]\\nto = "s"\\nbefore_s = [0.01, 0.0]\\n')
+        >>> cfg.with_overrides(duration_s=5.0).messages is None
+        True
+        >>> cfg.with_overrides(messages=0, labels={"messages": "--messages"})
+        Traceback (most recent call last):
+        ...
+        synth.config.ConfigError: --messages: must be between 1 and 1,000,000,000, not 0
+        """
+        given = {k: v for k, v in changes.items() if v is not None}
+        names = {**_LABELS, **(labels or {})}
+        if "messages" in given and "duration_s" in given:
+            raise ConfigError(f"give {names['messages']} or {names['duration_s']}, not both")
+        if "messages" in given or "duration_s" in given:
+            given = {"messages": None, "duration_s": None, **given}
+        fault_names = {f.name for f in fields(Faults)}
+        faults = {k: v for k, v in given.items() if k in fault_names}
+        if "skew" in faults:
+            faults["skew"] = {**self.faults.skew, **faults["skew"]}
+        if "loss_queue" in faults and faults.get("loss_rate_pps", self.faults.loss_rate_pps) is None:
+            raise ConfigError(f"{names['loss_queue']} needs a capture rate: {names['loss_rate_pps']} PPS")
+        top = {k: v for k, v in given.items() if k not in fault_names}
+        config = replace(self, **top, faults=replace(self.faults, **faults))
+        return check_config(config, labels=names)
+
+
+# --- checking a whole configuration -----------------------------------------------------
+
+# What each field is called in the file (and in errors), and the bounds of the numbers.
+_TRACE_LIMITS = {
+    "seed": ("trace.seed", SEED),
+    "messages": ("trace.messages", MESSAGES),
+    "duration_s": ("trace.duration_s", DURATION),
+    "parallelism": ("trace.parallelism", PARALLELISM),
+}
+_FAULT_LIMITS = {
+    "loss_rate_pps": ("faults.loss.rate_pps", RATE),
+    "loss_queue": ("faults.loss.queue", QUEUE),
+    "dup_fraction": ("faults.duplicates.fraction", FRACTION),
+    "ids_fraction": ("faults.ids.fraction", FRACTION),
+    "ids_modulus": ("faults.ids.modulus", MODULUS),
+    "jitter_s": ("faults.jitter.std_s", TIME),
+}
+_LABELS = {k: name for k, (name, _) in (_TRACE_LIMITS | _FAULT_LIMITS).items()} | {
+    "start_ns": "trace.start",
+    "resolution_ns": "trace.resolution_s",
+    "skew": "faults.skew",
+    "ids": "faults.ids.mode",
+    "tracelets": "tracelet",
+}
+
+
+def _numbers_problem(config: SynthConfig) -> tuple[str, str] | None:
+    """The first top-level or fault number out of its bounds: (field, problem)."""
+    values = [(k, getattr(config, k), lim) for k, (_, lim) in _TRACE_LIMITS.items()]
+    values += [(k, getattr(config.faults, k), lim) for k, (_, lim) in _FAULT_LIMITS.items()]
+    for key, value, limit in values:
+        problem = None if value is None else limit.problem(value)
+        if problem is not None:
+            return key, problem
+    if START_NS.problem(config.start_ns) is not None:
+        return "start_ns", f"must be {START_RANGE}, not {config.start_ns!r} ns"
+    if RESOLUTION_NS.problem(config.resolution_ns) is not None:
+        return "resolution_ns", f"must be 1 ns to 1 s, not {config.resolution_ns!r} ns"
+    if config.faults.ids not in ID_MODES:
+        return "ids", f"unknown mode {config.faults.ids!r} (must be one of {', '.join(ID_MODES)})"
+    return None
+
+
+def _skew_problem(config: SynthConfig) -> str | None:
+    """Why a clock skew is not allowed: an unknown node, an offset or a drift out of bounds."""
+    for node, (offset_s, drift_ppm) in config.faults.skew.items():
+        if node not in config.nodes:
+            return f"unknown node {node!r} (declared nodes: {', '.join(config.nodes)})"
+        for what, value, limit in (("offset_s", offset_s, OFFSET), ("drift_ppm", drift_ppm, DRIFT)):
+            problem = limit.problem(value)
+            if problem is not None:
+                return f"{node}: {what} {problem}"
+    return None
+
+
+def _tracelets_problem(config: SynthConfig) -> str | None:
+    """Why a tracelet cannot run: its client loops or the size of one instance."""
+    for t in config.tracelets:
+        problem = None if t.clients is None else CLIENTS.problem(t.clients)
+        problem = f"clients {problem}" if problem else tracelet_problem(t)
+        if problem is not None:
+            return f"{t.name!r}: {problem}"
+    return None
+
+
+def check_config(config: SynthConfig, *, labels: Mapping[str, str] | None = None) -> SynthConfig:
+    """``config`` if every value is within the bounds the file reader enforces, else an error.
+
+    The generator calls it first, so a configuration changed with ``replace()`` or
+    ``with_overrides`` is held to the same bounds as the file (``synth/limits.py``):
+    the trace size, seed, parallelism, start, faults and the size of one instance.
+
+    Parameters
+    ----------
+    config : SynthConfig
+    labels : mapping, optional
+        What to call a field in the error (default: its name in the file).
+
+    Raises
+    ------
+    ConfigError
+        ``FIELD: problem (what is allowed)``.
+    """
+    names = {**_LABELS, **(labels or {})}
+    if (config.messages is None) == (config.duration_s is None):
+        raise ConfigError(f"give exactly one of {names['messages']} and {names['duration_s']}")
+    found = _numbers_problem(config)
+    if found is not None:
+        raise ConfigError(f"{names[found[0]]}: {found[1]}")
+    for key, problem in (("skew", _skew_problem(config)), ("tracelets", _tracelets_problem(config))):
+        if problem is not None:
+            raise ConfigError(f"{names[key]}: {problem}")
+    return config
 
 
 # --- reading -------------------------------------------------------------------------
@@ -231,20 +392,12 @@ class _Reader:
         where: tuple[Any, ...],
         key: str,
         default: Any,
-        *,
-        lo: float = -math.inf,
-        hi: float = math.inf,
-        integer: bool = False,
+        limit: Limit,
     ) -> Any:
         value = doc.get(key, default)
-        if value is None:
-            return None
-        ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
-        if isinstance(value, bool) or not ok_type:
-            kind = "an integer" if integer else "a number"
-            raise self.fail(where, key, f"must be {kind}, not {value!r}")
-        if not lo <= value <= hi or (isinstance(value, float) and math.isnan(value)):
-            raise self.fail(where, key, f"must be between {lo} and {hi}, not {value!r}")
+        problem = None if value is None else limit.problem(value)
+        if problem is not None:
+            raise self.fail(where, key, problem)
         return value
 
     def delay(self, doc: Mapping[str, Any], where: tuple[Any, ...], key: str, nodes: set[str]) -> NodeDelay:
@@ -275,12 +428,10 @@ class _Reader:
             ):
                 raise self.fail(where, key, f"must be {hint}, not {value!r}")
             mean, std, weight = (float(x) for x in part)
-            if std < 0:
-                raise self.fail(where, key, f"std must be >= 0, not {std}")
-            if mean < 0:
-                raise self.fail(where, key, f"mean must be >= 0, not {mean}")
-            if weight <= 0:
-                raise self.fail(where, key, f"weight must be > 0, not {weight}")
+            for name, x, limit in (("mean", mean, TIME), ("std", std, TIME), ("weight", weight, WEIGHT)):
+                problem = limit.problem(x)
+                if problem is not None:
+                    raise self.fail(where, key, f"{name} {problem}")
             comps.append((mean, std, weight))
         return Delay(tuple(comps))
 
@@ -303,9 +454,11 @@ class _Reader:
         if (
             not isinstance(weights, list)
             or len(weights) != len(names)
-            or not all(isinstance(w, int | float) and not isinstance(w, bool) and w > 0 for w in weights)
+            or any(WEIGHT.problem(w) for w in weights)
         ):
-            raise self.fail(where, wkey, f"must be {len(names)} positive numbers, one per node in {key}")
+            raise self.fail(
+                where, wkey, f"must be {len(names)} positive numbers (at most 1e12), one per node in {key}"
+            )
         return tuple(names), tuple(float(w) for w in weights)
 
     def check_keys(self, doc: Mapping[str, Any], where: tuple[Any, ...], allowed: set[str]) -> None:
@@ -336,11 +489,14 @@ _FAULT_KEYS = {"loss", "skew", "duplicates", "ids", "jitter"}
 def _start_ns(r: _Reader, value: Any) -> int:
     try:
         dt = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
+        if dt.tzinfo is None:
+            raise r.fail(("trace",), "start", f"needs a zone, e.g. {DEFAULT_START}")
+        ns = int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
+    except (ValueError, OverflowError):
         raise r.fail(("trace",), "start", f"must be an ISO-8601 instant, not {value!r}") from None
-    if dt.tzinfo is None:
-        raise r.fail(("trace",), "start", f"needs a zone, e.g. {DEFAULT_START}")
-    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
+    if START_NS.problem(ns) is not None:
+        raise r.fail(("trace",), "start", f"must be {START_RANGE}, not {value!r}")
+    return ns
 
 
 def _read_calls(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> tuple[CallSpec, ...]:
@@ -375,12 +531,14 @@ def _read_calls(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> t
         if not (
             isinstance(rep, list)
             and len(rep) == 2
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in rep)
-            and 0 <= rep[0] <= rep[1]
+            and not any(REPEAT.problem(x) for x in rep)
+            and rep[0] <= rep[1]
             and rep[1] >= 1
         ):
             raise r.fail(
-                where, "repeat", f"must be a count >= 1 or [min, max] counts, not {c.get('repeat')!r}"
+                where,
+                "repeat",
+                f"must be a count >= 1 or [min, max] counts (at most {REPEAT.hi:,}), not {c.get('repeat')!r}",
             )
         group = c.get("group")
         if group is not None and not isinstance(group, str):
@@ -391,7 +549,7 @@ def _read_calls(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> t
                 parent=parent,
                 to=to,
                 weights=weights,
-                p=r.number(c, where, "p", 1.0, lo=0.0, hi=1.0),
+                p=r.number(c, where, "p", 1.0, PROBABILITY),
                 repeat=(rep[0], rep[1]),
                 group=group,
                 before=r.delay(c, where, "before_s", nodes),
@@ -414,7 +572,7 @@ def _read_hops(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> tu
             HopSpec(
                 to=to,
                 weights=weights,
-                p=r.number(h, where, "p", 1.0, lo=0.0, hi=1.0),
+                p=r.number(h, where, "p", 1.0, PROBABILITY),
                 delay=r.delay(h, where, "delay_s", nodes),
                 line=r.lines.line(where),
             )
@@ -428,25 +586,25 @@ def _read_faults(r: _Reader, doc: Mapping[str, Any], nodes: set[str]) -> Faults:
     out: dict[str, Any] = {}
     loss = f.get("loss", {})
     r.check_keys(loss, ("faults", "loss"), {"rate_pps", "queue"})
-    out["loss_rate_pps"] = r.number(loss, ("faults", "loss"), "rate_pps", None, lo=1e-9)
-    out["loss_queue"] = r.number(loss, ("faults", "loss"), "queue", 64, lo=1, integer=True)
+    out["loss_rate_pps"] = r.number(loss, ("faults", "loss"), "rate_pps", None, RATE)
+    out["loss_queue"] = r.number(loss, ("faults", "loss"), "queue", 64, QUEUE)
     skew = {}
     for node, spec in f.get("skew", {}).items():
         where = ("faults", "skew")
         if node not in nodes:
             raise r.fail(where, node, f"unknown node {node!r} (declared nodes: {', '.join(sorted(nodes))})")
         if isinstance(spec, int | float) and not isinstance(spec, bool):
-            skew[node] = (float(spec), 0.0)
+            skew[node] = (float(r.number(f["skew"], where, node, None, OFFSET)), 0.0)
         elif isinstance(spec, dict) and set(spec) <= {"offset_s", "drift_ppm"}:
-            off = r.number(spec, where, "offset_s", 0.0)
-            drift = r.number(spec, where, "drift_ppm", 0.0, lo=-1e5, hi=1e5)
+            off = r.number(spec, where, "offset_s", 0.0, OFFSET)
+            drift = r.number(spec, where, "drift_ppm", 0.0, DRIFT)
             skew[node] = (float(off), float(drift))
         else:
             raise r.fail(where, node, "must be an offset in seconds or {offset_s = ..., drift_ppm = ...}")
     out["skew"] = skew
     dup = f.get("duplicates", {})
     r.check_keys(dup, ("faults", "duplicates"), {"fraction", "delay_s"})
-    out["dup_fraction"] = r.number(dup, ("faults", "duplicates"), "fraction", 0.0, lo=0.0, hi=1.0)
+    out["dup_fraction"] = r.number(dup, ("faults", "duplicates"), "fraction", 0.0, FRACTION)
     if "delay_s" in dup:
         out["dup_delay"] = r.delay(dup, ("faults", "duplicates"), "delay_s", nodes).default
     ids = f.get("ids", {})
@@ -457,11 +615,11 @@ def _read_faults(r: _Reader, doc: Mapping[str, Any], nodes: set[str]) -> Faults:
             ("faults", "ids"), "mode", f"unknown mode {mode!r} (must be one of {', '.join(ID_MODES)})"
         )
     out["ids"] = mode
-    out["ids_fraction"] = r.number(ids, ("faults", "ids"), "fraction", 1.0, lo=0.0, hi=1.0)
-    out["ids_modulus"] = r.number(ids, ("faults", "ids"), "modulus", 16, lo=1, integer=True)
+    out["ids_fraction"] = r.number(ids, ("faults", "ids"), "fraction", 1.0, FRACTION)
+    out["ids_modulus"] = r.number(ids, ("faults", "ids"), "modulus", 16, MODULUS)
     jitter = f.get("jitter", {})
     r.check_keys(jitter, ("faults", "jitter"), {"std_s"})
-    out["jitter_s"] = float(r.number(jitter, ("faults", "jitter"), "std_s", 0.0, lo=0.0))
+    out["jitter_s"] = float(r.number(jitter, ("faults", "jitter"), "std_s", 0.0, TIME))
     return Faults(**out)
 
 
@@ -491,10 +649,12 @@ def parse_config(text: str, path: str = "<config>") -> SynthConfig:
         raise r.fail((), "nodes", f"node name {bad[0]!r} has whitespace or '#'")
     trace = doc.get("trace", {})
     r.check_keys(trace, ("trace",), _TRACE_KEYS)
-    messages = r.number(trace, ("trace",), "messages", None, lo=1, integer=True)
-    duration = r.number(trace, ("trace",), "duration_s", None, lo=1e-9)
+    messages = r.number(trace, ("trace",), "messages", None, MESSAGES)
+    duration = r.number(trace, ("trace",), "duration_s", None, DURATION)
     if messages is None and duration is None:
         raise r.fail(("trace",), None, "needs messages = N or duration_s = S")
+    if messages is not None and duration is not None:
+        raise r.fail(("trace",), "duration_s", "give messages = N or duration_s = S, not both")
     tracelets = []
     for ti, t in enumerate(doc.get("tracelet", [])):
         where = ("tracelet", ti)
@@ -504,20 +664,22 @@ def parse_config(text: str, path: str = "<config>") -> SynthConfig:
             raise r.fail(where, "kind", f"unknown kind {kind!r} (must be rpc or messages)")
         client, client_w = r.choice(t, where, "client", nodes)
         think = t.get("think_s", [0.0, 0.0])
-        if not (
-            isinstance(think, list)
-            and len(think) == 2
-            and all(isinstance(x, int | float) for x in think)
-            and 0 <= think[0] <= think[1]
+        if (
+            not (isinstance(think, list) and len(think) == 2 and not any(TIME.problem(x) for x in think))
+            or think[0] > think[1]
         ):
-            raise r.fail(where, "think_s", f"must be [min, max] seconds with 0 <= min <= max, not {think!r}")
+            raise r.fail(
+                where,
+                "think_s",
+                f"must be [min, max] seconds with 0 <= min <= max <= {MAX_TIME_S:,.0f}, not {think!r}",
+            )
         spec = TraceletSpec(
             name=str(t.get("name", f"tracelet{ti}")),
             kind=kind,
             client=client,
             client_weights=client_w,
-            weight=r.number(t, where, "weight", 1.0, lo=1e-12),
-            clients=r.number(t, where, "clients", None, lo=1, integer=True),
+            weight=r.number(t, where, "weight", 1.0, WEIGHT),
+            clients=r.number(t, where, "clients", None, CLIENTS),
             think_s=(float(think[0]), float(think[1])),
             calls=_read_calls(r, t, ti, nodes) if kind == "rpc" else (),
             hops=_read_hops(r, t, ti, nodes) if kind == "messages" else (),
@@ -531,6 +693,9 @@ def parse_config(text: str, path: str = "<config>") -> SynthConfig:
             raise r.fail(
                 where, "kind", f"a {kind} tracelet takes {'call' if kind == 'rpc' else 'hop'} entries only"
             )
+        problem = tracelet_problem(spec)
+        if problem is not None:
+            raise r.fail(where, None, problem)
         tracelets.append(spec)
     if not tracelets:
         raise r.fail((), "tracelet", "missing (at least one [[tracelet]])")
@@ -538,12 +703,12 @@ def parse_config(text: str, path: str = "<config>") -> SynthConfig:
         path=path,
         nodes=tuple(nodes_list),
         tracelets=tuple(tracelets),
-        seed=r.number(trace, ("trace",), "seed", 1, lo=0, integer=True),
+        seed=r.number(trace, ("trace",), "seed", 1, SEED),
         messages=messages,
         duration_s=duration,
-        parallelism=float(r.number(trace, ("trace",), "parallelism", 1.0, lo=1e-9)),
+        parallelism=float(r.number(trace, ("trace",), "parallelism", 1.0, PARALLELISM)),
         start_ns=_start_ns(r, trace.get("start", DEFAULT_START)),
-        resolution_ns=round(r.number(trace, ("trace",), "resolution_s", 1e-6, lo=1e-9, hi=1.0) * 1e9),
+        resolution_ns=round(r.number(trace, ("trace",), "resolution_s", 1e-6, RESOLUTION) * 1e9),
         faults=_read_faults(r, doc, nodes),
     )
 

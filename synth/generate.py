@@ -20,8 +20,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from synth.config import ConfigError, Faults, SynthConfig
+from synth._signals import sigterm_as_interrupt
+from synth.config import ConfigError, Faults, SynthConfig, check_config
 from synth.faults import CaptureQueue, stamp_skew
+from synth.limits import MAX_LOOP_CALLS, MAX_LOOPS, MAX_MESSAGES, calls_per_instance
 from synth.template import Batch, Template, build_template
 from synth.truth import PatternBook, mean_parallelism
 from tracefmt import ParameterError, TraceWriter, trace_format, write_text_trace
@@ -33,6 +35,9 @@ PathLike = str | os.PathLike[str]
 _INSTANCES_PER_ROUND = 40_000
 _PARALLELISM_CALLS = 60_000  # calls measured for the reported parallelism
 _PILOT_CALLS = 40_000  # calls measured in a calibration pilot
+_AHEAD_ROUNDS = 4  # a loop further ahead of the horizon than this many typical rounds waits
+_LAST_NS = 2**63 - 1  # 2262-04-11T23:47:16.854775807Z
+_MAX_WAITING = 4_000_000  # messages waiting to be sorted (about 90 bytes each)
 _OP_CALL, _OP_RETURN, _OP_SEND = (OPS.index(o) for o in ("call", "return", "send"))
 
 
@@ -88,11 +93,13 @@ class _Engine:
         self.templates = [build_template(t, self.codes) for t in config.tracelets]
         self.book = PatternBook(self.templates, list(config.nodes))
         self.loops = loops
+        # Instances per loop and round: about _INSTANCES_PER_ROUND in all, and never more
+        # than MAX_LOOP_CALLS calls, so a round's memory is bounded.
+        calls = sum(n * tpl.size for n, tpl in zip(loops, self.templates, strict=True))
+        self.per_loop = max(1, min(_INSTANCES_PER_ROUND // max(1, sum(loops)), MAX_LOOP_CALLS // calls))
         self.next_start: list[np.ndarray] = []
-        for t, spec in enumerate(config.tracelets):
-            # Stagger the loops' first starts over one think time plus a typical duration.
-            typical = self._typical_duration(t) + sum(spec.think_s) / 2
-            self.next_start.append(self.rng.uniform(0.0, max(typical, 1e-6), loops[t]))
+        self.ahead_s: list[float] = []  # how far ahead of the horizon a loop may draw
+        self._check_duration(sum([self._start_loops(t) for t in range(len(config.tracelets))]))
         self.inst_base = 0
         self.uid_base = 0
         self.buffer: dict[str, np.ndarray] | None = None
@@ -112,7 +119,28 @@ class _Engine:
         self.sample_calls = sample_calls
         self.sampled = 0
 
-    def _typical_duration(self, t: int) -> float:
+    def _start_loops(self, t: int) -> float:
+        """Stagger tracelet ``t``'s loops' first starts over one think time plus a typical
+        duration, and set how far ahead they may draw; its messages per second, roughly."""
+        probe = self._probe(t)
+        think = sum(self.config.tracelets[t].think_s) / 2
+        typical = max(float(np.median(probe.duration)) + think, 1e-6)
+        self.next_start.append(self.rng.uniform(0.0, typical, self.loops[t]))
+        self.ahead_s.append(_AHEAD_ROUNDS * self.per_loop * typical)
+        return self.loops[t] * float(self._sizes(t, probe).mean()) / max(probe.duration.mean() + think, 1e-9)
+
+    def _check_duration(self, rate: float) -> None:
+        """Refuse, before drawing, a duration that would make far more than ``MAX_MESSAGES``."""
+        duration = self.config.duration_s
+        if duration is not None and rate * duration > 2 * MAX_MESSAGES:
+            raise ConfigError(
+                f"{self.config.path}: {duration:g} s of this workload make about {rate * duration:.2g} "
+                f"messages, more than the limit of {MAX_MESSAGES:,}; give a duration of at most about "
+                f"{MAX_MESSAGES / rate:.2g} s, or messages = N"
+            )
+
+    def _probe(self, t: int) -> Batch:
+        """A few instances of tracelet ``t``, to learn its typical duration and size."""
         spec = self.config.tracelets[t]
         probe = self.templates[t].instantiate(np.random.default_rng(0), 64)
         if spec.think_s[1] <= 0 and not (probe.duration > 0).any():
@@ -121,7 +149,7 @@ class _Engine:
                 f"{self.config.path}:{spec.line}: tracelet.think_s: tracelet {spec.name!r} takes no time: "
                 "give it delays or a think time (think_s = [min, max] with max > 0)"
             )
-        return float(np.median(probe.duration))
+        return probe
 
     # -- generation ---------------------------------------------------------------------
 
@@ -164,17 +192,21 @@ class _Engine:
 
     def _round(self) -> None:
         fresh = []
+        h = self.horizon
         for t, tpl in enumerate(self.templates):
-            loops = self.loops[t]
-            per_loop = max(1, _INSTANCES_PER_ROUND // max(1, sum(self.loops)))
-            n = loops * per_loop
+            # Loops far ahead wait for the horizon, so that instances of a slow loop (or
+            # tracelet) do not pile up in the buffer while the others catch up.
+            active = np.flatnonzero(self.next_start[t] <= h + self.ahead_s[t])
+            if active.size == 0:
+                continue
+            n = active.size * self.per_loop
             batch = tpl.instantiate(self.rng, n)
             lo, hi = self.config.tracelets[t].think_s
             think = self.rng.uniform(lo, hi, n) if hi > lo else np.full(n, lo)
-            step = (batch.duration + think).reshape(loops, per_loop)
+            step = (batch.duration + think).reshape(active.size, self.per_loop)
             offsets = np.cumsum(step, axis=1) - step
-            starts = (self.next_start[t][:, None] + offsets).ravel()
-            self.next_start[t] = self.next_start[t] + step.sum(axis=1)
+            starts = (self.next_start[t][active, None] + offsets).ravel()
+            self.next_start[t][active] += step.sum(axis=1)
             inst = self.inst_base + np.arange(n, dtype=np.int64)
             self.inst_base += n
             pattern = self.book.classify(t, batch)
@@ -194,6 +226,21 @@ class _Engine:
     def _sizes(self, t: int, batch: Batch) -> np.ndarray:
         per_slot = 1 if self.templates[t].kind == "messages" else 2
         return batch.messages * per_slot
+
+    def _check_bounds(self) -> None:
+        """Refuse a run that would pass the message limit or hold too much back."""
+        if self.config.messages is None and self.counted > MAX_MESSAGES:
+            raise ParameterError(
+                f"{self.config.path}: {self.config.duration_s:g} s of this workload make more than "
+                f"{MAX_MESSAGES:,} messages (the limit); give a shorter duration, or messages = N"
+            )
+        waiting = 0 if self.buffer is None else self.buffer["t"].size
+        if waiting > _MAX_WAITING:
+            raise ParameterError(
+                f"{self.config.path}: {waiting:,} messages wait to be sorted, more than {_MAX_WAITING:,}: "
+                "clock offsets, jitter or instances much longer than the rest hold them back; "
+                "lower the skew or jitter, or the parallelism"
+            )
 
     def _update_stop(self) -> None:
         """Fix the stop time once the message target is reached (instances in start order).
@@ -318,6 +365,18 @@ class _Engine:
             r_t[pos][closed],
         )
 
+    def _check_times(self, stamp: np.ndarray) -> None:
+        """Refuse times (seconds from the start) that nanosecond timestamps cannot hold."""
+        start_ns = self.config.start_ns
+        first, last = -start_ns / 1e9, (_LAST_NS - start_ns) / 1e9 - 1.0
+        if stamp.size and not (stamp.min() >= first and stamp.max() <= last):
+            bad = stamp[~((stamp >= first) & (stamp <= last))][0]
+            raise ParameterError(
+                f"{self.config.path}: a message would be stamped {bad:.6g} s after the trace start, "
+                "outside nanosecond time (1970-01-01 to 2262-04-11); "
+                "lower the delays, think times, clock offsets or the trace's size"
+            )
+
     def _finish(self, e: dict[str, np.ndarray]) -> pa.Table:
         """Faults that add or remove messages, sort, quantize, build the Arrow table."""
         cfg = self.config
@@ -332,6 +391,7 @@ class _Engine:
             e = {k: np.concatenate([e[k], copies[k]]) for k in e}
             self.duplicated += int(d.sum())
             stamp = e["stamp"]
+        self._check_times(stamp)
         ts = cfg.start_ns + (np.floor(stamp * 1e9 / cfg.resolution_ns).astype(np.int64) * cfg.resolution_ns)
         # Equal timestamps keep the causal event order within an instance.
         order = np.lexsort((e["seq"], e["inst"], ts))
@@ -386,6 +446,7 @@ class _Engine:
             self._update_stop()
             self._settle_truth(final=False)
             table = self._emit(final=False)
+            self._check_bounds()
             if table is not None:
                 written += table.num_rows
                 if on_progress is not None:
@@ -407,8 +468,35 @@ def _loops(config: SynthConfig, scale: float) -> list[int]:
     ]
 
 
-def _calibrate(config: SynthConfig) -> list[int]:
-    """Loops per tracelet that give the requested mean parallelism (a few pilot runs)."""
+def _check_loops(config: SynthConfig, loops: list[int], calls: list[int]) -> None:
+    """Refuse client loops whose instances, one per loop, would not fit a round."""
+    in_flight = sum(n * c for n, c in zip(loops, calls, strict=True))
+    if sum(loops) > MAX_LOOPS or in_flight > MAX_LOOP_CALLS:
+        raise ConfigError(
+            f"{config.path}: {sum(loops):,} client loops of {max(calls):,} calls per instance at most "
+            f"make {in_flight:,} calls at once (at most {MAX_LOOPS:,} loops and {MAX_LOOP_CALLS:,} "
+            "calls: loops x calls per instance); lower the parallelism, clients or repeat"
+        )
+
+
+def _fit_loops(config: SynthConfig, loops: list[int], calls: list[int]) -> list[int]:
+    """``loops`` with the calibrated ones (not fixed ``clients``) scaled down to the bounds."""
+    free = [t.clients is None for t in config.tracelets]
+    fixed_loops = sum(n for n, f in zip(loops, free, strict=True) if not f)
+    fixed_calls = sum(n * c for n, c, f in zip(loops, calls, free, strict=True) if not f)
+    free_loops = sum(loops) - fixed_loops
+    free_calls = sum(n * c for n, c in zip(loops, calls, strict=True)) - fixed_calls
+    room = min(
+        1.0,
+        (MAX_LOOPS - fixed_loops) / max(free_loops, 1),
+        (MAX_LOOP_CALLS - fixed_calls) / max(free_calls, 1),
+    )
+    return [max(1, int(n * room)) if f and room < 1 else n for n, f in zip(loops, free, strict=True)]
+
+
+def _calibrate(config: SynthConfig, calls: list[int]) -> list[int]:
+    """Loops per tracelet that give the requested mean parallelism (a few pilot runs);
+    as many as the bounds allow if it cannot be reached."""
     scale = 1.0
     loops = _loops(config, scale)
     if config.parallelism <= 1.0 or all(t.clients is not None for t in config.tracelets):
@@ -439,7 +527,7 @@ def _calibrate(config: SynthConfig) -> list[int]:
             break
         # The true parent is always a candidate: the excess over 1 grows with the loops.
         scale *= (config.parallelism - 1.0) / max(measured - 1.0, 1e-3)
-        new = _loops(config, scale)
+        new = _fit_loops(config, _loops(config, scale), calls)
         if new == loops:
             break
         loops = new
@@ -447,9 +535,14 @@ def _calibrate(config: SynthConfig) -> list[int]:
 
 
 def _engine(config: SynthConfig) -> _Engine:
+    """The engine for a checked configuration, its client loops calibrated; every bound
+    is checked before anything is drawn."""
+    check_config(config)
+    calls = [calls_per_instance(t) for t in config.tracelets]
+    _check_loops(config, _loops(config, 1.0), calls)
     if not any(t.kind == "rpc" for t in config.tracelets):
         return _Engine(config, _loops(config, 1.0), seed=config.seed)
-    return _Engine(config, _calibrate(config), seed=config.seed)
+    return _Engine(config, _calibrate(config, calls), seed=config.seed)
 
 
 def generate_table(config: SynthConfig) -> tuple[pa.Table, dict[str, Any]]:
@@ -463,6 +556,25 @@ def generate_table(config: SynthConfig) -> tuple[pa.Table, dict[str, Any]]:
         messages=table.num_rows, instances=engine.instances, parallelism=engine.parallelism()
     )
     return validate_trace(table), truth
+
+
+def _write(engine: _Engine, out: Path, on_progress: Callable[[int], None] | None) -> int:
+    """Stream the engine's messages into ``out`` (whole or not at all); the count written."""
+    if trace_format(out) == "text":
+        return write_text_trace(engine.run(on_progress), out)
+    config = engine.config
+    provenance = {"synth": {"config": config.path, "seed": config.seed, "loops": engine.loops}}
+    with TraceWriter(out, provenance=provenance) as writer, ThreadPoolExecutor(1) as io:
+        # Encoding and compressing a row group overlaps generating the next one.
+        pending: Future[None] | None = None
+        for table in engine.run(on_progress):
+            if pending is not None:
+                pending.result()
+            pending = io.submit(writer.write, table)
+        if pending is not None:
+            pending.result()
+        writer.provenance["synth"].update({"lost": engine.lost, "duplicated": engine.duplicated})
+    return writer.rows
 
 
 def generate_trace(
@@ -484,31 +596,37 @@ def generate_trace(
         Where to write the truth file (JSON, ``results.md``).
     on_progress : callable, optional
         Called with messages written so far.
+
+    Returns
+    -------
+    SynthReport
+
+    Raises
+    ------
+    ConfigError
+        A value out of its bounds (``check_config``, ``synth/README.md``).
+    ParameterError
+        The workload leaves the bounds while it runs: more than ``MAX_MESSAGES`` in
+        ``duration_s``, timestamps past 2262, too many messages waiting to be sorted
+        (clock offsets, jitter), too many distinct patterns.
+
+    Notes
+    -----
+    The trace is written under a temporary name and moved into place when complete;
+    on an error, Ctrl-C or SIGTERM (which raises ``KeyboardInterrupt`` here, when the
+    program has not installed its own handler) nothing is left behind.
     """
-    engine = _engine(config)
     out = Path(output)
-    provenance = {"synth": {"config": config.path, "seed": config.seed, "loops": engine.loops}}
-    if trace_format(out) == "text":
-        rows = write_text_trace(engine.run(on_progress), out)
-    else:
-        with TraceWriter(out, provenance=provenance) as writer, ThreadPoolExecutor(1) as io:
-            # Encoding and compressing a row group overlaps generating the next one.
-            pending: Future[None] | None = None
-            for table in engine.run(on_progress):
-                if pending is not None:
-                    pending.result()
-                pending = io.submit(writer.write, table)
-            if pending is not None:
-                pending.result()
-            writer.provenance["synth"].update({"lost": engine.lost, "duplicated": engine.duplicated})
-        rows = writer.rows
-    span = engine.span_s
-    parallelism = engine.parallelism()
-    truth = engine.book.truth(messages=rows, instances=engine.instances, parallelism=parallelism)
-    if truth_path is not None:
-        tp = Path(truth_path)
-        tp.parent.mkdir(parents=True, exist_ok=True)
-        tp.write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
+    with sigterm_as_interrupt():
+        engine = _engine(config)
+        rows = _write(engine, out, on_progress)
+        span = engine.span_s
+        parallelism = engine.parallelism()
+        truth = engine.book.truth(messages=rows, instances=engine.instances, parallelism=parallelism)
+        if truth_path is not None:
+            tp = Path(truth_path)
+            tp.parent.mkdir(parents=True, exist_ok=True)
+            tp.write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
     return SynthReport(
         output=str(out),
         messages=rows,

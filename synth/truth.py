@@ -1,4 +1,11 @@
-"""Ground truth of a synthetic trace: its patterns with true latencies, and its parallelism."""
+"""Ground truth of a synthetic trace: its patterns with true latencies, and its parallelism.
+
+Memory stays bounded however long the trace: the true latencies kept for the
+percentiles are thinned to a systematic sample once they pass ``_KEPT_VALUES``
+(the first ``_HEAD`` instances of every pattern always stay; means and standard
+deviations stay exact), and the distinct patterns may hold ``MAX_PATTERN_CALLS``
+calls in all. A trace below the budget gets exact statistics.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +15,41 @@ from typing import Any
 import numpy as np
 
 from synth.template import Batch, Template
+from tracefmt import ParameterError
 from tracefmt.patterns import Shape, latency_stats, path_id, pattern_id, shape_text
 
-__all__ = ["PatternBook", "mean_parallelism"]
+__all__ = ["MAX_PATTERN_CALLS", "PatternBook", "mean_parallelism"]
+
+MAX_PATTERN_CALLS = 100_000  # calls of all distinct patterns together (their shapes are kept)
+_KEPT_VALUES = 1 << 22  # latencies kept for percentiles, over all patterns (16 MB each kind)
+_HEAD = 16  # the first instances of every pattern are always kept (at most 1.6 M values)
+
+
+@dataclass
+class _Moments:
+    """Count, mean and sum of squared deviations of each row, merged batch by batch."""
+
+    n: int
+    mean: np.ndarray
+    m2: np.ndarray
+
+    @classmethod
+    def of(cls, x: np.ndarray) -> _Moments:
+        x = x.astype(np.float64)
+        mean = x.mean(axis=1)
+        return cls(x.shape[1], mean, ((x - mean[:, None]) ** 2).sum(axis=1))
+
+    def add(self, x: np.ndarray) -> None:
+        other = _Moments.of(x)
+        n = self.n + other.n
+        delta = other.mean - self.mean
+        self.mean = self.mean + delta * (other.n / n)
+        self.m2 = self.m2 + other.m2 + delta**2 * (self.n * other.n / n)
+        self.n = n
+
+    @property
+    def std(self) -> np.ndarray:
+        return np.sqrt(self.m2 / self.n)
 
 
 @dataclass
@@ -23,6 +62,8 @@ class _Pattern:
     nodes: list[str] | None  # for linear (messages) patterns
     lat: list[np.ndarray] = field(default_factory=list)  # per-batch arrays (present slots, k)
     delay: list[np.ndarray] = field(default_factory=list)
+    index: list[np.ndarray] = field(default_factory=list)  # which instances of the pattern are kept
+    moments: tuple[_Moments, _Moments] | None = None  # (lat, delay) of all instances, once thinned
     order: tuple | None = None  # (slot, children...) in the shape's order, for nesting patterns
     total: float = 0.0
     count: int = 0
@@ -36,6 +77,9 @@ class PatternBook:
         self.names = node_names
         self.patterns: list[_Pattern] = []
         self._by_key: dict[tuple[int, bytes], int] = {}
+        self.calls = 0  # calls of all patterns
+        self.level = 0  # instance j of a pattern is kept if j < _HEAD or j % 2**level == 0
+        self.kept = 0  # latencies kept, over all patterns
 
     def classify(self, t: int, batch: Batch) -> np.ndarray:
         """Pattern index of every instance of a batch (new shapes are registered)."""
@@ -62,6 +106,13 @@ class PatternBook:
         tpl = self.templates[t]
         client = self.names[row[0]]
         present = [i for i in range(tpl.size) if row[i + 1] > 0]
+        self.calls += len(present)
+        if self.calls > MAX_PATTERN_CALLS:
+            raise ParameterError(
+                f"the instances take too many shapes: {len(self.patterns):,} distinct patterns hold more "
+                f"than {MAX_PATTERN_CALLS:,} calls (the limit of the ground truth); fewer choices "
+                "(to = [...]), optional calls (p) or repeat ranges make fewer patterns"
+            )
         node = {i: self.names[row[i + 1] - 1] for i in present}
         if tpl.kind == "messages":
             nodes = [client] + [node[i] for i in present]
@@ -108,16 +159,60 @@ class PatternBook:
                 total = batch.t_call[pat.slots[-1], group] - batch.t_call[pat.slots[0], group]
             else:
                 total = lat_all[pat.slots[0], group]
-            pat.lat.append(lat_all[cells].astype(np.float32))
-            pat.delay.append(delay_all[cells].astype(np.float32))
+            self._keep(pat, lat_all[cells].astype(np.float32), delay_all[cells].astype(np.float32))
             pat.total += float(total.sum())
             pat.count += group.size
+        while self.kept > _KEPT_VALUES and self.level < 62:
+            self._thin()
+
+    def _kept(self, index: np.ndarray) -> np.ndarray:
+        return (index < _HEAD) | (index % (1 << self.level) == 0)
+
+    def _keep(self, pat: _Pattern, lat: np.ndarray, delay: np.ndarray) -> None:
+        """Keep the latencies of a pattern's next instances that the sample takes."""
+        if pat.moments is not None:
+            pat.moments[0].add(lat)
+            pat.moments[1].add(delay)
+        elif self.level > 0:  # a pattern new since the sample was first thinned
+            pat.moments = (_Moments.of(lat), _Moments.of(delay))
+        index = pat.count + np.arange(lat.shape[1])
+        keep = self._kept(index)
+        pat.lat.append(lat[:, keep])
+        pat.delay.append(delay[:, keep])
+        pat.index.append(index[keep])
+        self.kept += lat.shape[0] * int(keep.sum())
+
+    def _thin(self) -> None:
+        """Halve the sample of every pattern (beyond its head); the first time, start
+        exact running moments from the values, all of which are still there."""
+        self.level += 1
+        self.kept = 0
+        for pat in self.patterns:
+            if not pat.index:
+                continue
+            lat, delay = np.concatenate(pat.lat, axis=1), np.concatenate(pat.delay, axis=1)
+            index = np.concatenate(pat.index)
+            if pat.moments is None:
+                pat.moments = (_Moments.of(lat), _Moments.of(delay))
+            keep = self._kept(index)
+            pat.lat, pat.delay, pat.index = [lat[:, keep]], [delay[:, keep]], [index[keep]]
+            self.kept += lat.shape[0] * int(keep.sum())
+
+    @staticmethod
+    def _stats(values: np.ndarray, moments: _Moments | None, row: int) -> dict[str, float]:
+        """Latency statistics of one row: percentiles from the values kept, mean and std
+        over every instance."""
+        stats = latency_stats(values)
+        if moments is not None:
+            stats["mean"], stats["std"] = float(moments.mean[row]), float(moments.std[row])
+        return stats
 
     def _tree(self, pat: _Pattern, lat: np.ndarray, delay: np.ndarray) -> dict[str, Any]:
         """The pattern's visit tree with per-visit latency and per-edge delay statistics."""
         assert pat.shape is not None
         assert pat.order is not None
         row = {slot: k for k, slot in enumerate(pat.slots)}
+        lat_m, delay_m = pat.moments or (None, None)
 
         def visit(order: tuple, shape: Shape, group: int | None) -> dict[str, Any]:
             i, kids = order[0], order[1:]
@@ -125,8 +220,8 @@ class PatternBook:
             return {
                 "node": shape.node,
                 "caller": shape.caller,
-                "latency_s": latency_stats(lat[row[i]]),
-                "delay_s": None if i == pat.slots[0] else latency_stats(delay[row[i]]),
+                "latency_s": self._stats(lat[row[i]], lat_m, row[i]),
+                "delay_s": None if i == pat.slots[0] else self._stats(delay[row[i]], delay_m, row[i]),
                 **({} if group is None else {"group": group}),
                 "children": [visit(o, s, g) for o, s, g in zip(kids, shape.children, numbers, strict=True)],
             }
@@ -145,7 +240,8 @@ class PatternBook:
             if pat.shape is None:
                 assert pat.nodes is not None
                 entry["nodes"] = pat.nodes
-                entry["hop_delays_s"] = [latency_stats(delay[k]) for k in range(1, delay.shape[0])]
+                delay_m = None if pat.moments is None else pat.moments[1]
+                entry["hop_delays_s"] = [self._stats(delay[k], delay_m, k) for k in range(1, delay.shape[0])]
             else:
                 entry["root"] = self._tree(pat, lat, delay)
             out.append(entry)

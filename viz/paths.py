@@ -61,8 +61,45 @@ def load_paths(path: str | os.PathLike[str]) -> dict[str, Any]:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise TraceFileError(f"{p}: not a JSON paths file ({exc})") from None
+    except RecursionError:
+        raise TraceFileError(f"{p}: JSON nested too deep for a paths file") from None
     check_paths(doc, str(p))
     return doc
+
+
+#: Deeper call trees than this are not a paths file wirepath wrote (nor a system's).
+MAX_DEPTH = 1000
+
+
+def _number(value: Any, *, null: bool = False) -> bool:
+    if value is None:
+        return null
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def _check_pattern(pat: dict[str, Any], where: str) -> None:
+    """Raise ``SchemaError`` unless a nesting pattern's fields and visit tree have the
+    types the paths file promises (walked with a stack: a deep tree cannot overflow)."""
+    if isinstance(pat["count"], bool) or not isinstance(pat["count"], int) or pat["count"] < 0:
+        raise SchemaError(f"{where}: count must be a whole number >= 0, not {pat['count']!r}")
+    if not _number(pat["total_latency_s"]):
+        raise SchemaError(f"{where}: total_latency_s must be a finite number, not {pat['total_latency_s']!r}")
+    stack = [(pat["root"], 1)]
+    while stack:
+        visit, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise SchemaError(f"{where}: visits nested more than {MAX_DEPTH} deep")
+        if not isinstance(visit, dict) or not isinstance(visit.get("node"), str):
+            raise SchemaError(f"{where}: a visit must be an object with a 'node' name")
+        if not isinstance(visit.get("caller", ""), str) or not isinstance(visit.get("children", []), list):
+            raise SchemaError(f"{where}: visit {visit['node']!r} needs a 'caller' name and a 'children' list")
+        for key in ("latency_s", "delay_s"):
+            stats = visit.get(key)
+            if stats is not None and (
+                not isinstance(stats, dict) or not all(_number(v, null=True) for v in stats.values())
+            ):
+                raise SchemaError(f"{where}: visit {visit['node']!r}'s {key} must hold finite numbers")
+        stack.extend((child, depth + 1) for child in visit.get("children", []))
 
 
 def check_paths(doc: Any, where: str = "paths") -> None:
@@ -94,6 +131,7 @@ def check_paths(doc: Any, where: str = "paths") -> None:
                 raise SchemaError(
                     f"{where}: pattern {k}'s confidence must be a number from 0 to 1, not {conf!r}"
                 )
+            _check_pattern(pat, f"{where}: pattern {k}")
     elif algorithm == "convolution":
         if not isinstance(doc.get("paths"), list):
             raise SchemaError(f"{where}: a convolution paths file needs a 'paths' list")

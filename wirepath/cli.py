@@ -11,7 +11,6 @@ import json
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -136,12 +135,14 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _parse_skew(pairs: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """``--skew NODE=SECONDS`` pairs as node -> (offset_s, 0 ppm); ``synth`` checks the bounds."""
     skew: dict[str, tuple[float, float]] = {}
     for pair in pairs:
         node, sep, value = pair.partition("=")
         if not sep or not node:
             raise tracefmt.ParameterError(f"--skew {pair!r} must be NODE=SECONDS, e.g. WS2=0.03")
-        skew[node] = (tracefmt.parse_duration_ns(value, allow_negative=True) / 1e9, 0.0)
+        # Through the decimal text: past the float range this is inf (refused), not OverflowError.
+        skew[node] = (float(f"{tracefmt.parse_duration_ns(value, allow_negative=True)}e-9"), 0.0)
     return skew
 
 
@@ -150,37 +151,42 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     tracefmt.distinct_outputs(
         [args.config], [args.out, args.truth, args.pcap, pcap_names], what="the configuration"
     )
-    config = synth.load_config(args.config)
-    changes: dict[str, Any] = {"seed": args.seed, "parallelism": args.parallelism}
-    if args.messages is not None:
-        changes.update(messages=args.messages, duration_s=None)
-    if args.duration is not None:
-        changes.update(duration_s=tracefmt.parse_duration_ns(args.duration) / 1e9, messages=None)
-    faults = config.faults
-    if args.loss_rate is not None or args.queue is not None:
-        faults = replace(
-            faults,
-            loss_rate_pps=args.loss_rate if args.loss_rate is not None else faults.loss_rate_pps,
-            loss_queue=args.queue if args.queue is not None else faults.loss_queue,
-        )
-        if faults.loss_rate_pps is None:
-            raise tracefmt.ParameterError("--queue needs a capture rate: --loss-rate PPS")
-    if args.skew:
-        skew = _parse_skew(args.skew)
-        unknown = sorted(set(skew) - set(config.nodes))
-        if unknown:
-            raise tracefmt.ParameterError(
-                f"--skew names unknown node {unknown[0]!r} (nodes: {', '.join(config.nodes)})"
-            )
-        faults = replace(faults, skew={**faults.skew, **skew})
-    config = replace(config, **{k: v for k, v in changes.items() if v is not None} | {"faults": faults})
     out = args.out
     fmt = "text" if tracefmt.trace_format(out) == "text" else "parquet"
     if args.format is not None and {"txt": "text", "parquet": "parquet"}[args.format] != fmt:
         raise tracefmt.ParameterError(f"--format {args.format} does not match the file name {out}")
-    progress = _progress("synth")
-    report = synth.generate_trace(config, out, truth_path=args.truth, on_progress=progress)
-    _end_progress(progress)
+    duration_ns = None if args.duration is None else tracefmt.parse_duration_ns(args.duration)
+    # The flags are checked by the library against the same bounds as the file's values.
+    config = synth.load_config(args.config).with_overrides(
+        labels={
+            "seed": "--seed",
+            "messages": "--messages",
+            "duration_s": "--duration",
+            "parallelism": "--parallelism",
+            "loss_rate_pps": "--loss-rate",
+            "loss_queue": "--queue",
+            "skew": "--skew",
+        },
+        seed=args.seed,
+        messages=args.messages,
+        duration_s=None if duration_ns is None else float(f"{duration_ns}e-9"),
+        parallelism=args.parallelism,
+        loss_rate_pps=args.loss_rate,
+        loss_queue=args.queue,
+        skew=_parse_skew(args.skew) or None,
+    )
+    from synth._signals import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # SIGTERM ends the run as Ctrl-C does: partial files are removed
+        progress = _progress("synth")
+        report = synth.generate_trace(config, out, truth_path=args.truth, on_progress=progress)
+        _end_progress(progress)
+        doc = report.to_json()
+        if args.pcap:
+            from capture.synthpcap import render_trace_file
+
+            pcap = render_trace_file(out, args.pcap)
+            doc["pcap"] = pcap.to_json()
     lines = [
         f"wrote {report.messages:,} messages ({report.instances:,} instances, {report.patterns} patterns) "
         f"to {report.output}",
@@ -197,12 +203,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         lines.append(f"duplicated {report.duplicated:,} messages (second capture point)")
     if args.truth:
         lines.append(f"truth: {args.truth}")
-    doc = report.to_json()
     if args.pcap:
-        from capture.synthpcap import render_trace_file
-
-        pcap = render_trace_file(out, args.pcap)
-        doc["pcap"] = pcap.to_json()
         lines.append(
             f"packets: {pcap.packets:,} ({pcap.connections:,} TCP connections, {pcap.datagrams:,} UDP "
             f"datagrams) to {pcap.output}; node addresses in {pcap.names_file}"
@@ -562,7 +563,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "messages instantiated by concurrent client loops, with ground-truth columns\n"
         "(true_instance, true_pattern, true_call, true_parent) and optional faults:\n"
         "capture loss, clock skew, duplicates, missing or reused ids, jitter.\n"
-        "Same configuration and seed give a byte-identical trace.\n\n"
+        "Same configuration and seed give a byte-identical trace. Flags are held to the\n"
+        "same bounds as the file's values (synth/README.md, Limits); SIGTERM, like Ctrl-C,\n"
+        "removes the partial outputs.\n\n"
         "example: wirepath synth samples/synth/multitier.toml --out t.parquet --truth t.json",
     )
     p.add_argument("config", help="synth configuration (TOML)")
@@ -570,13 +573,24 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--truth", metavar="FILE.json", help="write the true patterns (results.md truth file)")
     p.add_argument("--seed", type=int, help="random seed (overrides [trace] seed)")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--messages", type=int, metavar="N", help="about N messages (whole instances)")
-    size.add_argument("--duration", metavar="DURATION", help="instances starting within DURATION (e.g. 600s)")
+    size.add_argument(
+        "--messages",
+        type=int,
+        metavar="N",
+        help=f"about N messages (whole instances); 1 to {synth.limits.MAX_MESSAGES:,}",
+    )
+    size.add_argument(
+        "--duration",
+        metavar="DURATION",
+        help=f"instances starting within DURATION (e.g. 600s), making at most {synth.limits.MAX_MESSAGES:,} "
+        "messages",
+    )
     p.add_argument(
         "--parallelism",
         type=float,
         metavar="K",
-        help="target mean parallelism (candidate parents per child call)",
+        help="target mean parallelism (candidate parents per child call), at most "
+        f"{synth.limits.PARALLELISM.hi:,}",
     )
     p.add_argument(
         "--loss-rate", type=float, metavar="PPS", help="capture point peak rate, packets/s (enables loss)"
@@ -587,7 +601,8 @@ def _build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NODE=SECONDS",
-        help="clock offset of NODE's capture point; repeatable",
+        help=f"clock offset of NODE's capture point, at most {synth.limits.MAX_TIME_S:,.0f} s either way; "
+        "repeatable",
     )
     p.add_argument("--format", choices=["parquet", "txt"], help="output form (default: from the file name)")
     p.add_argument(

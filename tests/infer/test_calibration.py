@@ -54,7 +54,12 @@ def test_calibration_holds_small_bins_towards_the_stated_odds() -> None:
     top = (1 + 2 * sig(9)) / 3
     got = cal.apply(np.array([-3.0, 9.0, np.inf]))
     assert got.tolist() == pytest.approx([(0 + 2 * sig(-1)) / 3, top, top])
-    assert cal.to_json() == {"calibration": "twin", "twin_pairs": 4, "twin_right_rate": 0.75}
+    assert cal.to_json() == {
+        "calibration": "twin",
+        "twin_pairs": 4,
+        "twin_right_rate": 0.75,
+        "second_twin_right_rate": None,
+    }
     # Without the prior two right calls at odds 0 would read as certain.
     assert isotonic(np.zeros(2), np.ones(2))[1].max() == 1.0
     assert isotonic(np.zeros(2), np.ones(2), prior=np.full(2, 0.5))[1].max() == pytest.approx(0.75)

@@ -256,7 +256,7 @@ def eval_json(run: Run, which: Infer) -> dict[str, Any]:
 def test_paths_file_states_each_patterns_confidence(run: Run) -> None:
     doc = run.base.doc
     stats = doc["stats"]["confidence"]
-    assert set(stats) == {"calibration", "twin_pairs", "twin_right_rate"}
+    assert set(stats) == {"calibration", "twin_pairs", "twin_right_rate", "second_twin_right_rate"}
     assert stats["calibration"] == "twin"
     assert isinstance(stats["twin_pairs"], int)
     assert stats["twin_pairs"] > 0
@@ -372,7 +372,12 @@ def test_show_prints_each_patterns_share_exactly_right(run: Run) -> None:
 
 def test_no_calibrate_changes_the_confidences_only(run: Run) -> None:
     doc = run.uncalibrated.doc
-    assert doc["stats"]["confidence"] == {"calibration": "none", "twin_pairs": 0, "twin_right_rate": None}
+    assert doc["stats"]["confidence"] == {
+        "calibration": "none",
+        "twin_pairs": 0,
+        "twin_right_rate": None,
+        "second_twin_right_rate": None,
+    }
     cal, raw = run.base.table, run.uncalibrated.table
     for col in ("call_row", "return_row", "parent", "instance", "pattern", "candidates"):
         assert cal[col].equals(raw[col]), col

@@ -166,7 +166,10 @@ def test_skew_flag(tmp_path: Path, cfg: Path, capsys, h) -> None:
 
 @pytest.mark.parametrize(
     ("flag", "starts"),
-    [("NOPE=1", "--skew names unknown node 'NOPE'"), ("WS2", "--skew 'WS2' must be NODE=SECONDS")],
+    [
+        ("NOPE=1", "--skew: unknown node 'NOPE' (declared nodes: client, WS1, WS2, AP)"),
+        ("WS2", "--skew 'WS2' must be NODE=SECONDS"),
+    ],
 )
 def test_bad_skew_flag(tmp_path: Path, cfg: Path, capsys, flag: str, starts: str) -> None:
     rc, out, err = run(capsys, "synth", cfg, "--out", tmp_path / "t.parquet", "--skew", flag)

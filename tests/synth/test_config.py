@@ -81,13 +81,13 @@ CASES = [
     pytest.param(
         GOOD.replace("before_s = [0.002, 0.0002]", "before_s = [0.002, -0.0002]  # <-"),
         "tracelet.call.before_s",
-        "std must be >= 0",
+        "std must be between 0 and 86,400, not -0.0002",
         id="negative-std",
     ),
     pytest.param(
         GOOD.replace("before_s = [0.002, 0.0002]", "before_s = [-0.002, 0.0002]  # <-"),
         "tracelet.call.before_s",
-        "mean must be >= 0",
+        "mean must be between 0 and 86,400, not -0.002",
         id="negative-mean",
     ),
     pytest.param(
@@ -166,7 +166,7 @@ CASES = [
     pytest.param(
         _second_call(SECOND_CALL + "p = 1.5  # <-\n"),
         "tracelet.call.p",
-        "must be between 0.0 and 1.0",
+        "must be between 0 and 1, not 1.5",
         id="p-above-1",
     ),
     pytest.param(
