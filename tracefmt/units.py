@@ -25,6 +25,11 @@ UNIT_NS: dict[str, int] = {
 _DURATION = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([a-zµμ]*)\s*$")
 
 
+#: The longest duration taken: two centuries, so that a timestamp of today plus it still
+#: fits 64-bit nanoseconds (292 years from 1970).
+MAX_DURATION_NS = 200 * 365 * 86_400 * 10**9
+
+
 def parse_duration_ns(text: str | int | float, *, allow_negative: bool = False) -> int:
     """Parse a duration into integer nanoseconds, exactly (no float rounding).
 
@@ -50,6 +55,10 @@ def parse_duration_ns(text: str | int | float, *, allow_negative: bool = False) 
     -12000000
     >>> parse_duration_ns("2h")
     7200000000000
+    >>> parse_duration_ns("1e400")
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.ParameterError: duration '1e400' is too long (at most 6,307,200,000 s)
     """
     m = _DURATION.match(str(text))
     if m is None or m.group(2) not in ("", *UNIT_NS):
@@ -64,6 +73,9 @@ def parse_duration_ns(text: str | int | float, *, allow_negative: bool = False) 
         raise ParameterError(f"invalid duration {text!r}") from None
     if value < 0 and not allow_negative:
         raise ParameterError(f"duration {str(text)!r} must not be negative")
+    if abs(value) > MAX_DURATION_NS:
+        # Nanoseconds are kept in 64 bits: anything longer wraps around or overflows.
+        raise ParameterError(f"duration {str(text)!r} is too long (at most {MAX_DURATION_NS // 10**9:,} s)")
     return int(value)
 
 

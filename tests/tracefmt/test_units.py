@@ -115,3 +115,11 @@ def test_format_duration_ns(ns: int, expected: str) -> None:
 
 def test_greek_mu_is_microseconds() -> None:
     assert parse_duration_ns("250μs") == parse_duration_ns("250µs") == 250_000
+
+
+@pytest.mark.parametrize("text", ["1e400", "1e12", "-1e12", "9999999999999h"])
+def test_durations_past_two_centuries_are_refused(text: str) -> None:
+    # 64-bit nanoseconds hold 292 years: a longer duration would wrap around or overflow
+    # wherever it is added to a timestamp.
+    with pytest.raises(ParameterError, match="too long"):
+        parse_duration_ns(text, allow_negative=True)
