@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from tracefmt.display import printable
 
-__all__ = ["Parser", "UsageError", "add_verb", "emit", "end_progress", "probability", "progress"]
+__all__ = ["Parser", "UsageError", "add_verb", "count", "emit", "end_progress", "probability", "progress"]
 
 
 class UsageError(Exception):
@@ -84,3 +84,27 @@ def probability(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text} is not a probability (from 0 to 1)")
     return value
+
+
+_MANY = 1 << 40
+
+
+def count(lo: int = 1, hi: int = _MANY) -> Callable[[str], int]:
+    """An argparse ``type=`` for a whole number from ``lo`` to ``hi`` (a negative count
+    must not act as a Python slice, keeping all but the last few).
+
+    >>> count(0)("3"), count(1)("12")
+    (3, 12)
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not lo <= value <= hi:
+            span = f">= {lo}" if hi == _MANY else f"from {lo} to {hi:,}"
+            raise argparse.ArgumentTypeError(f"{text} is out of range (a whole number {span})")
+        return value
+
+    return parse

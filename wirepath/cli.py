@@ -21,7 +21,7 @@ from tracefmt import WirepathError
 from wirepath import __version__, cli_capture, cli_convolution, cli_trend, cli_viz
 from wirepath._cli import Parser as _Parser
 from wirepath._cli import UsageError as _UsageError
-from wirepath._cli import add_verb, probability
+from wirepath._cli import add_verb, count, probability
 from wirepath._cli import emit as _emit
 from wirepath._cli import end_progress as _end_progress
 from wirepath._cli import progress as _progress
@@ -552,7 +552,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "example: wirepath info run1.parquet --json",
     )
     p.add_argument("trace", help="trace to read (.parquet or text), or a store directory")
-    p.add_argument("--edges", type=int, default=20, metavar="N", help="edges to list (default 20)")
+    p.add_argument("--edges", type=count(0), default=20, metavar="N", help="edges to list (default 20)")
 
     p = verb(
         "synth",
@@ -639,10 +639,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", help="trace (.parquet or text)")
     p.add_argument("--out", required=True, help="paths file to write (JSON, results.md)")
     p.add_argument("--instances", metavar="FILE.parquet", help="also write every call pair with its parent")
-    p.add_argument("--top", type=int, metavar="N", help="keep the first N patterns in the file")
-    p.add_argument("--min-count", type=int, default=1, metavar="N", help="drop patterns seen fewer times")
+    p.add_argument("--top", type=count(1), metavar="N", help="keep the first N patterns in the file")
+    p.add_argument(
+        "--min-count", type=count(1), default=1, metavar="N", help="drop patterns seen fewer times"
+    )
     p.add_argument("--sort", choices=["total", "count"], default="total", help="order patterns by")
-    p.add_argument("--show", type=int, default=5, metavar="N", help="patterns to print (default 5)")
+    p.add_argument("--show", type=count(0), default=5, metavar="N", help="patterns to print (default 5)")
     p.add_argument("--window", metavar="DURATION", help="also list patterns per time window (e.g. 60s)")
     p.add_argument(
         "--min-confidence",

@@ -9,7 +9,7 @@ from typing import Any
 
 import infer
 import tracefmt
-from wirepath._cli import Parser, emit
+from wirepath._cli import Parser, count, emit
 
 __all__ = ["format_path", "register"]
 
@@ -116,7 +116,11 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     )
     p.add_argument("--keep-short-paths", action="store_true", help="keep delays a longer path explains")
     p.add_argument(
-        "--max-repeats", type=int, default=0, metavar="N", help="times a path may repeat a transition (0)"
+        "--max-repeats",
+        type=count(0),
+        default=0,
+        metavar="N",
+        help="times a path may repeat a transition (0)",
     )
     p.add_argument(
         "--through-root", action="store_true", help="let paths go on after coming back to their root"
@@ -124,7 +128,9 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     p.add_argument(
         "--keep-implausible", action="store_true", help="keep negative-lag tails and peaks at --max-lag"
     )
-    p.add_argument("--max-depth", type=int, default=32, metavar="HOPS", help="most hops in a path (32)")
+    p.add_argument(
+        "--max-depth", type=count(1, 10_000), default=32, metavar="HOPS", help="most hops in a path (32)"
+    )
     p.add_argument(
         "--count-estimate",
         choices=["raw", "sqrt"],
@@ -143,6 +149,6 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
         default="auto",
         help="correlate by FFT, by pairs of occupied quanta, or whichever is cheaper (default)",
     )
-    p.add_argument("--top", type=int, metavar="N", help="keep the first N paths in the file")
-    p.add_argument("--show", type=int, default=10, metavar="N", help="paths to print (default 10)")
+    p.add_argument("--top", type=count(1), metavar="N", help="keep the first N paths in the file")
+    p.add_argument("--show", type=count(0), default=10, metavar="N", help="paths to print (default 10)")
     p.add_argument("--json", action="store_true", help="print the paths file on stdout")

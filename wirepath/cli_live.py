@@ -11,7 +11,7 @@ from typing import Any
 
 import tracefmt
 from capture.live import DEFAULT_BUFFER_MB, DEFAULT_SNAPLEN, LiveCapture, LiveReport, Recording, capture_live
-from wirepath._cli import add_verb, emit
+from wirepath._cli import add_verb, count, emit
 
 __all__ = ["register"]
 
@@ -44,17 +44,19 @@ def register(sources: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--duration", metavar="DURATION", help="stop after DURATION (e.g. 30s, 5m); default: Ctrl-C"
     )
-    p.add_argument("--rotate-mb", type=int, metavar="N", help="start a new pcap file past N million bytes")
+    p.add_argument(
+        "--rotate-mb", type=count(1, 1 << 20), metavar="N", help="start a new pcap file past N million bytes"
+    )
     p.add_argument(
         "--snaplen",
-        type=int,
+        type=count(64, 262_144),
         default=DEFAULT_SNAPLEN,
         metavar="N",
         help=f"bytes kept per packet ({DEFAULT_SNAPLEN})",
     )
     p.add_argument(
         "--buffer-mb",
-        type=int,
+        type=count(1, 1 << 16),
         default=DEFAULT_BUFFER_MB,
         metavar="N",
         help=f"kernel capture buffer, MiB ({DEFAULT_BUFFER_MB}); raise it if the kernel drops packets",

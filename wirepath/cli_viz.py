@@ -19,7 +19,7 @@ from viz.export import EXPORT_FORMATS, write_export
 from viz.paths import SORTS, collapse_replicas, confident_patterns, load_paths, select_patterns
 from viz.render import FORMATS, write_graph
 from viz.report import build_report, write_report
-from wirepath._cli import Parser, add_verb, emit, probability
+from wirepath._cli import Parser, add_verb, count, emit, probability
 
 __all__ = ["register"]
 
@@ -215,7 +215,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _view_options(p: argparse.ArgumentParser, top: int) -> None:
-    p.add_argument("--top", type=int, default=top, metavar="N", help=f"patterns to show (default {top})")
+    p.add_argument("--top", type=count(1), default=top, metavar="N", help=f"patterns to show (default {top})")
     p.add_argument("--sort", choices=list(SORTS), default="total", help="order patterns by (default total)")
     p.add_argument(
         "--min-share",
@@ -292,14 +292,14 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     d.add_argument("--format", choices=list(FORMATS), help="picture format (default: from --out)")
     d.add_argument(
         "--top",
-        type=int,
+        type=count(1),
         default=3,
         metavar="N",
         help="patterns (convolution: hop changes) to draw (default 3)",
     )
-    d.add_argument("--changes", type=int, default=5, metavar="N", help="changes to print (default 5)")
+    d.add_argument("--changes", type=count(0), default=5, metavar="N", help="changes to print (default 5)")
     d.add_argument(
-        "--min-count", type=int, default=1, metavar="N", help="compare patterns seen N times in both"
+        "--min-count", type=count(1), default=1, metavar="N", help="compare patterns seen N times in both"
     )
     _collapse_option(d, [])
 
@@ -342,7 +342,7 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     p.add_argument("instances", help="instances table (.parquet) from wirepath infer nesting --instances")
     p.add_argument("--format", choices=list(EXPORT_FORMATS), required=True, help="trace format")
     p.add_argument("--out", required=True, help="JSON file to write")
-    p.add_argument("--max-traces", type=int, metavar="N", help="export only the first N requests")
+    p.add_argument("--max-traces", type=count(1), metavar="N", help="export only the first N requests")
     _min_confidence_option(
         p, "leave out the requests holding a link (a call given a parent) of confidence below P"
     )
@@ -360,10 +360,16 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     )
     p.add_argument("--out", default="demo-out", help="output directory (default demo-out)")
     p.add_argument(
-        "--messages", type=int, default=200_000, metavar="N", help="messages per run (default 200000)"
+        "--messages",
+        type=count(1, 10**9),
+        default=200_000,
+        metavar="N",
+        help="messages per run (default 200000)",
     )
     p.add_argument("--parallelism", type=float, default=2.0, metavar="K", help="mean parallelism (default 2)")
     p.add_argument("--seed", type=int, default=1, help="random seed of both runs (default 1)")
-    p.add_argument("--top", type=int, default=3, metavar="N", help="patterns to print and draw (default 3)")
+    p.add_argument(
+        "--top", type=count(1), default=3, metavar="N", help="patterns to print and draw (default 3)"
+    )
     p.add_argument("--no-convolution", action="store_true", help="skip the convolution algorithm")
     _collapse_option(p)

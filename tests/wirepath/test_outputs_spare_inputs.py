@@ -116,3 +116,22 @@ def test_a_parquet_trace_is_not_written_under_a_text_name(capsys, made, tmp_path
     why = "this writes a Parquet trace: name it .parquet or .pq (wirepath convert makes text of it)"
     assert lines == [f"error: {out}: {why}"]
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["info", "{trace}", "--edges", "-1"],
+        ["infer", "nesting", "{trace}", "--out", "{dir}/n.json", "--top", "-1"],
+        ["infer", "nesting", "{trace}", "--out", "{dir}/n.json", "--show", "-2"],
+        ["viz", "draw", "{paths}", "--top", "0"],
+        ["export", "{instances}", "--format", "otlp", "--out", "{dir}/o.json", "--max-traces", "-1"],
+    ],
+    ids=["info --edges", "infer --top", "infer --show", "draw --top", "export --max-traces"],
+)
+def test_negative_counts_are_refused(capsys, made, argv) -> None:
+    # A negative count would act as a Python slice: all but the last few.
+    names = {**{k: str(v) for k, v in made.items()}, "dir": str(made["trace"].parent)}
+    rc, _, err = run(capsys, *(a.format(**names) for a in argv))
+    assert rc == 2
+    assert "is out of range (a whole number >=" in err.strip().splitlines()[-1]
