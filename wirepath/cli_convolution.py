@@ -128,9 +128,7 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     p.add_argument(
         "--keep-implausible", action="store_true", help="keep negative-lag tails and peaks at --max-lag"
     )
-    p.add_argument(
-        "--max-depth", type=count(1, 10_000), default=32, metavar="HOPS", help="most hops in a path (32)"
-    )
+    p.add_argument("--max-depth", type=int, default=32, metavar="HOPS", help="most hops in a path (32)")
     p.add_argument(
         "--count-estimate",
         choices=["raw", "sqrt"],
