@@ -230,6 +230,31 @@ def _confidence_scores(
     return {"calls": reliability(conf[linked], link_ok[linked]), "instances": reliability(stated, exact)}
 
 
+def _same_trace(trace: pa.Table, instances: pa.Table) -> None:
+    """Raise ``SchemaError`` unless every inferred pair's rows are, in ``trace``, a call
+    from its caller to its callee and a return: instances of another trace would be
+    scored against the wrong messages (or index past the end)."""
+    call_row = instances["call_row"].to_numpy()
+    return_row = instances["return_row"].to_numpy()
+    if not call_row.size:
+        return
+    rows = np.concatenate([call_row, return_row])
+    if int(rows.max()) >= trace.num_rows or int(rows.min()) < 0:
+        raise SchemaError(
+            f"the instances name rows beyond this trace's {trace.num_rows:,} messages: "
+            "they were inferred from another trace"
+        )
+    ops = op_codes(trace)
+    same = bool((ops[call_row] == OP_CALL).all()) and bool((ops[return_row] == OP_RETURN).all())
+    for column, side in (("caller", "sender"), ("callee", "receiver")):
+        if same and column in instances.column_names:  # tables written by wirepath have both
+            same = trace[side].cast(pa.string()).take(call_row).equals(instances[column].cast(pa.string()))
+    if not same:
+        raise SchemaError(
+            "the instances do not match this trace's calls and returns: they were inferred from another trace"
+        )
+
+
 def _instance_scores(
     trace: pa.Table, true_rows: np.ndarray, inst: np.ndarray, instances: pa.Table | None
 ) -> tuple[Any, Any, Any, Any]:
@@ -267,6 +292,7 @@ def _instance_scores(
     tpar = trace["true_parent"].fill_null(np.uint64(2**64 - 1)).to_numpy().astype(np.int64)
     tinst = trace["true_instance"].to_numpy().astype(np.int64)
     call_row = instances["call_row"].to_numpy()
+    _same_trace(trace, instances)
     inf_inst = instances["instance"].to_numpy()
     inf_parent = instances["parent"].fill_null(-1).to_numpy()
     my_true_inst = tinst[call_row]

@@ -147,6 +147,8 @@ def run_demo(
         raise ParameterError(f"the demo needs at least 1000 messages per run, not {messages}")
     if parallelism < 1.0:
         raise ParameterError(f"parallelism must be at least 1, not {parallelism}")
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ParameterError(f"{out_dir} is a file: the demo writes a directory (give --out a new name)")
     dot_binary()  # fail now, not after the inference, when graphviz is missing
     step = on_step or (lambda _text: None)
     base_cfg, slow_cfg = configs or (_SAMPLES / "multitier.toml", _SAMPLES / "multitier-slow.toml")

@@ -135,3 +135,25 @@ def test_negative_counts_are_refused(capsys, made, argv) -> None:
     rc, _, err = run(capsys, *(a.format(**names) for a in argv))
     assert rc == 2
     assert "is out of range (a whole number >=" in err.strip().splitlines()[-1]
+
+
+def test_eval_of_instances_from_another_trace_is_one_error(capsys, made, tmp_path) -> None:
+    other = tmp_path / "other.parquet"
+    assert main(["synth", str(CONFIG), "--messages", "4000", "--seed", "9", "--out", str(other)]) == 0
+    capsys.readouterr()
+    rc, _, err = run(capsys, "eval", made["paths"], other, "--instances", made["instances"])
+    assert rc == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert "inferred from another trace" in lines[0]
+
+
+def test_demo_into_a_file_is_one_error(capsys, tmp_path) -> None:
+    target = tmp_path / "afile"
+    target.write_text("keep me")
+    rc, _, err = run(capsys, "demo", "--out", target)
+    assert rc == 1
+    assert err.strip().splitlines() == [
+        f"error: {target} is a file: the demo writes a directory (give --out a new name)"
+    ]
+    assert target.read_text() == "keep me"
