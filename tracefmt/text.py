@@ -313,6 +313,8 @@ def iter_text_trace(
             except (pa.ArrowException, OSError, EOFError) as exc:
                 raise TraceFileError(f"{path}: read failed after line {first_line} ({exc})") from None
             last = not block
+            if first_line == 0 and not carry and block.startswith(b"\xef\xbb\xbf"):
+                block = block[3:]  # a UTF-8 byte-order mark, as some editors write
             block = carry + block
             cut = len(block) if last else block.rfind(b"\n") + 1
             carry = block[cut:]

@@ -797,3 +797,10 @@ def test_write_creates_parent_directories(tmp_path: Path, make_table) -> None:
     path = tmp_path / "deep" / "er" / "out.txt"
     write_text_trace(make_table([(1, "send", "a", "b", None)]), path)
     assert path.read_text().endswith("0.000000001 send a b -\n")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_timestamp(tmp_path: Path) -> None:
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbf1.0 call a b 1\n1.5 return b a 1\n")
+    t = read_text_trace(path)
+    assert t["timestamp"].cast("int64").to_pylist() == [1_000_000_000, 1_500_000_000]
