@@ -69,7 +69,9 @@ class TraceMetadata:
 def _open(path: PathLike) -> pq.ParquetFile:
     p = existing_file(path, "a Parquet trace file")
     try:
-        return pq.ParquetFile(p)
+        # Pages carry CRC-32 checksums (written by TraceWriter): a damaged page is an
+        # error, never silently altered timestamps.
+        return pq.ParquetFile(p, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as exc:
         raise TraceFileError(f"{p}: not a readable Parquet trace ({_reason(exc)})") from None
 
@@ -265,6 +267,7 @@ class TraceWriter:
             use_dictionary=[n for n in schema.names if n not in delta],
             column_encoding=dict.fromkeys(delta, "DELTA_BINARY_PACKED"),
             write_statistics=["timestamp"],
+            write_page_checksum=True,
         )
 
     def write(self, table: pa.Table | pa.RecordBatch) -> None:

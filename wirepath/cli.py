@@ -141,8 +141,11 @@ def _parse_skew(pairs: Sequence[str]) -> dict[str, tuple[float, float]]:
         node, sep, value = pair.partition("=")
         if not sep or not node:
             raise tracefmt.ParameterError(f"--skew {pair!r} must be NODE=SECONDS, e.g. WS2=0.03")
-        # Through the decimal text: past the float range this is inf (refused), not OverflowError.
-        skew[node] = (float(f"{tracefmt.parse_duration_ns(value, allow_negative=True)}e-9"), 0.0)
+        try:
+            ns = tracefmt.parse_duration_ns(value, allow_negative=True)
+        except tracefmt.ParameterError as exc:
+            raise tracefmt.ParameterError(f"--skew: {node}: {exc}") from None
+        skew[node] = (ns / 1e9, 0.0)
     return skew
 
 
@@ -155,7 +158,10 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     fmt = "text" if tracefmt.trace_format(out) == "text" else "parquet"
     if args.format is not None and {"txt": "text", "parquet": "parquet"}[args.format] != fmt:
         raise tracefmt.ParameterError(f"--format {args.format} does not match the file name {out}")
-    duration_ns = None if args.duration is None else tracefmt.parse_duration_ns(args.duration)
+    try:
+        duration_ns = None if args.duration is None else tracefmt.parse_duration_ns(args.duration)
+    except tracefmt.ParameterError as exc:
+        raise tracefmt.ParameterError(f"--duration: {exc}") from None
     # The flags are checked by the library against the same bounds as the file's values.
     config = synth.load_config(args.config).with_overrides(
         labels={

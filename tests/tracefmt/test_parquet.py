@@ -472,3 +472,30 @@ def test_failed_write_keeps_existing_file(tmp_path: Path, make_table, rows_of) -
     with pytest.raises(SchemaError):
         write_trace(make_table([(1, "oops", "a", "b", None)]), path)
     assert rows_of(read_trace(path)) == old
+
+
+def test_a_damaged_page_is_an_error_not_altered_data(tmp_path: Path) -> None:
+    # Pages carry checksums: 60 flipped bytes inside the timestamp column's first data
+    # page are reported, never read back as other timestamps.
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    import synth
+
+    good = tmp_path / "t.parquet"
+    cfg = synth.load_config(Path(__file__).resolve().parents[2] / "samples" / "synth" / "multitier.toml")
+    from dataclasses import replace
+
+    written = synth.generate_trace(replace(cfg, messages=20_000), good).messages
+    column = pq.ParquetFile(good).metadata.row_group(0).column(0)
+    assert column.path_in_schema == "timestamp"
+    bad = tmp_path / "bad.parquet"
+    shutil.copy(good, bad)
+    data = bytearray(bad.read_bytes())
+    for k in range(60):
+        data[column.data_page_offset + 1000 + k] ^= 0x5A
+    bad.write_bytes(bytes(data))
+    with pytest.raises(TraceFileError, match="CRC checksum verification failed"):
+        read_trace(bad)
+    assert read_trace(good).num_rows == written
