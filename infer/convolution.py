@@ -100,6 +100,12 @@ class ConvolutionParams:
         for name in ("band_s", "min_count"):
             if getattr(self, name) < 0:
                 raise ParameterError(f"{name} must be >= 0, not {getattr(self, name)}")
+        if self.band_s > self.max_lag_s:
+            # A band wider than the lags searched smooths nothing more, and its kernel of
+            # band / quantum bins would take memory without bound.
+            raise ParameterError(
+                f"band_s = {self.band_s:g} s must be at most max_lag_s = {self.max_lag_s:g} s"
+            )
         if not 0 < self.root_share <= 1:
             raise ParameterError(f"root_share must be in (0, 1], not {self.root_share}")
         for name, least in (("max_repeats", 0), ("max_depth", 1), ("max_vertices", 1)):

@@ -187,6 +187,11 @@ class NestingParams:
             raise ParameterError(f"bin_base must be > 1, not {self.bin_base}")
         if not 0 < self.bin_min_s < self.bin_max_s:
             raise ParameterError(f"need 0 < bin_min_s < bin_max_s, not {self.bin_min_s}, {self.bin_max_s}")
+        if self.smooth_bins > self.n_bins:
+            # Wider than the whole histogram it flattens it, and asks for a kernel that size.
+            raise ParameterError(
+                f"smooth_bins must be at most the {self.n_bins:,} delay bins, not {self.smooth_bins:g}"
+            )
         if self.n_bins > 1 << 20:
             raise ParameterError(
                 f"{self.n_bins:,} delay bins are too many (raise bin_base or bin_min_s; at most {1 << 20:,})"

@@ -157,3 +157,27 @@ def test_demo_into_a_file_is_one_error(capsys, tmp_path) -> None:
         f"error: {target} is a file: the demo writes a directory (give --out a new name)"
     ]
     assert target.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["infer", "nesting", "{trace}", "--out", "{dir}/z.json", "--preset", "paper", "--smooth", "1e9"],
+            "smooth_bins",
+        ),
+        (
+            ["infer", "convolution", "{trace}", "--quantum", "1ms", "--band", "1e6", "--out", "{dir}/z.json"],
+            "band_s",
+        ),
+    ],
+    ids=["smooth", "band"],
+)
+def test_settings_that_would_take_all_memory_are_refused(capsys, made, argv, expected) -> None:
+    # --smooth 1e9 and --band 1e6 asked numpy for 60-97 GiB.
+    names = {**{k: str(v) for k, v in made.items()}, "dir": str(made["trace"].parent)}
+    rc, _, err = run(capsys, *(a.format(**names) for a in argv))
+    assert rc == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: {expected}")
