@@ -21,6 +21,7 @@ import gzip
 import io
 import os
 import struct
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
@@ -266,13 +267,37 @@ class _Prefixed(io.RawIOBase):
 
 
 class _Closing:
-    """A gzip stream that also closes the file under it."""
+    """A gzip stream that also closes the file under it. A compressed stream that is cut
+    or damaged ends where it breaks: what was decompressed before is kept, and
+    ``damage`` says why the stream ended."""
 
     def __init__(self, gz: IO[bytes], under: IO[bytes] | None) -> None:
         self._gz, self._under = gz, under
+        self.damage: str | None = None
+        self._given = 0
 
     def read(self, n: int = -1) -> bytes:
-        return self._gz.read(n)
+        if self.damage is not None:
+            return b""
+        # In pieces: a damaged stream fails on the piece it breaks in, and the pieces
+        # before are still returned.
+        pieces: list[bytes] = []
+        want = n if n >= 0 else 1 << 62
+        while want > 0:
+            try:
+                piece = self._gz.read(min(want, 1 << 12))
+            except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+                self.damage = (
+                    f"compressed data cut or damaged after {self._given:,} bytes ({exc}); "
+                    "the packets before it are kept"
+                )
+                break
+            if not piece:
+                break
+            pieces.append(piece)
+            self._given += len(piece)
+            want -= len(piece)
+        return b"".join(pieces)
 
     def close(self) -> None:
         self._gz.close()
@@ -360,6 +385,9 @@ class PcapSource:
         last_sec = None
         while True:
             block = f.read(self.chunk_bytes)
+            if not block and getattr(f, "damage", None):
+                self.stats.damage.append(f.damage)
+                f.damage = ""  # said once
             eof = not block
             buf = tail + block if tail else block
             if not buf:
@@ -450,6 +478,9 @@ class PcapSource:
         tail = b""
         while True:
             block = f.read(self.chunk_bytes)
+            if not block and getattr(f, "damage", None):
+                self.stats.damage.append(f.damage)
+                f.damage = ""  # said once
             eof = not block
             buf = tail + block if tail else block
             if not buf:

@@ -22,6 +22,15 @@ def existing_file(path: str | os.PathLike[str], what: str) -> Path:
     return p
 
 
+def _real(path: str | os.PathLike[str]) -> Path:
+    """The path with links resolved; as given (absolute) when it cannot be (a name the
+    file system refuses), which the writer then reports."""
+    try:
+        return Path(path).resolve()
+    except OSError:
+        return Path(path).absolute()
+
+
 def partial_path(target: str | os.PathLike[str]) -> Path:
     """The temporary file an output is written to before it replaces ``target`` whole.
 
@@ -52,12 +61,12 @@ def distinct_outputs(
     ...
     tracefmt.errors.ParameterError: ./t.parquet: output would overwrite the input; choose another name
     """
-    sources = {Path(p).resolve() for p in inputs if p is not None}
+    sources = {_real(p) for p in inputs if p is not None}
     seen: set[Path] = set()
     for out in outputs:
         if out is None:
             continue
-        target = Path(out).resolve()
+        target = _real(out)
         if target in sources or partial_path(target) in sources:
             raise ParameterError(f"{out}: output would overwrite {what}; choose another name")
         if target in seen:
@@ -83,3 +92,36 @@ def parquet_output(path: str | os.PathLike[str]) -> None:
             f"{path}: this writes a Parquet trace: name it .parquet or .pq "
             "(wirepath convert makes text of it)"
         )
+
+
+#: Longest file name most file systems take (the temporary name adds ".partial" and a dot).
+_NAME_MAX = 255
+
+
+def writable_output(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a Path if an output can be written there, else one clear error: no
+    name, a directory, a name too long for the file system, a parent that is a file or
+    cannot be written in.
+
+    Examples
+    --------
+    >>> writable_output("out/t.parquet").name
+    't.parquet'
+    >>> writable_output("")
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.ParameterError: no output file named (give a file name)
+    """
+    if not str(path):
+        raise ParameterError("no output file named (give a file name)")
+    p = Path(path)
+    if len(p.name.encode()) + len(".partial") + 1 > _NAME_MAX:
+        raise ParameterError(f"{p.name[:40]}...: file name too long (at most {_NAME_MAX - 9} bytes)")
+    if p.is_dir():
+        raise TraceFileError(f"{p}: is a directory (give a file name inside it)")
+    parent = next((q for q in (p.parent, *p.parent.parents) if q.exists()), Path("."))
+    if not parent.is_dir():
+        raise TraceFileError(f"{parent}: is a file, not a directory to write {p.name} in")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise TraceFileError(f"{parent}: cannot write in it (permission denied)")
+    return p

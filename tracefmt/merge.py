@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracefmt._files import distinct_outputs, parquet_output
+from tracefmt._files import distinct_outputs, existing_file, parquet_output
 from tracefmt.errors import ParameterError, SchemaError, TraceFileError
 from tracefmt.parquet import TraceMetadata, TraceWriter, iter_trace, read_trace_metadata
 from tracefmt.schema import CORE_COLUMNS, NODE_TYPE, OPTIONAL_FIELDS
@@ -97,11 +97,11 @@ def load_names(path: PathLike) -> dict[str, str]:
     >>> load_names(p)
     {'10.0.0.5': 'WS1'}
     """
-    p = Path(path)
+    p = existing_file(path, "a TOML names file")
     try:
         doc = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TraceFileError(f"{p}: no such file") from None
+    except OSError as exc:
+        raise TraceFileError(f"{p}: cannot read it ({exc.strerror})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ParameterError(f"{p}: not a valid TOML names file ({exc})") from None
     table = doc.get("names", doc) if isinstance(doc.get("names"), dict) else doc

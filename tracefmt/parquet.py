@@ -11,13 +11,12 @@ import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracefmt._files import existing_file
+from tracefmt._files import existing_file, writable_output
 from tracefmt.errors import SchemaError, TraceFileError
 from tracefmt.schema import CORE_COLUMNS, SCHEMA_VERSION, empty_trace, validate_trace
 
@@ -235,7 +234,7 @@ class TraceWriter:
         provenance: Mapping[str, Any] | None = None,
         row_group_size: int = DEFAULT_ROW_GROUP,
     ) -> None:
-        self.path = Path(path)
+        self.path = writable_output(path)
         self.provenance: dict[str, Any] = dict(provenance or {})
         self.row_group_size = row_group_size
         self.rows = 0

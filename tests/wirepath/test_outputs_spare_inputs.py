@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import tracefmt
 from wirepath.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,3 +182,48 @@ def test_settings_that_would_take_all_memory_are_refused(capsys, made, argv, exp
     lines = err.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith(f"error: {expected}")
+
+
+def _gz(tmp_path: Path, damage: str) -> Path:
+    import gzip
+
+    data = gzip.compress(PCAP.read_bytes())
+    path = tmp_path / f"{damage}.pcap.gz"
+    if damage == "cut":
+        path.write_bytes(data[: len(data) // 2])
+    else:  # the stored CRC-32 no longer matches
+        broken = bytearray(data)
+        broken[-6] ^= 0xFF
+        path.write_bytes(bytes(broken))
+    return path
+
+
+@pytest.mark.parametrize("damage", ["cut", "crc"])
+def test_a_damaged_gzip_keeps_the_packets_before_the_damage(capsys, tmp_path, damage) -> None:
+    out = tmp_path / "t.parquet"
+    rc, text, _ = run(capsys, "capture", "pcap", _gz(tmp_path, damage), "--out", out)
+    assert rc == 0
+    assert "compressed data cut or damaged" in text
+    kept = tracefmt.read_trace(out).num_rows
+    whole = tmp_path / "whole.parquet"
+    assert main(["capture", "pcap", str(PCAP), "--out", str(whole)]) == 0
+    assert 0 < kept <= tracefmt.read_trace(whole).num_rows
+
+
+@pytest.mark.parametrize("case", ["directory", "empty", "long", "names is a directory", "parent is a file"])
+def test_an_output_that_cannot_be_written_is_one_error(capsys, tmp_path, case) -> None:
+    (tmp_path / "d.parquet").mkdir()
+    (tmp_path / "afile").write_text("")
+    out = {
+        "directory": tmp_path / "d.parquet",
+        "empty": "",
+        "long": tmp_path / ("x" * 300 + ".parquet"),
+        "names is a directory": tmp_path / "t.parquet",
+        "parent is a file": tmp_path / "afile" / "t.parquet",
+    }[case]
+    extra = ["--names", str(tmp_path / "d.parquet")] if case == "names is a directory" else []
+    rc, _, err = run(capsys, "capture", "pcap", PCAP, "--out", out, *extra)
+    assert rc == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
