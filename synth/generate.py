@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from synth._signals import sigterm_as_interrupt
 from synth.config import ConfigError, Faults, SynthConfig, check_config
 from synth.faults import CaptureQueue, stamp_skew
 from synth.limits import MAX_LOOP_CALLS, MAX_LOOPS, MAX_MESSAGES, calls_per_instance
@@ -28,6 +27,7 @@ from synth.template import Batch, Template, build_template
 from synth.truth import PatternBook, mean_parallelism
 from tracefmt import ParameterError, TraceWriter, trace_format, write_text_trace
 from tracefmt.schema import OPS, TS_TYPE, validate_trace
+from tracefmt.signals import sigterm_as_interrupt
 
 __all__ = ["SynthReport", "generate_table", "generate_trace"]
 

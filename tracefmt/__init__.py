@@ -52,6 +52,7 @@ from tracefmt.schema import (
     sort_trace,
     validate_trace,
 )
+from tracefmt.signals import sigterm_as_interrupt
 from tracefmt.spans import SPAN_AT, SPAN_FORMATS, SpanStats, read_jaeger, read_otlp, read_spans, span_format
 from tracefmt.store import STORE_DIRS, Store
 from tracefmt.summary import TraceSummary, summarize_trace
@@ -111,6 +112,7 @@ __all__ = [
     "read_trace",
     "read_trace_metadata",
     "rename_nodes",
+    "sigterm_as_interrupt",
     "sort_trace",
     "span_format",
     "summarize_trace",

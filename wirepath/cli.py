@@ -181,18 +181,15 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         loss_queue=args.queue,
         skew=_parse_skew(args.skew) or None,
     )
-    from synth._signals import sigterm_as_interrupt
+    progress = _progress("synth")
+    report = synth.generate_trace(config, out, truth_path=args.truth, on_progress=progress)
+    _end_progress(progress)
+    doc = report.to_json()
+    if args.pcap:
+        from capture.synthpcap import render_trace_file
 
-    with sigterm_as_interrupt():  # SIGTERM ends the run as Ctrl-C does: partial files are removed
-        progress = _progress("synth")
-        report = synth.generate_trace(config, out, truth_path=args.truth, on_progress=progress)
-        _end_progress(progress)
-        doc = report.to_json()
-        if args.pcap:
-            from capture.synthpcap import render_trace_file
-
-            pcap = render_trace_file(out, args.pcap)
-            doc["pcap"] = pcap.to_json()
+        pcap = render_trace_file(out, args.pcap)
+        doc["pcap"] = pcap.to_json()
     lines = [
         f"wrote {report.messages:,} messages ({report.instances:,} instances, {report.patterns} patterns) "
         f"to {report.output}",
@@ -697,7 +694,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
-        return int(args.handler(args))
+        # SIGTERM (a service manager stopping the run) ends it as Ctrl-C does: the
+        # half-written outputs are removed, every verb alike.
+        with tracefmt.sigterm_as_interrupt():
+            return int(args.handler(args))
     except _UsageError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -17,9 +17,9 @@ import pytest
 import synth
 import synth.generate
 import synth.truth
-from synth._signals import sigterm_as_interrupt
 from synth.limits import MAX_CALLS, Limit, calls_per_instance, tracelet_problem
 from tracefmt import ParameterError
+from tracefmt.signals import sigterm_as_interrupt
 
 TOML = """\
 nodes = ["client", "A", "B"]
