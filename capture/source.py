@@ -336,6 +336,7 @@ class PcapSource:
         self.name = str(source) if isinstance(source, str | os.PathLike) else getattr(source, "name", "")
         self.chunk_bytes = max(1 << 12, int(chunk_bytes))
         self.stats = ReadStats()
+        self._missing_said: set[int] = set()  # interfaces reported missing
         self.format = ""
         # Check the magic now, so a wrong file fails before any work starts.
         f, self.name, owned = _open(source)
@@ -448,6 +449,16 @@ class PcapSource:
                     self.stats.cut_short("record", base, len(tail))
                 break
 
+    def _missing_interface(self, ifid: int, known: int, at: int) -> None:
+        """Count a packet naming an interface the file never described; the first such
+        packet per interface is reported as damage (the packet cannot be decoded)."""
+        if ifid not in self._missing_said:
+            self._missing_said.add(ifid)
+            self.stats.damage.append(
+                f"packets name interface {ifid}, which the file never described ({known} described); "
+                f"first at byte {at}, skipped"
+            )
+
     def _resync_pcap(
         self, buf: bytes, off: int, max_len: int, caplen_at: Any, bo: str, last_sec: int | None, eof: bool
     ) -> int | None:
@@ -544,6 +555,7 @@ class PcapSource:
                         wires.append(wire)
                     else:
                         self.stats.skipped_blocks += 1
+                        self._missing_interface(ifid, len(ifaces), base + off)
                 elif btype == 3 and ifaces:  # simple packet block: interface 0, no timestamp
                     wire = u2(buf, off + 8)[0]
                     cap = min(wire, blen - 16)
@@ -615,7 +627,8 @@ def _resync_pcapng(buf: bytes, off: int, u2: Any) -> int | None:
         btype, blen = u2(buf, cand)
         if btype not in (1, 2, 3, 5, 6) or blen < 12 or blen % 4 or cand + blen > n:
             continue
-        if blen <= _MAX_RECORD + 64 and u2(buf, cand + blen - 4)[0] == blen:
+        # The trailing length is 4 bytes; u2 reads 8, so read the pair ending at it.
+        if blen <= _MAX_RECORD + 64 and u2(buf, cand + blen - 8)[1] == blen:
             return cand
     return None
 

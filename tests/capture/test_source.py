@@ -193,3 +193,30 @@ def test_pcapng_corrupt_block_length_resynchronizes(tmp_path: Path) -> None:
     assert got == [0, 1, 3, 4]
     assert src.stats.resyncs == [starts[2]]
     assert f"resumed at byte {starts[3]}" in src.stats.damage[0]
+
+
+def _pcapng_blocks(*blocks: tuple[int, bytes]) -> bytes:
+    import struct
+
+    out = b""
+    for btype, body in blocks:
+        size = 12 + len(body)
+        out += struct.pack("<II", btype, size) + body + struct.pack("<I", size)
+    return out
+
+
+def test_a_packet_naming_a_missing_interface_is_reported(tmp_path) -> None:
+    import struct
+
+    import capture
+
+    shb = (0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    idb = (1, struct.pack("<HHI", 1, 0, 65535))
+    epb = (6, struct.pack("<IIIII", 5, 0, 0, 60, 60) + bytes(60))  # interface 5 of 1
+    path = tmp_path / "missing.pcapng"
+    path.write_bytes(_pcapng_blocks(shb, idb, epb, epb))
+    report = capture.convert_pcaps([path], tmp_path / "t.parquet")
+    assert report.packets == 0
+    damage = report.to_json()["damage"]
+    assert len(damage) == 1  # said once, not per packet
+    assert "packets name interface 5, which the file never described (1 described)" in damage[0]
