@@ -25,7 +25,7 @@ from synth.faults import CaptureQueue, stamp_skew
 from synth.limits import MAX_LOOP_CALLS, MAX_LOOPS, MAX_MESSAGES, calls_per_instance
 from synth.template import Batch, Template, build_template
 from synth.truth import PatternBook, mean_parallelism
-from tracefmt import ParameterError, TraceWriter, trace_format, write_text_trace
+from tracefmt import ParameterError, TraceWriter, trace_format, write_atomic, write_text_trace
 from tracefmt.schema import OPS, TS_TYPE, validate_trace
 from tracefmt.signals import sigterm_as_interrupt
 
@@ -626,7 +626,7 @@ def generate_trace(
         if truth_path is not None:
             tp = Path(truth_path)
             tp.parent.mkdir(parents=True, exist_ok=True)
-            tp.write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
+            write_atomic(tp, json.dumps(truth, indent=1) + "\n")
     return SynthReport(
         output=str(out),
         messages=rows,

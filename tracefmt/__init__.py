@@ -4,7 +4,7 @@ and span files (Jaeger, OTLP) as traces with ground truth.
 Every other wirepath package takes a validated Arrow table from here.
 """
 
-from tracefmt._files import distinct_outputs, parquet_output, partial_path
+from tracefmt._files import distinct_outputs, parquet_output, partial_path, write_atomic
 from tracefmt.convert import (
     TRACE_SUFFIXES,
     ConvertReport,
@@ -118,6 +118,7 @@ __all__ = [
     "summarize_trace",
     "trace_format",
     "validate_trace",
+    "write_atomic",
     "write_text_trace",
     "write_trace",
 ]

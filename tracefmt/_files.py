@@ -125,3 +125,30 @@ def writable_output(path: str | os.PathLike[str]) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise TraceFileError(f"{parent}: cannot write in it (permission denied)")
     return p
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file (``partial_path``) and a
+    rename, so an interrupted run never leaves half a file behind; parent directories
+    are created; the temporary file is removed if writing fails.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> p = write_atomic(pathlib.Path(tempfile.mkdtemp()) / "sub" / "a.json", "{}")
+    >>> p.read_text(), sorted(x.name for x in p.parent.iterdir())
+    ('{}', ['a.json'])
+    """
+    target = writable_output(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = partial_path(target)
+    try:
+        if isinstance(data, str):
+            tmp.write_text(data, encoding="utf-8")
+        else:
+            tmp.write_bytes(data)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return target

@@ -302,8 +302,7 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
     window = tracefmt.parse_duration_ns(args.window) / 1e9 if args.window else None
     doc = result.to_json(top=args.top, min_count=args.min_count, window_s=window)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    tracefmt.write_atomic(out, json.dumps(doc, indent=1) + "\n")
     if args.instances:
         result.write_instances(args.instances)
     st = doc["stats"]

@@ -60,8 +60,7 @@ def _cmd_infer_convolution(args: argparse.Namespace) -> int:
     )
     doc = result.to_json(top=args.top)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    tracefmt.write_atomic(out, json.dumps(doc, indent=1) + "\n")
     st = doc["stats"]
     lines = [
         f"{st['messages']:,} messages on {st['edges']} edges; {st['quanta']:,} quanta of "
