@@ -26,7 +26,7 @@ left of it is in ``docs/inference.md``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,8 @@ __all__ = [
 _CLIP = (-30.0, 60.0)
 #: Quantile bins of the stated odds that the isotonic fit starts from.
 _BINS = 200
+#: Instances' log-probabilities are floored here before their map (about 1e-13).
+_LOG_FLOOR = -30.0
 #: Outcomes at the stated probability each bin of a fit holds besides its own: a twin
 #: of a handful of calls must not turn odds of 1 to 1 into certainty.
 _PRIOR_WEIGHT = 2.0
@@ -137,6 +139,11 @@ class Calibration:
     #: The share right on the twin of the twin (of its own truth): how much easier a
     #: twin made from an answer is than what the answer came from.
     second_right_rate: float | None = None
+    #: Knots of the map from an instance's stated log-probability (the sum of its calls'
+    #: calibrated log-confidences) to the probability that it is exactly right: its
+    #: calls' mistakes are not independent (a swap makes two at once). Empty: the product.
+    instance_xs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    instance_ys: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @classmethod
     def identity(cls) -> Calibration:
@@ -163,6 +170,19 @@ class Calibration:
         if self.xs.size == 0:
             return sigmoid(log_odds)
         return np.interp(np.clip(log_odds, *_CLIP), self.xs, self.ys)
+
+    def apply_instances(self, log_product: np.ndarray) -> np.ndarray:
+        """The probability that each instance is exactly right, from the sum of its calls'
+        log-confidences (the product itself where no instance map was learnt).
+
+        Examples
+        --------
+        >>> Calibration.identity().apply_instances(np.log([0.5, 1.0])).tolist()
+        [0.5, 1.0]
+        """
+        if self.instance_xs.size == 0:
+            return np.exp(log_product)
+        return np.interp(np.maximum(log_product, _LOG_FLOOR), self.instance_xs, self.instance_ys)
 
     def to_json(self) -> dict[str, Any]:
         """The summary a paths file's ``stats.confidence`` holds."""
@@ -271,7 +291,30 @@ def twin_calibration(
     first = replace(first, second_right_rate=float((got2[linked2] == second_truth[linked2]).mean()))
     # One map: the twin's, then the correction, on a fine grid of odds.
     grid = np.unique(np.concatenate([np.linspace(*_CLIP, 2001), first.xs]))
-    return replace(first, xs=grid, ys=np.interp(first.apply(grid), *correction))
+    calls = replace(first, xs=grid, ys=np.interp(first.apply(grid), *correction))
+    return _with_instance_map(calls, got, truth, np.where(got >= 0, calls.apply(log_odds), 1.0))
+
+
+def _with_instance_map(
+    calibration: Calibration, got: np.ndarray, truth: np.ndarray, confidence: np.ndarray
+) -> Calibration:
+    """``calibration`` with the map from an instance's stated log-probability to whether
+    it is exactly one whole true request, learnt on the twin (inferred ``got``, true
+    ``truth``, each call's calibrated ``confidence``)."""
+    root = depths(got)[1]
+    true_root = depths(truth)[1]
+    n = got.size
+    log_product = np.bincount(root, weights=np.log(np.maximum(confidence, 1e-300)), minlength=n)
+    wrong = np.bincount(root, weights=got != truth, minlength=n)
+    size = np.bincount(root, minlength=n)
+    true_size = np.bincount(true_root, minlength=n)
+    roots = np.flatnonzero(got < 0)
+    # Exact: every call's parent right (so all are of the root's true request) and none
+    # of that request missing.
+    exact = (wrong[roots] == 0) & (truth[roots] < 0) & (size[roots] == true_size[roots])
+    stated = np.maximum(log_product[roots], _LOG_FLOOR)
+    xs, ys = isotonic(stated, exact, prior=np.exp(stated))
+    return replace(calibration, instance_xs=xs, instance_ys=ys)
 
 
 def _odds_map(log_odds: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -225,8 +225,12 @@ def _confidence_scores(
     instance exactly one whole true request?), each as ``infer.calibration.reliability``."""
     conf = instances["confidence"].to_numpy()
     linked = instances["parent"].is_valid().to_numpy(zero_copy_only=False)
-    with np.errstate(divide="ignore"):
-        stated = np.exp(np.bincount(group, weights=np.log(conf), minlength=exact.size))
+    if "instance_confidence" in instances.column_names:  # calibrated per instance
+        stated = np.zeros(exact.size)
+        stated[group] = instances["instance_confidence"].to_numpy()
+    else:
+        with np.errstate(divide="ignore"):
+            stated = np.exp(np.bincount(group, weights=np.log(conf), minlength=exact.size))
     return {"calls": reliability(conf[linked], link_ok[linked]), "instances": reliability(stated, exact)}
 
 

@@ -125,6 +125,15 @@ class NestingResult:
             for k in np.unique(slot)
         ]
 
+    def instance_confidence(self) -> np.ndarray:
+        """Per pair, the probability that its instance is exactly right (the same for
+        every pair of an instance; ``calibration.apply_instances``)."""
+        with np.errstate(divide="ignore"):
+            log_product = np.bincount(
+                self.instance, weights=np.log(self.confidence), minlength=self.parent.size
+            )
+        return self.calibration.apply_instances(log_product)[self.instance]
+
     def confident(self, min_confidence: float) -> tuple[NestingResult, int, int]:
         """The result without the instances holding a link (a call given a parent) whose
         confidence is below ``min_confidence``; also returns the instances and the links
@@ -161,7 +170,12 @@ class NestingResult:
         parent = np.where(self.parent[keep] >= 0, new_index[np.maximum(self.parent[keep], 0)], -1)
         pairs, confidence = self.pairs.take(keep), self.confidence[keep]
         patterns, instance, pattern_index = build_patterns(
-            pairs, parent, self.nodes, sort=self.sort, confidence=confidence
+            pairs,
+            parent,
+            self.nodes,
+            sort=self.sort,
+            confidence=confidence,
+            instance_map=self.calibration.apply_instances,
         )
         return replace(
             self,
@@ -251,6 +265,7 @@ class NestingResult:
                 "pattern": pa.DictionaryArray.from_arrays(pa.array(self.pattern_index.astype(np.int32)), ids),
                 "candidates": pa.array(self.candidates, pa.int64()),
                 "confidence": pa.array(self.confidence, pa.float64()),
+                "instance_confidence": pa.array(self.instance_confidence(), pa.float64()),
                 "pattern_confidence": pa.array(
                     np.array([np.nan if pat.confidence is None else pat.confidence for pat in self.patterns])[
                         self.pattern_index
@@ -758,7 +773,12 @@ def infer_nesting(
     assert final.log_odds is not None
     confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)
     patterns, instance, pattern_index = build_patterns(
-        pairs, final.parent, nodes.names, sort=sort, confidence=confidence
+        pairs,
+        final.parent,
+        nodes.names,
+        sort=sort,
+        confidence=confidence,
+        instance_map=calibration.apply_instances,
     )
     return NestingResult(
         nodes=nodes.names,

@@ -11,7 +11,7 @@ call to child call), kept apart for each pattern.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,13 +196,16 @@ def build_patterns(
     *,
     sort: str = "total",
     confidence: np.ndarray | None = None,
+    instance_map: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[list[Pattern], np.ndarray, np.ndarray]:
     """Instances and patterns from parent links; returns (patterns, instance, pattern index).
 
     Children a call makes at once (``sibling_groups``) form an unordered concurrent
     group: instances whose concurrent calls left in different orders share a pattern.
     With ``confidence`` (each pair's probability that its parent is right), each
-    pattern gets the mean over its instances of the product of their calls' ones.
+    pattern gets the mean over its instances of the probability that the instance is
+    exactly right: ``instance_map`` of the sum of its calls' log-confidences, by default
+    their product.
     """
     n = parent.size
     if n == 0:
@@ -337,7 +340,7 @@ def build_patterns(
     if confidence is not None:
         with np.errstate(divide="ignore"):
             instance_log = np.bincount(root, weights=np.log(confidence), minlength=n)
-        right_whole = np.exp(instance_log[roots])
+        right_whole = (instance_map or np.exp)(instance_log[roots])
         pattern_confidence = np.bincount(pat_of_root, weights=right_whole, minlength=uniq.size)
         pattern_confidence /= np.maximum(count, 1)
 

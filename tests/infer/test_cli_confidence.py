@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import re
 from collections import defaultdict
@@ -116,12 +117,26 @@ def strings(col: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(col.cast(pa.string()).to_pylist(), dtype=object)
 
 
-def instance_confidence(table: pa.Table) -> dict[int, float]:
+def confidence_product(table: pa.Table) -> dict[int, float]:
     """Per instance: the product of its calls' confidences."""
     prod: dict[int, float] = defaultdict(lambda: 1.0)
     for i, c in zip(table["instance"].to_pylist(), table["confidence"].to_pylist(), strict=True):
         prod[i] *= c
     return dict(prod)
+
+
+def instance_confidence(table: pa.Table) -> dict[int, float]:
+    """Per instance: the stated probability that it is exactly right (the table's
+    ``instance_confidence``), checked to be the same on every row of the instance and a
+    non-decreasing function of the product of its calls' confidences."""
+    stated: dict[int, float] = {}
+    for i, c in zip(table["instance"].to_pylist(), table["instance_confidence"].to_pylist(), strict=True):
+        assert stated.setdefault(i, c) == c, f"instance {i} states two confidences"
+    prod = confidence_product(table)
+    order = sorted(prod, key=lambda i: prod[i])
+    values = [stated[i] for i in order]
+    assert all(a <= b + 1e-12 for a, b in itertools.pairwise(values)), "not monotone in the product"
+    return stated
 
 
 def instance_pattern(table: pa.Table) -> dict[int, str]:
@@ -133,7 +148,7 @@ def instance_pattern(table: pa.Table) -> dict[int, str]:
 
 
 def pattern_confidence(table: pa.Table) -> dict[str, tuple[int, float]]:
-    """Per pattern: its instances and the mean over them of the product of confidences."""
+    """Per pattern: its instances and the mean over them of their stated confidences."""
     prod, pat = instance_confidence(table), instance_pattern(table)
     groups: dict[str, list[float]] = defaultdict(list)
     for i, p in pat.items():
@@ -173,7 +188,7 @@ class Verdicts:
     """Truth-based verdicts for the rows of an instances table."""
 
     link_right: np.ndarray  # per row: the parent (or being a root) is the true one
-    inst_stated: np.ndarray  # per inferred instance: the product of confidences
+    inst_stated: np.ndarray  # per inferred instance: its stated confidence
     inst_exact: np.ndarray  # per inferred instance: exactly one whole true request
 
 
@@ -196,14 +211,14 @@ def verdicts(table: pa.Table, trace: Path) -> Verdicts:
     members: dict[int, list[int]] = defaultdict(list)
     for k, i in enumerate(table["instance"].to_pylist()):
         members[i].append(k)
-    conf = table["confidence"].to_numpy()
+    per_instance = instance_confidence(table)
     stated: list[float] = []
     exact: list[bool] = []
-    for rows in members.values():
+    for inst, rows in members.items():
         r = np.array(rows)
         whole = len(set(tinst[row[r]].tolist())) == 1 and true_size[int(tinst[row[r[0]]])] == r.size
         exact.append(bool(whole and right[r].all()))
-        stated.append(float(np.prod(conf[r])))
+        stated.append(per_instance[inst])
     return Verdicts(right, np.array(stated), np.array(exact))
 
 
@@ -350,8 +365,15 @@ def test_min_confidence_one_keeps_only_certain_instances(run: Run) -> None:
     n_base = len(set(run.base.table["instance"].to_pylist()))
     assert len(set(t["instance"].to_pylist())) == n_base - len(low)
     assert run.certain.doc["stats"]["min_confidence"]["links_below"] == links
-    for p in run.certain.doc["patterns"]:
-        assert p["confidence"] == 1.0
+    # Every instance left is all certain links: the same stated confidence for all.
+    assert len({p["confidence"] for p in run.certain.doc["patterns"]}) == 1
+
+
+def test_without_calibration_an_instance_states_the_product(run: Run) -> None:
+    t = run.uncalibrated.table
+    stated, prod = instance_confidence(t), confidence_product(t)
+    assert stated.keys() == prod.keys()
+    assert all(stated[i] == pytest.approx(prod[i], rel=1e-9) for i in stated)
 
 
 def test_show_prints_each_patterns_share_exactly_right(run: Run) -> None:
