@@ -104,7 +104,7 @@ class Pattern:
     latency_table: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
     delay_table: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
     #: The probability that an instance of the pattern is exactly right: the mean over
-    #: its instances of the product of their calls' confidences (None: not known).
+    #: its instances of theirs (``build_patterns``' ``instance_map``; None: not known).
     confidence: float | None = None
 
     @property
