@@ -159,6 +159,20 @@ def messages_table(
     return pa.table(cols)
 
 
+def _running(on_read: Callable[[int, int], None] | None) -> Callable[[int, int], None] | None:
+    """``on_read`` given running totals, from the counts of each batch."""
+    if on_read is None:
+        return None
+    total = [0, 0]
+
+    def add(packets: int, nbytes: int) -> None:
+        total[0] += packets
+        total[1] += nbytes
+        on_read(total[0], total[1])
+
+    return add
+
+
 def _convert_one(
     sources: Sequence[PacketSource],
     out: PathLike,
@@ -170,6 +184,7 @@ def _convert_one(
     on_progress: Callable[[int], None] | None,
     t0: float,
     keep_payload: bool = False,
+    on_read: Callable[[int, int], None] | None = None,
 ) -> None:
     decoder = Decoder()
     stats = FlowStats()
@@ -189,6 +204,8 @@ def _convert_one(
             batch = next(batches, None)
             while batch is not None:
                 nxt = next(batches, None)
+                if on_read is not None:  # a record header and the bytes of each packet
+                    on_read(len(batch.ts_ns), int(batch.caplen.sum()) + 16 * len(batch.ts_ns))
                 segs = decoder.decode(batch)
                 report.decoded += len(segs)
                 msgs = asm.feed(segs, final=nxt is None)
@@ -275,6 +292,7 @@ def convert_pcaps(
     dedup_window_ns: int = DEFAULT_DEDUP_WINDOW_NS,
     chunk_bytes: int = 8 << 20,
     on_progress: Callable[[int], None] | None = None,
+    on_read: Callable[[int, int], None] | None = None,
 ) -> CaptureReport:
     """Convert capture files (or packet sources) into one Parquet message trace.
 
@@ -302,6 +320,9 @@ def convert_pcaps(
         Bytes read per batch (memory use is a small multiple).
     on_progress : callable, optional
         Called with the messages written so far.
+    on_read : callable, optional
+        Called with the packets and about the bytes of the files read so far (their
+        records), for a progress bar over the files' sizes.
 
     Returns
     -------
@@ -342,12 +363,14 @@ def convert_pcaps(
             point=point,
             chunk_bytes=chunk_bytes,
             on_progress=on_progress,
+            on_read=_running(on_read),
             t0=t0,
             keep_payload=keep_payload,
         )
         return report
     points = [Path(src.name).stem or f"point{i}" for i, src in enumerate(sources)]
     offsets = [0] * len(sources)
+    reader = _running(on_read)  # the first pass reads every file; the progress follows it
     with tempfile.TemporaryDirectory(prefix="wirepath-points-") as tmp:
         # First pass: each point on its own, for the messages the clock offsets come from.
         parts = []
@@ -355,7 +378,7 @@ def convert_pcaps(
             part = Path(tmp) / f"point{i}.parquet"
             scratch = CaptureReport(output=str(part), sources=[src.name])
             _convert_one([src], part, namer, scratch, point=points[i], chunk_bytes=chunk_bytes,
-                         on_progress=None, t0=t0, keep_payload=False)  # fmt: skip
+                         on_progress=None, t0=t0, keep_payload=False, on_read=reader)  # fmt: skip
             parts.append(part)
         cols = ["timestamp", "sender", "receiver", "op", "id"]
         # Each point is placed against all points placed before it (shifted by their

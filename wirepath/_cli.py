@@ -42,24 +42,60 @@ def add_verb(
     )
     p.set_defaults(handler=handler)
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
     return p
 
 
-def progress(label: str) -> Callable[[int], None] | None:
-    """A progress callback drawing on stderr, when stderr is a terminal."""
-    if not sys.stderr.isatty():
+class Progress:
+    """A progress bar on stderr (tqdm): messages done, and for input files of known size
+    the bytes read, the rate and the time left. Called with the messages done so far,
+    it fits where a verb takes ``on_progress``."""
+
+    def __init__(self, label: str, *, total_bytes: int | None = None) -> None:
+        from tqdm import tqdm
+
+        self.messages = 0
+        self._bytes = total_bytes is not None
+        self.bar = tqdm(
+            total=total_bytes,
+            desc=label,
+            unit="B" if self._bytes else " messages",
+            unit_scale=True,
+            file=sys.stderr,
+            dynamic_ncols=True,
+            leave=False,
+        )
+
+    def __call__(self, messages: int) -> None:
+        self.messages = messages
+        if self._bytes:
+            self.bar.set_postfix_str(f"{messages:,} messages", refresh=False)
+        else:
+            self.bar.update(messages - self.bar.n)
+
+    def read(self, packets: int, nbytes: int) -> None:
+        """Input read so far: packets and bytes (the bar's measure for files)."""
+        self.bar.set_postfix_str(f"{packets:,} packets, {self.messages:,} messages", refresh=False)
+        self.bar.update(nbytes - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def progress(
+    label: str, args: argparse.Namespace | None = None, *, total_bytes: int | None = None
+) -> Progress | None:
+    """A :class:`Progress` bar when stderr is a terminal and ``--quiet`` was not given,
+    else None (nothing is drawn into a pipe or a log)."""
+    if not sys.stderr.isatty() or (args is not None and getattr(args, "quiet", False)):
         return None
-
-    def show(done: int) -> None:
-        print(f"\r{label}: {done:,} messages", end="", file=sys.stderr, flush=True)
-
-    return show
+    return Progress(label, total_bytes=total_bytes)
 
 
-def end_progress(callback: Callable[[int], None] | None) -> None:
-    """Finish the progress line drawn by a :func:`progress` callback."""
-    if callback is not None:
-        print(file=sys.stderr)
+def end_progress(bar: Progress | None) -> None:
+    """Remove the bar of :func:`progress`."""
+    if bar is not None:
+        bar.close()
 
 
 def emit(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:

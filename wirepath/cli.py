@@ -41,7 +41,7 @@ def _output_path(args: argparse.Namespace) -> str:
 
 def _cmd_convert(args: argparse.Namespace) -> int:
     output = _output_path(args)
-    progress = _progress("convert")
+    progress = _progress("convert", args)
     report = tracefmt.convert_trace(
         args.input, output, skip_bad=args.skip_bad, sort=args.sort, on_progress=progress, at=args.at
     )
@@ -105,7 +105,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     names = tracefmt.load_names(args.names) if args.names else {}
     window = None if args.no_dedup else tracefmt.parse_duration_ns(args.dedup_window)
     specs = [tracefmt.MergeInput(p, offset_ns=offsets.get(p, 0)) for p in args.inputs]
-    progress = _progress("merge")
+    progress = _progress("merge", args)
     report = tracefmt.merge_traces(specs, args.out, names=names, dedup_window_ns=window, on_progress=progress)
     _end_progress(progress)
     total_in = sum(i["messages"] for i in report.inputs)
@@ -181,7 +181,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         loss_queue=args.queue,
         skew=_parse_skew(args.skew) or None,
     )
-    progress = _progress("synth")
+    progress = _progress("synth", args)
     report = synth.generate_trace(config, out, truth_path=args.truth, on_progress=progress)
     _end_progress(progress)
     doc = report.to_json()

@@ -6,6 +6,7 @@ The ``pcap`` half is here; the ``live`` half (the capture agent) is in ``cli_liv
 from __future__ import annotations
 
 import argparse
+import os
 
 import capture
 import tracefmt
@@ -81,7 +82,10 @@ def _register_pcap(sources: argparse._SubParsersAction) -> None:
 
 
 def _cmd_pcap(args: argparse.Namespace) -> int:
-    progress = _progress("capture")
+    # Over the files' sizes when they are known (a gzip file's is not its content's).
+    sizes = [os.path.getsize(f) for f in args.files if os.path.isfile(f) and not str(f).endswith(".gz")]
+    known = len(sizes) == len(args.files)
+    progress = _progress("capture", args, total_bytes=sum(sizes) if known else None)
     report = capture.convert_pcaps(
         args.files,
         args.out,
@@ -91,6 +95,7 @@ def _cmd_pcap(args: argparse.Namespace) -> int:
         keep_payload=args.keep_payload,
         dedup_window_ns=tracefmt.parse_duration_ns(args.dedup_window),
         on_progress=progress,
+        on_read=progress.read if progress is not None and known else None,
     )
     _end_progress(progress)
     emit(args, report.to_json(), report.summary())
