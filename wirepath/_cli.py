@@ -51,11 +51,11 @@ class Progress:
     the bytes read, the rate and the time left. Called with the messages done so far,
     it fits where a verb takes ``on_progress``."""
 
-    def __init__(self, label: str, *, total_bytes: int | None = None) -> None:
+    def __init__(self, label: str, *, total_bytes: int | None = None, in_bytes: bool = False) -> None:
         from tqdm import tqdm
 
         self.messages = 0
-        self._bytes = total_bytes is not None
+        self._bytes = in_bytes or total_bytes is not None
         self.bar = tqdm(
             total=total_bytes,
             desc=label,
@@ -78,18 +78,27 @@ class Progress:
         self.bar.set_postfix_str(f"{packets:,} packets, {self.messages:,} messages", refresh=False)
         self.bar.update(nbytes - self.bar.n)
 
+    def recorded(self, files: int, nbytes: int) -> None:
+        """A recording's files and bytes so far (no total: a live capture has no end)."""
+        self.bar.set_postfix_str(f"{files} file{'s' if files != 1 else ''}", refresh=False)
+        self.bar.update(nbytes - self.bar.n)
+
     def close(self) -> None:
         self.bar.close()
 
 
 def progress(
-    label: str, args: argparse.Namespace | None = None, *, total_bytes: int | None = None
+    label: str,
+    args: argparse.Namespace | None = None,
+    *,
+    total_bytes: int | None = None,
+    in_bytes: bool = False,
 ) -> Progress | None:
     """A :class:`Progress` bar when stderr is a terminal and ``--quiet`` was not given,
     else None (nothing is drawn into a pipe or a log)."""
     if not sys.stderr.isatty() or (args is not None and getattr(args, "quiet", False)):
         return None
-    return Progress(label, total_bytes=total_bytes)
+    return Progress(label, total_bytes=total_bytes, in_bytes=in_bytes)
 
 
 def end_progress(bar: Progress | None) -> None:

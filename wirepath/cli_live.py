@@ -11,7 +11,7 @@ from typing import Any
 
 import tracefmt
 from capture.live import DEFAULT_BUFFER_MB, DEFAULT_SNAPLEN, LiveCapture, LiveReport, Recording, capture_live
-from wirepath._cli import add_verb, count, emit
+from wirepath._cli import Progress, add_verb, count, emit, end_progress, progress
 
 __all__ = ["register"]
 
@@ -82,23 +82,22 @@ def _cmd_live(args: argparse.Namespace) -> int:
             raise KeyboardInterrupt
         stop.set()
 
+    bars: list[Progress | None] = [None]  # drawn once the recording has started
+
     def on_recorded(report: LiveReport) -> None:
         recorded.set()
-        if sys.stderr.isatty():
-            print(file=sys.stderr)  # end the progress line
+        end_progress(bars[0])
         if not args.no_convert and report.files:
             print(f"converting {len(report.files)} file(s) into the trace", file=sys.stderr, flush=True)
 
     def on_ready(cap: LiveCapture) -> None:
         until = f"for {args.duration}" if duration else "until Ctrl-C"
         print(f"recording {cap.iface} into {cap.first_file} {until}", file=sys.stderr, flush=True)
+        bars[0] = progress("recording", args, in_bytes=True)
 
     def on_progress(files: int, size: int) -> None:
-        print(
-            f"\rrecording: {files} file{'s' if files != 1 else ''}, {size / 1e6:,.1f} MB",
-            end="",
-            file=sys.stderr,
-        )
+        if bars[0] is not None:
+            bars[0].recorded(files, size)
 
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
@@ -120,11 +119,12 @@ def _cmd_live(args: argparse.Namespace) -> int:
             convert=not args.no_convert,
             stop=stop,
             on_ready=on_ready,
-            on_progress=on_progress if sys.stderr.isatty() else None,
+            on_progress=on_progress,
             on_recorded=on_recorded,
             convert_options={"node_by": args.node_by},
         )
     finally:
+        end_progress(bars[0])
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     emit(args, report.to_json(), _summary(report))
