@@ -44,6 +44,7 @@ from tracefmt import (
     TraceWriter,
     WirepathError,
     iter_trace,
+    publish,
     read_trace_metadata,
 )
 
@@ -665,7 +666,7 @@ def _add_provenance(trace: str, live: dict[str, Any]) -> None:
     with TraceWriter(tmp, provenance={**meta, "live": live}) as writer:
         for table in iter_trace(trace):
             writer.write(table)
-    os.replace(tmp, trace)
+    publish(tmp, trace)
 
 
 def _convert(

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 import tracefmt
-from tracefmt import OP_CALL, OP_RETURN, OP_SEND, ParameterError, TraceFileError
+from tracefmt import OP_CALL, OP_RETURN, OP_SEND, ParameterError, TraceFileError, publish
 
 __all__ = [
     "SynthPcapReport",
@@ -611,7 +611,7 @@ def _write_pcap(
             f.write(struct.pack("<IHHiIII", _PCAP_MAGIC_NS, 2, 4, 0, 0, 262144, _LINKTYPE_ETHERNET))
             for lo in range(0, len(pk["ts"]), chunk):
                 f.write(_assemble({k: v[lo : lo + chunk] for k, v in pk.items()}, ip, payloads, glen))
-        os.replace(tmp, out)
+        publish(tmp, out)
     except OSError as exc:
         _remove(tmp)
         raise TraceFileError(f"{out}: cannot write the pcap file ({exc.strerror or exc})") from None

@@ -53,7 +53,7 @@ from infer.candidates import (
 )
 from infer.chains import ChainModel, chain_stages
 from infer.params import BOARDS, PRESETS, NestingParams
-from tracefmt import ParameterError, SchemaError, TraceFileError, sort_trace, validate_trace
+from tracefmt import ParameterError, SchemaError, TraceFileError, publish, sort_trace, validate_trace
 from tracefmt._files import existing_file
 from tracefmt.units import format_instant_ns
 
@@ -244,7 +244,7 @@ class NestingResult:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.partial")
         pq.write_table(self.instances_table(), tmp, compression="zstd")
-        os.replace(tmp, target)
+        publish(tmp, target)
 
     def instances_table(self) -> pa.Table:
         """Every call pair with its inferred parent, instance, pattern and confidence."""

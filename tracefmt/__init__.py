@@ -4,7 +4,7 @@ and span files (Jaeger, OTLP) as traces with ground truth.
 Every other wirepath package takes a validated Arrow table from here.
 """
 
-from tracefmt._files import distinct_outputs, parquet_output, partial_path, write_atomic
+from tracefmt._files import distinct_outputs, parquet_output, partial_path, publish, write_atomic
 from tracefmt.convert import (
     TRACE_SUFFIXES,
     ConvertReport,
@@ -104,6 +104,7 @@ __all__ = [
     "parse_duration_ns",
     "partial_path",
     "printable",
+    "publish",
     "read_any_trace",
     "read_jaeger",
     "read_otlp",

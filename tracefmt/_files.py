@@ -127,6 +127,26 @@ def writable_output(path: str | os.PathLike[str]) -> Path:
     return p
 
 
+def publish(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Put a finished temporary file in its place, in one rename, writable by no one but
+    its owner's group at most (a permissive umask must not leave outputs world-writable).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, stat
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> (d / ".a.partial").write_text("x")
+    1
+    >>> publish(d / ".a.partial", d / "a")
+    >>> bool(stat.S_IMODE((d / "a").stat().st_mode) & 0o002)
+    False
+    """
+    mode = os.stat(tmp).st_mode & 0o7777
+    if mode & 0o002:
+        os.chmod(tmp, mode & ~0o002)
+    os.replace(tmp, target)
+
+
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file (``partial_path``) and a
     rename, so an interrupted run never leaves half a file behind; parent directories
@@ -147,7 +167,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
             tmp.write_text(data, encoding="utf-8")
         else:
             tmp.write_bytes(data)
-        os.replace(tmp, target)
+        publish(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

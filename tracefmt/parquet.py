@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracefmt._files import existing_file, writable_output
+from tracefmt._files import existing_file, publish, writable_output
 from tracefmt.errors import SchemaError, TraceFileError
 from tracefmt.schema import CORE_COLUMNS, SCHEMA_VERSION, empty_trace, validate_trace
 
@@ -309,7 +309,7 @@ class TraceWriter:
         self._flush(final=True)
         self._writer.add_key_value_metadata(_metadata_bytes(self.provenance))
         self._writer.close()
-        os.replace(self._tmp, self.path)
+        publish(self._tmp, self.path)
 
     def abort(self) -> None:
         """Drop the partial file; nothing appears at ``path``."""

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracefmt import _tokens
-from tracefmt._files import existing_file
+from tracefmt._files import existing_file, publish
 from tracefmt.errors import ParseError, SchemaError, TraceFileError
 from tracefmt.schema import OPS, TS_TYPE, empty_trace, validate_trace
 
@@ -420,5 +420,5 @@ def write_text_trace(tables: pa.Table | Iterable[pa.Table], path: PathLike) -> i
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    os.replace(tmp, p)
+    publish(tmp, p)
     return rows

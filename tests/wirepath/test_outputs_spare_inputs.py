@@ -227,3 +227,32 @@ def test_an_output_that_cannot_be_written_is_one_error(capsys, tmp_path, case) -
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("error: ")
+
+
+def test_outputs_are_not_world_writable_whatever_the_umask(capsys, made, tmp_path) -> None:
+    import os
+    import stat
+
+    old = os.umask(0)
+    try:
+        trace, paths = tmp_path / "t.parquet", tmp_path / "p.json"
+        assert main(["capture", "pcap", str(made["pcap"]), "--out", str(trace)]) == 0
+        assert (
+            main(
+                [
+                    "infer",
+                    "nesting",
+                    str(trace),
+                    "--out",
+                    str(paths),
+                    "--instances",
+                    str(tmp_path / "i.parquet"),
+                ]
+            )
+            == 0
+        )
+        assert main(["convert", str(trace), str(tmp_path / "t.txt")]) == 0
+    finally:
+        os.umask(old)
+    for name in ("t.parquet", "p.json", "i.parquet", "t.txt"):
+        assert not stat.S_IMODE((tmp_path / name).stat().st_mode) & 0o002, name
