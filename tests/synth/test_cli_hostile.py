@@ -276,6 +276,9 @@ def test_sigterm_removes_the_partial_trace(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # SIGTERM at its default action, as a service manager starts it (a test runner
+        # may hand its children an ignored one, which wirepath respects).
+        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL),
     )
     partial = tmp_path / ".t.parquet.partial"
     deadline = time.monotonic() + 60
