@@ -19,18 +19,22 @@ from typing import Any
 
 from tracefmt import ParameterError, SchemaError, TraceFileError
 from tracefmt._files import existing_file
+from tracefmt.display import printable
 from tracefmt.patterns import Shape, pattern_id, shape_text
+from tracefmt.units import format_duration_ns
 
 __all__ = [
     "SORTS",
     "check_paths",
     "collapse_replicas",
     "confident_patterns",
+    "format_path",
     "load_paths",
     "pattern_shape",
     "select_patterns",
     "self_times",
     "shape_of",
+    "tree_lines",
     "visits",
 ]
 
@@ -377,3 +381,55 @@ def shape_of(pattern: dict[str, Any]) -> str:
     'c>WS1'
     """
     return shape_text(pattern_shape(pattern["root"]))
+
+
+def tree_lines(pattern: dict[str, Any]) -> list[str]:
+    """A pattern as an indented tree: node, mean latency, delay from the parent's call.
+
+    Calls a visit makes at once (a concurrent group, ``B>C|B>D`` in the shape text)
+    follow a ``(at once)`` line, and a ``|`` runs down the left of each of them and
+    its subtree; a call made on its own (``,`` in the shape text) has no mark::
+
+        A -> B  6.000 ms
+          (at once)
+          | B -> C  2.000 ms  +1.000 ms after parent
+          | B -> D  3.500 ms  +1.500 ms after parent
+          |   D -> F  1.000 ms  +0.500 ms after parent
+          B -> E  1.000 ms  +4.000 ms after parent
+    """
+    lines = []
+
+    def walk(v: dict[str, Any], indent: str) -> None:
+        delay = f"  +{v['delay_s']['mean'] * 1e3:.3f} ms after parent" if v["delay_s"] else ""
+        call = f"{printable(v['caller'])} -> {printable(v['node'])}"
+        lines.append(f"{indent}{call}  {v['latency_s']['mean'] * 1e3:.3f} ms{delay}")
+        # Children carry a group number only when some of them were made at once.
+        groups = [c.get("group") for c in v["children"]]
+        previous = None
+        for child, group in zip(v["children"], groups, strict=True):
+            if group is None or groups.count(group) == 1:
+                walk(child, indent + "  ")
+            else:
+                if group != previous:
+                    lines.append(f"{indent}  (at once)")
+                walk(child, indent + "  | ")
+            previous = group
+
+    walk(pattern["root"], "  ")
+    return lines
+
+
+def format_path(path: dict[str, Any]) -> str:
+    """One path of a convolution paths file as text: nodes, with the delays before each hop.
+
+    Examples
+    --------
+    >>> format_path({"nodes": ["a", "b", "c"], "delays_s": [[0.0021, 0.008]], "counts": [10, 7]})
+    'a -> b -[2.1 ms|8 ms]-> c'
+    """
+    nodes = [printable(str(n)) for n in path["nodes"]]
+    parts = [f"{nodes[0]} -> {nodes[1]}"]
+    for k, node in enumerate(nodes[2:]):
+        delays = "|".join(format_duration_ns(round(d * 1e9)) for d in path["delays_s"][k])
+        parts.append(f" -[{delays}]-> {node}")
+    return "".join(parts)

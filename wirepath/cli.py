@@ -18,6 +18,7 @@ import infer
 import synth
 import tracefmt
 from tracefmt import WirepathError
+from viz.paths import tree_lines
 from wirepath import __version__, cli_capture, cli_convolution, cli_trend, cli_viz
 from wirepath._cli import Parser as _Parser
 from wirepath._cli import UsageError as _UsageError
@@ -227,42 +228,6 @@ def _confidence_text(pattern: dict[str, Any]) -> str:
     return "" if conf is None else f" ({conf:.1%} exactly right)"
 
 
-def _tree_lines(pattern: dict[str, Any]) -> list[str]:
-    """A pattern as an indented tree: node, mean latency, delay from the parent's call.
-
-    Calls a visit makes at once (a concurrent group, ``B>C|B>D`` in the shape text)
-    follow a ``(at once)`` line, and a ``|`` runs down the left of each of them and
-    its subtree; a call made on its own (``,`` in the shape text) has no mark::
-
-        A -> B  6.000 ms
-          (at once)
-          | B -> C  2.000 ms  +1.000 ms after parent
-          | B -> D  3.500 ms  +1.500 ms after parent
-          |   D -> F  1.000 ms  +0.500 ms after parent
-          B -> E  1.000 ms  +4.000 ms after parent
-    """
-    lines = []
-
-    def walk(v: dict[str, Any], indent: str) -> None:
-        delay = f"  +{v['delay_s']['mean'] * 1e3:.3f} ms after parent" if v["delay_s"] else ""
-        call = f"{tracefmt.printable(v['caller'])} -> {tracefmt.printable(v['node'])}"
-        lines.append(f"{indent}{call}  {v['latency_s']['mean'] * 1e3:.3f} ms{delay}")
-        # Children carry a group number only when some of them were made at once.
-        groups = [c.get("group") for c in v["children"]]
-        previous = None
-        for child, group in zip(v["children"], groups, strict=True):
-            if group is None or groups.count(group) == 1:
-                walk(child, indent + "  ")
-            else:
-                if group != previous:
-                    lines.append(f"{indent}  (at once)")
-                walk(child, indent + "  | ")
-            previous = group
-
-    walk(pattern["root"], "  ")
-    return lines
-
-
 def _nesting_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The single settings given on the command line (None: the preset's)."""
     given = {
@@ -337,7 +302,7 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
             f"#{k} {pat['id']}  {pat['count']:,} instances{_confidence_text(pat)}, "
             f"total {pat['total_latency_s']:.3f} s"
         )
-        lines += _tree_lines(pat)
+        lines += tree_lines(pat)
     _emit(args, doc, "\n".join(lines))
     return 0
 

@@ -5,31 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 import infer
 import tracefmt
+from viz.paths import format_path
 from wirepath._cli import Parser, count, emit
 
-__all__ = ["format_path", "register"]
+__all__ = ["register"]
 
 _AUTO_LAGS = 1000  # --max-lag auto: this many quanta
-
-
-def format_path(path: dict[str, Any]) -> str:
-    """One path of a convolution paths file as text: nodes, with the delays before each hop.
-
-    Examples
-    --------
-    >>> format_path({"nodes": ["a", "b", "c"], "delays_s": [[0.0021, 0.008]], "counts": [10, 7]})
-    'a -> b -[2.1 ms|8 ms]-> c'
-    """
-    nodes = [tracefmt.printable(str(n)) for n in path["nodes"]]
-    parts = [f"{nodes[0]} -> {nodes[1]}"]
-    for k, node in enumerate(nodes[2:]):
-        delays = "|".join(tracefmt.format_duration_ns(round(d * 1e9)) for d in path["delays_s"][k])
-        parts.append(f" -[{delays}]-> {node}")
-    return "".join(parts)
 
 
 def _cmd_infer_convolution(args: argparse.Namespace) -> int:

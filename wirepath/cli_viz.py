@@ -16,18 +16,12 @@ from viz.demo import DEMO_CONVOLUTION, run_demo
 from viz.diff import convolution_diff_dot, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import format_s, paths_dot
 from viz.export import EXPORT_FORMATS, write_export
-from viz.paths import SORTS, collapse_replicas, confident_patterns, load_paths, select_patterns
+from viz.paths import SORTS, collapse_replicas, confident_patterns, load_paths, select_patterns, tree_lines
 from viz.render import FORMATS, write_graph
 from viz.report import build_report, write_report
 from wirepath._cli import Parser, add_verb, count, emit, probability
 
 __all__ = ["register"]
-
-
-def _tree(pattern: dict[str, Any]) -> list[str]:
-    from wirepath.cli import _tree_lines
-
-    return _tree_lines(pattern)
 
 
 def _graph_out(args: argparse.Namespace, default: str) -> Path:
@@ -190,7 +184,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     ]
     for k, pat in enumerate(result.top_patterns, 1):
         lines.append(f"#{k} {pat['id']}  {pat['count']:,} instances, total {pat['total_latency_s']:.3f} s")
-        lines += _tree(pat)
+        lines += tree_lines(pat)
     lines += ["", "where the time went:", f"  {result.sentence}"]
     if result.diff.changes:
         lines.append(f"  ({result.diff.changes[0]['where']})")
