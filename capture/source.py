@@ -376,7 +376,8 @@ class PcapSource:
             raise TraceFileError(f"{self.name}: pcap file header cut short ({len(head)} of 24 bytes)")
         bo, unit = _PCAP_MAGIC[head[:4]]
         snaplen, network = struct.unpack(bo + "II", head[16:24])
-        linktype = network & 0x0FFFFFFF
+        # The link type is the low 16 bits (the high ones carry FCS length and flags).
+        linktype = network & 0xFFFF
         max_len = max(snaplen, 65535) if snaplen else _MAX_RECORD
         max_len = min(max_len, _MAX_RECORD) if snaplen <= _MAX_RECORD else snaplen
         caplen_at = struct.Struct(bo + "I").unpack_from

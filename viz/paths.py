@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from infer.patterns import STAT_NAMES
 from tracefmt import ParameterError, SchemaError, TraceFileError
 from tracefmt._files import existing_file
 from tracefmt.display import printable
@@ -95,14 +96,17 @@ def _check_pattern(pat: dict[str, Any], where: str) -> None:
             raise SchemaError(f"{where}: visits nested more than {MAX_DEPTH} deep")
         if not isinstance(visit, dict) or not isinstance(visit.get("node"), str):
             raise SchemaError(f"{where}: a visit must be an object with a 'node' name")
-        if not isinstance(visit.get("caller", ""), str) or not isinstance(visit.get("children", []), list):
+        if not isinstance(visit.get("caller"), str) or not isinstance(visit.get("children", []), list):
             raise SchemaError(f"{where}: visit {visit['node']!r} needs a 'caller' name and a 'children' list")
         for key in ("latency_s", "delay_s"):
             stats = visit.get(key)
             if stats is not None and (
-                not isinstance(stats, dict) or not all(_number(v, null=True) for v in stats.values())
+                not isinstance(stats, dict) or not all(_number(stats.get(name)) for name in STAT_NAMES)
             ):
-                raise SchemaError(f"{where}: visit {visit['node']!r}'s {key} must hold finite numbers")
+                names = ", ".join(STAT_NAMES)
+                raise SchemaError(
+                    f"{where}: visit {visit['node']!r}'s {key} must hold {names} as finite numbers"
+                )
         stack.extend((child, depth + 1) for child in visit.get("children", []))
 
 
