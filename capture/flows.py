@@ -953,10 +953,9 @@ class FlowAssembler:
         np.minimum.at(data_from, kp[first_data], ts[first_data])
         handshake = (ts < data_from[kp]) & ~alert
         turns = ~handshake & ~alert
-        labels = {p: names.get(p) or "TLS" for p in np.unique(kp).tolist()}
         parts = [
             self._tls_handshakes(
-                s, di[handshake], kp[handshake], kd[handshake], klen[handshake], flow_ids, labels
+                s, di[handshake], kp[handshake], kd[handshake], klen[handshake], flow_ids, names
             )
         ]
         if turns.any():
@@ -964,7 +963,7 @@ class FlowAssembler:
             parts.append(
                 self._turns(
                     s, di[t], kp[t], kd[t], klen[t], run_start[t], flow_ids, sstart[t], kcap[t], stream,
-                    proto="tls", labels={p: names.get(p) for p in labels}, first_call=2,
+                    proto="tls", labels=names, first_call=2,
                 )
             )  # fmt: skip
         return Messages.concat(parts)
@@ -1000,7 +999,7 @@ class FlowAssembler:
             flow=flow_ids[pk],
             proto=np.full(len(first), _PROTO_CODE["tls"], np.int8),
             label=np.array(
-                [f"TLS {names[p]}" if names[p] != "TLS" else "TLS" for p in pk.tolist()] + [None], object
+                [f"TLS {names[p]}" if p in names else "TLS" for p in pk.tolist()] + [None], object
             )[:-1],
             payload=np.full(len(first), None, object),
             server_is_dst=call,

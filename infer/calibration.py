@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from infer.callpairs import CallPairs
-from infer.patterns import depths
+from infer.patterns import depths, log_confidence_by
 
 __all__ = [
     "Calibration",
@@ -304,7 +304,7 @@ def _with_instance_map(
     root = depths(got)[1]
     true_root = depths(truth)[1]
     n = got.size
-    log_product = np.bincount(root, weights=np.log(np.maximum(confidence, 1e-300)), minlength=n)
+    log_product = log_confidence_by(root, confidence, n)
     wrong = np.bincount(root, weights=got != truth, minlength=n)
     size = np.bincount(root, minlength=n)
     true_size = np.bincount(true_root, minlength=n)

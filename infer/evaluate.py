@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from infer.calibration import reliability
 from infer.callpairs import CallPairs, node_codes
-from infer.patterns import Pattern, build_patterns
+from infer.patterns import Pattern, build_patterns, log_confidence_by
 from tracefmt import (
     OP_CALL,
     OP_RETURN,
@@ -229,8 +229,7 @@ def _confidence_scores(
         stated = np.zeros(exact.size)
         stated[group] = instances["instance_confidence"].to_numpy()
     else:
-        with np.errstate(divide="ignore"):
-            stated = np.exp(np.bincount(group, weights=np.log(conf), minlength=exact.size))
+        stated = np.exp(log_confidence_by(group, conf, exact.size))
     return {"calls": reliability(conf[linked], link_ok[linked]), "instances": reliability(stated, exact)}
 
 

@@ -53,6 +53,7 @@ from infer.candidates import (
 )
 from infer.chains import ChainModel, chain_stages
 from infer.params import BOARDS, PRESETS, NestingParams
+from infer.patterns import log_confidence_by
 from tracefmt import ParameterError, SchemaError, TraceFileError, publish, sort_trace, validate_trace
 from tracefmt._files import existing_file
 from tracefmt.units import format_instant_ns
@@ -128,10 +129,7 @@ class NestingResult:
     def instance_confidence(self) -> np.ndarray:
         """Per pair, the probability that its instance is exactly right (the same for
         every pair of an instance; ``calibration.apply_instances``)."""
-        with np.errstate(divide="ignore"):
-            log_product = np.bincount(
-                self.instance, weights=np.log(self.confidence), minlength=self.parent.size
-            )
+        log_product = log_confidence_by(self.instance, self.confidence, self.parent.size)
         return self.calibration.apply_instances(log_product)[self.instance]
 
     def confident(self, min_confidence: float) -> tuple[NestingResult, int, int]:

@@ -189,6 +189,17 @@ def depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return depth, up
 
 
+def log_confidence_by(labels: np.ndarray, confidence: np.ndarray, size: int) -> np.ndarray:
+    """Per label (an instance's root, say), the sum of its calls' log-confidences: the
+    log of their product, -inf where one is 0.
+
+    >>> log_confidence_by(np.array([0, 0, 2]), np.array([0.5, 0.5, 1.0]), 3).round(3).tolist()
+    [-1.386, 0.0, 0.0]
+    """
+    with np.errstate(divide="ignore"):
+        return np.bincount(labels, weights=np.log(confidence), minlength=size)
+
+
 def build_patterns(
     pairs: CallPairs,
     parent: np.ndarray,
@@ -338,9 +349,7 @@ def build_patterns(
     total = np.bincount(pat_of_root, weights=lat[roots], minlength=uniq.size)
     pattern_confidence = None
     if confidence is not None:
-        with np.errstate(divide="ignore"):
-            instance_log = np.bincount(root, weights=np.log(confidence), minlength=n)
-        right_whole = (instance_map or np.exp)(instance_log[roots])
+        right_whole = (instance_map or np.exp)(log_confidence_by(root, confidence, n)[roots])
         pattern_confidence = np.bincount(pat_of_root, weights=right_whole, minlength=uniq.size)
         pattern_confidence /= np.maximum(count, 1)
 
