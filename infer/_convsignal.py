@@ -193,6 +193,7 @@ class Correlator:
         max_lag: int,
         neg: int,
         method: str = "fft",
+        times: np.ndarray | None = None,
     ) -> None:
         self.n_slots = int(n_slots)
         self.max_lag = int(max_lag)
@@ -200,6 +201,7 @@ class Correlator:
         self.n_fft = sfft.next_fast_len(self.n_slots + max(self.max_lag, self.neg), real=True)
         order = np.argsort(edge, kind="stable")
         self._slots = slots[order]
+        self._times = None if times is None else np.asarray(times, np.int64)[order]
         self._bounds = np.searchsorted(edge[order], np.arange(n_edges + 1))
         self.counts = np.diff(self._bounds)
         self._cache: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
@@ -259,6 +261,58 @@ class Correlator:
             sq += np.bincount(lag, weights=np.sqrt(c1[i] * c2[j]), minlength=width)
             start = end
         return sq, raw
+
+    def _same_slot(self, e_in: int, e_out: int) -> tuple[np.ndarray, ...]:
+        """For each message on ``e_out``: the bounds of the messages on ``e_in`` in its
+        slot, the first of them not strictly earlier than it, its time and theirs."""
+        a, b = self._bounds[e_in], self._bounds[e_in + 1]
+        c, d = self._bounds[e_out], self._bounds[e_out + 1]
+        assert self._times is not None
+        s_in, t_in = self._slots[a:b], self._times[a:b]
+        s_out, t_out = self._slots[c:d], self._times[c:d]
+        lo = np.searchsorted(s_in, s_out, side="left")
+        hi = np.searchsorted(s_in, s_out, side="right")
+        # Messages of one edge are in time order, so within a slot too.
+        first_not_before = np.clip(np.searchsorted(t_in, t_out, side="left"), lo, hi)
+        return lo, hi, first_not_before, t_out, t_in
+
+    def same_slot_delays(self, e_in: int, e_out: int, limit: int = 2_000_000) -> np.ndarray | None:
+        """The delays (ns) of every pair at lag 0 whose message on ``e_out`` is not
+        earlier than the one on ``e_in`` (ties give 0): what lag 0 holds below the
+        quantum's resolution. ``None`` without ``times`` or past ``limit`` pairs."""
+        if self._times is None:
+            return None
+        lo, hi, _, t_out, t_in = self._same_slot(e_in, e_out)
+        first_after = np.clip(np.searchsorted(t_in, t_out, side="right"), lo, hi)
+        k = first_after - lo  # messages in the slot at or before it, per message out
+        total = int(k.sum())
+        if total > limit:
+            return None
+        out = np.repeat(np.arange(k.size), k)
+        starts = np.repeat(lo - np.cumsum(k) + k, k)
+        return t_out[out] - t_in[starts + np.arange(total)]
+
+    def same_slot_unordered(self, e_in: int, e_out: int) -> tuple[float, float]:
+        """The pairs at lag 0 whose message on ``e_out`` is earlier than the one on
+        ``e_in``, as ``(square-rooted, raw)`` terms of the two correlations (unscaled): a
+        message cannot cause one sent before it, and a call and its own return often
+        share a quantum. A pair stamped at the same instant counts as half: the
+        timestamps' resolution hides its order (whole seconds, milliseconds). ``(0, 0)``
+        without ``times``.
+        """
+        if self._times is None:
+            return 0.0, 0.0
+        lo, hi, first_not_before, t_out, t_in = self._same_slot(e_in, e_out)
+        first_after = np.clip(np.searchsorted(t_in, t_out, side="right"), lo, hi)
+        # A tie is a pair whose order the timestamps' resolution hides: half of one.
+        later = (hi - first_after) + 0.5 * (first_after - first_not_before)
+        s_out = self._slots[self._bounds[e_out] : self._bounds[e_out + 1]]
+        same = np.searchsorted(s_out, s_out, side="right") - np.searchsorted(s_out, s_out, side="left")
+        hit = later > 0
+        # A slot's term in the square-rooted correlation is sqrt(n_in * n_out), spread
+        # evenly over its n_in * n_out pairs.
+        sq = float((later[hit] / np.sqrt((hi - lo)[hit] * same[hit])).sum())
+        return sq, float(later.sum())
 
     def direct_cost(self, e_in: int, e_out: int) -> float:
         """Expected slot pairs the direct method enumerates for this edge pair."""

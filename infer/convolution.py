@@ -46,9 +46,9 @@ from scipy.stats import norm, poisson
 
 from infer._convsignal import Correlator, find_spikes, local_background, moving_mean
 from infer.callpairs import node_codes
-from tracefmt import ParameterError, SchemaError, sort_trace, validate_trace
+from tracefmt import OP_RETURN, ParameterError, SchemaError, op_codes, sort_trace, validate_trace
 from tracefmt.patterns import path_id
-from tracefmt.units import format_instant_ns
+from tracefmt.units import format_duration_ns, format_instant_ns
 
 __all__ = ["ConvolutionParams", "ConvolutionResult", "DelaySpike", "LinearPath", "infer_convolution"]
 
@@ -264,6 +264,7 @@ class _Pairs:
         self.p = params
         self.stats = stats
         self.memo: dict[tuple[int, int], tuple[DelaySpike, ...]] = {}
+        self.window_excess: dict[tuple[int, int], float] = {}
 
     def spikes(self, e_in: int, e_out: int) -> tuple[DelaySpike, ...]:
         key = (e_in, e_out)
@@ -272,12 +273,21 @@ class _Pairs:
             hit = self.memo[key] = self._compute(e_in, e_out)
         return hit
 
+    def explained(self, e_in: int, e_out: int) -> float:
+        """Messages on ``e_out`` that ones on ``e_in`` explain: those of its spikes, or,
+        when more, the pairs above the background within the first twentieth of the
+        lags (a delay that spreads makes no spike, yet explains as much)."""
+        spiked = sum(s.count for s in self.spikes(e_in, e_out))
+        return max(spiked, self.window_excess[(e_in, e_out)])
+
     def _compute(self, e_in: int, e_out: int) -> tuple[DelaySpike, ...]:
         p, corr = self.p, self.corr
         self.stats["pairs_correlated"] += 1
         sq, raw = corr.correlate(e_in, e_out)
         neg, half = corr.neg, p.band_quanta
         core, ring = 2 * half + 1, _RING * (half + 1)
+        _causal_lag0(corr, e_in, e_out, sq, raw, ring, core)
+        self.window_excess[(e_in, e_out)] = _window_excess(corr, raw)
         smooth = moving_mean(sq, half)
         # Deviation from a local background (a ring of lags around each lag), so slow swings
         # of the load, which correlate every pair of busy edges, do not pass for spikes.
@@ -340,13 +350,72 @@ class _Pairs:
                 continue
             w = np.maximum(excess[lo : hi + 1], 0.0)
             count = float(w.sum())
-            if p.delay_estimate == "centroid" and count > 0:
+            below = lo == 0 and count > 0 and not w[1:].any()
+            sub = _below_quantum(corr, e_in, e_out, float(raw_bg[0]), p.quantum_s) if below else None
+            if p.delay_estimate == "centroid" and sub is not None:
+                delay = sub
+            elif p.delay_estimate == "centroid" and count > 0:
                 delay = float((np.arange(lo, hi + 1) * w).sum() / count) * p.quantum_s
             else:
                 delay = lag * p.quantum_s
+            self.stats["spikes_within_quantum"] += lag == 0
             out.append(DelaySpike(delay, lag, count, zval))
         self.stats["spikes"] += len(out)
         return tuple(sorted(out, key=lambda s: (-s.count, s.lag)))
+
+
+_SUB_BINS = 20  # bins of a quantum when a delay shorter than it is read off message times
+
+
+def _window_excess(corr: Correlator, raw: np.ndarray) -> float:
+    """Message pairs above the background at lags ``0 .. max_lag // 20`` (at least
+    ``_MIN_LAGS``), the background being the median over the far half of the lags, where
+    causal delays no longer reach."""
+    pairs = raw[corr.neg :] * (corr.overlap[corr.neg :] / corr.n_slots)
+    width = max(corr.max_lag // 20, _MIN_LAGS)
+    background = float(np.median(pairs[pairs.size // 2 :]))
+    return float((pairs[: width + 1] - background).sum())
+
+
+def _below_quantum(
+    corr: Correlator, e_in: int, e_out: int, background: float, quantum_s: float
+) -> float | None:
+    """The delay of a spike held all at lag 0, read off the messages' own times: the
+    centroid of the pairs' delays above what ``background`` pairs at lag 0 (ordered at
+    random within their quantum: density falling linearly from 0 to the quantum) would
+    give. ``None`` when the times cannot say (no times, too many pairs, no excess)."""
+    delays = corr.same_slot_delays(e_in, e_out)
+    if delays is None or delays.size == 0:
+        return None
+    q_ns = quantum_s * 1e9
+    edges = np.linspace(0.0, q_ns, _SUB_BINS + 1)
+    seen = np.histogram(delays, bins=edges)[0].astype(np.float64)
+    # Half the background pairs are in order; their delays D in (0, q) have density 2(q-D)/q^2.
+    share = ((q_ns - edges[:-1]) ** 2 - (q_ns - edges[1:]) ** 2) / q_ns**2
+    excess = np.maximum(seen - 0.5 * background * share, 0.0)
+    if not excess.sum() > 0:
+        return None
+    mid = 0.5 * (edges[:-1] + edges[1:])
+    return float((mid * excess).sum() / excess.sum()) / 1e9
+
+
+def _causal_lag0(
+    corr: Correlator, e_in: int, e_out: int, sq: np.ndarray, raw: np.ndarray, ring: int, core: int
+) -> None:
+    """Keep at lag 0 only the pairs whose message out is strictly later than the message
+    in, in place: the others cannot be cause and effect (a call and its own return
+    sharing a quantum made a spike at lag 0 that read as a return causing the call).
+    The half of the background pairs that an ordering drops is put back as expected
+    (the background at lag 0 from the lags around it), so that lag 0 stays level with
+    its neighbours when nothing happens there."""
+    u_sq, u_raw = corr.same_slot_unordered(e_in, e_out)
+    if not u_raw:
+        return
+    neg = corr.neg
+    scale = corr.n_slots / corr.overlap[neg]
+    for series, unordered in ((sq, u_sq), (raw, u_raw)):
+        background = float(local_background(series, ring, core)[neg])
+        series[neg] += 0.5 * background - unordered * scale
 
 
 @dataclass
@@ -531,7 +600,7 @@ def infer_convolution(
     # Negative lags: the ring of the local background reaches that far below lag 0 (so it
     # is as wide there as elsewhere), plus the margin the plausibility test looks into.
     neg = _RING * (params.band_quanta + 1) + params.band_quanta + _NEG_MARGIN
-    corr = Correlator(slots, edge, ekey.size, n_slots, max_lag, neg, method=params.method)
+    corr = Correlator(slots, edge, ekey.size, n_slots, max_lag, neg, method=params.method, times=ts)
     stats: dict[str, Any] = {
         "messages": trace.num_rows,
         "edges": int(ekey.size),
@@ -542,6 +611,7 @@ def infer_convolution(
         "spikes_negative": 0,
         "spikes_at_max_lag": 0,
         "spikes_too_few_pairs": 0,
+        "spikes_within_quantum": 0,
         "cut_min_count": 0,
         "cut_repeats": 0,
         "cut_root": 0,
@@ -575,12 +645,15 @@ def infer_convolution(
             start_edges += out_edges[index[r]]
     else:
         start_edges = []
+        answers = _answers_only(op_codes(trace), nodes.sender, n_nodes)
         for e in range(ekey.size):
+            if answers[e_src[e]]:
+                continue  # it sends only returns, each to a call it received first
             into = in_edges[e_src[e]]
             if not into:
                 start_edges.append(e)
                 continue
-            explained = sum(sum(s.count for s in pairs.spikes(z, e)) for z in into) / max(counts[e], 1)
+            explained = sum(pairs.explained(z, e) for z in into) / max(counts[e], 1)
             if explained < params.root_share:
                 start_edges.append(e)
         if not start_edges:
@@ -668,6 +741,12 @@ def infer_convolution(
     stats["paths"] = len(paths)
     stats["ffts"] = corr.ffts
     stats["pairs_direct"] = corr.direct_pairs
+    if stats["spikes_within_quantum"]:
+        notes.append(
+            f"{stats['spikes_within_quantum']} delay(s) peak within one quantum (read off the messages' "
+            f"own times, to {format_duration_ns(round(q_ns / _SUB_BINS))}): a quantum of "
+            f"{format_duration_ns(round(q_ns / 10))} would measure them as the others are"
+        )
     if not paths and not notes:
         notes.append("no path found: no hop kept min_count estimated messages")
     return ConvolutionResult(
@@ -679,6 +758,14 @@ def infer_convolution(
         notes=notes,
         trace_info={"messages": trace.num_rows, "start_ns": t0, "end_ns": t1},
     )
+
+
+def _answers_only(ops: np.ndarray, sender: np.ndarray, n_nodes: int) -> np.ndarray:
+    """Per node: whether every message it sends is a return (it only answers calls, so
+    it never starts activity: not a root, however its answers' delays spread)."""
+    sends = np.bincount(sender, minlength=n_nodes)
+    returns = np.bincount(sender[ops == OP_RETURN], minlength=n_nodes)
+    return (sends > 0) & (returns == sends)
 
 
 def _root_of(verts: list[_Vertex], v: int) -> int:

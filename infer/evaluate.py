@@ -68,11 +68,7 @@ def true_pairs(trace: pa.Table) -> tuple[CallPairs, np.ndarray, list[str], np.nd
     uid = trace["true_call"].to_numpy().astype(np.int64)
     tpar = trace["true_parent"].fill_null(np.uint64(2**64 - 1)).to_numpy().astype(np.int64)
     inst = trace["true_instance"].to_numpy().astype(np.int64)
-    if "point" in trace.column_names:
-        # A second capture point's copy is not another call.
-        first = trace["point"].cast(pa.string()).to_numpy(zero_copy_only=False) == "p1"
-    else:
-        first = np.ones(ts.size, bool)
+    first = _first_point(trace)
     calls = np.flatnonzero((ops == OP_CALL) & first)
     rets = np.flatnonzero((ops == OP_RETURN) & first)
     r_order = rets[np.argsort(uid[rets], kind="stable")]
@@ -291,7 +287,8 @@ def _instance_scores(
             None,
         )
     uid = trace["true_call"].to_numpy().astype(np.int64)
-    # Uids are far below 2**63: the null fill reads back as a negative int64.
+    # The null fill reads back as -1 (ids of captures use all 64 bits and may read back
+    # negative; only the id 2**64 - 1 itself would pass for "no parent").
     tpar = trace["true_parent"].fill_null(np.uint64(2**64 - 1)).to_numpy().astype(np.int64)
     tinst = trace["true_instance"].to_numpy().astype(np.int64)
     call_row = instances["call_row"].to_numpy()
@@ -350,85 +347,179 @@ def _instance_scores(
 
 @dataclass(frozen=True)
 class LinearTruth:
-    """True linear paths of a synthetic trace: every instance's messages in causal order.
+    """True linear paths of a trace with truth columns: every path of causes from an
+    instance's first message to a message that causes no other.
 
     Attributes
     ----------
     patterns : dict
         Node sequence (tuple) -> per-hop delay samples: an array of shape
-        ``(instances, len(nodes) - 2)`` in seconds (delay from a message to the next).
-    nonlinear_instances : int
-        Instances whose messages do not form one chain (parallel calls, fan-out), left out.
+        ``(paths, len(nodes) - 2)`` in seconds (delay from a message to the next). A
+        request with calls made at once has one path per branch.
+    broken_instances : int
+        Instances left out because a message's cause is missing from the trace (lost).
+    prefixes : dict
+        Messages on every hop in context: node sequence from the first sender to the
+        message's receiver (two nodes or more) -> true messages.
     """
 
     patterns: dict[tuple[str, ...], np.ndarray]
-    nonlinear_instances: int
+    broken_instances: int
+    prefixes: dict[tuple[str, ...], int]
 
     def count(self, nodes: tuple[str, ...]) -> int:
         return int(self.patterns[nodes].shape[0])
 
     def by_count(self) -> list[tuple[str, ...]]:
-        """Node sequences by instance count, descending (ties by the sequence)."""
+        """Node sequences by path count, descending (ties by the sequence)."""
         return sorted(self.patterns, key=lambda k: (-self.count(k), k))
 
     def prefix_counts(self) -> dict[tuple[str, ...], int]:
-        """Messages on every hop in context: prefix (two nodes or more) -> true messages."""
-        out: dict[tuple[str, ...], int] = {}
-        for nodes, delays in self.patterns.items():
-            for k in range(2, len(nodes) + 1):
-                out[nodes[:k]] = out.get(nodes[:k], 0) + int(delays.shape[0])
-        return out
+        """Messages on every hop in context (``prefixes``)."""
+        return self.prefixes
+
+
+#: A message whose cause is not in the trace.
+_LOST = -2
+
+
+def _first_point(trace: pa.Table) -> np.ndarray:
+    """The first row of each message (its ``true_call`` and ``op``): a copy of it seen at
+    a second capture point is not another message. A merged capture names its points
+    after interfaces or files and keeps one copy of each message; synth's points p1, p2,
+    ... keep one each."""
+    n = trace.num_rows
+    if "point" not in trace.column_names or n == 0:
+        return np.ones(n, bool)
+    uid = trace["true_call"].to_numpy().astype(np.int64)
+    ops = op_codes(trace)
+    order = np.lexsort((np.arange(n), ops, uid))
+    first = np.ones(n, bool)
+    first[1:] = (uid[order][1:] != uid[order][:-1]) | (ops[order][1:] != ops[order][:-1])
+    out = np.zeros(n, bool)
+    out[order] = first
+    return out
+
+
+def true_causes(trace: pa.Table) -> np.ndarray:
+    """The message that caused each message of a sorted, validated trace with truth
+    columns (a row index; -1: the first message of its instance; -2: the cause is not in
+    the trace).
+
+    A one-way message's cause is its ``true_parent``. A call or return leaves a visit
+    (a call leaves its parent's, a return its own) and its cause is the latest message
+    into that visit at or before it: the visit's call, or the return of one of its
+    calls (at equal times, the trace's order decides). Calls made at once share a cause;
+    the visit's return is caused by the last answer it waited for. A second capture
+    point's copies (``point`` other than p1) are left out (-2).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> t = validate_trace(pa.table({"timestamp": pa.array([0, 1, 2, 3], pa.timestamp("ns")),
+    ...     "sender": ["c", "a", "b", "a"], "receiver": ["a", "b", "a", "c"],
+    ...     "op": ["call", "call", "return", "return"], "id": pa.array([1, 2, 2, 1], pa.uint64()),
+    ...     "true_instance": pa.array([0] * 4, pa.uint64()), "true_call": pa.array([1, 2, 2, 1], pa.uint64()),
+    ...     "true_parent": pa.array([None, 1, 1, None], pa.uint64())}))
+    >>> true_causes(t).tolist()
+    [-1, 0, 1, 2]
+    """
+    n = trace.num_rows
+    ops = op_codes(trace)
+    uid = trace["true_call"].to_numpy().astype(np.int64)
+    tpar = trace["true_parent"].fill_null(np.uint64(2**64 - 1)).to_numpy().astype(np.int64)
+    keep = _first_point(trace)
+    cause = np.full(n, _LOST, np.int64)
+    # One-way messages: the parent named.
+    send = np.flatnonzero((ops == OP_SEND) & keep)
+    by_uid = send[np.argsort(uid[send], kind="stable")]
+    at = np.minimum(np.searchsorted(uid[by_uid], tpar[send]), max(by_uid.size - 1, 0))
+    if by_uid.size:
+        found = uid[by_uid][at] == tpar[send]
+        cause[send] = np.where(found, by_uid[at], np.where(tpar[send] == -1, -1, _LOST))
+    # Calls and returns: the latest message into the visit they leave.
+    rpc = np.flatnonzero((ops != OP_SEND) & keep)
+    is_call = ops[rpc] == OP_CALL
+    root_call = is_call & (tpar[rpc] == -1)
+    cause[rpc[root_call]] = -1
+    enters = np.where(is_call, uid[rpc], tpar[rpc])  # a root's return enters no visit
+    leaves = np.where(is_call, tpar[rpc], uid[rpc])
+    e_rows = rpc[enters != -1]
+    l_rows = rpc[~root_call]
+    visit = np.concatenate([enters[enters != -1], leaves[~root_call]])
+    rows = np.concatenate([e_rows, l_rows])
+    kind = np.concatenate([np.zeros(e_rows.size, np.int8), np.ones(l_rows.size, np.int8)])
+    # By visit, then row: the trace is in time order, and at equal times its order decides
+    # (a call of no duration is answered after it is made, not before).
+    order = np.lexsort((rows, visit))
+    visit, rows, kind = visit[order], rows[order], kind[order]
+    pos = np.arange(order.size)
+    last_in = np.maximum.accumulate(np.where(kind == 0, pos, -1)) if pos.size else pos
+    leaving = np.flatnonzero(kind == 1)
+    src = last_in[leaving]
+    ok = (src >= 0) & (visit[np.maximum(src, 0)] == visit[leaving])
+    cause[rows[leaving]] = np.where(ok, rows[np.maximum(src, 0)], _LOST)
+    # A cause comes earlier in the trace; truth columns that say otherwise (a loop of
+    # parents) leave the message without one.
+    cause[cause >= np.arange(n)] = _LOST
+    return cause
 
 
 def true_linear_paths(trace: pa.Table) -> LinearTruth:
-    """Each true instance as a linear path: its messages in order, sender of the first then
-    every receiver, when each message leaves the node the previous one reached.
+    """Every path of causes (``true_causes``) from an instance's first message to a
+    message that causes no other, as its node sequence (the first sender, then every
+    receiver) and the delays between its messages.
 
-    Order is time, then (for one-way messages stamped in the same clock tick) the position
-    in the ``true_parent`` chain, then the row.
+    A request whose calls run one after another is one path; one that makes calls at
+    once has a path per branch (the branch whose answer came last goes on to the
+    request's return).
     """
     _truth_columns(trace)
     trace = sort_trace(validate_trace(trace))
     nodes = node_codes(trace)
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     inst = trace["true_instance"].to_numpy().astype(np.int64)
-    uid = trace["true_call"].to_numpy().astype(np.int64)
-    tpar = trace["true_parent"].fill_null(np.uint64(2**64 - 1)).to_numpy().astype(np.int64)
-    keep = np.ones(ts.size, bool)
-    if "point" in trace.column_names:
-        keep = trace["point"].cast(pa.string()).to_numpy(zero_copy_only=False) == "p1"
-    # Depth along the true_parent chain of one-way messages (their true_call is unique).
-    send = (op_codes(trace) == OP_SEND) & keep
-    rows = np.flatnonzero(send)
-    by_uid = rows[np.argsort(uid[rows], kind="stable")]
-    at = np.minimum(np.searchsorted(uid[by_uid], tpar[rows]), max(by_uid.size - 1, 0))
-    parent_row = np.full(ts.size, -1, np.int64)
-    if by_uid.size:
-        parent_row[rows] = np.where(uid[by_uid][at] == tpar[rows], by_uid[at], -1)
-    depth = np.zeros(ts.size, np.int64)
-    anc = parent_row.copy()
-    while (anc >= 0).any():
-        depth += anc >= 0
-        anc = np.where(anc >= 0, parent_row[np.maximum(anc, 0)], -1)
-    rows = np.flatnonzero(keep)
-    rows = rows[np.lexsort((rows, depth[rows], ts[rows], inst[rows]))]
+    cause = true_causes(trace)
+    first_point = _first_point(trace)
+    # An instance with a message whose cause is missing is left out whole.
+    lost = np.unique(inst[(cause == _LOST) & first_point])
+    usable = first_point & (cause != _LOST) & ~np.isin(inst, lost)
+    rows = np.flatnonzero(usable)
     if rows.size == 0:
-        return LinearTruth({}, 0)
-    snd, rcv, t, g = nodes.sender[rows], nodes.receiver[rows], ts[rows], inst[rows]
-    starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
-    ends = np.append(starts[1:], rows.size)
-    same = np.concatenate([g[1:] == g[:-1], [False]])
-    broken = same & (np.append(snd[1:], -1) != rcv)  # next message leaves elsewhere
-    bad = np.add.reduceat(broken.astype(np.int64), starts) > 0
+        return LinearTruth({}, int(lost.size), {})
+    parent = np.where(usable, cause, -1)
+    # Ancestors of every message, nearest first, as columns (depth is a few dozen at most).
+    chain = [rows]
+    while True:
+        up = parent[chain[-1]]
+        up = np.where(chain[-1] >= 0, up, -1)
+        if not (up >= 0).any():
+            break
+        chain.append(up)
+    anc = np.stack(chain[::-1], axis=1)  # root first, padded with -1 on the left
     names = nodes.names
-    groups: dict[tuple[str, ...], list[np.ndarray]] = {}
-    for lo, hi, b in zip(starts.tolist(), ends.tolist(), bad.tolist(), strict=True):
-        if b:
-            continue
-        seq = (names[snd[lo]], *(names[r] for r in rcv[lo:hi]))
-        groups.setdefault(seq, []).append(np.diff(t[lo:hi]) / 1e9)
-    patterns = {k: np.vstack(v) if v[0].size else np.zeros((len(v), 0)) for k, v in groups.items()}
-    return LinearTruth(patterns, int(bad.sum()))
+    has_child = np.zeros(trace.num_rows, bool)
+    has_child[parent[rows][parent[rows] >= 0]] = True
+    prefixes: dict[tuple[str, ...], int] = {}
+    patterns: dict[tuple[str, ...], list[np.ndarray]] = {}
+    seqs, inverse = np.unique(
+        np.where(anc >= 0, nodes.receiver[np.maximum(anc, 0)], -1), axis=0, return_inverse=True
+    )
+    inverse = inverse.ravel()
+    first = anc[np.arange(rows.size), np.argmax(anc >= 0, axis=1)]
+    first_sender = nodes.sender[first]
+    key = np.column_stack([first_sender, inverse])
+    keys, k_inv = np.unique(key, axis=0, return_inverse=True)
+    k_inv = k_inv.ravel()
+    for k, (snd, s) in enumerate(keys.tolist()):
+        members = np.flatnonzero(k_inv == k)
+        seq = (names[snd], *(names[r] for r in seqs[s].tolist() if r >= 0))
+        prefixes[seq] = members.size
+        leaves = members[~has_child[rows[members]]]
+        if leaves.size:
+            hops = anc[leaves][:, anc.shape[1] - (len(seq) - 1) :]
+            patterns[seq] = np.diff(ts[hops], axis=1) / 1e9
+    return LinearTruth(patterns, int(lost.size), prefixes)
 
 
 def _hops_match(delays: list[list[float]], samples: np.ndarray, tol: float) -> bool:
@@ -518,7 +609,7 @@ def evaluate_convolution(
             "false_positives": fp,
             "false_positive_rate": fp / len(inferred) if inferred else 0.0,
             "partial": len(partial),
-            "nonlinear_instances": truth.nonlinear_instances,
+            "broken_instances": truth.broken_instances,
         }
     }
     ranked = [s for s in truth.by_count() if s in true_seqs]

@@ -117,7 +117,7 @@ def test_true_linear_paths_match_a_hand_count(mail: pa.Table) -> None:
         got = truth.patterns[nodes]
         assert got.shape == (len(delays), len(nodes) - 2)
         np.testing.assert_allclose(np.sort(got, axis=0), np.sort(np.array(delays), axis=0), atol=1e-9)
-    assert truth.nonlinear_instances == 0
+    assert truth.broken_instances == 0
 
 
 def test_exact_paths_score_perfectly(mail: pa.Table) -> None:
@@ -132,7 +132,7 @@ def test_exact_paths_score_perfectly(mail: pa.Table) -> None:
         "false_positives": 0,
         "false_positive_rate": 0.0,
         "partial": 0,
-        "nonlinear_instances": 0,
+        "broken_instances": 0,
     }
     assert report["edges"]["false_positives"] == 0
     assert report["edges"]["false_negatives"] == 0

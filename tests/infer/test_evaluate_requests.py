@@ -101,6 +101,29 @@ def test_all_right() -> None:
     assert report["instances"]["false_negatives"] == 0
 
 
+def test_a_captured_trace_named_by_its_point() -> None:
+    """A capture names its point after the interface (br0, eth0) and keeps one copy of
+    each message; a second point's copies (the same message seen twice) are not more
+    calls."""
+    t = _trace()
+    captured = t.append_column("point", pa.array(["br0"] * t.num_rows).dictionary_encode())
+    report = infer.evaluate_paths(PATHS, captured, instances=_instances([None, 0, 0, None, 3]))
+    assert (report["instances"]["fully_right"], report["calls"]["true"]) == (2, 5)
+    twice = pa.concat_tables(
+        [
+            captured,
+            captured.set_column(
+                captured.schema.get_field_index("point"),
+                "point",
+                pa.array(["eth0"] * t.num_rows).dictionary_encode(),
+            ),
+        ]
+    )
+    pairs, parent, _, _ = infer.true_pairs(twice)
+    assert len(pairs) == 5
+    assert sorted(parent.tolist()) == [-1, -1, 0, 0, 3]
+
+
 def test_a_root_made_a_child_and_a_call_never_paired() -> None:
     """B's root under A's root; a2 not in the instances at all (its return unmatched)."""
     pairs = [PAIRS[0], PAIRS[2], PAIRS[3], PAIRS[4]]
