@@ -253,6 +253,60 @@ def write_block(out: Path, block: str) -> None:
     out.write_text(text, encoding="utf-8")
 
 
+TRACEWEAVER = ROOT.parent / "shared" / "data" / "traceweaver"
+RECORDINGS = [f"{app}_load{load}" for app in ("hotel", "media", "node") for load in (25, 75, 125)]
+#: The node that starts every request of each application.
+TRUE_ROOTS = {"hotel": "client", "media": "client", "node": "init-service"}
+
+
+def _hop_delays(doc: dict[str, Any]) -> dict[tuple[str, ...], set[float]]:
+    """Every hop in context of a convolution paths file -> the delays it gives."""
+    out: dict[tuple[str, ...], set[float]] = {}
+    for p in doc["paths"]:
+        n = p["nodes"]
+        for k in range(len(n) - 2):
+            out.setdefault(tuple(n[: k + 3]), set()).update(p["delays_s"][k])
+    return out
+
+
+def real_recordings(quantum_s: float = 0.001) -> list[str]:
+    """TraceWeaver's recordings (spans as truth): roots, paths, hops and their delays."""
+    rows = []
+    for name in RECORDINGS:
+        path = TRACEWEAVER / f"{name}.jsonl.gz"
+        if not path.is_file():
+            rows.append(f"| {name} | (not present) | | | | | | | |")
+            continue
+        trace = tracefmt.read_jaeger(path)
+        t0 = time.perf_counter()
+        result = infer.infer_convolution(trace, quantum_s=quantum_s, max_lag_s=1.0)
+        seconds = time.perf_counter() - t0
+        doc = result.to_json()
+        truth = infer.true_linear_paths(trace)
+        report = infer.evaluate_convolution(doc, trace)
+        want = TRUE_ROOTS[name.split("_")[0]]
+        false_roots = [r for r in result.roots if r != want]
+        # The branches that at least 5% of the requests take, and their hops.
+        requests = int(np.unique(trace["true_instance"].to_numpy()).size)
+        main_paths = [s for s in truth.by_count() if truth.count(s) >= 0.05 * requests]
+        found = sum(any(tuple(p["nodes"][: len(s)]) == s for p in doc["paths"]) for s in main_paths)
+        hops = _hop_delays(doc)
+        near, total = 0, 0
+        for s in main_paths:
+            medians = np.median(truth.patterns[s], axis=0)
+            for k, median in enumerate(medians):
+                total += 1
+                near += any(abs(d - median) <= quantum_s for d in hops.get(s[: k + 3], ()))
+        zero = sum(d <= 0 for ds in hops.values() for d in ds)
+        rows.append(
+            f"| {name} | {', '.join(result.roots)}{' ✗' if false_roots or want not in result.roots else ''} "
+            f"| {len(doc['paths'])} | {found} of {len(main_paths)} | {near} of {total} | {zero} "
+            f"| {report['edges']['false_positives']} of {report['edges']['inferred']} "
+            f"| {result.stats['spikes_within_quantum']} | {seconds:.2f} s |"
+        )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=200_000)
@@ -262,6 +316,7 @@ def main() -> None:
     mail = mail_study(80_000)
     versus = nesting_vs_convolution(args.messages)
     refine = refinements(args.messages)
+    real = real_recordings()
     block = "\n".join(
         [
             "# Reproducing the paper's convolution experiments",
@@ -289,9 +344,13 @@ def main() -> None:
             "",
             "The paper (quantum 0.1 s, a longer trace) saw WS2's delay go from about 0.02 s to",
             "about 0.21 s. Here, at 1 ms and 10 ms, the change shows where it was made (AUTH's",
-            "answer -> WS2's AP call) and nowhere else (WS1's and WS2's AUTH call stay put); at",
-            "100 ms, where 200 ms is two lags, it still shows in full, but WS1's unchanged delay",
-            "reads 17 ms in the slow run (a centroid pulled by WS2's traffic in the same quanta).",
+            "answer -> WS2's AP call) in full; elsewhere the delays stay within a quantum of the",
+            "truth, though at 10 ms and parallelism 40 WS1's unchanged 1 ms reads 9.8 ms in one",
+            "run and 2.3 ms in the other (most pairs share a quantum, and 40 requests at once",
+            "crowd it). At 100 ms, where 200 ms is two lags, the change still shows in full, but",
+            "WS1's unchanged delay reads 15.8 ms in the slow run (a centroid pulled by WS2's",
+            "traffic in the same quanta). Delays shorter than a quantum are read off the",
+            "messages' own times (2.5 ms for the true 2 ms at 100 ms quanta); before, they read 0.",
             "",
             "## The e-mail quantum study",
             "",
@@ -311,13 +370,16 @@ def main() -> None:
             "The paper: at 30 s every delay reads 0; at 5 s a second peak at 10-15 s appears (real);",
             "false positives 21-29% at every quantum, 0% once paths under 100 messages are dropped",
             "(but at 720 s); no false negatives for frequent paths. Here the coarse quanta read 0 as",
-            "well (the centroids keep a few seconds up to 30 s). The queue's 12.5 s peak stands apart",
-            "at 2 s quanta. At 1 s it is 11 lags from the first peak, inside that peak's background",
+            "well by lag; the centroids, read off the messages' times within the quantum from 60 s",
+            "on, give a few seconds (the two delays' mean is 4.8 s), the more the coarser the",
+            "quantum, as a quantum's unrelated pairs crowd it. The queue's 12.5 s peak stands",
+            "apart at 2 s quanta. At 1 s it is 11 lags from the first peak, inside that peak's background",
             "ring (12 lags), which hides it; at 5 s it is a shoulder of the first spike (the dip",
             "between them stays above 3 sigma), and the centroid moves toward it. False positives",
             "are near 0 from 2 s to 120 s: the synthetic relay network has none of the bogus hosts",
             "and forwarding outside the system that real headers carry. 360 s and 720 s are the",
-            "worst, as in the paper; there the frequent paths are missed too.",
+            "worst, as in the paper, but far less so than before pairs at lag 0 counted only in",
+            "their order: 56% and 100% false positives, 28 and 38 of 38 frequent paths missed, then.",
             "",
             "## Nesting and convolution on the same RPC trace",
             "",
@@ -331,6 +393,36 @@ def main() -> None:
             "the calls and returns of an instance in time order. Convolution's false positives",
             "are mostly derived paths: after a return into AP1 it cannot tell whether WS1 or WS2",
             "called, so it offers both (the paper's 'partial and derived paths').",
+            "",
+            "## Real microservice recordings",
+            "",
+            "TraceWeaver's nine recordings (`../shared/data/traceweaver/`, imported as",
+            "`wirepath convert` does, each request's spans as truth), quantum 1 ms, lags up to 1 s,",
+            "roots found, not given. Main branches: the true paths of causes (a branch per call",
+            "made at once) that at least 5% of requests take; found: an inferred path begins with",
+            "its nodes. Hops near: hops of the main branches where the path through them gives a",
+            "delay within one quantum of the truth's median. 0 ns: delays of 0 or less. Edges",
+            "FP: hops in context that begin no true path. Within a quantum: delays that peak at",
+            "lag 0, read off the messages' own times.",
+            "",
+            "| recording | roots | paths | main branches found | hops near the truth | 0 ns "
+            "| edges FP | within a quantum | time |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            *real,
+            "",
+            "Before this table existed, hotel at load 25 gave two roots (`reservation`, only",
+            "ever called, beside `client`) and paths like `reservation -> frontend -[0 ns]->",
+            "reservation`: a call and its own answer sharing a millisecond made a spike at lag 0",
+            "that read as the answer causing the call. Now pairs at lag 0 count only in their",
+            "order (a tie half), a node that only answers is never a root, and a delay that",
+            "spreads explains its node by the pairs above the background. Where a hop's truth",
+            "has two modes (hotel's `reservation` and `rate` answer from a cache or not), the",
+            "spikes give the modes and the median lies between them: those hops are the ones",
+            "not near the truth's median. Node's timestamps are whole milliseconds and its",
+            "delays skewed (a hop of median 5 ms spreads from 3 to 9 ms): the spike sits at the",
+            "mode, 1.3-1.8 ms below the median. Media's requests fan out to many services at",
+            "once (about 30 main branches): at load 125 the longest branches (13 hops) are cut",
+            "where the estimated messages run out.",
             "",
             "## What each refinement does",
             "",

@@ -244,3 +244,37 @@ def test_hotel_request_found_hop_by_hop() -> None:
         near_median = any(abs(d - medians[k]) <= 0.001 for d in ds)
         on_a_mode = all(np.mean(np.abs(samples - d) <= 0.0005) >= 0.2 for d in ds)
         assert near_median or on_a_mode, (k, ds, medians[k])
+
+
+def _nesting_hops(visit: dict, out: list[tuple[tuple[str, str, str], dict]]) -> None:
+    """Hops of a nesting pattern that convolution also measures: a visit's first call
+    out after the call in (its delay), and a visit without calls (its latency)."""
+    kids = visit.get("children", [])
+    if visit.get("caller") and not kids:
+        out.append(((visit["caller"], visit["node"], visit["caller"]), visit["latency_s"]))
+    if visit.get("caller") and kids:
+        first = min(kids, key=lambda c: c["delay_s"]["p50"])
+        out.append(((visit["caller"], visit["node"], first["node"]), first["delay_s"]))
+    for c in kids:
+        _nesting_hops(c, out)
+
+
+@needs_data
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["hotel_load25", "media_load25", "node_load25"])
+def test_convolution_and_nesting_agree_on_hop_delays(name: str) -> None:
+    trace = tracefmt.read_jaeger(DATA / f"{name}.jsonl.gz")
+    nesting = infer.infer_nesting(trace).to_json()
+    conv = infer.infer_convolution(trace, quantum_s=0.001, max_lag_s=1.0).to_json()
+    measured: dict[tuple[str, ...], set[float]] = {}
+    for p in conv["paths"]:
+        n = p["nodes"]
+        for k in range(len(n) - 2):
+            measured.setdefault(tuple(n[k : k + 3]), set()).update(p["delays_s"][k])
+    hops: list[tuple[tuple[str, str, str], dict]] = []
+    _nesting_hops(nesting["patterns"][0]["root"], hops)
+    # A spread wider than the median (a cache hit or miss) has no one delay to agree on.
+    compared = [(hop, s["p50"]) for hop, s in hops if s["std"] <= s["p50"]]
+    assert len(compared) >= 4
+    for hop, median in compared:
+        assert any(abs(d - median) <= 0.001 for d in measured.get(hop, ())), (hop, median, measured.get(hop))
