@@ -2,6 +2,7 @@
 
     sudo python benchmarks/live.py [--packets 200000] [--rates 25000,50000,100000,200000,0]
     python benchmarks/live.py --render 200000 [--render-baseline 20000]
+    sudo python benchmarks/live.py --streaming 600 --messages 50000 [--rate 200000] [--no-convert]
 
 A private network namespace holds a veth pair; a sender process writes prebuilt 128-byte
 Ethernet/IPv4/UDP frames into one end (AF_PACKET, paced to each rate; 0 = as fast as it
@@ -16,6 +17,11 @@ Recorders:
 - ``scapy-async``: scapy's ``AsyncSniffer`` writing each packet with ``PcapWriter``.
 - ``scapy-l2listen``: scapy's ``L2ListenSocket``, raw frames written as pcap records
   directly (no packet objects): the fastest way to use scapy for recording.
+
+``--streaming`` runs ``wirepath capture live`` itself while a C sender replays a
+``synth --pcap`` capture in a loop (new addresses each pass) for a number of seconds, and
+samples the agent's memory and its conversion lag every second; then SIGTERM, and the time
+until the trace is published.
 
 ``--render`` times the other direction, ``wirepath synth --pcap``: ``render_pcap`` on a
 ``multitier.toml`` trace against scapy building the same conversations packet by packet.
@@ -112,6 +118,70 @@ int main(int argc, char **argv) {
         }
     }
     printf("%f\n", sent / (now() - t0));
+    return 0;
+}
+"""
+
+# Replays the Ethernet frames of a pcap (e.g. ``synth --pcap``) in a loop for a number of
+# seconds, as fast as it can (or paced): pass k rewrites the second byte of every IPv4 source
+# and destination address to k, so each pass is new connections between new addresses.
+REPLAY_C = r"""
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+static double now(void) {
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9;
+}
+int main(int argc, char **argv) {
+    double rate = atof(argv[2]), secs = atof(argv[3]);
+    FILE *f = fopen(argv[4], "rb"); if (!f) { perror("pcap"); return 1; }
+    fseek(f, 0, SEEK_END); long size = ftell(f); fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc(size); if (fread(buf, 1, size, f) != (size_t)size) return 1;
+    long cap = 1 << 20, n = 0; long *off = malloc(cap * sizeof(long)); int *len = malloc(cap * sizeof(int));
+    for (long p = 24; p + 16 <= size;) {
+        unsigned int cl; memcpy(&cl, buf + p + 8, 4);
+        if (n == cap) {
+            cap *= 2; off = realloc(off, cap * sizeof(long)); len = realloc(len, cap * sizeof(int));
+        }
+        off[n] = p + 16; len[n] = cl; n++; p += 16 + cl;
+    }
+    int s = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
+    struct sockaddr_ll a = {0}; a.sll_family = AF_PACKET; a.sll_ifindex = if_nametoindex(argv[1]);
+    a.sll_protocol = htons(ETH_P_ALL);
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) < 0) { perror("socket"); return 1; }
+    int one = 1; setsockopt(s, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
+    struct iovec iov[64]; struct mmsghdr m[64];
+    memset(m, 0, sizeof m);
+    double t0 = now(); long sent = 0; int pass = 0;
+    while (now() - t0 < secs) {
+        for (long i = 0; i < n; i++) {
+            unsigned char *fr = buf + off[i];
+            if (len[i] >= 34 && fr[12] == 8 && fr[13] == 0) { fr[27] = pass & 0xff; fr[31] = pass & 0xff; }
+        }
+        for (long i = 0; i < n && now() - t0 < secs;) {
+            int k = n - i < 64 ? n - i : 64;
+            for (int j = 0; j < k; j++) {
+                iov[j].iov_base = buf + off[i + j]; iov[j].iov_len = len[i + j];
+                m[j].msg_hdr.msg_iov = &iov[j]; m[j].msg_hdr.msg_iovlen = 1;
+            }
+            int r = sendmmsg(s, m, k, 0);
+            if (r > 0) { sent += r; i += r; }
+            double ahead = rate > 0 ? sent / rate - (now() - t0) : 0;
+            if (ahead > 0) {
+                struct timespec d = {(time_t)ahead, (long)((ahead - (time_t)ahead) * 1e9)};
+                nanosleep(&d, 0);
+            }
+        }
+        pass++;
+    }
+    printf("%ld %f %d\n", sent, sent / (now() - t0), pass);
     return 0;
 }
 """
@@ -326,6 +396,115 @@ def bench_render(messages: int, baseline_messages: int) -> int:
     return 0
 
 
+def _rss_mb(proc: psutil.Process) -> float:
+    try:
+        return proc.memory_info().rss / 1e6
+    except psutil.Error:
+        return 0.0
+
+
+def _newest_converted_ns(parts: Path) -> int | None:
+    """The newest message time in the published parts (the last part's footer statistics)."""
+    import pyarrow.parquet as pq
+
+    names = sorted(parts.glob("part-*.parquet"))
+    if not names:
+        return None
+    md = pq.ParquetFile(names[-1]).metadata
+    stats = [md.row_group(i).column(0).statistics for i in range(md.num_row_groups)]
+    best = [st.max for st in stats if st is not None and st.has_min_max]
+    return (
+        max(int(t.timestamp() * 1e9) if hasattr(t, "timestamp") else int(t) for t in best) if best else None
+    )
+
+
+def bench_streaming(
+    seconds: float, messages: int, rate: float, rotate_mb: int, convert: bool, workdir: Path
+) -> dict[str, object]:
+    """``capture live`` recording a replayed synthetic capture for ``seconds``: its lag and memory.
+
+    Every second: the agent's RSS (tcpdump is a separate process, not counted), the bytes
+    recorded and the conversion lag (now minus the newest message in ``DIR/trace/``). After
+    ``seconds``, SIGTERM; the lag after the stop is the time until the agent has published
+    ``DIR/trace.parquet`` and exited.
+    """
+    from dataclasses import replace
+
+    import synth
+    from capture.synthpcap import render_pcap
+
+    root = Path(__file__).resolve().parents[1]
+    config = synth.load_config(root / "samples" / "synth" / "multitier.toml")
+    trace, _ = synth.generate_table(replace(config, messages=messages, duration_s=None))
+    pcap = workdir / "replay.pcap"
+    render_pcap(trace, pcap)
+    src, exe = workdir / "replay.c", workdir / "replay"
+    src.write_text(REPLAY_C)
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
+    out = workdir / "cap"
+    with Netns() as ns:
+        cmd = [sys.executable, "-m", "wirepath", "capture", "live", "--iface", "vb", "--out", str(out)]
+        cmd += ["--rotate-mb", str(rotate_mb), "--json"] + ([] if convert else ["--no-convert"])
+        agent = subprocess.Popen(
+            ns.argv(*cmd), cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        assert agent.stderr is not None
+        while not (line := agent.stderr.readline()).startswith("recording "):
+            if not line:
+                raise RuntimeError("the agent did not start")
+        me = psutil.Process(agent.pid)
+        proc = next((c for c in me.children(recursive=True) if "python" in c.name()), me)
+        sender = subprocess.Popen(ns.argv(str(exe), "va", str(rate), str(seconds), str(pcap)),
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        t0 = time.monotonic()
+        samples = []
+        while time.monotonic() - t0 < seconds:
+            time.sleep(1.0)
+            newest = _newest_converted_ns(out / "trace") if convert else None
+            lag = time.time() - newest / 1e9 if newest is not None else None
+            recorded = sum(p.stat().st_size for p in out.glob("capture-*.pcap*"))
+            samples.append(
+                {
+                    "t_s": round(time.monotonic() - t0, 1),
+                    "rss_mb": round(_rss_mb(proc), 1),
+                    "lag_s": None if lag is None else round(lag, 2),
+                    "recorded_mb": round(recorded / 1e6, 1),
+                }
+            )
+            print(json.dumps(samples[-1]), flush=True)
+        sent_out, _ = sender.communicate(timeout=60)
+        peak = max(s["rss_mb"] for s in samples)
+        t_stop = time.monotonic()
+        agent.send_signal(signal.SIGTERM)
+        doc_text, err = agent.communicate(timeout=600)
+        after_stop = time.monotonic() - t_stop
+    doc = json.loads(doc_text)
+    sent, pps, passes = sent_out.split()
+    conv = doc.get("conversion") or {}
+    half = len(samples) // 2
+    lags = [s["lag_s"] for s in samples if s["lag_s"] is not None]
+    return {
+        "seconds": seconds,
+        "convert": convert,
+        "sent": int(sent),
+        "sent_pps": round(float(pps)),
+        "passes": int(passes),
+        "captured": doc["packets"]["captured"],
+        "dropped_kernel": doc["packets"]["dropped_kernel"],
+        "files": len(doc["files"]),
+        "messages": conv.get("messages"),
+        "after_stop_s": round(after_stop, 2),
+        "peak_rss_mb": peak,
+        "rss_first_half_max_mb": max(s["rss_mb"] for s in samples[:half]) if half else None,
+        "rss_second_half_max_mb": max(s["rss_mb"] for s in samples[half:]) if half else None,
+        "lag_max_s": max(lags) if lags else None,
+        "lag_last_s": lags[-1] if lags else None,
+        "lag_median_s": sorted(lags)[len(lags) // 2] if lags else None,
+        "parts": len(list((out / "trace").glob("part-*.parquet"))) if convert else 0,
+        "stderr_tail": err.strip().splitlines()[-1:] if err else [],
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -340,6 +519,18 @@ def main() -> int:
     p.add_argument(
         "--recorders", default="tcpdump,tcpdump-immediate,scapy-l2listen,scapy-async", help="comma-separated"
     )
+    p.add_argument(
+        "--streaming",
+        type=float,
+        metavar="SECONDS",
+        help="instead: 'capture live' on a replayed synthetic capture for SECONDS (lag, memory, drops)",
+    )
+    p.add_argument(
+        "--messages", type=int, default=200_000, help="--streaming: messages of the replayed capture"
+    )
+    p.add_argument("--rate", type=float, default=0, help="--streaming: packets/s (0 = as fast as it can)")
+    p.add_argument("--rotate-mb", type=int, default=100, help="--streaming: the agent's --rotate-mb")
+    p.add_argument("--no-convert", action="store_true", help="--streaming: record only (drops baseline)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     if a.render:
@@ -347,6 +538,11 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root (a network namespace and packet capture)", file=sys.stderr)
         return 1
+    if a.streaming:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as tmp:
+            row = bench_streaming(a.streaming, a.messages, a.rate, a.rotate_mb, not a.no_convert, Path(tmp))
+        print(json.dumps(row, indent=1))
+        return 0
     rates = [float(r) for r in a.rates.split(",")]
     rows = []
     with Netns() as ns, tempfile.TemporaryDirectory() as tmp:

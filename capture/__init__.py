@@ -4,7 +4,7 @@ The public names are re-exported here, the live agent's (``capture.live``) and t
 rendering of synthetic traces as packets (``capture.synthpcap``) among them.
 """
 
-from capture.convert import CaptureReport, convert_pcaps, estimate_offset_ns
+from capture.convert import CaptureReport, StreamConverter, convert_pcaps, estimate_offset_ns
 from capture.decode import Decoder, DecodeStats, Segments
 from capture.flows import FlowAssembler, FlowStats, Messages
 from capture.live import LiveCapture, LiveReport, LiveStats, Recording, capture_live
@@ -40,6 +40,7 @@ __all__ = [
     "ReadStats",
     "Recording",
     "Segments",
+    "StreamConverter",
     "SynthPcapReport",
     "capture_live",
     "convert_pcaps",

@@ -36,11 +36,12 @@ from capture.decode import Decoder, Segments, empty_segments
 from capture.flows import FlowAssembler, FlowStats, Messages, _mix
 from capture.naming import Namer
 from capture.protocols import PROTOCOLS
-from capture.source import PacketSource, read_packets
+from capture.source import PacketBatch, PacketSource, read_packets
 from tracefmt import (
     DEFAULT_DEDUP_WINDOW_NS,
     OPS,
     ParameterError,
+    TraceFileError,
     TraceWriter,
     distinct_outputs,
     parquet_output,
@@ -50,6 +51,7 @@ from tracefmt.schema import NODE_TYPE, TS_TYPE
 
 __all__ = [
     "CaptureReport",
+    "StreamConverter",
     "convert_pcaps",
     "cross_point_duplicates",
     "estimate_offset_ns",
@@ -173,70 +175,231 @@ def _running(on_read: Callable[[int, int], None] | None) -> Callable[[int, int],
     return add
 
 
+class StreamConverter:
+    """Packets to the message trace as they come: file after file, batch after batch.
+
+    One decoder and one TCP assembler serve every input, so a connection that spans two
+    files (a tcpdump rotation) is reassembled as one. A message is written once it is
+    final: older than every message the open connections can still produce (the
+    assembler's watermark), so the trace stays in time order and memory holds only the
+    open connections and the messages not yet final. :func:`convert_pcaps` of a list of
+    files and the live agent's conversion while it records are this one class.
+
+    Parameters
+    ----------
+    out : path
+        The Parquet trace, published (atomically) by :meth:`finish`.
+    namer : Namer, optional
+        Node naming (default: by address, or from ``names`` and ``node_by``).
+    names : mapping or path, optional
+        Names file or map: address, ``address:port`` or CIDR -> node name.
+    node_by : {"address", "service"}
+        Name nodes by address, or servers by ``address:port``.
+    point : str, optional
+        The ``point`` column's value for every message.
+    keep_payload : bool
+        Also write each message's captured bytes (user column ``x_payload``).
+    parts_dir : path, optional
+        Also write the final messages as a partitioned dataset readable while the input
+        still grows: ``part-00000.parquet``, ``part-00001.parquet``, ... in time order,
+        each published whole (written under a hidden ``.partial`` name, then renamed).
+    part_every_s : float
+        Seconds (of this process's clock) between two parts, when there is something to write.
+    on_progress : callable, optional
+        Called with the messages written so far.
+    on_read : callable, optional
+        Called with the packets and bytes of every batch read (the batch's counts).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from capture.source import FakeSource
+    >>> d = tempfile.mkdtemp()
+    >>> with StreamConverter(os.path.join(d, "t.parquet"), parts_dir=os.path.join(d, "t")) as conv:
+    ...     conv.add_source(FakeSource([]))
+    ...     report = conv.finish()
+    >>> report.messages, sorted(os.listdir(d)), os.listdir(os.path.join(d, "t"))
+    (0, ['t', 't.parquet'], ['part-00000.parquet'])
+    """
+
+    def __init__(
+        self,
+        out: PathLike,
+        *,
+        namer: Namer | None = None,
+        names: Mapping[str, str] | PathLike | None = None,
+        node_by: str = "address",
+        point: str | None = None,
+        keep_payload: bool = False,
+        parts_dir: PathLike | None = None,
+        part_every_s: float = 2.0,
+        on_progress: Callable[[int], None] | None = None,
+        on_read: Callable[[int, int], None] | None = None,
+    ) -> None:
+        parquet_output(out)
+        self._t0 = time.perf_counter()
+        self.namer = namer if namer is not None else Namer(names, node_by=node_by)
+        self.report = CaptureReport(output=str(out), sources=[])
+        self.point = point
+        self.keep_payload = keep_payload
+        self.on_progress = on_progress
+        self.on_read = on_read
+        self._decoder = Decoder()
+        self._asm = FlowAssembler(keep_payload=keep_payload)
+        self._held: list[Messages] = []
+        # Row groups of 128k messages: the writer holds a row group in memory before writing it.
+        self._writer = TraceWriter(out, provenance={}, row_group_size=1 << 17)
+        self._parts = _Parts(Path(parts_dir), part_every_s) if parts_dir is not None else None
+        self._done = False
+
+    def __enter__(self) -> StreamConverter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None or not self._done:
+            self.abort()
+
+    @property
+    def messages(self) -> int:
+        """Messages written so far."""
+        return self._writer.rows
+
+    def add_source(self, src: PacketSource) -> None:
+        """Read every batch of ``src`` (a file, a rotation of a recording) and its counters."""
+        self.report.sources.append(src.name)
+        for batch in src:
+            self.add_batch(batch)
+        _add_source_stats(self.report, src)
+
+    def add_batch(self, batch: PacketBatch) -> None:
+        """Decode one batch of packets, reassemble, and write the messages now final."""
+        if self.on_read is not None:  # a record header and the bytes of each packet
+            self.on_read(len(batch.ts_ns), int(batch.caplen.sum()) + 16 * len(batch.ts_ns))
+        segs = self._decoder.decode(batch)
+        self.report.decoded += len(segs)
+        self._emit(self._asm.feed(segs), final=False)
+
+    def _emit(self, msgs: Messages, *, final: bool) -> None:
+        self._held.append(msgs)
+        wm = None if final else self._asm.watermark_ns
+        allm = Messages.concat(self._held)
+        if wm is None:
+            ready, self._held = allm, []
+        else:  # what no still-open connection can precede (the trace stays time-sorted)
+            cut = int(np.searchsorted(allm.ts_ns, wm, side="left"))
+            ready, self._held = allm.take(slice(0, cut)), [allm.take(slice(cut, None))]
+        if len(ready) or (final and not self._writer.rows):  # an empty trace still has every column
+            table = messages_table(ready, self.namer, point=self.point, keep_payload=self.keep_payload)
+            self._writer.write(table)
+            if self._parts is not None:
+                self._parts.add(table)
+            if self.on_progress is not None:
+                self.on_progress(self._writer.rows)
+        if self._parts is not None and not final:
+            self._parts.flush_if_due()
+
+    def finish(self, *, provenance: Mapping[str, Any] | None = None) -> CaptureReport:
+        """Close every open connection, write the rest and publish the trace (and last part).
+
+        ``provenance`` adds entries to the trace's provenance besides ``capture``.
+        """
+        self._emit(self._asm.feed(empty_segments(), final=True), final=True)
+        report = self.report
+        report.messages = self._writer.rows
+        _add_decode_stats(report, self._decoder)
+        st = self._asm.stats
+        report.retransmitted += st.retransmitted
+        report.after_close += st.after_close
+        report.gaps += st.gaps
+        report.out_of_order += st.out_of_order
+        report.connections += st.connections
+        for k, v in st.flows_by_proto.items():
+            report.flows_by_proto[k] = report.flows_by_proto.get(k, 0) + v
+        for k, v in st.messages_by_proto.items():
+            report.messages_by_proto[k] = report.messages_by_proto.get(k, 0) + v
+        report.seconds = time.perf_counter() - self._t0
+        prov = {"capture": _provenance(report), **(provenance or {})}
+        self._writer.provenance = prov
+        self._writer.close()
+        if self._parts is not None:
+            self._parts.close(prov)
+        self._done = True
+        return report
+
+    def abort(self) -> None:
+        """Stop without publishing the trace: no partial file is left (parts already
+        published stay)."""
+        if self._done:
+            return
+        self._done = True
+        self._writer.abort()
+        if self._parts is not None:
+            self._parts.abort()
+
+
+class _Parts:
+    """A directory of trace parts in time order, each one published whole."""
+
+    def __init__(self, directory: Path, every_s: float) -> None:
+        self.dir = directory
+        self.every_s = every_s
+        self.count = 0
+        self._tables: list[pa.Table] = []
+        self._last = time.monotonic()
+        self._writer: TraceWriter | None = None
+        old = sorted(directory.glob("part-*.parquet")) if directory.is_dir() else []
+        if old:
+            raise TraceFileError(
+                f"{directory}: holds trace parts already ({old[0].name}); give a new directory"
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def add(self, table: pa.Table) -> None:
+        self._tables.append(table)
+
+    def flush_if_due(self) -> None:
+        if self._tables and time.monotonic() - self._last >= self.every_s:
+            self._flush({"part": self.count})
+
+    def _flush(self, provenance: Mapping[str, Any]) -> None:
+        path = self.dir / f"part-{self.count:05d}.parquet"
+        self._writer = TraceWriter(path, provenance=provenance, row_group_size=1 << 17)
+        for t in self._tables:
+            self._writer.write(t)
+        self._writer.close()
+        self._writer = None
+        self._tables = []
+        self.count += 1
+        self._last = time.monotonic()
+
+    def close(self, provenance: Mapping[str, Any]) -> None:
+        """The last part (also when nothing at all was written: the dataset has its columns)."""
+        if self._tables or not self.count:
+            self._flush({**provenance, "part": self.count, "last": True})
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.abort()
+        self._tables = []
+
+
 def _convert_one(
     sources: Sequence[PacketSource],
     out: PathLike,
     namer: Namer,
-    report: CaptureReport,
     *,
     point: str | None,
-    chunk_bytes: int,
     on_progress: Callable[[int], None] | None,
-    t0: float,
     keep_payload: bool = False,
     on_read: Callable[[int, int], None] | None = None,
-) -> None:
-    decoder = Decoder()
-    stats = FlowStats()
-    held: list[Messages] = []
-    # Row groups of 128k messages: the writer holds a row group in memory before writing it.
-    with TraceWriter(out, provenance={}, row_group_size=1 << 17) as writer:
-
-        def write(msgs: Messages, *, always: bool = False) -> None:
-            if len(msgs) or (always and not writer.rows):
-                writer.write(messages_table(msgs, namer, point=point, keep_payload=keep_payload))
-                if on_progress is not None:
-                    on_progress(writer.rows)
-
+) -> CaptureReport:
+    """``sources`` in order (rotations of one capture, or one point) into one trace."""
+    with StreamConverter(
+        out, namer=namer, point=point, keep_payload=keep_payload, on_progress=on_progress, on_read=on_read
+    ) as conv:
         for src in sources:
-            asm = FlowAssembler(keep_payload=keep_payload)
-            batches = iter(src)
-            batch = next(batches, None)
-            while batch is not None:
-                nxt = next(batches, None)
-                if on_read is not None:  # a record header and the bytes of each packet
-                    on_read(len(batch.ts_ns), int(batch.caplen.sum()) + 16 * len(batch.ts_ns))
-                segs = decoder.decode(batch)
-                report.decoded += len(segs)
-                msgs = asm.feed(segs, final=nxt is None)
-                held.append(msgs)
-                # Write what no still-open connection can precede (the trace stays time-sorted).
-                wm = asm.watermark_ns
-                allm = Messages.concat(held)
-                if wm is None:
-                    write(allm)
-                    held = []
-                else:
-                    cut = int(np.searchsorted(allm.ts_ns, wm, side="left"))
-                    write(allm.take(slice(0, cut)))
-                    held = [allm.take(slice(cut, None))]
-                batch = nxt
-            _add_source_stats(report, src)
-            _add_flow_stats(stats, asm.stats)
-        write(Messages.concat(held), always=True)  # an empty trace still has every column
-        report.messages += writer.rows
-        _add_decode_stats(report, decoder)
-        report.retransmitted += stats.retransmitted
-        report.after_close += stats.after_close
-        report.gaps += stats.gaps
-        report.out_of_order += stats.out_of_order
-        report.connections += stats.connections
-        for k, v in stats.flows_by_proto.items():
-            report.flows_by_proto[k] = report.flows_by_proto.get(k, 0) + v
-        for k, v in stats.messages_by_proto.items():
-            report.messages_by_proto[k] = report.messages_by_proto.get(k, 0) + v
-        report.seconds = time.perf_counter() - t0
-        writer.provenance = {"capture": _provenance(report)}
+            conv.add_source(src)
+        return conv.finish()
 
 
 def _add_source_stats(report: CaptureReport, src: PacketSource) -> None:
@@ -355,19 +518,13 @@ def convert_pcaps(
     report = CaptureReport(output=str(out), sources=[s.name for s in sources])
     if not point_from_file or len(sources) == 1:
         point = Path(sources[0].name).stem if point_from_file else None
-        _convert_one(
-            sources,
-            out,
-            namer,
-            report,
-            point=point,
-            chunk_bytes=chunk_bytes,
-            on_progress=on_progress,
-            on_read=_running(on_read),
-            t0=t0,
+        report = _convert_one(
+            sources, out, namer, point=point, on_progress=on_progress, on_read=_running(on_read),
             keep_payload=keep_payload,
-        )
+        )  # fmt: skip
+        report.seconds = time.perf_counter() - t0
         return report
+    report = CaptureReport(output=str(out), sources=[s.name for s in sources])
     points = [Path(src.name).stem or f"point{i}" for i, src in enumerate(sources)]
     offsets = [0] * len(sources)
     reader = _running(on_read)  # the first pass reads every file; the progress follows it
@@ -376,9 +533,7 @@ def convert_pcaps(
         parts = []
         for i, src in enumerate(sources):
             part = Path(tmp) / f"point{i}.parquet"
-            scratch = CaptureReport(output=str(part), sources=[src.name])
-            _convert_one([src], part, namer, scratch, point=points[i], chunk_bytes=chunk_bytes,
-                         on_progress=None, t0=t0, keep_payload=False, on_read=reader)  # fmt: skip
+            _convert_one([src], part, namer, point=points[i], on_progress=None, on_read=reader)
             parts.append(part)
         cols = ["timestamp", "sender", "receiver", "op", "id"]
         # Each point is placed against all points placed before it (shifted by their

@@ -8,12 +8,20 @@ packets at a small fraction of the rate tcpdump sustains (numbers in BENCHMARKS.
   ``rotate_mb`` is given (tcpdump ``-C``). tcpdump writes each packet out whole as it
   arrives (``-U``), so every file on disk holds whole records at every moment and can be
   copied or read while the capture runs.
+- Converting: while tcpdump records, a thread (at a lower CPU priority than tcpdump)
+  reads each file as it grows and, once a later rotation exists, goes on with the next,
+  through one :class:`~capture.convert.StreamConverter`: open TCP connections carry over
+  from file to file, and messages that are final (no open connection can still produce
+  an older one) are written every couple of seconds as ``DIR/trace/part-NNNNN.parquet``
+  (each part published whole, in time order: a dataset that pyarrow, DuckDB or pandas
+  open at any moment) and into ``DIR/trace.parquet``, published at the end. Memory holds
+  the open connections, not the recording.
 - Stopping: after ``duration_s``, when ``stop`` is set (the CLI sets it on SIGINT and
   SIGTERM), or when tcpdump exits. The agent first lets libpcap's ring block timer (1 s)
   hand over what the kernel holds, then stops tcpdump with SIGINT, so it writes what it
-  has and reports what it received and what the kernel dropped; then all files of the run
-  are converted into ``DIR/trace.parquet`` in one pass (a connection may span a rotation).
-  The counters go into the trace's provenance (``live``) and ``DIR/live.json``.
+  has and reports what it received and what the kernel dropped; the conversion reads the
+  last bytes, closes the connections still open and publishes the trace. The counters go
+  into the trace's provenance (``live``) and ``DIR/live.json``.
 - Privileges: capturing needs root or CAP_NET_RAW; without them one
   :class:`~tracefmt.MissingToolError` says so.
 """
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import json
 import os
 import re
@@ -31,7 +40,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,11 +50,7 @@ from tracefmt import (
     MissingToolError,
     ParameterError,
     TraceFileError,
-    TraceWriter,
     WirepathError,
-    iter_trace,
-    publish,
-    read_trace_metadata,
 )
 
 __all__ = [
@@ -131,6 +136,8 @@ class LiveReport:
         ``duration``, ``signal`` (stop requested: Ctrl-C, SIGTERM) or ``tcpdump`` (it exited).
     trace : str or None
         The trace written (``DIR/trace.parquet``), or None when conversion was off.
+    parts : str or None
+        The same messages as a dataset of parts written while recording (``DIR/trace/``).
     conversion : dict or None
         The converter's report (messages, capture statistics), as JSON.
     recorder_error : str or None
@@ -145,6 +152,7 @@ class LiveReport:
     duration_s: float
     stopped_by: str
     trace: str | None = None
+    parts: str | None = None
     conversion: dict[str, Any] | None = field(default=None)
     recorder_error: str | None = None
 
@@ -158,6 +166,7 @@ class LiveReport:
             "duration_s": round(self.duration_s, 6),
             "stopped_by": self.stopped_by,
             "trace": self.trace,
+            "parts": self.parts,
             "conversion": self.conversion,
             "recorder_error": self.recorder_error,
         }
@@ -575,14 +584,22 @@ def capture_live(
     on_recorded: Callable[[LiveReport], None] | None = None,
     convert_options: Mapping[str, Any] | None = None,
 ) -> LiveReport:
-    """Record ``iface`` into ``out_dir`` until stopped, then convert the files into a trace.
+    """Record ``iface`` into ``out_dir`` until stopped, converting the files into a trace as
+    they are written.
+
+    The conversion follows tcpdump: each file is read as it grows, rotation after
+    rotation, by one :class:`capture.convert.StreamConverter` (so a connection that spans
+    two files is one connection), in a thread of lower CPU priority than the recorder.
+    Messages that are final go to ``out_dir/trace/part-NNNNN.parquet`` every couple of
+    seconds (a dataset readable while the capture runs) and to ``out_dir/trace.parquet``,
+    which is published once the recording has stopped and the last packets are converted.
 
     Parameters
     ----------
     iface : str
         Interface to record: a mirrored switch port, a bridge, a host interface, ``any``.
     out_dir : str or path-like
-        Directory for the pcap files and ``trace.parquet``.
+        Directory for the pcap files, ``trace.parquet`` and ``trace/``.
     recording : Recording
         Filter (e.g. ``tcp port 8080 or tcp port 5432``), rotation, snap length, buffer,
         promiscuous and immediate mode.
@@ -591,7 +608,7 @@ def capture_live(
     names : mapping or path, optional
         Node names (address, address:port or CIDR -> name) for the trace, or a names file.
     convert : bool
-        Convert the files into ``out_dir/trace.parquet`` when the recording ends.
+        Convert the files into ``out_dir/trace.parquet`` (and ``out_dir/trace/``).
     stop : threading.Event, optional
         Set it (from a signal handler, another thread) to end the recording.
     on_ready : callable, optional
@@ -600,9 +617,10 @@ def capture_live(
         Called with the files and bytes written so far, about once a second.
     on_recorded : callable, optional
         Called with the report of the recording once tcpdump has stopped, before the
-        conversion.
+        conversion of the last packets.
     convert_options : mapping, optional
-        More keyword arguments for ``capture.convert_pcaps``.
+        More keyword arguments for the converter: ``node_by``, ``keep_payload``,
+        ``point``, ``part_every_s``, ``chunk_bytes``.
 
     Returns
     -------
@@ -619,19 +637,32 @@ def capture_live(
     """
     if duration_s is not None and duration_s <= 0:
         raise ParameterError(f"--duration {duration_s} must be positive (seconds)")
+    options = dict(convert_options or {})
+    unknown = sorted(set(options) - _CONVERT_OPTIONS)
+    if unknown:
+        raise ParameterError(
+            f"unknown conversion option {unknown[0]!r} (allowed: {', '.join(sorted(_CONVERT_OPTIONS))})"
+        )
     if convert:
         # A bad names file must stop us now, not after an hour of recording.
         from capture.naming import Namer
 
-        Namer(names, node_by=(convert_options or {}).get("node_by", "address"))
+        Namer(names, node_by=options.get("node_by", "address"))
     cap = LiveCapture(iface, out_dir, recording)
     cap.start()
+    following: _Following | None = None
     try:
+        if convert:
+            following = _Following(cap, names=names, options=options)
         if on_ready is not None:
             on_ready(cap)
         stopped_by = cap.wait(duration_s=duration_s, stop=stop, on_progress=on_progress)
-    finally:
-        stats = cap.stop()
+    except BaseException:
+        cap.stop()
+        if following is not None:
+            following.abort()
+        raise
+    stats = cap.stop()
     files = [str(p) for p in cap.files()]
     recorded = LiveReport(
         iface=iface,
@@ -642,41 +673,156 @@ def capture_live(
         stopped_by=stopped_by,
         recorder_error=cap.error_message() if stopped_by == "tcpdump" else None,
     )
-    # The recording's counters are on disk before the conversion, which may take long or fail.
+    # The recording's counters are on disk before the last of the conversion, which may fail.
     live_json = Path(out_dir, "live.json")
     live_json.write_text(json.dumps(recorded.to_json(), indent=1) + "\n", encoding="utf-8")
-    if on_recorded is not None:
-        on_recorded(recorded)
-    if not (convert and files):
+    if following is None:
         return recorded
-    trace = str(Path(out_dir) / "trace.parquet")
-    conversion = _convert(files, trace, names=names, options=convert_options or {})
-    report = replace(recorded, trace=trace, conversion=conversion)
-    # The counters (kernel drops above all) travel with the trace.
-    live = {k: v for k, v in recorded.to_json().items() if k not in ("trace", "conversion")}
-    _add_provenance(trace, live)
+    try:
+        if on_recorded is not None:
+            on_recorded(recorded)
+        if not files:
+            following.abort()
+            return recorded
+        # The counters (kernel drops above all) travel with the trace.
+        live = {k: v for k, v in recorded.to_json().items() if k not in ("trace", "parts", "conversion")}
+        conversion = following.finish(provenance={"live": live})
+    except BaseException:
+        following.abort()
+        raise
+    report = replace(
+        recorded, trace=str(following.trace), parts=str(following.parts_dir), conversion=conversion.to_json()
+    )
     live_json.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
     return report
 
 
-def _add_provenance(trace: str, live: dict[str, Any]) -> None:
-    """Add ``{"live": ...}`` to the trace file's provenance (streamed: bounded memory)."""
-    meta = read_trace_metadata(trace).provenance
-    tmp = Path(trace).with_name(f".{Path(trace).name}.live.parquet")
-    with TraceWriter(tmp, provenance={**meta, "live": live}) as writer:
-        for table in iter_trace(trace):
-            writer.write(table)
-    publish(tmp, trace)
+_CONVERT_OPTIONS = frozenset({"node_by", "keep_payload", "point", "part_every_s", "chunk_bytes"})
+_FOLLOW_WAIT_S = 0.5  # a read of a growing file returns at most this long after its first bytes
+_POLL_S = 0.05
 
 
-def _convert(
-    files: Sequence[str],
-    trace: str,
-    *,
-    names: Mapping[str, str] | PathLike | None,
-    options: Mapping[str, Any],
-) -> dict[str, Any]:
-    """All files of the run into one trace (TCP connections may span a rotation)."""
-    from capture import convert_pcaps  # the ingest pipeline; imported late, it is big
+class _CancelledError(Exception):
+    """The conversion was given up (the agent is interrupted)."""
 
-    return convert_pcaps(files, trace, names=names, **options).to_json()
+
+class _Growing(io.RawIOBase):
+    """A capture file read while tcpdump writes it: a read waits for more bytes until
+    ``finished()`` says the file is closed (a later rotation exists, or tcpdump stopped).
+
+    Reads return whole requests when the bytes are there, else what arrived within
+    ``_FOLLOW_WAIT_S`` of the first byte, so batches stay large at high rates and come
+    about twice a second at low ones. A partial record at the end of a read is kept by
+    the pcap reader for the next one.
+    """
+
+    def __init__(self, path: Path, finished: Callable[[], bool], cancel: threading.Event) -> None:
+        self.name = str(path)
+        self._f = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._finished = finished
+        self._cancel = cancel
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return self._f.seek(pos, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def read(self, n: int = -1) -> bytes:  # type: ignore[override]
+        want = n if n >= 0 else 1 << 62
+        parts: list[bytes] = []
+        got = 0
+        until = None
+        while got < want:
+            if self._cancel.is_set():
+                raise _CancelledError
+            finished = self._finished()  # asked before reading: no byte written after is missed
+            chunk = self._f.read(min(want - got, 1 << 24))
+            if chunk:
+                parts.append(chunk)
+                got += len(chunk)
+                until = until or time.monotonic() + _FOLLOW_WAIT_S
+                continue
+            if finished or (until is not None and time.monotonic() >= until):
+                break
+            self._cancel.wait(_POLL_S)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+class _Following:
+    """The conversion that follows a recording, file after file, in a thread."""
+
+    def __init__(
+        self, cap: LiveCapture, *, names: Mapping[str, str] | PathLike | None, options: dict[str, Any]
+    ) -> None:
+        from capture.convert import StreamConverter  # the ingest pipeline; imported late, it is big
+
+        self.cap = cap
+        self.trace = cap.out_dir / "trace.parquet"
+        self.parts_dir = cap.out_dir / "trace"
+        # A new run replaces the trace of an earlier one in this directory, parts included.
+        for old in sorted(self.parts_dir.glob("part-*.parquet")) if self.parts_dir.is_dir() else []:
+            old.unlink()
+        self._chunk_bytes = int(options.pop("chunk_bytes", 8 << 20))
+        self.converter = StreamConverter(self.trace, names=names, parts_dir=self.parts_dir, **options)
+        self._recorded = threading.Event()
+        self._cancel = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="wirepath-convert", daemon=True)
+        self._thread.start()
+
+    def _file(self, k: int) -> Path:
+        first = self.cap.first_file
+        return first.with_name(first.name + (str(k) if k else ""))
+
+    def _run(self) -> None:
+        # Below the recorder: when the CPU is short, conversion waits, packets are not dropped.
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        from capture.source import PcapSource
+
+        try:
+            k = 0
+            while True:
+                path = self._file(k)
+                while not path.exists():
+                    if self._recorded.is_set() and not path.exists():
+                        return  # no such file: the recording ended before it
+                    if self._cancel.wait(_POLL_S):
+                        return
+                nxt = self._file(k + 1)
+                stream = _Growing(path, lambda nxt=nxt: self._recorded.is_set() or nxt.exists(), self._cancel)
+                try:
+                    self.converter.add_source(PcapSource(stream, chunk_bytes=self._chunk_bytes))
+                finally:
+                    stream.close()
+                k += 1
+        except _CancelledError:
+            pass
+        except BaseException as exc:  # handed to the agent's thread by finish()
+            self._error = exc
+
+    def finish(self, *, provenance: Mapping[str, Any]) -> Any:
+        """Convert what the stopped recording left and publish the trace; its report."""
+        self._recorded.set()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.converter.finish(provenance=provenance)
+
+    def abort(self) -> None:
+        """Give up the conversion: no partial file is left (published parts stay)."""
+        self._cancel.set()
+        self._recorded.set()
+        self._thread.join()
+        self.converter.abort()

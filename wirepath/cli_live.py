@@ -24,9 +24,12 @@ def register(sources: argparse._SubParsersAction) -> None:
         _cmd_live,
         "record an interface into rotating pcap files and a trace",
         "Record an interface with tcpdump (libpcap, AF_PACKET ring) into rotating pcap files\n"
-        "in DIR, whole records on disk at every moment; on Ctrl-C, SIGTERM or after --duration,\n"
-        "stop, report packets received and dropped by the kernel, and convert every file of the\n"
-        "run into DIR/trace.parquet. The counters go into the trace's metadata and DIR/live.json.\n"
+        "in DIR, whole records on disk at every moment, and convert them while they are written:\n"
+        "every couple of seconds the messages so far are added to DIR/trace/ as a new\n"
+        "part-NNNNN.parquet (a dataset pyarrow, DuckDB or pandas can open while recording).\n"
+        "On Ctrl-C, SIGTERM or after --duration, stop, report packets received and dropped by\n"
+        "the kernel, convert the last packets and publish DIR/trace.parquet, the whole trace in\n"
+        "one file. The counters go into the trace's metadata and DIR/live.json.\n"
         "Needs root or CAP_NET_RAW.\n\n"
         "A mirrored switch port (SPAN) is just an interface: plug the monitor port into a NIC,\n"
         "bring it up without an address (ip link set eth1 up) and record it; the interface is\n"
@@ -36,7 +39,10 @@ def register(sources: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--iface", required=True, metavar="IF", help="interface to record (or 'any')")
     p.add_argument(
-        "--out", required=True, metavar="DIR", help="directory for the pcap files and trace.parquet"
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="directory for the pcap files, trace.parquet and trace/ (its parts while recording)",
     )
     p.add_argument(
         "--filter", metavar="BPF", help="capture filter (pcap-filter syntax), e.g. 'tcp port 8080'"
@@ -88,7 +94,7 @@ def _cmd_live(args: argparse.Namespace) -> int:
         recorded.set()
         end_progress(bars[0])
         if not args.no_convert and report.files:
-            print(f"converting {len(report.files)} file(s) into the trace", file=sys.stderr, flush=True)
+            print(f"finishing the trace of {len(report.files)} file(s)", file=sys.stderr, flush=True)
 
     def on_ready(cap: LiveCapture) -> None:
         until = f"for {args.duration}" if duration else "until Ctrl-C"

@@ -11,13 +11,17 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import dpkt
+import pyarrow as pa
+import pyarrow.compute
 import pytest
 
+import capture
 import tracefmt
 from capture import packet_timestamps
 from capture.live import (
@@ -441,3 +445,112 @@ def test_cap_net_raw_without_root_is_enough(netns: str) -> None:
         (pcap,) = doc["files"]
         assert Path(pcap).stat().st_uid == 65534
         assert len(packet_timestamps(pcap)) == doc["packets"]["captured"]
+
+
+_HTTP_SHORT = """
+import http.client, http.server, sys, threading, time
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        body = b"ok " + self.path.encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 8080), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+n, until = int(sys.argv[1]), sys.argv[2]
+for k in range(n):  # one connection per request, closed at once: each is final right away
+    conn = http.client.HTTPConnection("127.0.0.1", 8080)
+    conn.request("GET", f"/item/{k}"); conn.getresponse().read(); conn.close()
+    time.sleep(0.002)
+open(until, "w").close()
+while True:  # serve until the test has looked at the parts
+    time.sleep(0.1)
+"""
+
+
+def _no_partial_files(directory: Path) -> None:
+    left = [p.name for p in directory.rglob("*") if p.name.endswith(".partial")]
+    assert left == []
+
+
+@needs_root
+@root_only
+def test_parts_are_readable_while_recording_and_sigterm_publishes_all(netns: str, tmp_path: Path) -> None:
+    import pyarrow.dataset as pads
+
+    n = 400
+    out = tmp_path / "cap"
+    agent = Agent(netns, out, "--node-by", "service")
+    sent = tmp_path / "sent"
+    load = subprocess.Popen(
+        ["ip", "netns", "exec", netns, sys.executable, "-c", _HTTP_SHORT, str(n), str(sent)]
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not sent.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # Still recording: the parts written so far are a dataset any Parquet reader opens.
+        seen = 0
+        while time.monotonic() < deadline:
+            parts = sorted((out / "trace").glob("part-*.parquet"))
+            seen = pads.dataset(out / "trace", format="parquet").count_rows() if parts else 0
+            if seen:
+                break
+            time.sleep(0.2)
+        assert seen > 0
+        assert agent.proc.poll() is None
+        first = tracefmt.read_trace(sorted((out / "trace").glob("part-*.parquet"))[0])
+        assert set(first["op"].to_pylist()) <= {"call", "return"}
+        code, doc = agent.stop(signal.SIGTERM)
+    finally:
+        load.kill()
+        load.wait()
+    assert code == 0, agent.err
+    assert doc["stopped_by"] == "signal"
+    trace = tracefmt.read_trace(doc["trace"])
+    ops = trace["op"].to_pylist()
+    assert ops.count("call") == ops.count("return") == n
+    assert doc["conversion"]["messages"] == trace.num_rows
+    # The parts hold the same messages, in the same (time) order.
+    dataset = pads.dataset(doc["parts"], format="parquet").to_table()
+    assert dataset["timestamp"].to_pylist() == trace["timestamp"].to_pylist()
+    assert dataset["label"].to_pylist() == trace["label"].to_pylist()
+    assert trace["timestamp"].to_pylist() == sorted(trace["timestamp"].to_pylist())
+    assert tracefmt.read_trace_metadata(doc["trace"]).provenance["live"]["stopped_by"] == "signal"
+    _no_partial_files(out)
+
+
+@needs_root
+@root_only
+def test_a_connection_spanning_rotated_files_is_one_connection(netns: str, tmp_path: Path) -> None:
+    n = 4000  # one keep-alive connection, ~2.5 MB of records: three files at --rotate-mb 1
+    agent = Agent(netns, tmp_path / "cap", "--rotate-mb", "1", "--node-by", "service")
+    _in_ns(netns, _HTTP_LOAD, str(n))
+    code, doc = agent.stop(signal.SIGINT)
+    assert code == 0, agent.err
+    files = doc["files"]
+    with_http = [f for f in files if any(_tcp_ports(f) & {8080})]
+    assert len(with_http) >= 2
+    trace = tracefmt.read_trace(doc["trace"])
+    http = trace.filter(pa.compute.equal(trace["proto"].cast(pa.string()), "http"))
+    ops = http["op"].to_pylist()
+    assert ops.count("call") == ops.count("return") == n
+    assert len(set(http["flow"].to_pylist())) == 1
+    assert doc["conversion"]["connections"] == 1
+    assert set(http["label"].to_pylist()) == {f"GET /item/{k}" for k in range(n)}
+    # Converting the rotated files afterwards gives the very same trace.
+    again = tmp_path / "again.parquet"
+    capture.convert_pcaps(files, again, node_by="service")
+    assert tracefmt.read_trace(again).to_pylist() == trace.to_pylist()
+    _no_partial_files(tmp_path / "cap")
+
+
+def _tcp_ports(pcap: str) -> set[int]:
+    ports = set()
+    with open(pcap, "rb") as fh:
+        for _, buf in dpkt.pcap.Reader(fh):
+            ip = dpkt.ethernet.Ethernet(buf).data
+            if isinstance(ip, dpkt.ip.IP) and isinstance(ip.data, dpkt.tcp.TCP):
+                ports |= {ip.data.sport, ip.data.dport}
+    return ports

@@ -1,0 +1,223 @@
+"""Streaming conversion: files (or batches) in order through one converter that carries
+open connections across them. A capture split into rotated pieces converts to the very
+messages of the whole file, the trace's parts are readable while they are written, and
+memory does not grow with the input."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+import capture
+import tracefmt
+from capture.convert import StreamConverter
+from capture.source import FakeSource, read_packets
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT.parent / "shared" / "data" / "pcaps"
+if not DATA.is_dir():
+    DATA = Path("/work/shared/data/pcaps")
+SHARED = sorted(p for p in DATA.glob("*/*") if p.suffix in (".pcap", ".pcapng")) if DATA.is_dir() else []
+OURS = sorted((ROOT / "samples" / "testbed").glob("*.pcap")) + sorted(
+    (ROOT / "tests" / "capture" / "data").glob("*.pcap")
+)
+_PCAPNG_PACKETS = (2, 3, 6)  # packet blocks: obsolete, simple, enhanced
+
+
+def split_capture(path: Path, out_dir: Path, pieces: int) -> list[Path]:
+    """``path`` cut into ``pieces`` files of about equal packet counts, named like tcpdump's
+    rotations (``c.pcap``, ``c.pcap1``, ...): each piece repeats the file header (for
+    pcapng, every section and interface block seen so far), then holds its records."""
+    raw = path.read_bytes()
+    if raw[:4] == b"\x0a\x0d\x0d\x0a":
+        head, records = _pcapng_blocks(raw)
+    else:
+        bo = "<" if raw[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+        records, off = [], 24
+        while off + 16 <= len(raw):
+            cap = struct.unpack_from(bo + "I", raw, off + 8)[0]
+            records.append((b"", raw[off : off + 16 + cap]))
+            off += 16 + cap
+        head = raw[:24]
+    cuts = np.linspace(0, len(records), pieces + 1).astype(int)
+    files = []
+    for k in range(pieces):
+        part = records[cuts[k] : cuts[k + 1]]
+        # A piece starts with the header blocks in force at its first record.
+        pre = part[0][0] if part and part[0][0] else head
+        f = out_dir / (f"{path.name}" + (str(k) if k else ""))
+        f.write_bytes(pre + b"".join(r for _, r in part))
+        files.append(f)
+    return files
+
+
+def _pcapng_blocks(raw: bytes) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """Header (section and interface blocks) and, per packet block, the headers in force
+    at it with the block itself (other blocks ride along with the next packet)."""
+    off, head, pending = 0, b"", b""
+    out: list[tuple[bytes, bytes]] = []
+    bo = "<"
+    while off + 12 <= len(raw):
+        btype = struct.unpack_from("<I", raw, off)[0]
+        if btype == 0x0A0D0D0A:
+            bo = "<" if raw[off + 8 : off + 12] == b"\x4d\x3c\x2b\x1a" else ">"
+            head = b""
+        blen = struct.unpack_from(bo + "I", raw, off + 4)[0]
+        block = raw[off : off + blen]
+        btype = struct.unpack_from(bo + "I", raw, off)[0]
+        if btype == 0x0A0D0D0A or btype == 1:
+            head += block
+        elif btype in _PCAPNG_PACKETS:
+            out.append((head, pending + block))
+            pending = b""
+        else:
+            pending += block
+        off += blen
+    if pending and out:
+        out[-1] = (out[-1][0], out[-1][1] + pending)
+    return head, out
+
+
+def _rows(path: Path) -> list[tuple]:
+    t = pq.read_table(path)
+    cols = [
+        t[c].cast(pa.string())
+        if pa.types.is_dictionary(t[c].type)
+        else t[c].cast(pa.int64())
+        if pa.types.is_timestamp(t[c].type)
+        else t[c]
+        for c in t.column_names
+    ]
+    return list(zip(*(c.to_pylist() for c in cols), strict=True))
+
+
+@pytest.mark.parametrize("path", SHARED + OURS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_rotated_pieces_give_the_messages_of_the_whole_file(path: Path, tmp_path: Path) -> None:
+    whole = tmp_path / "whole.parquet"
+    capture.convert_pcaps([path], whole)
+    pieces = split_capture(path, tmp_path, 3)
+    assert [p.name for p in capture.live.capture_files(pieces[0])] == [p.name for p in pieces]
+    split = tmp_path / "split.parquet"
+    report = capture.convert_pcaps(pieces, split)
+    assert report.packets == sum(len(b) for b in read_packets(path))
+    assert _rows(split) == _rows(whole)
+
+
+@pytest.mark.parametrize("path", SHARED + OURS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_small_batches_give_the_messages_of_one_pass(path: Path, tmp_path: Path) -> None:
+    whole = tmp_path / "whole.parquet"
+    capture.convert_pcaps([path], whole)
+    small = tmp_path / "small.parquet"
+    with StreamConverter(small) as conv:
+        for batch in read_packets(path, chunk_bytes=4096):
+            conv.add_batch(batch)
+        conv.finish()
+    assert _rows(small) == _rows(whole)
+
+
+def test_parts_hold_the_trace_in_time_order(tmp_path: Path) -> None:
+    path = DATA / "zeek" / "http_methods.pcap"  # many short connections: parts as they close
+    if not path.exists():
+        pytest.skip("shared captures not here")
+    out, parts = tmp_path / "t.parquet", tmp_path / "t"
+    with StreamConverter(out, parts_dir=parts, part_every_s=0.0) as conv:
+        for batch in read_packets(path, chunk_bytes=4096):
+            conv.add_batch(batch)
+        report = conv.finish(provenance={"run": "test"})
+    names = sorted(p.name for p in parts.iterdir())
+    assert len(names) > 3
+    assert names == [f"part-{k:05d}.parquet" for k in range(len(names))]
+    trace = tracefmt.read_trace(out)
+    assert report.messages == trace.num_rows
+    assert tracefmt.read_trace_metadata(out).provenance["run"] == "test"
+    joined = ds.dataset(parts, format="parquet").to_table()
+    assert joined["timestamp"].to_pylist() == trace["timestamp"].to_pylist()
+    assert joined["sender"].to_pylist() == trace["sender"].to_pylist()
+    # Each part is a trace of its own, readable by wirepath.
+    assert sum(tracefmt.read_trace(parts / n).num_rows for n in names) == trace.num_rows
+    # A second run into the same parts directory is refused rather than mixed in.
+    with pytest.raises(tracefmt.TraceFileError, match="holds trace parts already"):
+        StreamConverter(tmp_path / "u.parquet", parts_dir=parts)
+
+
+def test_abort_leaves_no_partial_file(tmp_path: Path) -> None:
+    out, parts = tmp_path / "t.parquet", tmp_path / "t"
+
+    def interrupted() -> None:
+        with StreamConverter(out, parts_dir=parts, part_every_s=0.0) as conv:
+            for batch in read_packets(DATA / "zeek" / "http_methods.pcap", chunk_bytes=4096):
+                conv.add_batch(batch)
+            raise KeyboardInterrupt
+
+    if not (DATA / "zeek").exists():
+        pytest.skip("shared captures not here")
+    with pytest.raises(KeyboardInterrupt):
+        interrupted()
+    assert not out.exists()
+    assert [p.name for p in tmp_path.rglob("*") if p.name.endswith(".partial")] == []
+    # What was published before stays: whole parts, in order.
+    assert len(list(parts.iterdir())) > 3
+    assert all(tracefmt.read_trace(p).num_rows for p in parts.iterdir())
+
+
+def test_empty_input_has_every_column(tmp_path: Path) -> None:
+    out, parts = tmp_path / "t.parquet", tmp_path / "t"
+    with StreamConverter(out, parts_dir=parts) as conv:
+        conv.add_source(FakeSource([]))
+        assert conv.finish().messages == 0
+    assert (
+        tracefmt.read_trace(out).column_names
+        == tracefmt.read_trace(parts / "part-00000.parquet").column_names
+    )
+
+
+def test_a_growing_file_is_read_as_it_is_written(tmp_path: Path) -> None:
+    """The live agent's reader of a file tcpdump still writes: records cut anywhere by the
+    writer's pace are whole in the batches, and the file ends only once it is finished."""
+    import threading
+    import time
+
+    from capture.live import _Growing
+    from capture.source import PcapSource
+
+    src = (ROOT / "samples" / "testbed" / "web.pcap").read_bytes()
+    path = tmp_path / "c.pcap"
+    path.write_bytes(b"")
+    done, cancel = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with open(path, "ab") as fh:
+            for k in range(0, len(src), 7001):  # cuts through headers and records
+                fh.write(src[k : k + 7001])
+                fh.flush()
+                time.sleep(0.01)
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    stream = _Growing(path, done.is_set, cancel)
+    batches = [len(b) for b in PcapSource(stream, chunk_bytes=8192)]
+    writer.join()
+    assert sum(batches) == sum(len(b) for b in read_packets(ROOT / "samples" / "testbed" / "web.pcap"))
+    assert len(batches) > 1
+
+
+def test_connection_in_two_files_is_reassembled_once(tmp_path: Path) -> None:
+    """A keep-alive connection cut by a rotation: one connection, every call paired."""
+    path = DATA / "zeek" / "http_1000-requests-one-dropped-response.pcap"
+    if not path.exists():
+        pytest.skip("shared captures not here")
+    pieces = split_capture(path, tmp_path, 2)
+    report = capture.convert_pcaps(pieces, tmp_path / "t.parquet")
+    whole = capture.convert_pcaps([path], tmp_path / "w.parquet")
+    assert report.connections == whole.connections
+    # Each piece on its own sees the connection cut in two.
+    alone = [capture.convert_pcaps([p], tmp_path / f"p{k}.parquet") for k, p in enumerate(pieces)]
+    assert sum(r.connections for r in alone) > whole.connections
+    assert _rows(tmp_path / "t.parquet") == _rows(tmp_path / "w.parquet")
