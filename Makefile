@@ -6,10 +6,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEBS := graphviz chromium chromium-driver tcpdump tshark iproute2
+DEBS := graphviz chromium chromium-driver tcpdump tshark iproute2 nginx-light redis-server postgresql openssl
 DEMO := build/demo
 
-.PHONY: demo test setup debs lint bench paper clean
+.PHONY: demo test setup debs lint bench paper testbed clean
 
 demo: setup
 	@mkdir -p $(DEMO)
@@ -72,6 +72,13 @@ bench: setup
 paper: setup
 	$(BIN)/python benchmarks/paper_nesting.py
 	$(BIN)/python benchmarks/paper_convolution.py
+
+# The real testbed (root): nginx, two app servers, Redis, PostgreSQL and gRPC in network
+# namespaces; a base run and one run per injected fault, captured and diffed, then the
+# per-request scores at three loads (samples/testbed/real/README.md). About four minutes.
+testbed: setup
+	timeout 600 $(BIN)/python samples/testbed/real/realbed.py run --out build/testbed
+	timeout 600 $(BIN)/python samples/testbed/real/realbed.py loads --out build/testbed-loads
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache .hypothesis

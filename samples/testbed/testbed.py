@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -56,6 +56,32 @@ def addr(host: str) -> str:
 
 def _run(*cmd: str) -> None:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def build_switch(
+    ns: Callable[[str], str], hosts: dict[str, str], made: list[str], prefix_len: int = 24
+) -> None:
+    """Namespaces ``ns("sw")`` (a bridge ``br0``) and ``ns(host)`` for each host, each
+    host's ``eth0`` (its address from ``hosts``) joined by a veth pair to a port of the
+    bridge named after the host. Every namespace made is appended to ``made`` at once, so
+    a failure half-way still tears down what exists."""
+    for host in ("sw", *hosts):
+        _run("ip", "netns", "add", ns(host))
+        made.append(ns(host))
+        _run("ip", "-n", ns(host), "link", "set", "lo", "up")
+    sw = ns("sw")
+    _run("ip", "-n", sw, "link", "add", BRIDGE, "type", "bridge")
+    # Forward at once (no STP learning delay) and keep frames within the bridge.
+    _run("ip", "-n", sw, "link", "set", BRIDGE, "type", "bridge", "stp_state", "0", "forward_delay", "0")
+    _run("ip", "-n", sw, "link", "set", BRIDGE, "up")
+    for host, address in hosts.items():
+        _run(
+            "ip", "link", "add", "eth0", "netns", ns(host), "type", "veth", "peer", "name", host, "netns", sw
+        )
+        _run("ip", "-n", sw, "link", "set", host, "master", BRIDGE)
+        _run("ip", "-n", sw, "link", "set", host, "up")
+        _run("ip", "-n", ns(host), "addr", "add", f"{address}/{prefix_len}", "dev", "eth0")
+        _run("ip", "-n", ns(host), "link", "set", "eth0", "up")
 
 
 class Testbed:
@@ -100,35 +126,7 @@ class Testbed:
             raise SystemExit("the testbed needs root: network namespaces and veth links (sudo ...)")
         if shutil.which("ip") is None:
             raise SystemExit("the testbed needs iproute2: apt-get install iproute2")
-        for host in ("sw", *HOSTS):
-            _run("ip", "netns", "add", self.ns(host))
-            self.namespaces.append(self.ns(host))
-            _run("ip", "-n", self.ns(host), "link", "set", "lo", "up")
-        sw = self.ns("sw")
-        _run("ip", "-n", sw, "link", "add", BRIDGE, "type", "bridge")
-        # Forward at once (no STP learning delay) and keep frames within the bridge.
-        _run("ip", "-n", sw, "link", "set", BRIDGE, "type", "bridge", "stp_state", "0", "forward_delay", "0")
-        _run("ip", "-n", sw, "link", "set", BRIDGE, "up")
-        for host in HOSTS:
-            _run(
-                "ip",
-                "link",
-                "add",
-                "eth0",
-                "netns",
-                self.ns(host),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                host,
-                "netns",
-                sw,
-            )
-            _run("ip", "-n", sw, "link", "set", host, "master", BRIDGE)
-            _run("ip", "-n", sw, "link", "set", host, "up")
-            _run("ip", "-n", self.ns(host), "addr", "add", f"{addr(host)}/24", "dev", "eth0")
-            _run("ip", "-n", self.ns(host), "link", "set", "eth0", "up")
+        build_switch(self.ns, {host: addr(host) for host in HOSTS}, self.namespaces)
         self._serve("db", "db", "--listen", f"{addr('db')}:{PORTS['db']}")
         self._serve(
             "app", "app", "--listen", f"{addr('app')}:{PORTS['app']}", "--db", f"{addr('db')}:{PORTS['db']}"
