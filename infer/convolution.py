@@ -558,8 +558,85 @@ def infer_convolution(
     )
     params.check()
     trace = sort_trace(validate_trace(trace))
+    notes: list[str] = []
+    graph_in = _EdgeGraph.of(trace)
+    corr, t0, t1 = _correlator(trace, graph_in, params, notes)
+    stats = _new_stats(trace, graph_in, corr)
+    pairs = _Pairs(corr, params, stats)
+    start = _start_edges(trace, graph_in, pairs, params, notes)
+    verts, root_vertex = _grow(start, graph_in, pairs, params, stats, notes)
+    if params.short_paths:
+        _drop_short_paths(verts, params, stats)
+    _recount(verts, root_vertex.values(), corr.counts, params, stats)
+    graph = _vertex_graph(verts, graph_in)
+    paths = _linear_paths(verts, root_vertex.values(), graph_in.names)
+    paths.sort(key=lambda p: (-p.count, p.id))
+    stats["vertices"] = graph.number_of_nodes()
+    stats["paths"] = len(paths)
+    stats["ffts"] = corr.ffts
+    stats["pairs_direct"] = corr.direct_pairs
+    if stats["spikes_within_quantum"]:
+        q_ns = params.quantum_s * 1e9
+        notes.append(
+            f"{stats['spikes_within_quantum']} delay(s) peak within one quantum (read off the messages' "
+            f"own times, to {format_duration_ns(round(q_ns / _SUB_BINS))}): a quantum of "
+            f"{format_duration_ns(round(q_ns / 10))} would measure them as the others are"
+        )
+    if not paths and not notes:
+        notes.append("no path found: no hop kept min_count estimated messages")
+    return ConvolutionResult(
+        graph=graph,
+        paths=paths,
+        roots=[graph_in.names[a] for a in sorted(root_vertex)],
+        params=params,
+        stats=stats,
+        notes=notes,
+        trace_info={"messages": trace.num_rows, "start_ns": t0, "end_ns": t1},
+    )
+
+
+@dataclass(frozen=True)
+class _EdgeGraph:
+    """The trace's nodes and directed edges: each message's edge, each edge's ends, and
+    each node's edges out and in."""
+
+    names: list[str]
+    sender: np.ndarray  # node code of each message's sender
+    edge: np.ndarray  # edge index of each message
+    src: np.ndarray  # per edge
+    dst: np.ndarray
+    out_edges: list[list[int]]
+    in_edges: list[list[int]]
+
+    @classmethod
+    def of(cls, trace: pa.Table) -> _EdgeGraph:
+        nodes = node_codes(trace)
+        n_nodes = len(nodes.names)
+        ekey, edge = np.unique(nodes.sender * n_nodes + nodes.receiver, return_inverse=True)
+        src, dst = ekey // n_nodes, ekey % n_nodes
+        out_edges: list[list[int]] = [[] for _ in range(n_nodes)]
+        in_edges: list[list[int]] = [[] for _ in range(n_nodes)]
+        for e, (a, b) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
+            out_edges[a].append(e)
+            in_edges[b].append(e)
+        return cls(nodes.names, nodes.sender, edge.ravel(), src, dst, out_edges, in_edges)
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.src.size)
+
+    def label(self, e: int) -> str:
+        return f"{self.names[self.src[e]]}->{self.names[self.dst[e]]}"
+
+
+def _correlator(
+    trace: pa.Table, edges: _EdgeGraph, params: ConvolutionParams, notes: list[str]
+) -> tuple[Correlator, int, int]:
+    """The per-edge signals of ``trace`` at the quantum asked for, lags cut to half the
+    trace where longer (noted), and the trace's first and last timestamps (ns)."""
     if trace.num_rows == 0:
         raise SchemaError("the trace has no messages")
+    quantum_s = params.quantum_s
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     t0, t1 = int(ts[0]), int(ts[-1])
     if t1 == t0:
@@ -573,17 +650,9 @@ def infer_convolution(
             f"quantum {quantum_s:g} s is longer than the trace ({span_s:g} s): choose a quantum well "
             f"below the span, e.g. {span_s / 1000:.3g} s"
         )
-    q_ns = quantum_s * 1e9
-    slots = np.floor((ts - t0) / q_ns).astype(np.int64)
+    slots = np.floor((ts - t0) / (quantum_s * 1e9)).astype(np.int64)
     n_slots = int(slots[-1]) + 1
-    nodes = node_codes(trace)
-    names = nodes.names
-    n_nodes = len(names)
-    ekey, edge = np.unique(nodes.sender * n_nodes + nodes.receiver, return_inverse=True)
-    edge = edge.ravel()
-    e_src, e_dst = ekey // n_nodes, ekey % n_nodes
-    max_lag = int(max_lag_s / quantum_s)
-    notes: list[str] = []
+    max_lag = int(params.max_lag_s / quantum_s)
     if max_lag > n_slots // 2:
         # Beyond half the trace two signals overlap too little for a fair background.
         if n_slots // 2 < _MIN_LAGS:
@@ -593,81 +662,92 @@ def infer_convolution(
                 f"{span_s / (2 * _MIN_LAGS + 2):.3g} s"
             )
         notes.append(
-            f"max_lag cut from {max_lag_s:g} s to half the trace ({n_slots // 2 * quantum_s:g} s): "
+            f"max_lag cut from {params.max_lag_s:g} s to half the trace ({n_slots // 2 * quantum_s:g} s): "
             "longer lags overlap too little"
         )
         max_lag = n_slots // 2
+    if edges.n_edges == 1:
+        notes.append(
+            f"the trace has one directed edge ({edges.label(0)}): there is no edge "
+            "pair to correlate, so no causal delay to find"
+        )
     # Negative lags: the ring of the local background reaches that far below lag 0 (so it
     # is as wide there as elsewhere), plus the margin the plausibility test looks into.
     neg = _RING * (params.band_quanta + 1) + params.band_quanta + _NEG_MARGIN
-    corr = Correlator(slots, edge, ekey.size, n_slots, max_lag, neg, method=params.method, times=ts)
-    stats: dict[str, Any] = {
-        "messages": trace.num_rows,
-        "edges": int(ekey.size),
-        "quanta": n_slots,
-        "fft_length": corr.n_fft,
-        "pairs_correlated": 0,
-        "spikes": 0,
-        "spikes_negative": 0,
-        "spikes_at_max_lag": 0,
-        "spikes_too_few_pairs": 0,
-        "spikes_within_quantum": 0,
-        "cut_min_count": 0,
-        "cut_repeats": 0,
-        "cut_root": 0,
-        "cut_depth": 0,
-        "short_delays": 0,
-        "short_hops": 0,
-    }
-    pairs = _Pairs(corr, params, stats)
-    out_edges: list[list[int]] = [[] for _ in range(n_nodes)]
-    in_edges: list[list[int]] = [[] for _ in range(n_nodes)]
-    for e, (a, b) in enumerate(zip(e_src.tolist(), e_dst.tolist(), strict=True)):
-        out_edges[a].append(e)
-        in_edges[b].append(e)
-    counts = corr.counts
-    if ekey.size == 1:
-        notes.append(
-            f"the trace has one directed edge ({names[e_src[0]]}->{names[e_dst[0]]}): there is no edge "
-            "pair to correlate, so no causal delay to find"
-        )
+    corr = Correlator(slots, edges.edge, edges.n_edges, n_slots, max_lag, neg, method=params.method, times=ts)
+    return corr, t0, t1
 
-    # Roots and the edges paths start with.
+
+def _new_stats(trace: pa.Table, edges: _EdgeGraph, corr: Correlator) -> dict[str, Any]:
+    """The run's counters, at zero."""
+    counters = (
+        "pairs_correlated spikes spikes_negative spikes_at_max_lag spikes_too_few_pairs "
+        "spikes_within_quantum cut_min_count cut_repeats cut_root cut_depth short_delays short_hops"
+    )
+    return {
+        "messages": trace.num_rows,
+        "edges": edges.n_edges,
+        "quanta": corr.n_slots,
+        "fft_length": corr.n_fft,
+        **dict.fromkeys(counters.split(), 0),
+    }
+
+
+def _start_edges(
+    trace: pa.Table, edges: _EdgeGraph, pairs: _Pairs, params: ConvolutionParams, notes: list[str]
+) -> list[int]:
+    """The edges paths start with: every edge out of the roots given, or, found, the
+    edges whose messages the edges into their sender explain less than ``root_share``
+    of (a node that only answers calls starts nothing)."""
+    names, counts = edges.names, pairs.corr.counts
     if params.root is not None:
         index = {n: i for i, n in enumerate(names)}
-        start_edges = []
+        start = []
         for r in params.root:
             if r not in index:
                 raise ParameterError(f"root {r!r} is not a node of the trace (nodes: {', '.join(names)})")
-            if not out_edges[index[r]]:
-                senders = sorted({names[a] for a in e_src.tolist()})
+            if not edges.out_edges[index[r]]:
+                senders = sorted({names[a] for a in edges.src.tolist()})
                 raise ParameterError(f"root {r!r} sends no messages (nodes that send: {', '.join(senders)})")
-            start_edges += out_edges[index[r]]
-    else:
-        start_edges = []
-        answers = _answers_only(op_codes(trace), nodes.sender, n_nodes)
-        for e in range(ekey.size):
-            if answers[e_src[e]]:
-                continue  # it sends only returns, each to a call it received first
-            into = in_edges[e_src[e]]
-            if not into:
-                start_edges.append(e)
-                continue
-            explained = sum(pairs.explained(z, e) for z in into) / max(counts[e], 1)
-            if explained < params.root_share:
-                start_edges.append(e)
-        if not start_edges:
-            notes.append(
-                "no node starts activity: every edge is explained by the edges into its sender "
-                "(a closed loop?); give root= (--root NODE)"
-            )
+            start += edges.out_edges[index[r]]
+        return start
+    start = []
+    answers = _answers_only(op_codes(trace), edges.sender, len(names))
+    for e in range(edges.n_edges):
+        if answers[edges.src[e]]:
+            continue  # it sends only returns, each to a call it received first
+        into = edges.in_edges[edges.src[e]]
+        if not into:
+            start.append(e)
+            continue
+        explained = sum(pairs.explained(z, e) for z in into) / max(counts[e], 1)
+        if explained < params.root_share:
+            start.append(e)
+    if not start:
+        notes.append(
+            "no node starts activity: every edge is explained by the edges into its sender "
+            "(a closed loop?); give root= (--root NODE)"
+        )
+    return start
 
-    # Grow the vertex tree from the roots, depth first.
+
+def _grow(
+    start: list[int],
+    edges: _EdgeGraph,
+    pairs: _Pairs,
+    params: ConvolutionParams,
+    stats: dict[str, Any],
+    notes: list[str],
+) -> tuple[list[_Vertex], dict[int, int]]:
+    """The vertex tree grown from the roots, depth first: from each vertex, every edge
+    out of its node whose correlation with the edge in has spikes. Returns the vertices
+    and each root node's vertex."""
+    counts = pairs.corr.counts
     verts: list[_Vertex] = []
     root_vertex: dict[int, int] = {}
     stack: list[int] = []
-    for e in sorted(start_edges, key=lambda e: (e_src[e], e_dst[e])):
-        a = int(e_src[e])
+    for e in sorted(start, key=lambda e: (edges.src[e], edges.dst[e])):
+        a = int(edges.src[e])
         if a not in root_vertex:
             root_vertex[a] = len(verts)
             verts.append(_Vertex(a, -1, -1, 0, ()))
@@ -675,28 +755,21 @@ def infer_convolution(
         if counts[e] < params.min_count:
             stats["cut_min_count"] += 1
             continue
-        verts.append(_Vertex(int(e_dst[e]), e, rv, 1, (), count=float(counts[e])))
+        verts.append(_Vertex(int(edges.dst[e]), e, rv, 1, (), count=float(counts[e])))
         verts[rv].children.append(len(verts) - 1)
         stack.append(len(verts) - 1)
-    truncated = False
     while stack:
         v = stack.pop()
         vx = verts[v]
+        out = edges.out_edges[vx.node]
         if params.stop_at_root and vx.depth > 0 and vx.node == verts[_root_of(verts, v)].node:
-            if any(pairs.spikes(vx.edge, e) for e in out_edges[vx.node]):
-                stats["cut_root"] += 1
+            stats["cut_root"] += any(pairs.spikes(vx.edge, e) for e in out)
             continue
         if vx.depth >= params.max_depth:
-            if any(pairs.spikes(vx.edge, e) for e in out_edges[vx.node]):
-                stats["cut_depth"] += 1
+            stats["cut_depth"] += any(pairs.spikes(vx.edge, e) for e in out)
             continue
-        used: dict[tuple[int, int], int] = {}
-        u = v
-        while verts[u].parent >= 0 and verts[verts[u].parent].edge >= 0:
-            t = (verts[verts[u].parent].edge, verts[u].edge)
-            used[t] = used.get(t, 0) + 1
-            u = verts[u].parent
-        for e in out_edges[vx.node]:
+        used = _transitions(verts, v)
+        for e in out:
             spikes = pairs.spikes(vx.edge, e)
             if not spikes:
                 continue
@@ -708,56 +781,37 @@ def infer_convolution(
                 stats["cut_min_count"] += 1
                 continue
             if len(verts) >= params.max_vertices:
-                truncated = True
-                break
-            verts.append(_Vertex(int(e_dst[e]), e, v, vx.depth + 1, spikes, count=c))
+                notes.append(f"the graph was cut at {params.max_vertices:,} vertices (max_vertices)")
+                return verts, root_vertex
+            verts.append(_Vertex(int(edges.dst[e]), e, v, vx.depth + 1, spikes, count=c))
             vx.children.append(len(verts) - 1)
             stack.append(len(verts) - 1)
-        if truncated:
-            notes.append(f"the graph was cut at {params.max_vertices:,} vertices (max_vertices)")
-            break
+    return verts, root_vertex
 
-    if params.short_paths:
-        _drop_short_paths(verts, params, stats)
-    _recount(verts, root_vertex.values(), counts, params, stats)
 
+def _transitions(verts: list[_Vertex], v: int) -> dict[tuple[int, int], int]:
+    """How often each transition (edge in, edge out) occurs on the path to vertex ``v``."""
+    used: dict[tuple[int, int], int] = {}
+    u = v
+    while verts[u].parent >= 0 and verts[verts[u].parent].edge >= 0:
+        t = (verts[verts[u].parent].edge, verts[u].edge)
+        used[t] = used.get(t, 0) + 1
+        u = verts[u].parent
+    return used
+
+
+def _vertex_graph(verts: list[_Vertex], edges: _EdgeGraph) -> nx.DiGraph:
+    """The live vertices as a graph: nodes with their node name and depth, edges with the
+    trace's edge, the estimated messages and the spikes."""
     graph = nx.DiGraph()
     alive = [k for k, vx in enumerate(verts) if vx.alive]
     for k in alive:
-        graph.add_node(k, node=names[verts[k].node], depth=verts[k].depth)
+        graph.add_node(k, node=edges.names[verts[k].node], depth=verts[k].depth)
     for k in alive:
         vx = verts[k]
         if vx.parent >= 0:
-            graph.add_edge(
-                vx.parent,
-                k,
-                edge=f"{names[e_src[vx.edge]]}->{names[e_dst[vx.edge]]}",
-                count=vx.count,
-                spikes=list(vx.spikes),
-            )
-    paths = _linear_paths(verts, root_vertex.values(), names)
-    paths.sort(key=lambda p: (-p.count, p.id))
-    stats["vertices"] = graph.number_of_nodes()
-    stats["paths"] = len(paths)
-    stats["ffts"] = corr.ffts
-    stats["pairs_direct"] = corr.direct_pairs
-    if stats["spikes_within_quantum"]:
-        notes.append(
-            f"{stats['spikes_within_quantum']} delay(s) peak within one quantum (read off the messages' "
-            f"own times, to {format_duration_ns(round(q_ns / _SUB_BINS))}): a quantum of "
-            f"{format_duration_ns(round(q_ns / 10))} would measure them as the others are"
-        )
-    if not paths and not notes:
-        notes.append("no path found: no hop kept min_count estimated messages")
-    return ConvolutionResult(
-        graph=graph,
-        paths=paths,
-        roots=[names[a] for a in sorted(root_vertex)],
-        params=params,
-        stats=stats,
-        notes=notes,
-        trace_info={"messages": trace.num_rows, "start_ns": t0, "end_ns": t1},
-    )
+            graph.add_edge(vx.parent, k, edge=edges.label(vx.edge), count=vx.count, spikes=list(vx.spikes))
+    return graph
 
 
 def _answers_only(ops: np.ndarray, sender: np.ndarray, n_nodes: int) -> np.ndarray:
