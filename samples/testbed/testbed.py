@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Self
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -54,7 +55,7 @@ def addr(host: str) -> str:
     return f"{SUBNET}.{HOSTS[host]}"
 
 
-def _run(*cmd: str) -> None:
+def run_checked(*cmd: str) -> None:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -66,26 +67,64 @@ def build_switch(
     bridge named after the host. Every namespace made is appended to ``made`` at once, so
     a failure half-way still tears down what exists."""
     for host in ("sw", *hosts):
-        _run("ip", "netns", "add", ns(host))
+        run_checked("ip", "netns", "add", ns(host))
         made.append(ns(host))
-        _run("ip", "-n", ns(host), "link", "set", "lo", "up")
+        run_checked("ip", "-n", ns(host), "link", "set", "lo", "up")
     sw = ns("sw")
-    _run("ip", "-n", sw, "link", "add", BRIDGE, "type", "bridge")
+    run_checked("ip", "-n", sw, "link", "add", BRIDGE, "type", "bridge")
     # Forward at once (no STP learning delay) and keep frames within the bridge.
-    _run("ip", "-n", sw, "link", "set", BRIDGE, "type", "bridge", "stp_state", "0", "forward_delay", "0")
-    _run("ip", "-n", sw, "link", "set", BRIDGE, "up")
+    run_checked(
+        "ip", "-n", sw, "link", "set", BRIDGE, "type", "bridge", "stp_state", "0", "forward_delay", "0"
+    )
+    run_checked("ip", "-n", sw, "link", "set", BRIDGE, "up")
     for host, address in hosts.items():
-        _run(
+        run_checked(
             "ip", "link", "add", "eth0", "netns", ns(host), "type", "veth", "peer", "name", host, "netns", sw
         )
-        _run("ip", "-n", sw, "link", "set", host, "master", BRIDGE)
-        _run("ip", "-n", sw, "link", "set", host, "up")
-        _run("ip", "-n", ns(host), "addr", "add", f"{address}/{prefix_len}", "dev", "eth0")
-        _run("ip", "-n", ns(host), "link", "set", "eth0", "up")
+        run_checked("ip", "-n", sw, "link", "set", host, "master", BRIDGE)
+        run_checked("ip", "-n", sw, "link", "set", host, "up")
+        run_checked("ip", "-n", ns(host), "addr", "add", f"{address}/{prefix_len}", "dev", "eth0")
+        run_checked("ip", "-n", ns(host), "link", "set", "eth0", "up")
 
 
-class Testbed:
-    """Namespaces, links and servers of one testbed; a context manager that tears all down.
+class Namespaces:
+    """Hosts in network namespaces named ``PREFIX-host``; a context manager that brings
+    them up (``up``) and tears everything down (``down``) on the way out, also when
+    bringing up fails half way."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.namespaces: list[str] = []
+
+    def ns(self, host: str) -> str:
+        """The namespace of ``host``."""
+        return f"{self.prefix}-{host}"
+
+    def exec_argv(self, host: str, *cmd: str) -> list[str]:
+        """``cmd`` run inside ``host``'s namespace."""
+        return ["ip", "netns", "exec", self.ns(host), *cmd]
+
+    def up(self) -> None:
+        raise NotImplementedError
+
+    def down(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+
+class Testbed(Namespaces):
+    """Namespaces, links and servers of one testbed (hosts ``client``, ``web``, ``app``,
+    ``db`` and the switch ``sw``); a context manager that tears all down.
 
     Parameters
     ----------
@@ -96,29 +135,9 @@ class Testbed:
     """
 
     def __init__(self, prefix: str | None = None, python: str = sys.executable) -> None:
-        self.prefix = prefix or f"wptb-{uuid.uuid4().hex[:6]}"
+        super().__init__(prefix or f"wptb-{uuid.uuid4().hex[:6]}")
         self.python = python
-        self.namespaces: list[str] = []
         self.procs: list[subprocess.Popen[str]] = []
-
-    def ns(self, host: str) -> str:
-        """The namespace of ``host`` (``client``, ``web``, ``app``, ``db`` or ``sw``)."""
-        return f"{self.prefix}-{host}"
-
-    def exec_argv(self, host: str, *cmd: str) -> list[str]:
-        """``cmd`` run inside ``host``'s namespace."""
-        return ["ip", "netns", "exec", self.ns(host), *cmd]
-
-    def __enter__(self) -> Testbed:
-        try:
-            self.up()
-        except BaseException:
-            self.down()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.down()
 
     def up(self) -> None:
         """Build the network and start the servers (returns once every server listens)."""
@@ -182,7 +201,7 @@ class Testbed:
 
 
 @contextlib.contextmanager
-def _teardown_on_signals() -> Iterator[None]:
+def teardown_on_signals() -> Iterator[None]:
     """SIGTERM and SIGHUP end the run like Ctrl-C does, so the ``with`` blocks tear down."""
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -262,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--prefix", help="namespace name prefix (default: wptb-<random>)")
     a = p.parse_args(argv)
-    with _teardown_on_signals(), Testbed(a.prefix) as bed:
+    with teardown_on_signals(), Testbed(a.prefix) as bed:
         print(
             f"testbed {bed.prefix}: switch {bed.ns('sw')}:{BRIDGE}, hosts "
             + ", ".join(f"{h} {addr(h)}" for h in HOSTS),

@@ -63,9 +63,10 @@ def findings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.parametrize("fault", ["pgdelay", "code", "slowgrpc"])
 def test_the_diff_names_each_injected_fault(findings: dict[str, Any], fault: str) -> None:
-    """With the default inference, the diff's most changed pattern is the faulty endpoint's
-    on the faulty server, its most changed visit is the faulty callee (time inside it, or
-    spent before calling it), and the change is the injected one within 20%."""
+    """With the default inference, the diff's pattern whose requests slowed most is the
+    faulty endpoint's on the faulty server, its visit that slowed most is the faulty
+    callee (time inside it, or spent before calling it), and the change is the injected
+    one within 20%."""
     f = findings["faults"][fault]
     assert f["found"], f["text"]
 
