@@ -20,7 +20,7 @@ from tracefmt.display import printable
 from tracefmt.units import format_duration_ns
 from viz.paths import collapse_replicas, select_patterns, self_times, shape_of, visits
 
-__all__ = ["convolution_dot", "dot_quote", "format_s", "paths_dot", "pattern_dot"]
+__all__ = ["DotGraph", "convolution_dot", "dot_quote", "format_s", "paths_dot", "pattern_dot"]
 
 _FONT = "Helvetica"
 
@@ -54,7 +54,7 @@ def format_s(seconds: float | None, *, sign: bool = False) -> str:
     return ("+" + text) if sign and seconds >= 0 else text
 
 
-class _Graph:
+class DotGraph:
     """Lines of one digraph; attribute values are quoted here, names stay as given."""
 
     def __init__(self, name: str = "paths", label: str | None = None) -> None:
@@ -117,7 +117,7 @@ def _header(pattern: dict[str, Any], rank: int | None) -> str:
     )
 
 
-def _add_pattern(g: _Graph, pattern: dict[str, Any], prefix: str) -> None:
+def _add_pattern(g: DotGraph, pattern: dict[str, Any], prefix: str) -> None:
     root = pattern["root"]
     selfs = self_times(root)
     whole = float(root["latency_s"]["mean"]) if root.get("latency_s") else 0.0
@@ -164,7 +164,7 @@ def pattern_dot(pattern: dict[str, Any], *, rank: int | None = None) -> str:
     >>> '"v0" -> "v1" [label="+1 ms"];' in text
     True
     """
-    g = _Graph(pattern["id"], _header(pattern, rank))
+    g = DotGraph(pattern["id"], _header(pattern, rank))
     _add_pattern(g, pattern, "")
     return g.text()
 
@@ -184,7 +184,7 @@ def convolution_dot(doc: dict[str, Any], *, top: int | None = None) -> str:
     >>> '"c0n1" -> "c0n2" [label="90 msgs\\\\nafter 21 ms, 200 ms"];' in text
     True
     """
-    g = _Graph("convolution", "convolution paths")
+    g = DotGraph("convolution", "convolution paths")
     for k, path in enumerate(doc.get("paths", [])[:top]):
         nodes, counts, delays = path["nodes"], path["counts"], path["delays_s"]
         g.open_cluster(f"c{k}", f"path {k + 1}: {' -> '.join(nodes)}")
@@ -222,7 +222,7 @@ def paths_dot(
     if doc.get("algorithm") == "convolution":
         return convolution_dot(doc, top=top)
     chosen = select_patterns(collapse_replicas(doc, collapse), top=top, sort=sort, min_share=min_share)
-    g = _Graph("paths")
+    g = DotGraph("paths")
     for rank, pat in enumerate(chosen, 1):
         g.open_cluster(f"p{rank}", _header(pat, rank) + "\n" + shape_of(pat))
         _add_pattern(g, pat, f"p{rank}_")

@@ -30,6 +30,7 @@ __all__ = [
     "confident_patterns",
     "format_path",
     "load_paths",
+    "mean_of",
     "pattern_shape",
     "select_patterns",
     "self_times",
@@ -190,7 +191,8 @@ def pattern_shape(root: dict[str, Any]) -> Shape:
     )
 
 
-def _mean(stats: dict[str, float] | None) -> float:
+def mean_of(stats: dict[str, float] | None) -> float:
+    """The mean of a visit's latency or delay statistics (0 where there are none)."""
     return float(stats["mean"]) if stats else 0.0
 
 
@@ -208,8 +210,8 @@ def self_times(root: dict[str, Any]) -> list[float]:
     """
     out = []
     for v, _, _ in visits(root):
-        kids = sum(_mean(c.get("latency_s")) for c in v.get("children", []))
-        out.append(max(0.0, _mean(v.get("latency_s")) - kids))
+        kids = sum(mean_of(c.get("latency_s")) for c in v.get("children", []))
+        out.append(max(0.0, mean_of(v.get("latency_s")) - kids))
     return out
 
 

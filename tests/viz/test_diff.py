@@ -37,6 +37,37 @@ def test_an_added_wait_is_found_where_it_is(docs):
     assert all(abs(c["change_s"]) < 1e-9 for c in diff.changes[1:])
 
 
+def _spread(visit: dict, std: float) -> dict:
+    """``visit`` and all below it with every latency and delay spread by ``std``."""
+    for key in ("latency_s", "delay_s"):
+        if visit.get(key):
+            visit[key] = {**visit[key], "std": std}
+    for child in visit["children"]:
+        _spread(child, std)
+    return visit
+
+
+def test_a_real_change_outranks_noise_in_a_frequent_pattern(docs):
+    """A frequent pattern's mean moved by 4 ms with a spread of 50 ms (a few requests held
+    up by other work) adds more time in all than a rarer pattern's real 10 ms with a
+    spread of 2 ms; the real one is told apart from noise and comes first."""
+    v = docs.visit
+
+    def run(item_db: float, cart_db: float) -> dict:
+        item = _spread(v("web", "client", 0.005 + item_db, None, v("db", "web", item_db, 0.002)), 0.05)
+        cart = _spread(v("web", "client", 0.005 + cart_db, None, v("cache", "web", cart_db, 0.002)), 0.002)
+        return docs.paths_doc(("item", 300, item), ("cart", 40, cart))
+
+    diff = diff_paths(run(0.010, 0.005), run(0.014, 0.015))
+    assert [p["id"] for p in diff.patterns] == ["cart", "item"]
+    assert abs(diff.patterns[1]["added_s"]) > abs(diff.patterns[0]["added_s"])  # noise adds more
+    assert abs(diff.patterns[1]["z"]) < 3 <= abs(diff.patterns[0]["z"])
+    assert diff.sentence() == "web -> cache: +10 ms in 40 of 340 requests"
+    # Without spreads (paths files that give none) the larger total still comes first.
+    plain = diff_paths(_run(docs), _run(docs, wait=0.101))
+    assert plain.changes[0]["z"] is None
+
+
 def test_a_slower_leaf_is_blamed_not_its_callers(docs):
     diff = diff_paths(_run(docs), _run(docs, db=0.060))
     top = diff.changes[0]
