@@ -9,6 +9,7 @@ paths (:func:`evaluate_convolution`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -552,9 +553,11 @@ def evaluate_convolution(
     -------
     dict
         The ``results.md`` accuracy report, plus ``edges`` (hops in context, the paper's
-        graph comparison: a hop is right when its path so far begins a true path) and
-        message counts compared hop by hop (estimated against true). ``instances`` has
-        no inferred side (convolution finds no instances).
+        graph comparison: a hop is right when its path so far begins a true path),
+        message counts compared hop by hop (estimated against true) and ``hops``: the
+        true paths' hops (a delay at a node, in context) found and near the truth's
+        median (within the tolerance). ``instances`` has no inferred side (convolution
+        finds no instances).
 
     Examples
     --------
@@ -584,9 +587,7 @@ def evaluate_convolution(
     truth = true_linear_paths(trace)
     inferred = [p for p in paths.get("paths", []) if len(p.get("nodes", [])) >= 2]
     inferred = sorted(inferred, key=lambda p: (-float(p["count"]), p["nodes"]))
-    all_seqs = set(truth.patterns)
-    true_seqs = {s for s in all_seqs if truth.count(s) >= min_true_count}
-    true_prefixes = truth.prefix_counts()
+    true_seqs = {s for s in truth.patterns if truth.count(s) >= min_true_count}
 
     def found_in(seq: tuple[str, ...], candidates: list[dict[str, Any]]) -> bool:
         n = len(seq)
@@ -596,61 +597,115 @@ def evaluate_convolution(
         )
 
     found = {seq for seq in true_seqs if found_in(seq, inferred)}
-    exact = [p for p in inferred if tuple(p["nodes"]) in all_seqs]
+    ranked = [s for s in truth.by_count() if s in true_seqs]
+    return {
+        "patterns": _path_scores(truth, true_seqs, found, inferred),
+        "top_n": _top_n_scores(ranked, inferred, found_in, ns, tolerances),
+        **_hop_in_context_scores(truth, inferred),
+        "hops": _hop_scores(truth, true_seqs, inferred, tol),
+        "instances": {
+            "true": sum(truth.count(s) for s in true_seqs),
+            "inferred": None,
+            "false_negatives": None,
+            "false_positives": None,
+        },
+        "delay_error": _delay_error(truth, found, inferred, tol),
+    }
+
+
+def _path_scores(
+    truth: LinearTruth, true_seqs: set[tuple[str, ...]], found: set[tuple[str, ...]], inferred: list[dict]
+) -> dict[str, Any]:
+    """True paths missed, inferred paths that are no true path (and those that begin one)."""
+    exact = [p for p in inferred if tuple(p["nodes"]) in truth.patterns]
+    prefixes = truth.prefix_counts()
     partial = [
-        p for p in inferred if tuple(p["nodes"]) not in all_seqs and tuple(p["nodes"]) in true_prefixes
+        p for p in inferred if tuple(p["nodes"]) not in truth.patterns and tuple(p["nodes"]) in prefixes
     ]
     fp = len(inferred) - len(exact)
-    report: dict[str, Any] = {
-        "patterns": {
-            "true": len(true_seqs),
-            "inferred": len(inferred),
-            "false_negatives": len(true_seqs) - len(found),
-            "false_positives": fp,
-            "false_positive_rate": fp / len(inferred) if inferred else 0.0,
-            "partial": len(partial),
-            "broken_instances": truth.broken_instances,
-        }
+    return {
+        "true": len(true_seqs),
+        "inferred": len(inferred),
+        "false_negatives": len(true_seqs) - len(found),
+        "false_positives": fp,
+        "false_positive_rate": fp / len(inferred) if inferred else 0.0,
+        "partial": len(partial),
+        "broken_instances": truth.broken_instances,
     }
-    ranked = [s for s in truth.by_count() if s in true_seqs]
+
+
+def _top_n_scores(
+    ranked: list[tuple[str, ...]],
+    inferred: list[dict],
+    found_in: Callable[[tuple[str, ...], list[dict]], bool],
+    ns: tuple[int, ...],
+    tolerances: tuple[float, ...],
+) -> list[dict[str, Any]]:
+    """The N most frequent true paths missing from the inferred ones within count
+    tolerance ``t`` of the N-th (the paper's Figure 17 measure)."""
     top = []
     for n in ns:
         if n > len(ranked):
             continue
-        wanted = ranked[:n]
         for t in tolerances:
             chosen = inferred
             if len(inferred) >= n:
                 cut = float(inferred[n - 1]["count"]) * (1.0 - t)
                 chosen = [p for p in inferred if float(p["count"]) >= cut]
-            missing = sum(not found_in(seq, chosen) for seq in wanted)
+            missing = sum(not found_in(seq, chosen) for seq in ranked[:n])
             top.append({"n": n, "missing": missing, "missing_rate": missing / n, "tolerance": t})
-    report["top_n"] = top
-    # Hops in context: every prefix of an inferred path, with its estimated messages.
+    return top
+
+
+def _hop_in_context_scores(truth: LinearTruth, inferred: list[dict]) -> dict[str, Any]:
+    """``edges``: hops in context (every prefix of an inferred path) against the true
+    ones; ``messages``: their estimated messages against the true counts."""
     est: dict[tuple[str, ...], float] = {}
     for p in inferred:
         for k, c in enumerate(p["counts"]):
             est[tuple(p["nodes"][: k + 2])] = float(c)
+    true_prefixes = truth.prefix_counts()
     wrong = [k for k in est if k not in true_prefixes]
-    report["edges"] = {
-        "true": len(true_prefixes),
-        "inferred": len(est),
-        "false_negatives": sum(k not in est for k in true_prefixes),
-        "false_positives": len(wrong),
-        "false_positive_rate": len(wrong) / len(est) if est else 0.0,
+    return {
+        "edges": {
+            "true": len(true_prefixes),
+            "inferred": len(est),
+            "false_negatives": sum(k not in est for k in true_prefixes),
+            "false_positives": len(wrong),
+            "false_positive_rate": len(wrong) / len(est) if est else 0.0,
+        },
+        "messages": {
+            "true": sum(true_prefixes.values()),
+            "false_negatives": round(sum(max(c - est.get(k, 0.0), 0.0) for k, c in true_prefixes.items())),
+            "false_positives": round(sum(max(c - true_prefixes.get(k, 0), 0.0) for k, c in est.items())),
+        },
     }
-    true_msgs = sum(true_prefixes.values())
-    report["messages"] = {
-        "true": true_msgs,
-        "false_negatives": round(sum(max(c - est.get(k, 0.0), 0.0) for k, c in true_prefixes.items())),
-        "false_positives": round(sum(max(c - true_prefixes.get(k, 0), 0.0) for k, c in est.items())),
-    }
-    report["instances"] = {
-        "true": sum(truth.count(s) for s in true_seqs),
-        "inferred": None,
-        "false_negatives": None,
-        "false_positives": None,
-    }
+
+
+def _hop_scores(
+    truth: LinearTruth, true_seqs: set[tuple[str, ...]], inferred: list[dict], tol: float
+) -> dict[str, Any]:
+    """Every hop (a delay at a node, in the context of its path so far) of the true
+    paths scored: found (an inferred path goes through it in that context) and near
+    (one of its delays there within ``tol`` of the truth's median)."""
+    delays: dict[tuple[str, ...], list[float]] = {}
+    for p in inferred:
+        for k, ds in enumerate(p["delays_s"]):
+            delays.setdefault(tuple(p["nodes"][: k + 3]), []).extend(float(d) for d in ds)
+    hops: dict[tuple[str, ...], float] = {}
+    for seq in true_seqs:
+        for k, median in enumerate(np.median(truth.patterns[seq], axis=0).tolist()):
+            hops[seq[: k + 3]] = median
+    found = [h for h in hops if h in delays]
+    near = [h for h in found if any(abs(d - hops[h]) <= tol for d in delays[h])]
+    return {"true": len(hops), "found": len(found), "near": len(near), "tolerance_s": tol}
+
+
+def _delay_error(
+    truth: LinearTruth, found: set[tuple[str, ...]], inferred: list[dict], tol: float
+) -> dict[str, float | None]:
+    """Relative error of each found path's most frequent delay per hop against the mean
+    of the true delays within ``tol`` of it: median and 90th percentile."""
     errors = []
     for seq in found:
         samples = truth.patterns[seq]
@@ -660,9 +715,6 @@ def evaluate_convolution(
             near = samples[:, k][np.abs(samples[:, k] - d0) <= tol]
             if near.size and near.mean() > 0:
                 errors.append(abs(d0 - near.mean()) / near.mean())
-    report["delay_error"] = (
-        {"median_rel": float(np.median(errors)), "p90_rel": float(np.percentile(errors, 90))}
-        if errors
-        else {"median_rel": None, "p90_rel": None}
-    )
-    return report
+    if not errors:
+        return {"median_rel": None, "p90_rel": None}
+    return {"median_rel": float(np.median(errors)), "p90_rel": float(np.percentile(errors, 90))}

@@ -352,6 +352,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             f"messages   true {m['true']:,}: {m['false_negatives']:,} false negatives, "
             f"{m['false_positives']:,} false positives (estimated counts)"
         )
+        h = report["hops"]
+        within = tracefmt.format_duration_ns(round(h["tolerance_s"] * 1e9))
+        lines.append(
+            f"hops       true {h['true']:,}: found {h['found']:,}, a delay within {within} "
+            f"of the true median at {h['near']:,}"
+        )
     else:
         lines.append("instances  (give --instances I.parquet from 'infer --instances' to score them)")
     for row in report["top_n"]:

@@ -138,6 +138,10 @@ def test_exact_paths_score_perfectly(mail: pa.Table) -> None:
     assert report["edges"]["false_negatives"] == 0
     assert report["messages"]["false_negatives"] == 0
     assert report["messages"]["false_positives"] == 0
+    # Every hop of every true path, in context, counted once with its true median.
+    hops = {nodes[: k + 3] for nodes in truth for k in range(len(nodes) - 2)}
+    assert report["hops"]["true"] == len(hops) > 0
+    assert report["hops"]["found"] == report["hops"]["near"] == len(hops)
     assert report["messages"]["true"] == mail.num_rows
     assert all(r["missing"] == 0 for r in report["top_n"])
     assert report["delay_error"]["median_rel"] < 0.05
@@ -155,7 +159,10 @@ def test_each_kind_of_error_is_counted(mail: pa.Table) -> None:
     wrong = copy.deepcopy(paths)
     w = next(p for p in wrong if p["nodes"] == longest["nodes"])
     w["delays_s"][0] = [w["delays_s"][0][0] + 5 * QUANTUM]
-    assert infer.evaluate_paths(_paths_file(wrong), mail)["patterns"]["false_negatives"] >= 1
+    report = infer.evaluate_paths(_paths_file(wrong), mail)
+    assert report["patterns"]["false_negatives"] >= 1
+    # ... and its first hop is found but no longer near the truth's median
+    assert report["hops"]["near"] == report["hops"]["found"] - 1
     # 3. an invented path: one false positive, and its new hops are wrong edges
     fake = {"nodes": ["s1", "relay", "box"], "delays_s": [[0.3]], "counts": [10.0, 10.0], "count": 10.0}
     report = infer.evaluate_paths(_paths_file([*paths, fake]), mail)
