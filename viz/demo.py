@@ -160,14 +160,8 @@ def run_demo(
             )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files: dict[str, str] = {}
-    runs: dict[str, dict[str, Any]] = {}
-    seconds: dict[str, float] = {}
-    docs: dict[str, dict[str, Any]] = {}
-    conv_docs: dict[str, dict[str, Any]] = {}
+    demo = _Demo(out, step)
     for name, cfg_path in (("base", base_cfg), ("slow", slow_cfg)):
-        t0 = time.perf_counter()
-        step(f"synthesizing the {name} run from {_shown(cfg_path)}")
         config = replace(
             synth.load_config(cfg_path),
             messages=messages,
@@ -175,36 +169,72 @@ def run_demo(
             parallelism=parallelism,
             seed=seed,
         )
+        demo.run(name, _shown(cfg_path), config, convolution=convolution)
+    t0 = time.perf_counter()
+    step("comparing the runs and drawing")
+    diff = demo.compare(collapse, top)
+    conv_changes = demo.compare_convolution(collapse, top) if convolution else []
+    demo.report(collapse)
+    demo.seconds["diff_draw_report"] = time.perf_counter() - t0
+    return DemoResult(
+        sentence=diff.sentence(),
+        diff=diff,
+        top_patterns=select_patterns(collapse_replicas(demo.docs["slow"], collapse), top=top),
+        files=demo.files,
+        runs=demo.runs,
+        seconds=demo.seconds,
+        convolution=conv_changes,
+    )
+
+
+@dataclass
+class _Demo:
+    """The demo's outputs as its steps make them: files written, each run's summary and
+    paths documents, and the seconds each step took."""
+
+    out: Path
+    step: Callable[[str], None]
+    files: dict[str, str] = field(default_factory=dict)
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    docs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    conv_docs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def run(self, name: str, shown: str, config: synth.SynthConfig, *, convolution: bool) -> None:
+        """Synthesize one run, infer its paths (nesting; convolution too if asked) and
+        write them."""
+        out = self.out
+        t0 = time.perf_counter()
+        self.step(f"synthesizing the {name} run from {shown}")
         trace_path, truth_path = out / f"{name}.parquet", out / f"{name}-truth.json"
         report = synth.generate_trace(config, trace_path, truth_path=truth_path)
-        seconds[f"synth_{name}"] = time.perf_counter() - t0
+        self.seconds[f"synth_{name}"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        step(f"inferring the {name} run's paths (nesting, {report.messages:,} messages)")
+        self.step(f"inferring the {name} run's paths (nesting, {report.messages:,} messages)")
         trace = tracefmt.read_trace(trace_path)
         result = infer.infer_nesting(trace)
-        doc = result.to_json()
-        paths_path = out / f"{name}-paths.json"
+        doc = self.docs[name] = result.to_json()
+        paths_path, instances_path = out / f"{name}-paths.json", out / f"{name}-instances.parquet"
         _write_json(doc, paths_path)
-        instances_path = out / f"{name}-instances.parquet"
         result.write_instances(instances_path)
-        seconds[f"infer_{name}"] = time.perf_counter() - t0
-        docs[name] = doc
+        self.seconds[f"infer_{name}"] = time.perf_counter() - t0
         if convolution:
             t0 = time.perf_counter()
-            step(f"inferring the {name} run's paths (convolution, quantum {DEMO_CONVOLUTION['quantum_s']} s)")
-            conv = infer.infer_convolution(trace, **DEMO_CONVOLUTION).to_json()
-            conv_docs[name] = conv
+            self.step(
+                f"inferring the {name} run's paths (convolution, quantum {DEMO_CONVOLUTION['quantum_s']} s)"
+            )
+            conv = self.conv_docs[name] = infer.infer_convolution(trace, **DEMO_CONVOLUTION).to_json()
             _write_json(conv, out / f"{name}-convolution.json")
-            files[f"{name}_convolution"] = str(out / f"{name}-convolution.json")
-            seconds[f"convolution_{name}"] = time.perf_counter() - t0
-        runs[name] = {
-            "config": _shown(cfg_path),
+            self.files[f"{name}_convolution"] = str(out / f"{name}-convolution.json")
+            self.seconds[f"convolution_{name}"] = time.perf_counter() - t0
+        self.runs[name] = {
+            "config": shown,
             "messages": report.messages,
             "instances": doc["stats"]["instances"],
             "patterns": doc["stats"]["patterns"],
             "mean_parallelism": doc["stats"]["mean_parallelism"],
         }
-        files.update(
+        self.files.update(
             {
                 f"{name}_trace": str(trace_path),
                 f"{name}_truth": str(truth_path),
@@ -213,30 +243,32 @@ def run_demo(
             }
         )
 
-    t0 = time.perf_counter()
-    step("comparing the runs and drawing")
-    diff = diff_paths(docs["base"], docs["slow"], collapse=collapse)
-    _write_json(diff.to_json(), out / "diff.json")
-    files["diff_json"] = str(out / "diff.json")
-    slow_c = collapse_replicas(docs["slow"], collapse)
-    chosen = select_patterns(slow_c, top=top)
-    for name in ("base", "slow"):
-        text = paths_dot(docs[name], top=top, collapse=collapse)
-        write_atomic(out / f"{name}-top.dot", text)
-        write_graph(text, out / f"{name}-top.svg")
-        files[f"{name}_graph"] = str(out / f"{name}-top.svg")
-    text = diff_dot(diff, top=top)
-    write_atomic(out / "diff.dot", text)
-    write_graph(text, out / "diff.svg")
-    write_graph(text, out / "diff.png")
-    files["diff_graph"] = str(out / "diff.svg")
-    conv_changes: list[dict[str, Any]] = []
-    if conv_docs:
-        conv_changes = diff_convolution(conv_docs["base"], conv_docs["slow"], collapse=collapse)
-        # Draw first the paths through the biggest change, so the picture shows it.
-        slow_conv = conv_docs["slow"]
-        if conv_changes:
-            hot = conv_changes[0]["label"].split(" -> ")
+    def compare(self, collapse: Sequence[str], top: int) -> PathsDiff:
+        """The runs' diff, written as JSON, each run's top patterns and the diff drawn."""
+        out, docs = self.out, self.docs
+        diff = diff_paths(docs["base"], docs["slow"], collapse=collapse)
+        _write_json(diff.to_json(), out / "diff.json")
+        self.files["diff_json"] = str(out / "diff.json")
+        for name in ("base", "slow"):
+            text = paths_dot(docs[name], top=top, collapse=collapse)
+            write_atomic(out / f"{name}-top.dot", text)
+            write_graph(text, out / f"{name}-top.svg")
+            self.files[f"{name}_graph"] = str(out / f"{name}-top.svg")
+        text = diff_dot(diff, top=top)
+        write_atomic(out / "diff.dot", text)
+        write_graph(text, out / "diff.svg")
+        write_graph(text, out / "diff.png")
+        self.files["diff_graph"] = str(out / "diff.svg")
+        self.files["diff_png"] = str(out / "diff.png")
+        return diff
+
+    def compare_convolution(self, collapse: Sequence[str], top: int) -> list[dict[str, Any]]:
+        """The convolution delays' changes, and the slow run's paths drawn, those through
+        the biggest change first so that the picture shows it."""
+        changes = diff_convolution(self.conv_docs["base"], self.conv_docs["slow"], collapse=collapse)
+        slow_conv = self.conv_docs["slow"]
+        if changes:
+            hot = changes[0]["label"].split(" -> ")
 
             def through(path: dict[str, Any]) -> bool:
                 names = [next((g for g in collapse if fnmatch.fnmatchcase(n, g)), n) for n in path["nodes"]]
@@ -244,26 +276,27 @@ def run_demo(
 
             slow_conv = {**slow_conv, "paths": sorted(slow_conv["paths"], key=lambda p: not through(p))}
         text = paths_dot(slow_conv, top=top)
-        write_atomic(out / "slow-convolution.dot", text)
-        write_graph(text, out / "slow-convolution.svg")
-        files["slow_convolution_graph"] = str(out / "slow-convolution.svg")
-    files["diff_png"] = str(out / "diff.png")
-    page = build_report(
-        docs["slow"], base=docs["base"], top=10, collapse=collapse, title="wirepath demo: the slow run"
-    )
-    files["report"] = str(write_atomic(out / "report.html", page))
-    step("exporting the slow run's first 200 requests as OTLP/JSON traces")
-    write_export(
-        infer.read_instances(files["slow_instances"]), "otlp", out / "slow-traces.otlp.json", max_traces=200
-    )
-    files["otlp"] = str(out / "slow-traces.otlp.json")
-    seconds["diff_draw_report"] = time.perf_counter() - t0
-    return DemoResult(
-        sentence=diff.sentence(),
-        diff=diff,
-        top_patterns=chosen,
-        files=files,
-        runs=runs,
-        seconds=seconds,
-        convolution=conv_changes,
-    )
+        write_atomic(self.out / "slow-convolution.dot", text)
+        write_graph(text, self.out / "slow-convolution.svg")
+        self.files["slow_convolution_graph"] = str(self.out / "slow-convolution.svg")
+        return changes
+
+    def report(self, collapse: Sequence[str]) -> None:
+        """The HTML report of the slow run against the base, and the slow run's first 200
+        requests exported as OTLP/JSON traces."""
+        page = build_report(
+            self.docs["slow"],
+            base=self.docs["base"],
+            top=10,
+            collapse=collapse,
+            title="wirepath demo: the slow run",
+        )
+        self.files["report"] = str(write_atomic(self.out / "report.html", page))
+        self.step("exporting the slow run's first 200 requests as OTLP/JSON traces")
+        write_export(
+            infer.read_instances(self.files["slow_instances"]),
+            "otlp",
+            self.out / "slow-traces.otlp.json",
+            max_traces=200,
+        )
+        self.files["otlp"] = str(self.out / "slow-traces.otlp.json")
