@@ -261,17 +261,33 @@ LEVELS = 4  # the trace, its twin, the twin's twin, and one more
 TWIN_CLIP = (-30.0, 60.0)
 
 
-def chain(pairs: infer.CallPairs, truth: np.ndarray, n_nodes: int) -> list[tuple[np.ndarray, ...]]:
-    """``(inferred parents, stated log-odds, true parents)`` on the trace and each twin."""
+def chain(
+    pairs: infer.CallPairs, truth: np.ndarray, n_nodes: int
+) -> tuple[list[tuple[np.ndarray, ...]], list[float]]:
+    """``(inferred parents, stated log-odds, true parents)`` on the trace and each twin,
+    and each one's share of calls that overlap another at the same callee."""
     params = infer.NestingParams.preset("accurate")
-    out = []
+    out, busy = [], []
     for level in range(LEVELS):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             *_, final = infer.nesting_stages(pairs, n_nodes, params)
         out.append((final.parent, final.log_odds, truth))
+        busy.append(overlapping(pairs))
         pairs, truth = twin_pairs(pairs, final.parent, seed=level)
-    return out
+    return out, busy
+
+
+def overlapping(pairs: infer.CallPairs) -> float:
+    """The share of calls made while another call to the same callee is open."""
+    hits = 0
+    for node in np.unique(pairs.callee):  # a loop over nodes, not calls
+        mine = pairs.callee == node
+        order = np.argsort(pairs.t_call[mine], kind="stable")
+        t_call, t_return = pairs.t_call[mine][order], pairs.t_return[mine][order]
+        latest = np.maximum.accumulate(t_return)
+        hits += int((t_call[1:] < latest[:-1]).sum())
+    return hits / max(len(pairs), 1)
 
 
 def right_rate(got: np.ndarray, truth: np.ndarray) -> float:
@@ -308,19 +324,19 @@ def twin_chain_table(workloads: list[str], messages: int, asked: list[str]) -> I
     cs = (0.0, 1.0, 2.0)
     yield (
         "| workload | parallelism | right: trace | twin | twin of twin | third twin "
-        "| ECE c = 0 | c = 1 (shipped) | c = 2 |"
+        "| ECE c = 0 | c = 1 (shipped) | c = 2 | calls overlapping: trace | twin |"
     )
-    yield "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+    yield "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for name in workloads:
         base = replace(synth.load_config(accuracy.SAMPLES / f"{name}.toml"), messages=messages)
         for label, cfg in accuracy.levels_of(base, asked):
             trace, _ = synth.generate_table(cfg)
             pairs, truth, names, _ = infer.true_pairs(trace)
-            levels = chain(pairs, truth, len(names))
+            levels, busy = chain(pairs, truth, len(names))
             rates = " | ".join(f"{right_rate(g, t):.1%}" for g, _, t in levels)
             ece = " | ".join(f"{e:.3f}" for e in eces(levels, cs))
             print(f"{name} at {label}: twins done", file=sys.stderr, flush=True)
-            yield f"| {name} | {label} | {rates} | {ece} |"
+            yield f"| {name} | {label} | {rates} | {ece} | {busy[0]:.3f} | {busy[1]:.3f} |"
 
 
 def _names(
