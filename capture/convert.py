@@ -280,14 +280,15 @@ class StreamConverter:
         self._emit(self._asm.feed(segs), final=False)
 
     def _emit(self, msgs: Messages, *, final: bool) -> None:
-        self._held.append(msgs)
+        if len(msgs):
+            self._hold(Messages.concat([msgs]))
         wm = None if final else self._asm.watermark_ns
-        allm = Messages.concat(self._held)
         if wm is None:
-            ready, self._held = allm, []
+            ready, self._held = Messages.concat(self._held), []
         else:  # what no still-open connection can precede (the trace stays time-sorted)
-            cut = int(np.searchsorted(allm.ts_ns, wm, side="left"))
-            ready, self._held = allm.take(slice(0, cut)), [allm.take(slice(cut, None))]
+            cuts = [int(np.searchsorted(h.ts_ns, wm, side="left")) for h in self._held]
+            ready = Messages.concat([h.take(slice(0, k)) for h, k in zip(self._held, cuts, strict=True) if k])
+            self._held = [h.take(slice(k, None)) for h, k in zip(self._held, cuts, strict=True) if k < len(h)]
         if len(ready) or (final and not self._writer.rows):  # an empty trace still has every column
             table = messages_table(ready, self.namer, point=self.point, keep_payload=self.keep_payload)
             self._writer.write(table)
@@ -297,6 +298,16 @@ class StreamConverter:
                 self.on_progress(self._writer.rows)
         if self._parts is not None and not final:
             self._parts.flush_if_due()
+
+    def _hold(self, msgs: Messages) -> None:
+        """Keep ``msgs`` (in time order) until the watermark passes them. Held runs are
+        merged while the newest is at least half the size of the one before, so that
+        while an open connection holds the watermark back each message is merged
+        O(log n) times, not once per batch."""
+        self._held.append(msgs)
+        while len(self._held) > 1 and 2 * len(self._held[-1]) >= len(self._held[-2]):
+            last = self._held.pop()
+            self._held[-1] = Messages.concat([self._held[-1], last])
 
     def finish(self, *, provenance: Mapping[str, Any] | None = None) -> CaptureReport:
         """Close every open connection, write the rest and publish the trace (and last part).
@@ -320,9 +331,10 @@ class StreamConverter:
         report.seconds = time.perf_counter() - self._t0
         prov = {"capture": _provenance(report), **(provenance or {})}
         self._writer.provenance = prov
-        self._writer.close()
+        # The last part before the trace: once the trace is there, so is every part.
         if self._parts is not None:
             self._parts.close(prov)
+        self._writer.close()
         self._done = True
         return report
 
@@ -353,6 +365,8 @@ class _Parts:
                 f"{directory}: holds trace parts already ({old[0].name}); give a new directory"
             )
         directory.mkdir(parents=True, exist_ok=True)
+        # Readers take every part in it: nobody else may add one, whatever the umask.
+        directory.chmod(directory.stat().st_mode & ~0o022)
 
     def add(self, table: pa.Table) -> None:
         self._tables.append(table)

@@ -51,6 +51,7 @@ from tracefmt import (
     ParameterError,
     TraceFileError,
     WirepathError,
+    write_atomic,
 )
 
 __all__ = [
@@ -133,7 +134,9 @@ class LiveReport:
     started, duration_s : str, float
         Start instant (ISO-8601, UTC) and seconds recorded.
     stopped_by : str
-        ``duration``, ``signal`` (stop requested: Ctrl-C, SIGTERM) or ``tcpdump`` (it exited).
+        ``duration``, ``signal`` (stop requested: Ctrl-C, SIGTERM), ``tcpdump`` (it exited)
+        or ``converter`` (the conversion failed: its error is raised once the files are
+        kept).
     trace : str or None
         The trace written (``DIR/trace.parquet``), or None when conversion was off.
     parts : str or None
@@ -545,8 +548,10 @@ class LiveCapture:
         stop: threading.Event | None = None,
         on_progress: Callable[[int, int], None] | None = None,
         progress_every_s: float = 1.0,
+        halt: threading.Event | None = None,
     ) -> str:
-        """Record until ``duration_s`` passes, ``stop`` is set or tcpdump exits; says which.
+        """Record until ``duration_s`` passes, ``stop`` is set, tcpdump exits or ``halt``
+        is set (the conversion failed); says which.
 
         ``on_progress(files, bytes)`` is called about every ``progress_every_s`` seconds.
         """
@@ -555,6 +560,8 @@ class LiveCapture:
         while True:
             if stop is not None and stop.is_set():
                 return "signal"
+            if halt is not None and halt.is_set():
+                return "converter"
             if not self.running:
                 return "tcpdump"
             now = time.monotonic()
@@ -656,7 +663,8 @@ def capture_live(
             following = _Following(cap, names=names, options=options)
         if on_ready is not None:
             on_ready(cap)
-        stopped_by = cap.wait(duration_s=duration_s, stop=stop, on_progress=on_progress)
+        halt = following.failed if following is not None else None
+        stopped_by = cap.wait(duration_s=duration_s, stop=stop, on_progress=on_progress, halt=halt)
     except BaseException:
         cap.stop()
         if following is not None:
@@ -675,7 +683,7 @@ def capture_live(
     )
     # The recording's counters are on disk before the last of the conversion, which may fail.
     live_json = Path(out_dir, "live.json")
-    live_json.write_text(json.dumps(recorded.to_json(), indent=1) + "\n", encoding="utf-8")
+    write_atomic(live_json, json.dumps(recorded.to_json(), indent=1) + "\n")
     if following is None:
         return recorded
     try:
@@ -693,13 +701,14 @@ def capture_live(
     report = replace(
         recorded, trace=str(following.trace), parts=str(following.parts_dir), conversion=conversion.to_json()
     )
-    live_json.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
+    write_atomic(live_json, json.dumps(report.to_json(), indent=1) + "\n")
     return report
 
 
 _CONVERT_OPTIONS = frozenset({"node_by", "keep_payload", "point", "part_every_s", "chunk_bytes"})
 _FOLLOW_WAIT_S = 0.5  # a read of a growing file returns at most this long after its first bytes
 _POLL_S = 0.05
+_PCAP_HEADER = 24  # bytes of a pcap file header; a pcapng section header is longer
 
 
 class _CancelledError(Exception):
@@ -770,14 +779,18 @@ class _Following:
         self.cap = cap
         self.trace = cap.out_dir / "trace.parquet"
         self.parts_dir = cap.out_dir / "trace"
-        # A new run replaces the trace of an earlier one in this directory, parts included.
+        # A new run replaces the trace of an earlier one in this directory, parts included:
+        # none of it may pass for this run's if this one ends without a trace.
         for old in sorted(self.parts_dir.glob("part-*.parquet")) if self.parts_dir.is_dir() else []:
             old.unlink()
+        self.trace.unlink(missing_ok=True)
         self._chunk_bytes = int(options.pop("chunk_bytes", 8 << 20))
         self.converter = StreamConverter(self.trace, names=names, parts_dir=self.parts_dir, **options)
         self._recorded = threading.Event()
         self._cancel = threading.Event()
         self._error: BaseException | None = None
+        #: Set when the conversion failed: the recording stops then, not hours later.
+        self.failed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wirepath-convert", daemon=True)
         self._thread.start()
 
@@ -804,6 +817,12 @@ class _Following:
                 stream = _Growing(path, lambda nxt=nxt: self._recorded.is_set() or nxt.exists(), self._cancel)
                 try:
                     self.converter.add_source(PcapSource(stream, chunk_bytes=self._chunk_bytes))
+                except TraceFileError as exc:
+                    # A rotation the recorder opened but never wrote a header to (it was
+                    # killed, the disk filled up): the files before it make the trace.
+                    if not (self._recorded.is_set() and path.stat().st_size < _PCAP_HEADER):
+                        raise
+                    self.converter.report.damage.append(str(exc))
                 finally:
                     stream.close()
                 k += 1
@@ -811,6 +830,7 @@ class _Following:
             pass
         except BaseException as exc:  # handed to the agent's thread by finish()
             self._error = exc
+            self.failed.set()
 
     def finish(self, *, provenance: Mapping[str, Any]) -> Any:
         """Convert what the stopped recording left and publish the trace; its report."""

@@ -221,3 +221,38 @@ def test_connection_in_two_files_is_reassembled_once(tmp_path: Path) -> None:
     alone = [capture.convert_pcaps([p], tmp_path / f"p{k}.parquet") for k, p in enumerate(pieces)]
     assert sum(r.connections for r in alone) > whole.connections
     assert _rows(tmp_path / "t.parquet") == _rows(tmp_path / "w.parquet")
+
+
+def test_an_empty_last_rotation_keeps_the_trace(tmp_path: Path) -> None:
+    """The recorder opened one more rotation and died before writing its header (killed,
+    disk full): the files before it still make the trace, and the damage is reported."""
+    from types import SimpleNamespace
+
+    from capture.live import _Following
+
+    source = DATA / "zeek" / "http_methods.pcap"
+    if not source.exists():
+        pytest.skip("shared captures not here")
+    first = tmp_path / "capture.pcap"
+    first.write_bytes(source.read_bytes())
+    (tmp_path / "capture.pcap1").write_bytes(b"")
+    (tmp_path / "trace.parquet").write_bytes(b"an earlier run's trace")
+    following = _Following(SimpleNamespace(out_dir=tmp_path, first_file=first), names=None, options={})
+    assert not (tmp_path / "trace.parquet").exists()  # never passes for this run's
+    report = following.finish(provenance={})
+    whole = capture.convert_pcaps([source], tmp_path / "w.parquet")
+    assert report.messages == whole.messages > 0
+    assert any("capture.pcap1" in d and "empty" in d for d in report.damage)
+    assert tracefmt.read_trace(tmp_path / "trace.parquet").num_rows == whole.messages
+
+
+def test_parts_directory_is_not_writable_by_others(tmp_path: Path) -> None:
+    import os
+
+    old = os.umask(0)
+    try:
+        with StreamConverter(tmp_path / "t.parquet", parts_dir=tmp_path / "t") as conv:
+            conv.finish()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "t").stat().st_mode & 0o022 == 0

@@ -160,6 +160,7 @@ class RealTestbed(Namespaces):
         self.code_ms = code_ms
         self.grpc_ms = grpc_ms
         self.pgdir: Path | None = None
+        self.faults_on: set[str] = set()
         self.procs: dict[str, subprocess.Popen[str]] = {}
         self.logs: list[Any] = []
 
@@ -427,6 +428,9 @@ http {{
 
     def fault(self, name: str, on: bool) -> None:
         """Switch fault ``name`` (``pgdelay``, ``code``, ``slowgrpc``) on or off."""
+        if on == (name in self.faults_on):
+            return  # the servers toggle on a signal: a second switch would undo the first
+        self.faults_on.symmetric_difference_update({name})
         if name == "pgdelay" and not self.netem:
             self.procs["pgrelay"].send_signal(signal.SIGUSR1)
             time.sleep(0.2)
@@ -571,7 +575,12 @@ http {{
         finally:
             for proc in procs:
                 proc.send_signal(signal.SIGINT)
-            outs = [proc.communicate(timeout=300) for proc in procs]
+            try:
+                outs = [proc.communicate(timeout=300) for proc in procs]
+            except subprocess.TimeoutExpired:
+                for proc in procs:  # none may go on writing into the run's directory
+                    proc.kill()
+                raise
         run.capture = json.loads(outs[0][0])
         run.bridge_trace = Path(run.capture["trace"])
         spans = run.dir / "spans.jsonl"
@@ -881,9 +890,17 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"error: cannot make network namespaces here: {why}", file=sys.stderr)
         return 1
-    if a.out.exists():
+    if a.out.exists() and any(a.out.iterdir()):
+        # Only a directory an earlier testbed run made is replaced: --out . or ~ must not
+        # be wiped by root.
+        if not (a.out / "work").is_dir() and not (a.out / "findings.json").is_file():
+            print(
+                f"error: {a.out} is not empty and holds no earlier testbed run; give a new directory",
+                file=sys.stderr,
+            )
+            return 1
         shutil.rmtree(a.out)
-    a.out.mkdir(parents=True)
+    a.out.mkdir(parents=True, exist_ok=True)
     kw = {"prefix": a.prefix, "pg_delay_ms": a.pg_delay_ms, "code_ms": a.code_ms, "grpc_ms": a.grpc_ms}
     kw["delay_by"] = a.delay_by
     with teardown_on_signals(), open_testbed(a.out / "work", **kw) as bed:
