@@ -1,22 +1,30 @@
 """Ingest speed: wirepath end to end (pcap -> Parquet trace) against other packet readers.
 
-Generates a capture of many short HTTP/1.1 keep-alive conversations (handshake, a few
-request/response/ACK exchanges, FIN/FIN/ACK) and measures, in one run and each in its
-own process (for a clean peak RSS):
+Two workloads, each at the sizes given by ``--packets`` (1 M and 2 M by default):
 
-- ``wirepath``: ``capture.convert_pcaps`` from the file to a Parquet trace (reading,
-  decoding, TCP reassembly, HTTP parsing, naming, writing);
-- ``dpkt``: a decode loop (``dpkt.pcap.Reader`` + Ethernet/IP/TCP objects, touching the
-  ports, sequence number and payload length), no reassembly;
+- ``keep-alive``: short HTTP/1.1 keep-alive conversations (handshake, 5 x
+  request/response/ACK, FIN/FIN/ACK; 200 clients, 8 servers, 7 us between packets);
+- ``short``: one call per TCP connection, as ``wirepath synth --pcap`` renders the
+  multitier workload (handshake, request, response, ACK, FIN/FIN/ACK).
+
+Every tool runs in its own process and is measured whole, from process start
+(interpreter, imports) to exit: wall time, CPU time (user + system) and peak RSS.
+
+- ``wirepath``: ``python -c "import capture; capture.convert_pcaps(...)"`` (reading,
+  decoding, TCP reassembly, HTTP parsing, naming, writing); ``wirepath CLI`` is
+  ``wirepath capture pcap`` as a user types it; ``wirepath before`` the same runner on
+  another copy of the tree (``--before DIR``), for before/after in one run;
+- ``dpkt``: a decode loop (``dpkt.pcap.UniversalReader`` + Ethernet/IP/TCP objects,
+  touching the ports, sequence number and payload length), no reassembly;
 - ``tshark``: ``tshark -r FILE -T fields -e frame.time_epoch -e ip.src -e ip.dst
   -e tcp.srcport -e tcp.dstport -e tcp.seq -e tcp.len`` to /dev/null;
-- ``scapy``: ``scapy.utils.PcapReader`` over the file (scapy's parsed packets).
+- ``scapy``: ``scapy.utils.PcapReader`` over the file.
 
-The slower baselines read a prefix of the capture (``--baseline-packets``) so the run
-stays short; their rates are packets/s over what they read. wirepath is also run on
-captures of 1/4 and 2x the size, to show how its peak RSS behaves as the file grows.
+The baselines read the first ``--baseline-packets`` of the first size's capture; the
+ratios (``x dpkt``, ``x tshark``) compare packets per CPU-second within one workload of
+one run. ``--memory-packets`` also converts a keep-alive capture that big, for peak RSS.
 
-    .venv/bin/python benchmarks/ingest.py --packets 1000000
+    .venv/bin/python benchmarks/ingest.py --skip scapy --memory-packets 10000000
 """
 
 from __future__ import annotations
@@ -97,12 +105,14 @@ def write_capture(
 
 _RUNNERS = {
     "wirepath": """
-import capture, sys
+import sys
+import capture
 r = capture.convert_pcaps([sys.argv[1]], sys.argv[2])
 print(r.packets, r.messages)
 """,
     "dpkt": """
-import dpkt, sys
+import sys
+import dpkt
 n = 0
 limit = int(sys.argv[3])
 with open(sys.argv[1], "rb") as f:
@@ -130,33 +140,44 @@ print(n, 0)
 """,
 }
 
+# Runs a command as a child and prints its stdout, then its wall time, peak RSS and CPU
+# time (user + system): the whole process, from its start (interpreter, imports) to exit.
+_TIMED = """
+import resource, subprocess, sys, time
+t0 = time.perf_counter()
+res = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True)
+seconds = time.perf_counter() - t0
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(res.stdout.strip().split(chr(10))[-1] if res.stdout.strip() else "")
+print(seconds, ru.ru_maxrss, ru.ru_utime + ru.ru_stime)
+"""
 
-def _run_python(name: str, pcap: Path, out: Path, limit: int) -> dict:
-    code = (
-        # Imports (pyarrow's take about half a second) are not timed, for any tool.
-        "import resource, time, sys\nimport capture, dpkt, scapy.utils\n"
-        "t0 = time.perf_counter()\nc0 = time.process_time()\n"
-        + _RUNNERS[name]
-        + "\nru = resource.getrusage(resource.RUSAGE_SELF)\n"
-        "print(time.perf_counter() - t0, ru.ru_maxrss, time.process_time() - c0)\n"
-    )
+
+def _timed(cmd: list[str], packets: int | None = None) -> dict:
+    """Run ``cmd`` in its own process; what it printed last (packets, messages) and its costs."""
     res = subprocess.run(
-        [sys.executable, "-c", code, str(pcap), str(out), str(limit)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
+        [sys.executable, "-c", _TIMED, *cmd], capture_output=True, text=True, check=True, cwd=ROOT
     )
-    lines = res.stdout.split("\n")
-    packets, messages = (int(x) for x in lines[0].split())
-    seconds, rss_kb, cpu = lines[1].split()
+    first, second = res.stdout.rstrip("\n").split("\n")[-2:]
+    seconds, rss_kb, cpu = second.split()
+    counts = [int(x) for x in first.split()[:2]] if packets is None else [packets, 0]
     return {
-        "packets": packets,
-        "messages": messages,
+        "packets": counts[0],
+        "messages": counts[1],
         "seconds": float(seconds),
         "cpu_seconds": float(cpu),
         "peak_rss_mb": int(rss_kb) / 1024,
     }
+
+
+def _run_python(name: str, pcap: Path, out: Path, limit: int) -> dict:
+    return _timed([sys.executable, "-c", _RUNNERS[name], str(pcap), str(out), str(limit)])
+
+
+def _run_cli(pcap: Path, out: Path, packets: int) -> dict:
+    """``wirepath capture pcap`` as a user runs it (its messages are not parsed)."""
+    wirepath = Path(sys.executable).parent / "wirepath"
+    return _timed([str(wirepath), "capture", "pcap", str(pcap), "--out", str(out), "--quiet"], packets)
 
 
 def _run_tshark(pcap: Path, limit: int) -> dict:
@@ -164,68 +185,124 @@ def _run_tshark(pcap: Path, limit: int) -> dict:
     cmd = ["tshark", "-r", str(pcap), "-c", str(limit), "-T", "fields"]
     for f in fields:
         cmd += ["-e", f]
-    code = (
-        "import resource, subprocess, sys, time\nt0 = time.perf_counter()\n"
-        f"subprocess.run({cmd!r}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)\n"
-        "ru = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-        "print(time.perf_counter() - t0, ru.ru_maxrss, ru.ru_utime + ru.ru_stime)\n"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    seconds, rss_kb, cpu = res.stdout.split()
-    return {
-        "packets": limit,
-        "messages": 0,
-        "seconds": float(seconds),
-        "cpu_seconds": float(cpu),
-        "peak_rss_mb": int(rss_kb) / 1024,
-    }
+    return _timed(cmd, limit)
+
+
+def write_short_capture(path: Path, packets: int) -> int:
+    """A capture of short connections, one call each, as ``wirepath synth --pcap``
+    renders the multitier workload; returns the packets written (about ``packets``)."""
+    wirepath = Path(sys.executable).parent / "wirepath"
+    config = ROOT / "samples" / "synth" / "multitier.toml"
+    messages = max(10, round(packets * 200_002 / 900_009))  # 4.5 packets per message there
+    subprocess.run(
+        [str(wirepath), "synth", str(config), "--messages", str(messages), "--out",
+         str(path.with_suffix(".parquet")), "--pcap", str(path), "--quiet", "--json"],
+        check=True, capture_output=True, cwd=ROOT,
+    )  # fmt: skip
+    path.with_suffix(".parquet").unlink()
+    with open(path, "rb") as f:
+        f.seek(24)
+        n = 0
+        hdr = struct.Struct("<IIII")
+        while head := f.read(16):
+            n += 1
+            f.seek(hdr.unpack(head)[2], 1)
+    return n
+
+
+def _capture(kind: str, path: Path, packets: int) -> int:
+    return write_capture(path, packets) if kind == "keep-alive" else write_short_capture(path, packets)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--packets", type=int, default=1_000_000, help="packets in the generated capture")
-    ap.add_argument("--baseline-packets", type=int, default=200_000, help="packets read by dpkt/tshark/scapy")
-    ap.add_argument("--skip", nargs="*", default=[], help="baselines to skip (dpkt, tshark, scapy)")
+    ap.add_argument(
+        "--packets", type=int, nargs="+", default=[1_000_000, 2_000_000], help="capture sizes (packets)"
+    )
+    ap.add_argument(
+        "--baseline-packets", type=int, default=1_000_000, help="packets read by dpkt/tshark/scapy"
+    )
+    ap.add_argument("--skip", nargs="*", default=[], help="baselines to skip (dpkt, tshark, scapy, cli)")
+    ap.add_argument(
+        "--workloads", nargs="+", default=["keep-alive", "short"], choices=["keep-alive", "short"],
+        help="keep-alive: HTTP conversations of 5 calls; short: one call per connection (synth --pcap)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--memory-packets", type=int, default=0, help="also convert a keep-alive capture this big (peak RSS)"
+    )
+    ap.add_argument(
+        "--before", type=Path, help="a copy of the project tree to run as well (its capture package)"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="wirepath-bench-") as tmp:
-        sizes = [args.packets // 4, args.packets, 2 * args.packets]
-        files = {}
-        for size in sizes:
-            p = Path(tmp) / f"http_{size}.pcap"
-            files[size] = (p, write_capture(p, size))
-        big, n_big = files[args.packets]  # the baselines read the N-packet capture
-        mb = os.path.getsize(big) / 1e6
-        print(f"capture: {n_big:,} packets, {mb:.0f} MB of HTTP keep-alive conversations", flush=True)
-        for size in sizes:
-            p, n = files[size]
+        for kind in args.workloads:
+            files = {}
+            for size in args.packets:
+                p = Path(tmp) / f"{kind}_{size}.pcap"
+                files[size] = (p, _capture(kind, p, size))
+                mb = os.path.getsize(p) / 1e6
+                print(f"{kind}: {files[size][1]:,} packets, {mb:.0f} MB", file=sys.stderr, flush=True)
+            for size in args.packets:
+                p, n = files[size]
+                r = _run_python("wirepath", p, Path(tmp) / "t.parquet", n)
+                rows.append({"workload": kind, "tool": "wirepath", **r})
+                if args.before is not None:
+                    rb = _timed_before(args.before, p, Path(tmp) / "t.parquet", n)
+                    rows.append({"workload": kind, "tool": "wirepath before", **rb})
+                if "cli" not in args.skip:
+                    rows.append(
+                        {"workload": kind, "tool": "wirepath CLI", **_run_cli(p, Path(tmp) / "t.parquet", n)}
+                    )
+            big, n_big = files[args.packets[0]]  # the baselines read the first capture's start
+            limit = min(args.baseline_packets, n_big)
+            if "dpkt" not in args.skip:
+                rows.append(
+                    {"workload": kind, "tool": "dpkt", **_run_python("dpkt", big, Path(tmp) / "x", limit)}
+                )
+            if "tshark" not in args.skip:
+                rows.append({"workload": kind, "tool": "tshark", **_run_tshark(big, limit)})
+            if "scapy" not in args.skip:
+                rows.append(
+                    {"workload": kind, "tool": "scapy", **_run_python("scapy", big, Path(tmp) / "x", limit)}
+                )
+            for p, _ in files.values():
+                p.unlink()
+        if args.memory_packets:
+            p = Path(tmp) / "memory.pcap"
+            n = write_capture(p, args.memory_packets)
             r = _run_python("wirepath", p, Path(tmp) / "t.parquet", n)
-            rows.append({"tool": "wirepath (pcap -> Parquet trace)", **r})
-        limit = min(args.baseline_packets, n_big)
-        if "dpkt" not in args.skip:
-            rows.append({"tool": "dpkt decode loop", **_run_python("dpkt", big, Path(tmp) / "x", limit)})
-        if "tshark" not in args.skip:
-            rows.append({"tool": "tshark -T fields", **_run_tshark(big, limit)})
-        if "scapy" not in args.skip:
-            rows.append({"tool": "scapy PcapReader", **_run_python("scapy", big, Path(tmp) / "x", limit)})
+            rows.append({"workload": "keep-alive", "tool": "wirepath", **r})
     for r in rows:
         r["packets_per_s"] = r["packets"] / r["seconds"] if r["seconds"] else 0.0
         r["packets_per_cpu_s"] = r["packets"] / r["cpu_seconds"] if r["cpu_seconds"] else 0.0
+    for r in rows:
+        base = {b["tool"]: b["packets_per_cpu_s"] for b in rows if b["workload"] == r["workload"]}
+        r["x_dpkt"] = r["packets_per_cpu_s"] / base["dpkt"] if base.get("dpkt") else None
+        r["x_tshark"] = r["packets_per_cpu_s"] / base["tshark"] if base.get("tshark") else None
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(
-        f"{'tool':34} {'packets':>10} {'messages':>9} {'wall s':>7} {'CPU s':>7} "
-        f"{'packets/s':>10} {'pkts/CPU-s':>10} {'peak RSS':>8}"
+        f"{'workload':10} {'tool':16} {'packets':>10} {'messages':>9} {'wall s':>7} {'CPU s':>7} "
+        f"{'pkts/CPU-s':>10} {'x dpkt':>6} {'x tshark':>8} {'peak RSS':>8}"
     )
     for r in rows:
+        xd = f"{r['x_dpkt']:.1f}" if r["x_dpkt"] else "-"
+        xt = f"{r['x_tshark']:.1f}" if r["x_tshark"] else "-"
         print(
-            f"{r['tool']:34} {r['packets']:>10,} {r['messages']:>9,} {r['seconds']:>7.2f} "
-            f"{r['cpu_seconds']:>7.2f} {r['packets_per_s']:>10,.0f} {r['packets_per_cpu_s']:>10,.0f} "
+            f"{r['workload']:10} {r['tool']:16} {r['packets']:>10,} {r['messages']:>9,} {r['seconds']:>7.2f} "
+            f"{r['cpu_seconds']:>7.2f} {r['packets_per_cpu_s']:>10,.0f} {xd:>6} {xt:>8} "
             f"{r['peak_rss_mb']:>6.0f}MB"
         )
     return 0
+
+
+def _timed_before(tree: Path, pcap: Path, out: Path, n: int) -> dict:
+    """The wirepath runner with ``tree``'s packages first on the path."""
+    code = f"import sys; sys.path.insert(0, {str(tree)!r})\n" + _RUNNERS["wirepath"]
+    return _timed([sys.executable, "-c", code, str(pcap), str(out), str(n)])
 
 
 if __name__ == "__main__":

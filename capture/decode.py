@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from capture._spans import join_spans, words_view
 from capture.source import PacketBatch
 
 __all__ = ["DecodeStats", "Decoder", "Segments"]
@@ -99,16 +100,22 @@ class Segments:
         datas, kw = [], {k: [] for k in _ARRAYS}
         base = 0
         for p in parts:
-            # Copy only payload bytes, so a carried-over segment does not pin its whole chunk.
             cap = p.pay_cap
-            starts = np.zeros(len(p), np.int64)
-            np.cumsum(cap[:-1], out=starts[1:])
             total = int(cap.sum())
-            idx = np.repeat(p.pay_off - starts, cap) + np.arange(total)
-            datas.append(p.data[idx])
+            if 4 * total >= len(p.data):
+                # Payloads are a good part of the buffer (a fresh batch): one copy of it all.
+                datas.append(p.data)
+                offs = p.pay_off + base
+                base += len(p.data)
+            else:
+                # Only the payload bytes, so a carried-over segment does not pin its whole chunk.
+                offs = np.zeros(len(p), np.int64)
+                np.cumsum(cap[:-1], out=offs[1:])
+                datas.append(join_spans(p.data, p.pay_off, cap))
+                offs += base
+                base += total
             for k in _ARRAYS:
-                kw[k].append(p.pay_off * 0 + starts + base if k == "pay_off" else getattr(p, k))
-            base += total
+                kw[k].append(offs if k == "pay_off" else getattr(p, k))
         return Segments(data=np.concatenate(datas), **{k: np.concatenate(v) for k, v in kw.items()})
 
 
@@ -162,6 +169,8 @@ class _Bytes:
         self.last = max(len(data) - 1, 0)
         if not len(data):
             self.d = np.zeros(1, np.uint8)
+        # The 8 bytes at every offset as one little-endian word: a field is one gather.
+        self.w = words_view(np.ascontiguousarray(self.d))
 
     def ok(self, pos: np.ndarray, n: int, rows: np.ndarray | None = None) -> np.ndarray:
         """Whether ``n`` bytes from ``pos`` were captured (``rows``: the packets ``pos`` is for)."""
@@ -171,10 +180,25 @@ class _Bytes:
         return self.d[np.minimum(pos, self.last)]
 
     def be16(self, pos: np.ndarray) -> np.ndarray:
-        return (self.u8(pos).astype(np.uint32) << 8) | self.u8(pos + 1)
+        out = (self._word(pos) & np.uint64(0xFFFF)).astype(np.uint16).byteswap().astype(np.uint32)
+        return self._near_end(out, pos, lambda p: (self.u8(p).astype(np.uint32) << 8) | self.u8(p + 1))
 
     def be32(self, pos: np.ndarray) -> np.ndarray:
-        return (self.be16(pos) << 16) | self.be16(pos + 2)
+        out = (self._word(pos) & np.uint64(0xFFFFFFFF)).astype(np.uint32).byteswap()
+        return self._near_end(out, pos, lambda p: (self.be16(p) << 16) | self.be16(p + 2))
+
+    def _word(self, pos: np.ndarray) -> np.ndarray:
+        if not len(self.w):
+            return np.zeros(len(pos), np.uint64)
+        return self.w[np.clip(pos, 0, len(self.w) - 1)]
+
+    def _near_end(self, out: np.ndarray, pos: np.ndarray, bytewise: Any) -> np.ndarray:
+        """``out`` with the values at positions whose word was cut by the buffer's end (or
+        that point past it) read byte by byte, clamped at the last byte like ``u8``."""
+        near = pos > len(self.w) - 1
+        if near.any():
+            out[near] = bytewise(pos[near])
+        return out
 
     def le32(self, pos: np.ndarray) -> np.ndarray:
         return (self.be16(pos + 2).byteswap() >> 16 << 16 | self.be16(pos).byteswap() >> 16).astype(np.uint32)

@@ -26,16 +26,20 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import numpy as np
 
+from capture._http1 import check_turns, starts_with_method
+from capture._spans import join_spans
 from capture.decode import PROTO_TCP, PROTO_UDP, Segments, empty_segments
 from capture.protocols import (
     DNS_PORTS,
     NO_REPLY,
     NOT_DNS_PORTS,
     PROTOCOLS,
+    REQUEST_METHODS,
     detect_tcp,
     parse_dns_datagram,
     parse_stream,
@@ -66,14 +70,13 @@ def _seq_end(s: Segments, flags: np.ndarray) -> np.ndarray:
 
 
 _PROTO_CODE = {p: i for i, p in enumerate(PROTOCOLS)}
-_HTTP_METHODS = frozenset(
-    (b"GET", b"POST", b"PUT", b"DELETE", b"HEAD", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")
-)
 _WELL_KNOWN_PORTS = np.array(
     sorted({*range(1, 1024), 1433, 1521, 2181, 3306, 5432, 5672, 6379, 8080, 8443, 9042, 9090, 9092, 9200,
             11211, 27017, 50051}),
     np.uint16,
 )  # fmt: skip
+_WELL_KNOWN_PORT = np.zeros(1 << 16, bool)  # by port number
+_WELL_KNOWN_PORT[_WELL_KNOWN_PORTS] = True
 _C1 = np.uint64(0xBF58476D1CE4E5B9)
 _C2 = np.uint64(0x94D049BB133111EB)
 
@@ -150,6 +153,8 @@ class Messages:
         parts = [p for p in parts if len(p)]
         if not parts:
             return _empty_messages()
+        if len(parts) == 1 and not (np.diff(parts[0].ts_ns) < 0).any():
+            return parts[0]  # in time order already (a stable sort would keep it as it is)
         cols = {k: np.concatenate([getattr(p, k) for p in parts]) for k in _MSG_FIELDS}
         return Messages(**cols).take(np.argsort(cols["ts_ns"], kind="stable"))
 
@@ -498,7 +503,7 @@ class FlowAssembler:
             )
         )
         if len(self._closed) > _MAX_CLOSED:
-            for k in list(self._closed)[: len(self._closed) - _MAX_CLOSED]:
+            for k in list(islice(self._closed, len(self._closed) - _MAX_CLOSED)):
                 del self._closed[k]
 
     def _late_copies(
@@ -555,8 +560,8 @@ class FlowAssembler:
             fs = f_syn[f_syn >= 0]
             lk = _mix(s.dst_lo[fs] ^ s.dport[fs].astype(np.uint64))
             self._listening.update(lk.tolist())
-        a_known = np.isin(a_port, _WELL_KNOWN_PORTS)
-        b_known = np.isin(b_port, _WELL_KNOWN_PORTS)
+        a_known = _WELL_KNOWN_PORT[a_port]
+        b_known = _WELL_KNOWN_PORT[b_port]
         if self._listening:
             lst = np.fromiter(self._listening, np.uint64)
             a_known |= np.isin(_mix(a_addr ^ a_port.astype(np.uint64)), lst)
@@ -647,9 +652,7 @@ class FlowAssembler:
         # The captured bytes of each direction in sequence order, all directions back to back.
         sstart = np.zeros(len(di), np.int64)
         np.cumsum(kcap[:-1], out=sstart[1:])
-        total = int(kcap.sum())
-        src = np.repeat(s.pay_off[di] + skip - sstart, kcap) + np.arange(total)
-        stream = s.data[src].tobytes() if total else b""
+        stream = join_spans(s.data, s.pay_off[di] + skip, kcap).tobytes()
 
         kp = gd // 2
         kd = gd % 2
@@ -664,14 +667,21 @@ class FlowAssembler:
         gend = np.zeros(ng, np.int64)
         gend[gd] = sstart + kcap  # the last segment of a group (in stream order) wins
         look = np.minimum(sstart[np.maximum(gfirst, 0)] + 256, gend)
-        for p in range(npieces):  # per connection: a look at its first bytes
+        # A client that opens with a request line is HTTP, whatever else is said (the
+        # first test of detect_tcp, for all connections at once); the others get a look.
+        c_first = gfirst[0::2]
+        http_open = (c_first >= 0) & starts_with_method(
+            stream, sstart[np.maximum(c_first, 0)], look[0::2], REQUEST_METHODS
+        )
+        protos[http_open] = "http"
+        for p in np.flatnonzero(~http_open).tolist():  # per connection: a look at its first bytes
             c, v = gfirst[2 * p], gfirst[2 * p + 1]
             cb = stream[sstart[c] : look[2 * p]] if c >= 0 else b""
             sb = stream[sstart[v] : look[2 * p + 1]] if v >= 0 else b""
             protos[p] = detect_tcp(cb, sb, int(cport[p]), int(sport_[p]))
 
-        parsed = np.array([pr not in ("tcp", "tls") for pr in protos], bool)
-        tls = np.array([pr == "tls" for pr in protos], bool)
+        parsed = (protos != "tcp") & (protos != "tls")
+        tls = protos == "tls"
         out: list[Messages] = []
         generic = ~parsed[kp] & ~tls[kp]
         if tls.any():
@@ -682,7 +692,7 @@ class FlowAssembler:
                 )
             )
         extra_generic: list[int] = []
-        http = np.array([pr == "http" for pr in protos], bool)
+        http = protos == "http"
         if http.any() and not self.keep_payload:
             fast, handled = self._http_turns(s, di, kp, kd, klen, kcap, run_start, sstart, stream, http,
                                              flow_ids)  # fmt: skip
@@ -747,9 +757,9 @@ class FlowAssembler:
         """HTTP connections where every turn is exactly one message, found without the parser.
 
         The common case (one request, then its response, no pipelining, no chunking, no
-        gaps) is checked per turn with a few byte searches; a connection with any turn that
-        does not check out is left to the full parser. Returns the messages and the
-        connections handled.
+        gaps) is checked for all turns at once (:func:`capture._http1.check_turns`); a
+        connection with any turn that does not check out is left to the full parser.
+        Returns the messages and the connections handled.
         """
         npieces = len(http)
         gstart = np.r_[True, (kp[1:] != kp[:-1]) | (kd[1:] != kd[:-1])]
@@ -769,52 +779,8 @@ class FlowAssembler:
         nt = len(tix)
         ok = whole.copy()
         labels = np.full(nt, None, object)
-        find, methods = stream.find, _HTTP_METHODS
-        for t, (a, b, d) in enumerate(zip(lo.tolist(), hi.tolist(), td.tolist(), strict=True)):
-            if not ok[t]:
-                continue
-            h = find(b"\r\n\r\n", a, b)
-            if h < 0:
-                ok[t] = False
-                continue
-            end = h + 4
-            eol = find(b"\r\n", a, end)
-            if d == 0:
-                sp = find(b" ", a, eol)
-                if sp < 0 or stream[a:sp] not in methods:
-                    ok[t] = False
-                    continue
-                path = stream[sp + 1 : eol].rsplit(b" HTTP/", 1)[0][:200].split(b"?", 1)[0]
-                labels[t] = f"{stream[a:sp].decode()} {path.decode('utf-8', 'replace')}"
-            elif (
-                stream[a : a + 7] != b"HTTP/1."
-                or stream[a + 9 : a + 10] in (b"1",)
-                or stream[a + 9 : a + 12] in (b"204", b"304")
-            ):
-                ok[t] = False
-                continue
-            else:
-                labels[t] = stream[a + 9 : a + 12].decode("ascii", "replace")  # until a call claims it
-            if find(b"hunked", eol, end) >= 0 or find(b"HUNKED", eol, end) >= 0:
-                ok[t] = False  # chunked (any case): the parser's business
-                continue
-            # The usual spelling first; any other case goes through a lower-cased copy.
-            i = find(b"\nContent-Length:", eol, end)
-            if i >= 0:
-                j = find(b"\r", i, end)
-                digits = stream[i + 16 : j]
-            else:
-                head = stream[eol:end].lower()
-                i = head.find(b"\ncontent-length:")
-                digits = head[i + 16 : head.find(b"\r", i + 16)] if i >= 0 else None
-            if digits is None:
-                cl = 0 if d == 0 else -1  # a response without a length runs to the close
-            else:
-                try:
-                    cl = int(digits)
-                except ValueError:
-                    cl = -1
-            ok[t] = end + cl == b
+        w = np.flatnonzero(whole)
+        ok[w], labels[w] = check_turns(stream, lo[w], hi[w], td[w] == 0)
         bad = np.zeros(npieces, bool)
         bad[tp[~ok]] = True
         handled = elig & ~bad

@@ -18,6 +18,7 @@ __all__ = [
     "DNS_PORTS",
     "NOT_DNS_PORTS",
     "PROTOCOLS",
+    "REQUEST_METHODS",
     "Message",
     "detect_tcp",
     "parse_dns_datagram",
@@ -43,7 +44,8 @@ PROTOCOLS = (
     "tls",
 )
 
-_METHODS = (
+#: Request methods: a client whose first bytes are one and a space speaks HTTP/1.x.
+REQUEST_METHODS = (
     b"GET",
     b"POST",
     b"PUT",
@@ -122,7 +124,7 @@ _WELL_KNOWN = {
 
 def _is_request(head: bytes) -> bool:
     sp = head.find(b" ")
-    return (0 < sp <= 16 and head[:sp] in _METHODS) or _REQ_LINE.match(head) is not None
+    return (0 < sp <= 16 and head[:sp] in REQUEST_METHODS) or _REQ_LINE.match(head) is not None
 
 
 def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:

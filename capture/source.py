@@ -381,7 +381,6 @@ class PcapSource:
         max_len = max(snaplen, 65535) if snaplen else _MAX_RECORD
         max_len = min(max_len, _MAX_RECORD) if snaplen <= _MAX_RECORD else snaplen
         caplen_at = struct.Struct(bo + "I").unpack_from
-        hdr_dtype = np.dtype([(k, bo + "u4") for k in ("sec", "frac", "cap", "wire")])
         base = 24  # file offset of buf[0]
         tail = b""
         last_sec = None
@@ -427,19 +426,20 @@ class PcapSource:
             if offs:
                 o = np.array(offs, np.int64)
                 raw = np.frombuffer(buf, np.uint8)
-                idx = o[:, None] + np.arange(16)
-                hdr = raw[idx].copy().view(hdr_dtype).ravel()
-                sec = hdr["sec"].astype(np.int64)
+                # Each header as two 8-byte words (seconds and fraction, captured and
+                # original length): two gathers instead of sixteen.
+                words = _record_words(raw, o, bo)
+                sec = words[0].astype(np.int64)
                 last_sec = int(sec[-1])
-                ts = sec * 1_000_000_000 + hdr["frac"].astype(np.int64) * unit
-                cap_a = hdr["cap"].astype(np.int64)
+                ts = sec * 1_000_000_000 + words[1].astype(np.int64) * unit
+                cap_a = words[2].astype(np.int64)
                 yield self.stats.count(
                     PacketBatch(
                         ts_ns=ts,
                         linktype=np.full(len(o), linktype, np.uint16),
                         offset=o + 16,
                         caplen=cap_a,
-                        wirelen=np.maximum(hdr["wire"].astype(np.int64), cap_a),
+                        wirelen=np.maximum(words[3].astype(np.int64), cap_a),
                         data=raw,
                     )
                 )
@@ -619,6 +619,17 @@ class PcapSource:
                 tsoffset = struct.unpack_from(bo + "q", buf, p + 4)[0]
             p += 4 + ((length + 3) & ~3)
         return linktype, mul, div, tsoffset
+
+
+def _record_words(raw: np.ndarray, at: np.ndarray, bo: str) -> list[np.ndarray]:
+    """The four 32-bit fields (seconds, fraction, captured and original length) of the
+    pcap record headers at ``at``, in byte order ``bo``."""
+    view = np.ndarray(shape=(len(raw) - 7,), dtype=bo + "u8", buffer=raw, strides=(1,))
+    first, second = view[at], view[at + 8]
+    low, high = np.uint64(0xFFFFFFFF), np.uint64(32)
+    if bo == "<":
+        return [first & low, first >> high, second & low, second >> high]
+    return [first >> high, first & low, second >> high, second & low]
 
 
 def _resync_pcapng(buf: bytes, off: int, u2: Any) -> int | None:
