@@ -9,21 +9,88 @@ quantum_s=..., max_lag_s=...)`` (free-form messages) returns a ``ConvolutionResu
 linear paths and the output graph.
 """
 
-from infer.calibration import Calibration, reliability, reliability_lines
-from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
-from infer.convolution import ConvolutionParams, ConvolutionResult, DelaySpike, LinearPath, infer_convolution
-from infer.evaluate import evaluate_convolution, evaluate_paths, true_linear_paths, true_pairs, true_patterns
-from infer.nesting import (
-    NestingResult,
-    Stage,
-    confident_instances,
-    infer_nesting,
-    nesting_stages,
-    read_instances,
-)
-from infer.params import BOARDS, PRESETS, NestingParams
-from infer.patterns import Pattern, build_patterns, group_stats
-from tracefmt.patterns import latency_stats
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from infer.calibration import Calibration, reliability, reliability_lines
+    from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
+    from infer.convolution import (
+        ConvolutionParams,
+        ConvolutionResult,
+        DelaySpike,
+        LinearPath,
+        infer_convolution,
+    )
+    from infer.evaluate import (
+        evaluate_convolution,
+        evaluate_paths,
+        true_linear_paths,
+        true_pairs,
+        true_patterns,
+    )
+    from infer.nesting import (
+        NestingResult,
+        Stage,
+        confident_instances,
+        infer_nesting,
+        nesting_stages,
+        read_instances,
+    )
+    from infer.params import BOARDS, PRESETS, NestingParams
+    from infer.patterns import Pattern, build_patterns, group_stats
+    from tracefmt.patterns import latency_stats
+
+#: Where each public name lives: the package imports a module on first use, so that
+#: ``import infer`` (every command line does) does not load SciPy's statistics.
+_HOME = {
+    "Calibration": "infer.calibration",
+    "reliability": "infer.calibration",
+    "reliability_lines": "infer.calibration",
+    "CallPairs": "infer.callpairs",
+    "NodeCodes": "infer.callpairs",
+    "match_calls": "infer.callpairs",
+    "node_codes": "infer.callpairs",
+    "ConvolutionParams": "infer.convolution",
+    "ConvolutionResult": "infer.convolution",
+    "DelaySpike": "infer.convolution",
+    "LinearPath": "infer.convolution",
+    "infer_convolution": "infer.convolution",
+    "evaluate_convolution": "infer.evaluate",
+    "evaluate_paths": "infer.evaluate",
+    "true_linear_paths": "infer.evaluate",
+    "true_pairs": "infer.evaluate",
+    "true_patterns": "infer.evaluate",
+    "NestingResult": "infer.nesting",
+    "Stage": "infer.nesting",
+    "confident_instances": "infer.nesting",
+    "infer_nesting": "infer.nesting",
+    "nesting_stages": "infer.nesting",
+    "read_instances": "infer.nesting",
+    "BOARDS": "infer.params",
+    "PRESETS": "infer.params",
+    "NestingParams": "infer.params",
+    "Pattern": "infer.patterns",
+    "build_patterns": "infer.patterns",
+    "group_stats": "infer.patterns",
+    "latency_stats": "tracefmt.patterns",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'infer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME})
+
 
 __all__ = [
     "BOARDS",

@@ -37,18 +37,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 import pyarrow as pa
-from scipy.stats import norm, poisson
+from scipy.special import gammainc, ndtr
 
 from infer._convsignal import Correlator, find_spikes, local_background, moving_mean
 from infer.callpairs import node_codes
 from tracefmt import OP_RETURN, ParameterError, SchemaError, op_codes, sort_trace, validate_trace
 from tracefmt.patterns import path_id
 from tracefmt.units import format_duration_ns, format_instant_ns
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["ConvolutionParams", "ConvolutionResult", "DelaySpike", "LinearPath", "infer_convolution"]
 
@@ -339,13 +341,13 @@ class _Pairs:
         # chance coincidences are many deviations above a background of almost nothing.
         # The background rate: the local one, but never below the mean over all lags (a
         # ring of a few dozen lags in a sparse trace often holds no pair at all).
-        tail = float(norm.sf(p.n_sigma))
+        tail = float(ndtr(-p.n_sigma))  # the normal's upper tail
         floor = float(raw_pairs.mean())
         out = []
         for lag, lo, hi, zval in keep:
             seen = float(raw_pairs[lo : hi + 1].sum())
             expected = float(np.maximum(raw_bg[lo : hi + 1], floor).sum())
-            if poisson.sf(round(seen) - 1, expected) > tail:
+            if _poisson_at_least(round(seen), expected) > tail:
                 self.stats["spikes_too_few_pairs"] += 1
                 continue
             w = np.maximum(excess[lo : hi + 1], 0.0)
@@ -365,6 +367,11 @@ class _Pairs:
 
 
 _SUB_BINS = 20  # bins of a quantum when a delay shorter than it is read off message times
+
+
+def _poisson_at_least(k: int, mean: float) -> float:
+    """P(X >= k) for X Poisson with ``mean`` (the regularized lower incomplete gamma)."""
+    return float(gammainc(k, mean)) if k > 0 else 1.0
 
 
 def _window_excess(corr: Correlator, raw: np.ndarray) -> float:
@@ -803,6 +810,8 @@ def _transitions(verts: list[_Vertex], v: int) -> dict[tuple[int, int], int]:
 def _vertex_graph(verts: list[_Vertex], edges: _EdgeGraph) -> nx.DiGraph:
     """The live vertices as a graph: nodes with their node name and depth, edges with the
     trace's edge, the estimated messages and the spikes."""
+    import networkx as nx  # only here: importing it costs every command line a tenth of a second
+
     graph = nx.DiGraph()
     alive = [k for k, vx in enumerate(verts) if vx.alive]
     for k in alive:
