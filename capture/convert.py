@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute
 
 from capture.decode import Decoder, Segments, empty_segments
-from capture.flows import FlowAssembler, FlowStats, Messages, _mix
+from capture.flows import FlowAssembler, FlowStats, Messages
 from capture.naming import Namer
 from capture.protocols import PROTOCOLS
 from capture.source import PacketBatch, PacketSource, read_packets
@@ -47,6 +47,7 @@ from tracefmt import (
     parquet_output,
     read_trace,
 )
+from tracefmt.hashing import mix64
 from tracefmt.schema import NODE_TYPE, TS_TYPE
 
 __all__ = [
@@ -652,10 +653,10 @@ def payload_hashes(segs: Segments) -> np.ndarray:
         buf[np.repeat(wstart * 8, cap) + within] = segs.data[np.repeat(segs.pay_off, cap) + within]
         w = buf.view(np.uint64)
         pos = (np.arange(len(w)) - np.repeat(wstart, words)).astype(np.uint64)
-        h = _mix(w ^ _mix(pos + _K1))
+        h = mix64(w ^ mix64(pos + _K1))
         nz = words > 0
         out[nz] = np.add.reduceat(h, wstart[nz])
-    return _mix(out ^ (cap.astype(np.uint64) * _K1))
+    return mix64(out ^ (cap.astype(np.uint64) * _K1))
 
 
 def packet_keys(segs: Segments) -> np.ndarray:
@@ -672,10 +673,10 @@ def packet_keys(segs: Segments) -> np.ndarray:
     """
     u = np.uint64
     ports = (segs.sport.astype(u) << u(16)) | segs.dport.astype(u) | (segs.proto.astype(u) << u(32))
-    k = _mix(segs.src_hi ^ _mix(segs.src_lo ^ _mix(segs.dst_hi ^ _mix(segs.dst_lo ^ _mix(ports)))))
-    k = _mix(k ^ ((segs.seq.astype(u) << u(32)) | segs.ack.astype(u)))
-    k = _mix(k ^ ((segs.flags.astype(u) << u(48)) | segs.pay_len.astype(u)))
-    return _mix(k ^ payload_hashes(segs))
+    k = mix64(segs.src_hi ^ mix64(segs.src_lo ^ mix64(segs.dst_hi ^ mix64(segs.dst_lo ^ mix64(ports)))))
+    k = mix64(k ^ ((segs.seq.astype(u) << u(32)) | segs.ack.astype(u)))
+    k = mix64(k ^ ((segs.flags.astype(u) << u(48)) | segs.pay_len.astype(u)))
+    return mix64(k ^ payload_hashes(segs))
 
 
 def cross_point_duplicates(
@@ -736,7 +737,7 @@ def _where_key(ts: np.ndarray, src_hi: np.ndarray, src_lo: np.ndarray, sport: np
     """Key of (time, sender, receiver): finds the packet a message starts with."""
     u = np.uint64
     ports = (sport.astype(u) << u(16)) | dport.astype(u)
-    return _mix(ts.astype(u) ^ _mix(src_hi ^ _mix(src_lo ^ _mix(dst_hi ^ _mix(dst_lo ^ _mix(ports))))))
+    return mix64(ts.astype(u) ^ mix64(src_hi ^ mix64(src_lo ^ mix64(dst_hi ^ mix64(dst_lo ^ mix64(ports))))))
 
 
 def _convert_points(

@@ -46,6 +46,7 @@ from capture.protocols import (
     tls_records,
     tls_server_name,
 )
+from tracefmt.hashing import mix64
 
 __all__ = ["FlowAssembler", "FlowStats", "Messages"]
 
@@ -77,17 +78,6 @@ _WELL_KNOWN_PORTS = np.array(
 )  # fmt: skip
 _WELL_KNOWN_PORT = np.zeros(1 << 16, bool)  # by port number
 _WELL_KNOWN_PORT[_WELL_KNOWN_PORTS] = True
-_C1 = np.uint64(0xBF58476D1CE4E5B9)
-_C2 = np.uint64(0x94D049BB133111EB)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer: a well-spread 64-bit hash of each element."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _C1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _C2
-    return x ^ (x >> np.uint64(31))
 
 
 @dataclass
@@ -279,7 +269,7 @@ def _flow_keys(s: Segments) -> tuple[np.ndarray, np.ndarray]:
         lt, s.dport, s.sport
     ).astype(np.uint64)
     ports |= s.proto.astype(np.uint64) << np.uint64(32)
-    key = _mix(a_hi ^ _mix(a_lo ^ _mix(b_hi ^ _mix(b_lo ^ _mix(ports)))))
+    key = mix64(a_hi ^ mix64(a_lo ^ mix64(b_hi ^ mix64(b_lo ^ mix64(ports)))))
     return key, lt
 
 
@@ -364,7 +354,7 @@ class FlowAssembler:
     def _udp(self, s: Segments) -> Messages:
         n = len(s)
         key, _ = _flow_keys(s)
-        flow = _mix(key) >> np.uint64(24)
+        flow = mix64(key) >> np.uint64(24)
         new = np.setdiff1d(np.unique(key), np.fromiter(self._udp_flows, np.uint64, len(self._udp_flows)))
         self._udp_flows.update(dict.fromkeys(new.tolist(), 0))
         self.stats.flows_by_proto["udp"] += len(new)
@@ -558,14 +548,14 @@ class FlowAssembler:
         # Learn listening endpoints from SYNs, so later mid-way connections know their server.
         if len(np.flatnonzero(f_syn >= 0)):
             fs = f_syn[f_syn >= 0]
-            lk = _mix(s.dst_lo[fs] ^ s.dport[fs].astype(np.uint64))
+            lk = mix64(s.dst_lo[fs] ^ s.dport[fs].astype(np.uint64))
             self._listening.update(lk.tolist())
         a_known = _WELL_KNOWN_PORT[a_port]
         b_known = _WELL_KNOWN_PORT[b_port]
         if self._listening:
             lst = np.fromiter(self._listening, np.uint64)
-            a_known |= np.isin(_mix(a_addr ^ a_port.astype(np.uint64)), lst)
-            b_known |= np.isin(_mix(b_addr ^ b_port.astype(np.uint64)), lst)
+            a_known |= np.isin(mix64(a_addr ^ a_port.astype(np.uint64)), lst)
+            b_known |= np.isin(mix64(b_addr ^ b_port.astype(np.uint64)), lst)
         by_port = np.where(
             a_known != b_known, b_known, np.where(a_port != b_port, a_port > b_port, from_a[first])
         )
@@ -595,7 +585,7 @@ class FlowAssembler:
         # (split by idleness) must not share ids.
         isn = np.where(f_syn >= 0, s.seq[np.maximum(f_syn, 0)], s.seq[starts]).astype(np.uint64)
         isn |= np.where(f_syn >= 0, 0, 1 << 32).astype(np.uint64)
-        flow_ids = _mix(key[starts] ^ _mix(isn)) >> np.uint64(24)
+        flow_ids = mix64(key[starts] ^ mix64(isn)) >> np.uint64(24)
         client_is_a = self._client_is_a(s, from_a, flags, synonly, starts)
         d = (from_a != client_is_a[piece]).astype(np.int64)  # 0 client->server, 1 back
         tidx = np.arange(n)

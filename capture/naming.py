@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from tracefmt import ParameterError, load_names
+from tracefmt.hashing import mix64
 
 __all__ = ["NODE_BY", "Namer", "format_address"]
 
@@ -112,7 +113,7 @@ class Namer:
         srv = server.astype(bool)
         pk = np.where(srv, port.astype(np.int64), -1)
         # One 64-bit hash per endpoint: sorting plain integers is far faster than records.
-        key = _mix(_mix(hi.astype(np.uint64)) ^ lo.astype(np.uint64)) ^ _mix(pk.astype(np.uint64))
+        key = mix64(mix64(hi.astype(np.uint64)) ^ lo.astype(np.uint64)) ^ mix64(pk.astype(np.uint64))
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         labels = [
             self.name(int(hi[i]), int(lo[i]), int(pk[i]), server=bool(pk[i] >= 0)) for i in first.tolist()
@@ -122,17 +123,6 @@ class Namer:
         pos = {v: i for i, v in enumerate(dictionary)}
         remap = np.array([pos[v] for v in labels], np.int32)
         return remap[inv.ravel()], dictionary
-
-
-_C1 = np.uint64(0xBF58476D1CE4E5B9)
-_C2 = np.uint64(0x94D049BB133111EB)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer."""
-    x = (x ^ (x >> np.uint64(30))) * _C1
-    x = (x ^ (x >> np.uint64(27))) * _C2
-    return x ^ (x >> np.uint64(31))
 
 
 def _canonical_key(k: str) -> str:

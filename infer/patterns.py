@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from infer.callpairs import CallPairs
+from tracefmt.hashing import mix64
 from tracefmt.patterns import Shape, join_text, shape_text, sibling_groups, text_id
 
 __all__ = ["Pattern", "build_patterns", "group_stats"]
@@ -26,16 +27,7 @@ __all__ = ["Pattern", "build_patterns", "group_stats"]
 #: The statistics of a latency or delay distribution, in the paths file's order.
 STAT_NAMES = ("mean", "p50", "p90", "p99", "std")
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 _P = np.uint64(0x9E3779B97F4A7C15)  # odd: powers of it never vanish mod 2**64
-
-
-def _mix(h: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer: a well-spread 64-bit hash of a 64-bit value."""
-    h = (h ^ (h >> np.uint64(30))) * _M1
-    h = (h ^ (h >> np.uint64(27))) * _M2
-    return h ^ (h >> np.uint64(31))
 
 
 def _sorted_by_group(group: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -235,7 +227,7 @@ def build_patterns(
     # Subtree hashes and sizes, deepest level first. Within a concurrent group the
     # children's hashes are summed (any order gives the same sum); each group's mixed
     # sum is weighted by the group's position.
-    h = _mix(pairs.caller.astype(np.uint64) * np.uint64(1_000_003) + pairs.callee.astype(np.uint64))
+    h = mix64(pairs.caller.astype(np.uint64) * np.uint64(1_000_003) + pairs.callee.astype(np.uint64))
     size = np.ones(n, np.int64)
     kid_depth = depth[kids]
     max_depth = int(depth.max())
@@ -246,7 +238,7 @@ def build_patterns(
     for d in range(max_depth, 0, -1):
         level = np.flatnonzero(kid_depth == d)
         c = kids[level]
-        done = _mix(h[c] ^ _mix(n_children[c].astype(np.uint64)))
+        done = mix64(h[c] ^ mix64(n_children[c].astype(np.uint64)))
         # Siblings are adjacent (kids are sorted by parent), and so are the members of a group.
         par = kid_parent[level]
         if par.size:
@@ -254,7 +246,9 @@ def build_patterns(
             grun = np.flatnonzero(cut | new_group[level])
             members = np.diff(np.append(grun, par.size)).astype(np.uint64)
             sums = np.add.reduceat(done, grun)
-            weighted = _mix(sums ^ _mix(members + np.uint64(1 << 32))) * power[group_number[level[grun]] + 1]
+            weighted = (
+                mix64(sums ^ mix64(members + np.uint64(1 << 32))) * power[group_number[level[grun]] + 1]
+            )
             gpar = par[grun]
             prun = np.flatnonzero(np.concatenate([[True], gpar[1:] != gpar[:-1]]))
             h[gpar[prun]] += np.add.reduceat(weighted, prun)
@@ -262,7 +256,7 @@ def build_patterns(
             size[par[run]] += np.add.reduceat(size[c], run)
         h[c] = done
     roots = np.flatnonzero(parent < 0)
-    h[roots] = _mix(h[roots] ^ _mix(n_children[roots].astype(np.uint64)))
+    h[roots] = mix64(h[roots] ^ mix64(n_children[roots].astype(np.uint64)))
 
     uniq, pat_of_root = np.unique(h[roots], return_inverse=True)
     pat_of_root = pat_of_root.ravel()

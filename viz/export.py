@@ -29,14 +29,13 @@ import numpy as np
 import pyarrow as pa
 
 from tracefmt import ParameterError, SchemaError
+from tracefmt.hashing import mix64
 from viz._files import write_atomic
 
 __all__ = ["EXPORT_FORMATS", "export_traces", "write_export"]
 
 EXPORT_FORMATS = ("otlp", "zipkin", "jaeger")
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 _NEED = ("pair", "caller", "callee", "t_call", "t_return", "parent", "instance", "pattern", "confidence")
 
@@ -44,10 +43,7 @@ _NEED = ("pair", "caller", "callee", "t_call", "t_return", "parent", "instance",
 def _mix(x: np.ndarray) -> np.ndarray:
     """splitmix64 of each value (never 0 for the ids below, which would be invalid)."""
     with np.errstate(over="ignore"):
-        h = x.astype(np.uint64) + _GOLD
-        h = (h ^ (h >> np.uint64(30))) * _M1
-        h = (h ^ (h >> np.uint64(27))) * _M2
-        h = h ^ (h >> np.uint64(31))
+        h = mix64(x.astype(np.uint64) + _GOLD)
     return np.where(h == 0, np.uint64(1), h)
 
 
