@@ -45,7 +45,7 @@ from scipy.special import gammainc, ndtr
 
 from infer._convsignal import Correlator, find_spikes, local_background, moving_mean
 from infer.callpairs import node_codes
-from tracefmt import OP_RETURN, ParameterError, SchemaError, op_codes, sort_trace, validate_trace
+from tracefmt import OP_CALL, OP_RETURN, ParameterError, SchemaError, op_codes, sort_trace, validate_trace
 from tracefmt.patterns import path_id
 from tracefmt.units import format_duration_ns, format_instant_ns
 
@@ -609,6 +609,7 @@ class _EdgeGraph:
 
     names: list[str]
     sender: np.ndarray  # node code of each message's sender
+    receiver: np.ndarray  # and of its receiver
     edge: np.ndarray  # edge index of each message
     src: np.ndarray  # per edge
     dst: np.ndarray
@@ -626,7 +627,7 @@ class _EdgeGraph:
         for e, (a, b) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
             out_edges[a].append(e)
             in_edges[b].append(e)
-        return cls(nodes.names, nodes.sender, edge.ravel(), src, dst, out_edges, in_edges)
+        return cls(nodes.names, nodes.sender, nodes.receiver, edge.ravel(), src, dst, out_edges, in_edges)
 
     @property
     def n_edges(self) -> int:
@@ -719,12 +720,12 @@ def _start_edges(
             start += edges.out_edges[index[r]]
         return start
     start = []
-    answers = _answers_only(op_codes(trace), edges.sender, len(names))
+    answers, clients = _rpc_roles(op_codes(trace), edges.sender, edges.receiver, len(names))
     for e in range(edges.n_edges):
         if answers[edges.src[e]]:
             continue  # it sends only returns, each to a call it received first
         into = edges.in_edges[edges.src[e]]
-        if not into:
+        if not into or clients[edges.src[e]]:
             start.append(e)
             continue
         explained = sum(pairs.explained(z, e) for z in into) / max(counts[e], 1)
@@ -823,12 +824,18 @@ def _vertex_graph(verts: list[_Vertex], edges: _EdgeGraph) -> nx.DiGraph:
     return graph
 
 
-def _answers_only(ops: np.ndarray, sender: np.ndarray, n_nodes: int) -> np.ndarray:
-    """Per node: whether every message it sends is a return (it only answers calls, so
-    it never starts activity: not a root, however its answers' delays spread)."""
+def _rpc_roles(
+    ops: np.ndarray, sender: np.ndarray, receiver: np.ndarray, n_nodes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per node, from the calls and returns of an RPC trace: whether it only answers
+    (every message it sends is a return: never a root, however its answers' delays
+    spread), and whether it only calls (it sends calls and is called by nobody: a
+    client, a root however soon after an answer it calls again)."""
     sends = np.bincount(sender, minlength=n_nodes)
     returns = np.bincount(sender[ops == OP_RETURN], minlength=n_nodes)
-    return (sends > 0) & (returns == sends)
+    calls_out = np.bincount(sender[ops == OP_CALL], minlength=n_nodes)
+    calls_in = np.bincount(receiver[ops == OP_CALL], minlength=n_nodes)
+    return (sends > 0) & (returns == sends), (calls_out > 0) & (calls_in == 0)
 
 
 def _root_of(verts: list[_Vertex], v: int) -> int:

@@ -278,3 +278,22 @@ def test_convolution_and_nesting_agree_on_hop_delays(name: str) -> None:
     assert len(compared) >= 4
     for hop, median in compared:
         assert any(abs(d - median) <= 0.001 for d in measured.get(hop, ())), (hop, median, measured.get(hop))
+
+
+def test_a_closed_loop_client_is_a_root() -> None:
+    # The client calls again 2-6 ms after each answer: its calls follow its answers as
+    # a server's answers follow its calls, but it is called by nobody.
+    rng = np.random.default_rng(6)
+    rows, t = [], 0.0
+    for k in range(3000):
+        rows.append((t, "c", "a", "call", 2 * k))
+        t_b = t + rng.uniform(0.001, 0.003)
+        rows.append((t_b, "a", "b", "call", 2 * k + 1))
+        t_r = t_b + rng.uniform(0.002, 0.004)
+        rows.append((t_r, "b", "a", "return", 2 * k + 1))
+        t = t_r + 0.001
+        rows.append((t, "a", "c", "return", 2 * k))
+        t += rng.uniform(0.002, 0.006)
+    r = infer.infer_convolution(_rpc(rows), quantum_s=0.001, max_lag_s=0.5)
+    assert r.roots == ["c"]
+    assert r.paths[0].nodes == ("c", "a", "b", "a", "c")
