@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEBS := graphviz chromium chromium-driver tcpdump tshark iproute2 nginx-light redis-server postgresql openssl
 DEMO := build/demo
 
-.PHONY: demo test setup debs lint bench paper testbed clean
+.PHONY: demo test setup debs lint bench paper testbed reliability clean
 
 demo: setup
 	@mkdir -p $(DEMO)
@@ -79,6 +79,11 @@ paper: setup
 testbed: setup
 	timeout 600 $(BIN)/python samples/testbed/real/realbed.py run --out build/testbed
 	timeout 600 $(BIN)/python samples/testbed/real/realbed.py loads --out build/testbed-loads
+
+# Hostile inputs per verb, fuzzing, faults (root: a full tmpfs, a network namespace) and
+# load, measured and written to docs/reliability.md. About twenty minutes.
+reliability: setup
+	timeout 1800 $(BIN)/python benchmarks/reliability.py
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -185,7 +185,7 @@ def write_names_file(addresses: Mapping[str, tuple[str, int]], path: PathLike) -
     """
     lines = ["# node addresses of a synthetic trace rendered as packets (wirepath synth --pcap)", "[names]"]
     lines += [f'"{addr}" = "{_toml_escape(name)}"' for name, (addr, _port) in addresses.items()]
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tracefmt.write_atomic(path, "\n".join(lines) + "\n")
     return str(path)
 
 

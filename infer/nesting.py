@@ -32,7 +32,6 @@ import os
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,7 +53,7 @@ from infer.candidates import (
 from infer.chains import ChainModel, chain_stages
 from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import log_confidence_by
-from tracefmt import ParameterError, SchemaError, TraceFileError, publish, sort_trace, validate_trace
+from tracefmt import ParameterError, SchemaError, TraceFileError, atomic_output, sort_trace, validate_trace
 from tracefmt._files import existing_file
 from tracefmt.units import format_instant_ns
 
@@ -238,11 +237,9 @@ class NestingResult:
 
     def write_instances(self, path: str | os.PathLike[str]) -> None:
         """Write ``instances_table()`` as Parquet (zstd), atomically."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.partial")
-        pq.write_table(self.instances_table(), tmp, compression="zstd")
-        publish(tmp, target)
+        table = self.instances_table()
+        with atomic_output(path) as tmp:
+            pq.write_table(table, tmp, compression="zstd")
 
     def instances_table(self) -> pa.Table:
         """Every call pair with its inferred parent, instance, pattern and confidence."""

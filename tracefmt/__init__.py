@@ -4,7 +4,16 @@ and span files (Jaeger, OTLP) as traces with ground truth.
 Every other wirepath package takes a validated Arrow table from here.
 """
 
-from tracefmt._files import distinct_outputs, parquet_output, partial_path, publish, write_atomic
+from tracefmt._files import (
+    DISK_FULL,
+    atomic_output,
+    distinct_outputs,
+    parquet_output,
+    partial_path,
+    publish,
+    write_atomic,
+    write_error,
+)
 from tracefmt.convert import (
     TRACE_SUFFIXES,
     ConvertReport,
@@ -62,6 +71,7 @@ from tracefmt.units import format_duration_ns, format_instant_ns, parse_duration
 __all__ = [
     "CORE_COLUMNS",
     "DEFAULT_DEDUP_WINDOW_NS",
+    "DISK_FULL",
     "OPS",
     "OPTIONAL_FIELDS",
     "OP_CALL",
@@ -88,6 +98,7 @@ __all__ = [
     "TraceSummary",
     "TraceWriter",
     "WirepathError",
+    "atomic_output",
     "convert_trace",
     "distinct_outputs",
     "empty_trace",
@@ -120,6 +131,7 @@ __all__ = [
     "trace_format",
     "validate_trace",
     "write_atomic",
+    "write_error",
     "write_text_trace",
     "write_trace",
 ]

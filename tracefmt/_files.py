@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from tracefmt.errors import ParameterError, TraceFileError
+from tracefmt.errors import ParameterError, TraceFileError, WirepathError
 
 
 def existing_file(path: str | os.PathLike[str], what: str) -> Path:
@@ -147,10 +150,81 @@ def publish(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> None
     os.replace(tmp, target)
 
 
+#: errno values saying the file system has no room for what is written.
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def write_error(exc: OSError, path: str | os.PathLike[str]) -> TraceFileError:
+    """The one-line error for a failed write of ``path``; a full disk is said as such.
+
+    Examples
+    --------
+    >>> import errno
+    >>> write_error(OSError(errno.ENOSPC, "Error writing bytes to file"), "out/t.parquet")
+    TraceFileError('cannot write out/t.parquet: no space left on the device (the disk is full)')
+    >>> write_error(OSError(errno.EIO, "Input/output error"), "t.json")
+    TraceFileError('cannot write t.json: Input/output error')
+    """
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        reason = "no space left on the device (the disk is full)"
+    elif exc.errno == errno.EFBIG:
+        reason = "file too large for the file system"
+    else:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+    return TraceFileError(f"cannot write {path}: {reason}")
+
+
+@contextmanager
+def write_errors(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Inside the block, an ``OSError`` that is not already a wirepath error becomes
+    ``write_error(exc, path)``: one line naming the output (a full disk said as such)."""
+    try:
+        yield
+    except WirepathError:
+        raise
+    except OSError as exc:
+        raise write_error(exc, path) from None
+
+
+def remove_quietly(path: str | os.PathLike[str]) -> None:
+    """Remove a temporary file if it is there; never raises (it runs while handling errors)."""
+    with contextlib.suppress(OSError):
+        Path(path).unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield the temporary file (``partial_path``) to write ``path`` through; when the
+    block ends without error it replaces ``path`` in one rename (``publish``), so no
+    reader ever sees half a file. On any error, Ctrl-C or SIGTERM the temporary file is
+    removed and what was at ``path`` stays; an ``OSError`` (a full disk, say) becomes
+    one ``TraceFileError`` naming ``path``. Parent directories are created.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "a.bin"
+    >>> with atomic_output(target) as tmp:
+    ...     _ = tmp.write_bytes(b"whole")
+    >>> target.read_bytes(), [p.name for p in target.parent.iterdir()]
+    (b'whole', ['a.bin'])
+    """
+    target = writable_output(path)
+    tmp = partial_path(target)
+    try:
+        with write_errors(target):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            yield tmp
+            publish(tmp, target)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+
+
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file (``partial_path``) and a
     rename, so an interrupted run never leaves half a file behind; parent directories
-    are created; the temporary file is removed if writing fails.
+    are created; the temporary file is removed if writing fails (``atomic_output``).
 
     Examples
     --------
@@ -159,16 +233,9 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
     >>> p.read_text(), sorted(x.name for x in p.parent.iterdir())
     ('{}', ['a.json'])
     """
-    target = writable_output(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = partial_path(target)
-    try:
+    with atomic_output(path) as tmp:
         if isinstance(data, str):
             tmp.write_text(data, encoding="utf-8")
         else:
             tmp.write_bytes(data)
-        publish(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return target
+    return Path(path)

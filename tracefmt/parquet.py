@@ -7,6 +7,7 @@ metadata holds ``wirepath`` = JSON ``{"schema_version": 1, "provenance": {...}}`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,7 +17,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracefmt._files import existing_file, publish, writable_output
+from tracefmt._files import (
+    existing_file,
+    partial_path,
+    publish,
+    remove_quietly,
+    writable_output,
+    write_errors,
+)
 from tracefmt.errors import SchemaError, TraceFileError
 from tracefmt.schema import CORE_COLUMNS, SCHEMA_VERSION, empty_trace, validate_trace
 
@@ -210,8 +218,9 @@ class TraceWriter:
 
     The first table written fixes the schema; later ones are validated and must have
     the same columns. The file appears under its name only when the writer closes
-    without error, so a failed run never leaves a half-written trace behind.
-    Provenance may be updated until then (counts known only at the end).
+    without error, so a failed run never leaves a half-written trace behind (and what
+    was there before stays); a failed write (a full disk) raises one ``TraceFileError``
+    naming the output. Provenance may be updated until then (counts known only at the end).
 
     Examples
     --------
@@ -238,7 +247,7 @@ class TraceWriter:
         self.provenance: dict[str, Any] = dict(provenance or {})
         self.row_group_size = row_group_size
         self.rows = 0
-        self._tmp = self.path.with_name(f".{self.path.name}.partial")
+        self._tmp = partial_path(self.path)
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
         self._pending: list[pa.Table] = []
@@ -254,20 +263,21 @@ class TraceWriter:
             self.abort()
 
     def _open_writer(self, schema: pa.Schema) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         # Integer columns (times, ids, counts) delta-encode far better than dictionaries.
         delta = [f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_timestamp(f.type)]
         self._schema = schema.remove_metadata()
-        self._writer = pq.ParquetWriter(
-            self._tmp,
-            self._schema,
-            compression="zstd",
-            compression_level=3,
-            use_dictionary=[n for n in schema.names if n not in delta],
-            column_encoding=dict.fromkeys(delta, "DELTA_BINARY_PACKED"),
-            write_statistics=["timestamp"],
-            write_page_checksum=True,
-        )
+        with write_errors(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(
+                self._tmp,
+                self._schema,
+                compression="zstd",
+                compression_level=3,
+                use_dictionary=[n for n in schema.names if n not in delta],
+                column_encoding=dict.fromkeys(delta, "DELTA_BINARY_PACKED"),
+                write_statistics=["timestamp"],
+                write_page_checksum=True,
+            )
 
     def write(self, table: pa.Table | pa.RecordBatch) -> None:
         """Append messages (validated against the schema fixed by the first write)."""
@@ -285,7 +295,8 @@ class TraceWriter:
         self.rows += table.num_rows
         # Buffer small writes so row groups stay near row_group_size.
         if self._pending_rows >= self.row_group_size:
-            self._flush()
+            with write_errors(self.path):
+                self._flush()
 
     def _flush(self, final: bool = False) -> None:
         """Write whole row groups; keep the remainder pending unless this is the end."""
@@ -302,20 +313,30 @@ class TraceWriter:
         self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
 
     def close(self) -> None:
-        """Finish the file: flush, write provenance into the footer, move into place."""
-        if self._writer is None:
-            self._open_writer(empty_trace().schema)
-        assert self._writer is not None
-        self._flush(final=True)
-        self._writer.add_key_value_metadata(_metadata_bytes(self.provenance))
-        self._writer.close()
-        publish(self._tmp, self.path)
+        """Finish the file: flush, write provenance into the footer, move into place.
+        If that fails (a full disk, Ctrl-C), the partial file is removed."""
+        try:
+            if self._writer is None:
+                self._open_writer(empty_trace().schema)
+            assert self._writer is not None
+            with write_errors(self.path):
+                self._flush(final=True)
+                self._writer.add_key_value_metadata(_metadata_bytes(self.provenance))
+                self._writer.close()
+                self._writer = None
+                publish(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
 
     def abort(self) -> None:
-        """Drop the partial file; nothing appears at ``path``."""
-        if self._writer is not None:
-            self._writer.close()
-        self._tmp.unlink(missing_ok=True)
+        """Drop the partial file; nothing appears at ``path`` (what was there stays)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            # Closing flushes what is buffered, which fails again on a full disk.
+            with contextlib.suppress(OSError, pa.ArrowException):
+                writer.close()
+        remove_quietly(self._tmp)
 
 
 def write_trace(

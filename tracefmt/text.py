@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracefmt import _tokens
-from tracefmt._files import existing_file, publish
+from tracefmt._files import atomic_output, existing_file
 from tracefmt.errors import ParseError, SchemaError, TraceFileError
 from tracefmt.schema import OPS, TS_TYPE, empty_trace, validate_trace
 
@@ -406,19 +406,13 @@ def write_text_trace(tables: pa.Table | Iterable[pa.Table], path: PathLike) -> i
     A name containing whitespace or ``#`` cannot be represented and raises ``SchemaError``.
     """
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.partial")
     parts = [tables] if isinstance(tables, pa.Table) else tables
     rows = 0
-    try:
-        with pa.output_stream(str(tmp), compression="gzip" if p.suffix == ".gz" else None) as out:
-            out.write(TEXT_HEADER.encode())
-            for table in parts:
-                table = validate_trace(table)
-                out.write(format_text_lines(table))
-                rows += table.num_rows
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    publish(tmp, p)
+    gzip = "gzip" if p.suffix == ".gz" else None
+    with atomic_output(p) as tmp, pa.output_stream(str(tmp), compression=gzip) as out:
+        out.write(TEXT_HEADER.encode())
+        for table in parts:
+            table = validate_trace(table)
+            out.write(format_text_lines(table))
+            rows += table.num_rows
     return rows

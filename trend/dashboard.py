@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
 
+from tracefmt import write_atomic
 from trend.analysis import SeriesTrend
 
 __all__ = ["DashboardReport", "graph_figure", "write_dashboard"]
@@ -243,10 +245,12 @@ def write_dashboard(trends: Sequence[SeriesTrend], out: str | os.PathLike[str]) 
     trends = list(trends)
     links: dict[int, str] = {}
     graphs = []
+    if trends and not (graphs_dir / "plotly.min.js").exists():
+        # plotly.js is written once as graphs/plotly.min.js and referenced: offline, and small.
+        write_atomic(graphs_dir / "plotly.min.js", get_plotlyjs())
     for t in trends:
         path = graphs_dir / f"{_slug(t)}.html"
-        # plotly.js is written once as graphs/plotly.min.js and referenced: offline, and small.
-        graph_figure(t).write_html(path, include_plotlyjs="directory", full_html=True)
+        write_atomic(path, graph_figure(t).to_html(include_plotlyjs="directory", full_html=True))
         links[id(t)] = f"graphs/{path.name}"
         graphs.append(path)
     now_ns = max((int(t.series.times_ns.max()) for t in trends if t.series.runs), default=0)
@@ -276,5 +280,5 @@ def write_dashboard(trends: Sequence[SeriesTrend], out: str | os.PathLike[str]) 
         body += _failed_table(mine, now_ns)
     body.append("</body></html>")
     index = root / "index.html"
-    index.write_text("\n".join(body))
+    write_atomic(index, "\n".join(body))
     return DashboardReport(index, tuple(graphs))

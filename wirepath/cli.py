@@ -681,3 +681,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        # A full disk where no writer named its output: still one line, said as such.
+        if exc.errno not in tracefmt.DISK_FULL:
+            raise
+        print(f"error: {tracefmt.write_error(exc, exc.filename or 'output')}", file=sys.stderr)
+        return 1

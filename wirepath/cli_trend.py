@@ -70,7 +70,7 @@ def _writing(target: Any) -> Iterator[None]:
     except OSError as e:
         if isinstance(e, tracefmt.WirepathError):
             raise
-        raise tracefmt.TraceFileError(f"cannot write {target}: {e.strerror or e}") from None
+        raise tracefmt.write_error(e, target) from None
 
 
 def _gating(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
