@@ -45,6 +45,7 @@ from tracefmt.parquet import (
     iter_trace,
     read_trace,
     read_trace_metadata,
+    trace_parts,
     write_trace,
 )
 from tracefmt.schema import (
@@ -129,6 +130,7 @@ __all__ = [
     "span_format",
     "summarize_trace",
     "trace_format",
+    "trace_parts",
     "validate_trace",
     "write_atomic",
     "write_error",

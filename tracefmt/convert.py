@@ -44,7 +44,8 @@ TRACE_SUFFIXES: dict[str, str] = {
 
 
 def trace_format(path: PathLike) -> str:
-    """``"parquet"`` or ``"text"``, from the file name.
+    """``"parquet"`` or ``"text"``, from the file name; ``"parquet"`` for a directory of
+    trace parts.
 
     Examples
     --------
@@ -55,10 +56,14 @@ def trace_format(path: PathLike) -> str:
     ...
     tracefmt.errors.ParameterError: run1.csv: unknown trace file type (name it .parquet, .pq, ...)
     """
+    if Path(path).is_dir() and any(Path(path).glob("part-*.parquet")):
+        return "parquet"  # a dataset of trace parts (tracefmt.trace_parts)
     name = Path(path).name.lower()
     for suffix in sorted(TRACE_SUFFIXES, key=len, reverse=True):
         if name.endswith(suffix):
             return TRACE_SUFFIXES[suffix]
+    if Path(path).is_dir():
+        raise ParameterError(f"{path}: a directory without trace parts (part-*.parquet files)")
     raise ParameterError(f"{path}: unknown trace file type (name it {', '.join(TRACE_SUFFIXES)})")
 
 

@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -26,7 +27,7 @@ from tracefmt._files import (
     write_errors,
 )
 from tracefmt.errors import SchemaError, TraceFileError
-from tracefmt.schema import CORE_COLUMNS, SCHEMA_VERSION, empty_trace, validate_trace
+from tracefmt.schema import CORE_COLUMNS, SCHEMA_VERSION, empty_trace, sort_trace, validate_trace
 
 __all__ = [
     "DEFAULT_ROW_GROUP",
@@ -88,8 +89,35 @@ def _reason(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+def trace_parts(path: PathLike) -> list[Path]:
+    """The files a trace is read from: ``path`` itself, or, for a directory (a
+    partitioned dataset such as the live agent's ``DIR/trace/``), its parts
+    ``part-*.parquet`` in name order, which is time order (a part being written is
+    hidden under another name until it is whole). Other Parquet files in a directory
+    are not parts: several traces side by side are not one.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> trace_parts(tempfile.mkdtemp())
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.TraceFileError: ...: a directory without trace parts (part-*.parquet files)
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return [p]
+    parts = sorted(f for f in p.glob("part-*.parquet") if f.is_file())
+    if not parts:
+        raise TraceFileError(f"{p}: a directory without trace parts (part-*.parquet files)")
+    return parts
+
+
 def read_trace_metadata(path: PathLike) -> TraceMetadata:
     """Read a trace file's footer: row count, schema version and provenance.
+
+    Of a dataset directory (``trace_parts``): the messages and row groups of all its
+    parts, and the provenance of the last one.
 
     Examples
     --------
@@ -101,7 +129,19 @@ def read_trace_metadata(path: PathLike) -> TraceMetadata:
     >>> read_trace_metadata(path).provenance
     {'source': 'doctest'}
     """
-    return _metadata(_open(path), path)
+    parts = trace_parts(path)
+    if len(parts) == 1 and parts[0] == Path(path):
+        return _metadata(_open(path), path)
+    metas = [_metadata(_open(f), f) for f in parts]
+    versions = [m.schema_version for m in metas if m.schema_version is not None]
+    return TraceMetadata(
+        path=str(path),
+        messages=sum(m.messages for m in metas),
+        row_groups=sum(m.row_groups for m in metas),
+        schema_version=max(versions) if versions else None,
+        provenance=metas[-1].provenance,
+        schema=metas[-1].schema,
+    )
 
 
 def _metadata(pf: pq.ParquetFile, path: PathLike) -> TraceMetadata:
@@ -151,7 +191,7 @@ def read_trace(path: PathLike, *, columns: Sequence[str] | None = None) -> pa.Ta
     Parameters
     ----------
     path : str or path-like
-        A Parquet trace.
+        A Parquet trace, or a directory of trace parts (``trace_parts``), read as one.
     columns : sequence of str, optional
         Optional columns to read besides the core ones (default: all columns).
 
@@ -167,6 +207,14 @@ def read_trace(path: PathLike, *, columns: Sequence[str] | None = None) -> pa.Ta
     SchemaError
         The file's columns do not follow the trace schema.
     """
+    parts = trace_parts(path)
+    if len(parts) > 1 or parts[0] != Path(path):
+        tables = [read_trace(f, columns=columns) for f in parts]
+        try:
+            joined = pa.concat_tables(tables)
+        except pa.ArrowInvalid:
+            raise SchemaError(f"{path}: its parts do not have the same columns") from None
+        return validate_trace(sort_trace(joined.unify_dictionaries().combine_chunks()))
     pf = _open_checked(path)
     try:
         table = pf.read(columns=_projection(pf.schema_arrow, columns))
@@ -199,13 +247,14 @@ def iter_trace(
     """
     if batch_size <= 0:
         raise SchemaError(f"batch_size must be positive, not {batch_size}")
-    pf = _open_checked(path)
-    cols = _projection(pf.schema_arrow, columns)
-    try:
-        for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
-            yield validate_trace(batch)
-    except (pa.ArrowException, OSError) as exc:
-        raise TraceFileError(f"{path}: cannot read Parquet data ({_reason(exc)})") from None
+    for part in trace_parts(path):  # a dataset's parts are in time order, one after another
+        pf = _open_checked(part)
+        cols = _projection(pf.schema_arrow, columns)
+        try:
+            for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
+                yield validate_trace(batch)
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceFileError(f"{part}: cannot read Parquet data ({_reason(exc)})") from None
 
 
 def _metadata_bytes(provenance: Mapping[str, Any] | None) -> dict[bytes, bytes]:

@@ -309,6 +309,8 @@ def span_format(path: str | os.PathLike[str]) -> str | None:
     >>> span_format(p)
     'jaeger'
     """
+    if Path(path).is_dir():
+        return None  # a dataset of trace parts, not spans
     head = _head(path).lstrip(b"\xef\xbb\xbf \t\r\n")
     named_json = Path(path).name.lower().endswith(SPAN_SUFFIXES)
     if head[:1] in (b"{", b"["):

@@ -256,3 +256,29 @@ def test_parts_directory_is_not_writable_by_others(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert (tmp_path / "t").stat().st_mode & 0o022 == 0
+
+
+def test_the_parts_directory_is_read_as_the_trace(tmp_path: Path) -> None:
+    """Every reader (and so every verb) takes the parts directory as the trace itself."""
+    from wirepath.cli import main
+
+    source = DATA / "zeek" / "http_methods.pcap"
+    if not source.exists():
+        pytest.skip("shared captures not here")
+    out, parts = tmp_path / "t.parquet", tmp_path / "t"
+    with StreamConverter(out, parts_dir=parts, part_every_s=0.0) as conv:
+        for batch in read_packets(source, chunk_bytes=4096):
+            conv.add_batch(batch)
+        conv.finish()
+    assert len(tracefmt.trace_parts(parts)) > 3
+    whole = tracefmt.read_trace(out)
+    assert tracefmt.read_trace(parts).equals(whole)
+    assert sum(b.num_rows for b in tracefmt.iter_trace(parts, batch_size=7)) == whole.num_rows
+    assert tracefmt.read_trace_metadata(parts).messages == whole.num_rows
+    assert main(["convert", str(parts), str(tmp_path / "copy.parquet"), "--quiet"]) == 0
+    assert tracefmt.read_trace(tmp_path / "copy.parquet").equals(whole)
+    assert main(["infer", "nesting", str(parts), "--out", str(tmp_path / "p.json")]) == 0
+    # Several traces side by side in a directory are not one.
+    with pytest.raises(tracefmt.TraceFileError, match="without trace parts"):
+        tracefmt.read_trace(tmp_path)
+    assert main(["info", str(tmp_path)]) == 1

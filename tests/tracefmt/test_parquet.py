@@ -334,7 +334,7 @@ def _missing(path: Path, make_table) -> Path:
         pytest.param(_random_bytes, "not a readable Parquet trace", id="random-bytes"),
         pytest.param(_empty, "not a readable Parquet trace", id="empty-file"),
         pytest.param(_text_named_parquet, "not a readable Parquet trace", id="text-file"),
-        pytest.param(_directory, "is a directory", id="directory"),
+        pytest.param(_directory, "a directory without trace parts", id="directory"),
         pytest.param(_missing, "no such file", id="missing"),
     ],
 )
