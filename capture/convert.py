@@ -319,16 +319,7 @@ class StreamConverter:
         report = self.report
         report.messages = self._writer.rows
         _add_decode_stats(report, self._decoder)
-        st = self._asm.stats
-        report.retransmitted += st.retransmitted
-        report.after_close += st.after_close
-        report.gaps += st.gaps
-        report.out_of_order += st.out_of_order
-        report.connections += st.connections
-        for k, v in st.flows_by_proto.items():
-            report.flows_by_proto[k] = report.flows_by_proto.get(k, 0) + v
-        for k, v in st.messages_by_proto.items():
-            report.messages_by_proto[k] = report.messages_by_proto.get(k, 0) + v
+        _add_flow_stats(report, self._asm.stats)
         report.seconds = time.perf_counter() - self._t0
         prov = {"capture": _provenance(report), **(provenance or {})}
         self._writer.provenance = prov
@@ -427,15 +418,17 @@ def _add_source_stats(report: CaptureReport, src: PacketSource) -> None:
     report.damage += [f"{src.name}: {d}" for d in st.damage]
 
 
-def _add_flow_stats(total: FlowStats, one: FlowStats) -> None:
-    total.connections += one.connections
-    total.retransmitted += one.retransmitted
-    total.after_close += one.after_close
-    total.gaps += one.gaps
-    total.out_of_order += one.out_of_order
-    total.unparsed_bytes += one.unparsed_bytes
-    total.flows_by_proto.update(one.flows_by_proto)
-    total.messages_by_proto.update(one.messages_by_proto)
+def _add_flow_stats(report: CaptureReport, st: FlowStats) -> None:
+    """An assembler's counters added to the report's."""
+    report.retransmitted += st.retransmitted
+    report.after_close += st.after_close
+    report.gaps += st.gaps
+    report.out_of_order += st.out_of_order
+    report.connections += st.connections
+    for k, v in st.flows_by_proto.items():
+        report.flows_by_proto[k] = report.flows_by_proto.get(k, 0) + v
+    for k, v in st.messages_by_proto.items():
+        report.messages_by_proto[k] = report.messages_by_proto.get(k, 0) + v
 
 
 def _add_decode_stats(report: CaptureReport, decoder: Decoder) -> None:
@@ -774,7 +767,6 @@ def _convert_points(
     lk_ts = np.zeros(0, np.int64)
     asm = FlowAssembler(keep_payload=keep_payload)
     held: list[tuple[Messages, np.ndarray]] = []
-    stats = FlowStats()
     point_dict = pa.array(names, pa.string())
     with TraceWriter(out, provenance={}, row_group_size=1 << 17) as writer:
 
@@ -870,14 +862,7 @@ def _convert_points(
             _add_source_stats(report, src)
         for d in decoders:
             _add_decode_stats(report, d)
-        _add_flow_stats(stats, asm.stats)
-        report.retransmitted += stats.retransmitted
-        report.after_close += stats.after_close
-        report.gaps += stats.gaps
-        report.out_of_order += stats.out_of_order
-        report.connections += stats.connections
-        report.flows_by_proto = dict(stats.flows_by_proto)
-        report.messages_by_proto = dict(stats.messages_by_proto)
+        _add_flow_stats(report, asm.stats)
         report.duplicates_removed = sum(dups)
         for p, d, src in zip(report.points, dups, sources, strict=True):
             p["duplicates"] = d
