@@ -25,7 +25,7 @@ id). A message's timestamp is its first packet's.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from itertools import islice
 from typing import Any
 
@@ -179,6 +179,27 @@ def _empty_messages() -> Messages:
         payload=np.zeros(0, object),
         server_is_dst=np.zeros(0, bool),
     )
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """Kept data segments of some connections, in stream order: each one's segment
+    index ``di``, connection ``kp`` and direction ``kd`` (0 from the client), payload
+    length ``klen`` and captured length ``kcap``, whether it starts a run of
+    contiguous bytes (``run_start``), and where its bytes start in the joined stream
+    (``sstart``)."""
+
+    di: np.ndarray
+    kp: np.ndarray
+    kd: np.ndarray
+    klen: np.ndarray
+    run_start: np.ndarray
+    sstart: np.ndarray
+    kcap: np.ndarray
+
+    def take(self, idx: np.ndarray) -> _Kept:
+        """The segments ``idx`` of these."""
+        return _Kept(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
 
 
 def _tls_segments(
@@ -674,13 +695,9 @@ class FlowAssembler:
         tls = protos == "tls"
         out: list[Messages] = []
         generic = ~parsed[kp] & ~tls[kp]
+        kept = _Kept(di, kp, kd, klen, run_start, sstart, kcap)
         if tls.any():
-            ti = np.flatnonzero(tls[kp])
-            out.append(
-                self._tls(
-                    s, di[ti], kp[ti], kd[ti], klen[ti], run_start[ti], flow_ids, sstart[ti], kcap[ti], stream
-                )
-            )
+            out.append(self._tls(s, kept.take(np.flatnonzero(tls[kp])), flow_ids, stream))
         extra_generic: list[int] = []
         http = protos == "http"
         if http.any() and not self.keep_payload:
@@ -722,12 +739,7 @@ class FlowAssembler:
         for p in np.flatnonzero(np.isin(np.arange(npieces), np.unique(kp)) & ~counted_fast).tolist():
             self.stats.flows_by_proto[protos[p]] += 1
         if generic.any():
-            gi = np.flatnonzero(generic)
-            out.append(
-                self._turns(
-                    s, di[gi], kp[gi], kd[gi], klen[gi], run_start[gi], flow_ids, sstart[gi], kcap[gi], stream
-                )
-            )
+            out.append(self._turns(s, kept.take(np.flatnonzero(generic)), flow_ids, stream))
         return Messages.concat(out)
 
     def _http_turns(
@@ -825,14 +837,8 @@ class FlowAssembler:
     def _turns(
         self,
         s: Segments,
-        di: np.ndarray,
-        kp: np.ndarray,
-        kd: np.ndarray,
-        klen: np.ndarray,
-        run_start: np.ndarray,
+        kept: _Kept,
         flow_ids: np.ndarray,
-        sstart: np.ndarray,
-        kcap: np.ndarray,
         stream: bytes,
         *,
         proto: str = "tcp",
@@ -843,9 +849,8 @@ class FlowAssembler:
 
         ``proto`` names the connections' protocol, ``labels`` gives each connection's label
         (by piece), and calls are numbered from ``first_call`` within each connection."""
-        o = np.lexsort((di, kp))  # time order within each connection
-        di, kp, kd, klen, gap = di[o], kp[o], kd[o], klen[o], run_start[o]
-        sstart, kcap = sstart[o], kcap[o]
+        k = kept.take(np.lexsort((kept.di, kept.kp)))  # time order within each connection
+        di, kp, kd, klen, gap, sstart, kcap = k.di, k.kp, k.kd, k.klen, k.run_start, k.sstart, k.kcap
         pstart = np.r_[True, kp[1:] != kp[:-1]]
         turn = pstart | np.r_[True, kd[1:] != kd[:-1]] | gap
         ts = np.flatnonzero(turn)
@@ -879,19 +884,7 @@ class FlowAssembler:
             server_is_dst=is_call,
         )
 
-    def _tls(
-        self,
-        s: Segments,
-        di: np.ndarray,
-        kp: np.ndarray,
-        kd: np.ndarray,
-        klen: np.ndarray,
-        run_start: np.ndarray,
-        flow_ids: np.ndarray,
-        sstart: np.ndarray,
-        kcap: np.ndarray,
-        stream: bytes,
-    ) -> Messages:
+    def _tls(self, s: Segments, kept: _Kept, flow_ids: np.ndarray, stream: bytes) -> Messages:
         """TLS connections: the handshake as one call (from the ClientHello) and its
         return (from the server's first flight), labelled ``TLS <server name>``; the
         encrypted records after it by the turn-taking rule, labelled with the server
@@ -901,7 +894,8 @@ class FlowAssembler:
         segment before it, either way (the client's Finished, TLS 1.3's session tickets
         sent ahead of the first request), belongs to the handshake's call or return.
         """
-        first_type, alert, names = _tls_segments(kp, kd, run_start, sstart, kcap, stream)
+        di, kp, kd, klen = kept.di, kept.kp, kept.kd, kept.klen
+        first_type, alert, names = _tls_segments(kp, kd, kept.run_start, kept.sstart, kept.kcap, stream)
         ts = s.ts_ns[di]
         npieces = int(kp.max()) + 1
         data_from = np.full(npieces, np.iinfo(np.int64).max, np.int64)
@@ -917,11 +911,8 @@ class FlowAssembler:
         if turns.any():
             t = np.flatnonzero(turns)
             parts.append(
-                self._turns(
-                    s, di[t], kp[t], kd[t], klen[t], run_start[t], flow_ids, sstart[t], kcap[t], stream,
-                    proto="tls", labels=names, first_call=2,
-                )
-            )  # fmt: skip
+                self._turns(s, kept.take(t), flow_ids, stream, proto="tls", labels=names, first_call=2)
+            )
         return Messages.concat(parts)
 
     def _tls_handshakes(
