@@ -258,7 +258,7 @@ def test_parts_directory_is_not_writable_by_others(tmp_path: Path) -> None:
     assert (tmp_path / "t").stat().st_mode & 0o022 == 0
 
 
-def test_the_parts_directory_is_read_as_the_trace(tmp_path: Path) -> None:
+def test_the_parts_directory_is_read_as_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Every reader (and so every verb) takes the parts directory as the trace itself."""
     from wirepath.cli import main
 
@@ -281,4 +281,7 @@ def test_the_parts_directory_is_read_as_the_trace(tmp_path: Path) -> None:
     # Several traces side by side in a directory are not one.
     with pytest.raises(tracefmt.TraceFileError, match="without trace parts"):
         tracefmt.read_trace(tmp_path)
+    capsys.readouterr()
     assert main(["info", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {tmp_path}: a directory without trace parts (part-*.parquet files)"]

@@ -104,3 +104,18 @@ def test_teardown_leaves_no_namespace(findings: dict[str, Any]) -> None:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     assert findings["namespaces"]
     assert not any(ns in listed for ns in findings["namespaces"])
+
+
+def test_run_refuses_a_non_empty_directory_it_did_not_make(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out`` is wiped before a run, as root: only an earlier run's directory may be."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    rb = _realbed()
+    keep = tmp_path / "mine.txt"
+    keep.write_text("not a testbed run")
+    assert rb.main(["run", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"error: {tmp_path} is not empty and holds no earlier testbed run; give a new directory"
+    assert keep.read_text() == "not a testbed run"
