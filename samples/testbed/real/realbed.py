@@ -522,6 +522,8 @@ http {{
             self.exec_argv(
                 "sw",
                 self.python,
+                "-X",
+                "faulthandler",  # SIGABRT dumps every thread's stack: where a stuck agent waits
                 "-m",
                 "wirepath",
                 "capture",
@@ -578,9 +580,18 @@ http {{
             try:
                 outs = [proc.communicate(timeout=300) for proc in procs]
             except subprocess.TimeoutExpired:
+                stacks = ""
+                if agent.poll() is None:
+                    agent.send_signal(signal.SIGABRT)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        stacks = agent.communicate(timeout=10)[1] or ""
+                        (run.dir / "agent-stuck.txt").write_text(stacks)
                 for proc in procs:  # none may go on writing into the run's directory
                     proc.kill()
-                raise
+                raise RuntimeError(
+                    f"a recorder did not stop within 300 s of SIGINT; the agent's stderr and stacks "
+                    f"(also in {run.dir / 'agent-stuck.txt'}):\n{stacks[-4000:]}"
+                ) from None
         run.capture = json.loads(outs[0][0])
         run.bridge_trace = Path(run.capture["trace"])
         spans = run.dir / "spans.jsonl"
