@@ -7,14 +7,27 @@ Each verb group lives in its own module (``cli_<group>.py``) with a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from tracefmt.cluster import Runner, open_runner
 from tracefmt.display import printable
 
-__all__ = ["Parser", "UsageError", "add_verb", "count", "emit", "end_progress", "probability", "progress"]
+__all__ = [
+    "Parser",
+    "UsageError",
+    "add_cluster_options",
+    "add_verb",
+    "count",
+    "emit",
+    "end_progress",
+    "probability",
+    "progress",
+    "runner",
+]
 
 
 class UsageError(Exception):
@@ -85,6 +98,28 @@ class Progress:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def add_cluster_options(p: Parser) -> None:
+    """``--scheduler`` / ``--workers``: run the verb's tasks on a Dask cluster
+    (``tracefmt.cluster``); without them it runs in this process."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run on this Dask cluster (tcp://host:8786); needs the dask extra",
+    )
+    g.add_argument(
+        "--workers",
+        type=count(1, 4096),
+        metavar="N",
+        help="run on a local Dask cluster of N worker processes started for this run",
+    )
+
+
+def runner(args: argparse.Namespace) -> contextlib.AbstractContextManager[Runner]:
+    """The runner ``add_cluster_options``' flags ask for (in-process without them)."""
+    return open_runner(getattr(args, "scheduler", None), getattr(args, "workers", None))
 
 
 def progress(

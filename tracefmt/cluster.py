@@ -1,0 +1,167 @@
+"""Where a verb's work runs: in this process, or as tasks of a Dask cluster.
+
+Every verb that can spread its work takes a :class:`Runner`. The in-process runner calls
+the task function on each item in turn; :class:`DaskRunner` sends the same function and
+items to the workers of a ``dask.distributed`` cluster (an existing one, or a local one
+started for the run) and gathers the results in the items' order. The task functions
+are the same either way, so the answers are too; what each verb spreads, and what moves
+between machines, is in ``docs/scaling.md``.
+
+Dask is an optional extra (``pip install 'wirepath[dask]'``); nothing here imports it
+until a cluster is asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
+
+from tracefmt.errors import MissingToolError, ParameterError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: What to install when a cluster is asked for and Dask is missing.
+DASK_HINT = "pip install 'wirepath[dask]'"
+
+
+class Runner(Protocol):
+    """Runs a task function over items, in order (see :func:`open_runner`)."""
+
+    #: How many tasks can run at once (the cluster's worker threads; 1 in-process).
+    width: int
+
+    def map(self, fn: Callable[..., R], items: Sequence[Any], **common: Any) -> list[R]:
+        """``[fn(item, **common) for item in items]``, with ``common`` sent to each worker once."""
+        ...
+
+
+class InProcess:
+    """The runner of one process: every task in turn, here.
+
+    Examples
+    --------
+    >>> InProcess().map(pow, [1, 2, 3], exp=2)
+    [1, 4, 9]
+    """
+
+    width = 1
+
+    def map(self, fn: Callable[..., R], items: Sequence[Any], **common: Any) -> list[R]:
+        return [fn(item, **common) for item in items]
+
+    def __repr__(self) -> str:
+        return "InProcess()"
+
+
+class DaskRunner:
+    """Tasks on a ``dask.distributed`` cluster through ``client``.
+
+    ``common`` arguments are scattered to the workers once per :meth:`map` (a model, a
+    table of signals), not shipped with every task; the results come back in the items'
+    order, and an exception raised by a task is raised here with its own type.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    @property
+    def width(self) -> int:
+        return max(1, sum(self.client.nthreads().values()))
+
+    def map(self, fn: Callable[..., R], items: Sequence[Any], **common: Any) -> list[R]:
+        if not items:
+            return []
+        shared = {k: self.client.scatter(v, broadcast=True) for k, v in common.items()}
+        futures = self.client.map(fn, list(items), pure=False, **shared)
+        try:
+            return self.client.gather(futures)
+        finally:
+            for f in [*futures, *shared.values()]:
+                f.release()
+
+    def __repr__(self) -> str:
+        return f"DaskRunner({self.client.scheduler.address!r}, width={self.width})"
+
+
+@contextlib.contextmanager
+def open_runner(scheduler: str | None = None, workers: int | None = None) -> Iterator[Runner]:
+    """The runner a verb's ``--scheduler`` / ``--workers`` ask for.
+
+    Parameters
+    ----------
+    scheduler : str, optional
+        Address of a running Dask scheduler (``tcp://host:8786``).
+    workers : int, optional
+        Start a local cluster of this many worker processes (one thread each) for the
+        run, and stop it after.
+
+    With neither, the work runs in this process (:class:`InProcess`).
+
+    Raises
+    ------
+    ParameterError
+        Both given, or ``workers`` below 1.
+    MissingToolError
+        A cluster was asked for and Dask is not installed.
+
+    Examples
+    --------
+    >>> with open_runner() as run:
+    ...     run.map(len, ["ab", "c"])
+    [2, 1]
+    """
+    if scheduler is not None and workers is not None:
+        raise ParameterError("give --scheduler (a running cluster) or --workers (a local one), not both")
+    if scheduler is None and workers is None:
+        yield InProcess()
+        return
+    if workers is not None and workers < 1:
+        raise ParameterError(f"--workers {workers} must be at least 1")
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise MissingToolError(
+            f"a Dask cluster was asked for but Dask is not installed ({DASK_HINT})"
+        ) from None
+    with contextlib.ExitStack() as stack:
+        if scheduler is not None:
+            try:
+                client = stack.enter_context(Client(scheduler, timeout="10s"))
+            except (OSError, TimeoutError) as exc:
+                raise ParameterError(f"no Dask scheduler answers at {scheduler!r} ({exc})") from None
+        else:
+            cluster = stack.enter_context(
+                LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    # Workers are separate processes: numpy in each uses one core, as a
+                    # task of the in-process run does.
+                    env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+                )
+            )
+            client = stack.enter_context(Client(cluster))
+        yield DaskRunner(client)
+
+
+def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous ``(start, stop)`` ranges covering ``range(n)``, sizes within one.
+
+    >>> split_evenly(10, 3)
+    [(0, 3), (3, 6), (6, 10)]
+    >>> split_evenly(2, 4)
+    [(0, 1), (1, 2)]
+    """
+    parts = max(1, min(parts, n))
+    bounds = [n * k // parts for k in range(parts + 1)]
+    return list(itertools.pairwise(bounds))
+
+
+def default_workers() -> int:
+    """The local cluster's size when ``--workers`` is given without a number: the cores here."""
+    return os.cpu_count() or 1
