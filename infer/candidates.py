@@ -30,7 +30,9 @@ __all__ = [
     "NODE_BITS",
     "BestSoFar",
     "CandidateChunks",
+    "CandidatePlan",
     "Chunk",
+    "Offer",
     "Scoreboard",
     "Siblings",
     "best_parents",
@@ -42,6 +44,9 @@ __all__ = [
 
 _KEEP_BYTES = 640 << 20  # candidates kept between passes, beyond which they are enumerated again
 DENSE_TABLE = 1 << 24  # key spaces up to this size get a direct lookup table
+#: Candidate pairs per chunk of parents: bounds the memory of one chunk's scoring, and
+#: is the unit of work a cluster's workers are dealt.
+CHUNK_PAIRS = 1 << 18
 
 
 def _time_key(node: np.ndarray, t: np.ndarray, t0: int, shift: int) -> np.ndarray:
@@ -265,6 +270,54 @@ class Scoreboard:
         return np.where(self.keys[at] == keys, self.values[at], 0.0)
 
 
+@dataclass(frozen=True)
+class Offer:
+    """One chunk's candidates reduced per child, for :meth:`BestSoFar.take`: each
+    child's best candidate in the chunk (``kids``, ``parent``, ``score``,
+    ``t_parent``) and what the chunk adds to its children's totals (``total_kids``,
+    ``total``; empty when the board keeps no totals). Made where the chunk was scored
+    (a cluster's worker) and folded where the answer is kept, in chunk order, it gives
+    exactly what :meth:`BestSoFar.offer` gives in one process."""
+
+    kids: np.ndarray
+    parent: np.ndarray
+    score: np.ndarray
+    t_parent: np.ndarray
+    total_kids: np.ndarray
+    total: np.ndarray
+
+    @classmethod
+    def of(
+        cls,
+        c: np.ndarray,
+        par: np.ndarray,
+        score: np.ndarray,
+        t_call: np.ndarray,
+        *,
+        mass: np.ndarray | None = None,
+        totals: bool = True,
+    ) -> Offer:
+        """The offer of candidates ``(c, par)`` scored ``score`` (``t_call``: every pair's
+        call time; ``mass``, default ``score``, is what the totals sum).
+
+        >>> o = Offer.of(np.array([1, 1]), np.array([0, 2]), np.array([0.5, 0.7]), np.array([0, 5, 9]))
+        >>> o.kids.tolist(), o.parent.tolist(), o.total.tolist()
+        ([1], [2], [1.2])
+        """
+        n = t_call.size
+        none = np.zeros(0, np.int64)
+        if c.size == 0:
+            return cls(none, none, np.zeros(0), none, none, np.zeros(0))
+        kids_t, total = none, np.zeros(0)
+        if totals:
+            # The same sums, in the same order, as the whole-length bincount of ``offer``.
+            full = np.bincount(c, weights=score if mass is None else mass, minlength=n)
+            kids_t = np.flatnonzero(np.bincount(c, minlength=n))
+            total = full[kids_t]
+        pick = best_parents(c, par, score, t_call, n)
+        return cls(c[pick], par[pick], score[pick], t_call[par[pick]], kids_t, total)
+
+
 class BestSoFar:
     """Each child's best candidate over chunks: highest score, then earliest parent call."""
 
@@ -290,9 +343,17 @@ class BestSoFar:
         if self.totals:
             self.total += np.bincount(c, weights=score if mass is None else mass, minlength=self.total.size)
         pick = best_parents(c, par, score, t_call, self.total.size)
-        kids, s, t = c[pick], score[pick], t_call[par[pick]]
+        self._keep_better(c[pick], score[pick], t_call[par[pick]], par[pick])
+
+    def take(self, offer: Offer) -> None:
+        """Fold a chunk's :class:`Offer` in (as ``offer`` would its candidates)."""
+        if self.totals:
+            self.total[offer.total_kids] += offer.total
+        self._keep_better(offer.kids, offer.score, offer.t_parent, offer.parent)
+
+    def _keep_better(self, kids: np.ndarray, s: np.ndarray, t: np.ndarray, p: np.ndarray) -> None:
         better = (s > self.score[kids]) | ((s == self.score[kids]) & (t < self.t_parent[kids]))
-        kids, s, t, p = kids[better], s[better], t[better], par[pick][better]
+        kids, s, t, p = kids[better], s[better], t[better], p[better]
         self.score[kids], self.t_parent[kids], self.parent[kids] = s, t, p
 
     def result(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -332,6 +393,9 @@ class CandidateChunks:
         self.pairs, self.tol_ns, self.board, self.budget = pairs, tol_ns, board, budget
         self.siblings = siblings
         self.kept: list[Chunk] | None = None
+        #: The chunks' parent ranges ``(start, end)``, in order, once enumerated: the
+        #: items a cluster's workers enumerate them from (``CandidatePlan.pairs_of``).
+        self.ranges: list[tuple[int, int]] | None = None
 
     def __iter__(self) -> Iterator[Chunk]:
         if self.kept is not None:
@@ -340,7 +404,9 @@ class CandidateChunks:
         kept: list[Chunk] | None = []
         size = 0
         p = self.pairs
-        for c, par in candidates_by_parent(p, self.tol_ns):
+        ranges = []
+        for span, c, par in CandidatePlan(p, self.tol_ns).chunks():
+            ranges.append(span)
             sib = Siblings(par, p.t_call[c], p.t_return[c]) if self.siblings else None
             chunk = Chunk(c, par, self.board.cell_keys(p, c, par), sib)
             if kept is not None:
@@ -350,62 +416,88 @@ class CandidateChunks:
                 else:
                     kept = None
             yield chunk
+        self.ranges = ranges
         if kept is not None:
             self.kept = kept
 
 
+class CandidatePlan:
+    """How the candidate pairs are enumerated: the children sorted by (caller, call
+    time), each parent's range among them, and the cut of the parents into chunks of
+    about ``max_pairs`` enumerated pairs (``ranges``, as ``(start, end)`` parent
+    indices). A chunk's pairs come from :meth:`pairs_of`, so a worker holding the call
+    pairs enumerates the chunks it is given exactly as one process would.
+    """
+
+    def __init__(self, p: CallPairs, tol_ns: int, max_pairs: int | None = None) -> None:
+        max_pairs = max_pairs or CHUNK_PAIRS
+        n = len(p)
+        self.p, self.tol_ns, self.n = p, tol_ns, n
+        self.ranges: list[tuple[int, int]] = []
+        if n == 0:
+            return
+        t0, shift = _time_frame(p)
+        ckey = _time_key(p.caller, p.t_call, t0, shift)
+        corder = np.argsort(ckey, kind="stable")
+        ckey = ckey[corder]
+        # Searches in key order walk the sorted keys forward: parents by (node, call time).
+        # (A 16-bit copy of the node codes sorts by radix.)
+        node = p.callee.astype(np.int16) if int(p.callee.max(initial=0)) < 1 << 15 else p.callee
+        porder = np.argsort(node, kind="stable")
+        lo = np.empty(n, np.int64)
+        hi = np.empty(n, np.int64)
+        lo[porder] = np.searchsorted(
+            ckey, _time_key(p.callee, np.maximum(p.t_call - tol_ns, t0), t0, shift)[porder]
+        )
+        hi[porder] = np.searchsorted(
+            ckey, _time_key(p.callee, p.t_return + tol_ns, t0, shift)[porder], side="right"
+        )
+        self.lo, self.sizes, self.corder = lo, hi - lo, corder
+        # Children's fields in key order: a chunk reads them in runs, not scattered.
+        self.c_call, self.c_return, self.c_caller = p.t_call[corder], p.t_return[corder], p.caller[corder]
+        # Cut the parents into chunks of about max_pairs enumerated pairs.
+        total = int(self.sizes.sum())
+        bounds = np.searchsorted(np.cumsum(self.sizes), np.arange(max_pairs, total + max_pairs, max_pairs))
+        start = 0
+        for end in [*np.unique(np.minimum(bounds + 1, n)).tolist(), n]:
+            if end > start:
+                self.ranges.append((start, end))
+                start = end
+
+    def pairs_of(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (child, parent) candidate pairs of parents ``start`` to ``end - 1``."""
+        p, tol_ns = self.p, self.tol_ns
+        par_idx = np.arange(start, end)
+        counts = self.sizes[start:end]
+        total = int(counts.sum())
+        rep = np.repeat(par_idx, counts)
+        pos = np.repeat(self.lo[par_idx] - np.cumsum(counts) + counts, counts) + np.arange(total)
+        c = self.corder[pos]
+        ok = (
+            (self.c_call[pos] >= np.repeat(p.t_call[par_idx] - tol_ns, counts))
+            & (self.c_return[pos] <= np.repeat(p.t_return[par_idx] + tol_ns, counts))
+            & (c != rep)
+            & (self.c_caller[pos] == np.repeat(p.callee[par_idx], counts))
+        )
+        # Half the memory for the kept candidates when pair indices fit 32 bits.
+        index = np.int32 if self.n < 1 << 31 else np.int64
+        return c[ok].astype(index), rep[ok].astype(index)
+
+    def chunks(self) -> Iterator[tuple[tuple[int, int], np.ndarray, np.ndarray]]:
+        """``((start, end), children, parents)`` of every chunk with enumerated pairs."""
+        for start, end in self.ranges:
+            if int(self.sizes[start:end].sum()):
+                yield (start, end), *self.pairs_of(start, end)
+
+
 def candidates_by_parent(
-    p: CallPairs, tol_ns: int, max_pairs: int = 1 << 18
+    p: CallPairs, tol_ns: int, max_pairs: int | None = None
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(child, parent) candidate pairs in chunks of parents, each parent with all its
     candidate children: children of its node that start and end within its interval
     (widened by the tolerance)."""
-    n = len(p)
-    if n == 0:
-        return
-    t0, shift = _time_frame(p)
-    ckey = _time_key(p.caller, p.t_call, t0, shift)
-    corder = np.argsort(ckey, kind="stable")
-    ckey = ckey[corder]
-    # Searches in key order walk the sorted keys forward: parents by (node, call time).
-    # (A 16-bit copy of the node codes sorts by radix.)
-    node = p.callee.astype(np.int16) if int(p.callee.max(initial=0)) < 1 << 15 else p.callee
-    porder = np.argsort(node, kind="stable")
-    lo = np.empty(n, np.int64)
-    hi = np.empty(n, np.int64)
-    lo[porder] = np.searchsorted(
-        ckey, _time_key(p.callee, np.maximum(p.t_call - tol_ns, t0), t0, shift)[porder]
-    )
-    hi[porder] = np.searchsorted(
-        ckey, _time_key(p.callee, p.t_return + tol_ns, t0, shift)[porder], side="right"
-    )
-    sizes = hi - lo
-    # Children's fields in key order: a chunk reads them in runs, not scattered.
-    c_call, c_return, c_caller = p.t_call[corder], p.t_return[corder], p.caller[corder]
-    # Cut the parents into chunks of about max_pairs enumerated pairs.
-    bounds = np.searchsorted(np.cumsum(sizes), np.arange(max_pairs, int(sizes.sum()) + max_pairs, max_pairs))
-    start = 0
-    for end in [*np.unique(np.minimum(bounds + 1, n)).tolist(), n]:
-        if end <= start:
-            continue
-        par_idx = np.arange(start, end)
-        counts = sizes[start:end]
-        total = int(counts.sum())
-        start = end
-        if total == 0:
-            continue
-        rep = np.repeat(par_idx, counts)
-        pos = np.repeat(lo[par_idx] - np.cumsum(counts) + counts, counts) + np.arange(total)
-        c = corder[pos]
-        ok = (
-            (c_call[pos] >= np.repeat(p.t_call[par_idx] - tol_ns, counts))
-            & (c_return[pos] <= np.repeat(p.t_return[par_idx] + tol_ns, counts))
-            & (c != rep)
-            & (c_caller[pos] == np.repeat(p.callee[par_idx], counts))
-        )
-        # Half the memory for the kept candidates when pair indices fit 32 bits.
-        index = np.int32 if n < 1 << 31 else np.int64
-        yield c[ok].astype(index), rep[ok].astype(index)
+    for _, c, par in CandidatePlan(p, tol_ns, max_pairs).chunks():
+        yield c, par
 
 
 def best_parents(

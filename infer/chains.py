@@ -40,13 +40,25 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from infer.callpairs import CallPairs
-from infer.candidates import DENSE_TABLE, BestSoFar, CandidateChunks, Chunk, bin_widths, delay_bins
+from infer.candidates import (
+    DENSE_TABLE,
+    BestSoFar,
+    CandidateChunks,
+    CandidatePlan,
+    Chunk,
+    Offer,
+    Siblings,
+    bin_widths,
+    delay_bins,
+)
 from infer.params import NestingParams
 from tracefmt import ParameterError
+from tracefmt.cluster import Runner, split_evenly
 from tracefmt.patterns import sibling_groups
 
 __all__ = [
@@ -255,14 +267,30 @@ class ChainModel:
         model.values = np.log(prob / bin_widths(params)[keys % nb])
         if model.values.size:
             model.unseen = float(model.values.min()) - _UNSEEN_BELOW
-        space = int(keys.max()) + 1 if keys.size else 0
-        if space <= DENSE_TABLE:
-            model.table = np.full(space, model.unseen)
-            model.table[keys] = model.values
+        model.table = model._dense_table()
         model.choice = _fan_out_choice(heads, total, n_nodes)
         # The assignment's own log-likelihood, from its edges' cells counted above.
         model.own_log_likelihood = float((learnt_count * model.lookup(learnt_keys)).sum())
         return model
+
+    def _dense_table(self) -> np.ndarray | None:
+        """Every cell's log-density by key (unseen cells: ``unseen``), where the key
+        space is small enough for one gather per lookup."""
+        space = int(self.keys.max()) + 1 if self.keys.size else 0
+        if space > DENSE_TABLE:
+            return None
+        table = np.full(space, self.unseen)
+        table[self.keys] = self.values
+        return table
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent to a cluster's workers every round: the dense tables (up to 128 MB each)
+        # are remade there from the learnt cells, a hundredth of the bytes.
+        return {**self.__dict__, "table": None, "kernel_table": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.table = self._dense_table()
 
     def spliced_likelihood(
         self,
@@ -379,21 +407,35 @@ class _Proposals:
 
 
 def _round(
-    pairs: CallPairs, chunks: CandidateChunks, parent: np.ndarray, model: ChainModel
+    pairs: CallPairs,
+    chunks: CandidateChunks,
+    parent: np.ndarray,
+    model: ChainModel,
+    runner: Runner | None = None,
+    shared_pairs: Any = None,
 ) -> tuple[_Proposals, np.ndarray, np.ndarray]:
     """Score every candidate; propose each child's best move, the swaps of two calls to
     one node that sit in each other's place and the moves of runs of calls made at once
     (every swap and run, whatever its gain). Also returns each child's score at its
-    parent and the sum of exp(score) over its other candidates (for confidences)."""
+    parent and the sum of exp(score) over its other candidates (for confidences).
+
+    With a ``runner`` of more than one worker, the chunks are scored by its tasks
+    (``shared_pairs``: ``pairs`` as the runner shares them)."""
     n = len(pairs)
-    best = BestSoFar(n, totals=False)
-    away = BestSoFar(n)  # each child's best parent other than its own
-    here = np.full(n, -np.inf)
-    swaps: list[tuple[np.ndarray, ...]] = []
-    for ch in chunks:
-        sw = _score_chunk(pairs, ch, parent, model, best, here, chunks.tol_ns, away)
-        if sw is not None:
-            swaps.append(sw)
+    tally = _Tally(n)
+    if runner is None or chunks.ranges is None or runner.width <= 1:
+        for ch in chunks:
+            _score_chunk(pairs, ch, parent, model, chunks.tol_ns, tally)
+    else:
+        # The chunks' scoring on the cluster's workers, folded here in chunk order: the
+        # same sums in the same order as above, so the same answer to the last bit.
+        groups = [chunks.ranges[a:b] for a, b in split_evenly(len(chunks.ranges), 4 * runner.width)]
+        for scored in runner.map(
+            _score_ranges, groups, pairs=shared_pairs, parent=parent, model=model, tol_ns=chunks.tol_ns
+        ):
+            for chunk_tally in scored:
+                chunk_tally.fold_into(tally)
+    best, away, here, swaps = tally.best, tally.away, tally.here, tally.swaps
     parts = []
     # Roots stay roots: the only ones with candidates are calls cut out of a loop.
     kid = np.flatnonzero((parent >= 0) & (best.parent >= 0) & (best.parent != parent))
@@ -495,19 +537,112 @@ def _run_moves(
     return _Proposals(gain, src, dst, order[first], np.full(gain.size, -1), gain, np.zeros(gain.size), length)
 
 
+class _Tally:
+    """What a round's chunk scoring adds up: each child's best parent, its score at the
+    parent it has (``here``), its best other parent with the sum of exp(score) over
+    the others (``away``), and the swap entries."""
+
+    def __init__(self, n: int) -> None:
+        self.best = BestSoFar(n, totals=False)
+        self.away = BestSoFar(n)
+        self.here = np.full(n, -np.inf)
+        self.swaps: list[tuple[np.ndarray, ...]] = []
+
+    def offer(self, c: np.ndarray, par: np.ndarray, score: np.ndarray, t_call: np.ndarray) -> None:
+        self.best.offer(c, par, score, t_call)
+
+    def offer_away(
+        self, c: np.ndarray, par: np.ndarray, score: np.ndarray, t_call: np.ndarray, mass: np.ndarray
+    ) -> None:
+        self.away.offer(c, par, score, t_call, mass=mass)
+
+    def set_here(self, kids: np.ndarray, score: np.ndarray) -> None:
+        self.here[kids] = score
+
+    def add_swaps(self, swaps: tuple[np.ndarray, ...]) -> None:
+        self.swaps.append(swaps)
+
+
+class _ChunkTally:
+    """One chunk's part of a :class:`_Tally`, made on a worker: the same calls kept as
+    offers (``Offer``), folded into the round's tally in chunk order by ``fold_into``."""
+
+    def __init__(self) -> None:
+        self.best: Offer | None = None
+        self.away: Offer | None = None
+        self.here: tuple[np.ndarray, np.ndarray] | None = None
+        self.swaps: tuple[np.ndarray, ...] | None = None
+
+    def offer(self, c: np.ndarray, par: np.ndarray, score: np.ndarray, t_call: np.ndarray) -> None:
+        self.best = Offer.of(c, par, score, t_call, totals=False)
+
+    def offer_away(
+        self, c: np.ndarray, par: np.ndarray, score: np.ndarray, t_call: np.ndarray, mass: np.ndarray
+    ) -> None:
+        self.away = Offer.of(c, par, score, t_call, mass=mass)
+
+    def set_here(self, kids: np.ndarray, score: np.ndarray) -> None:
+        self.here = (kids, score)
+
+    def add_swaps(self, swaps: tuple[np.ndarray, ...]) -> None:
+        self.swaps = swaps
+
+    def fold_into(self, tally: _Tally) -> None:
+        # In the order _score_chunk makes its calls.
+        if self.here is not None:
+            tally.set_here(*self.here)
+        if self.best is not None:
+            tally.best.take(self.best)
+        if self.away is not None:
+            tally.away.take(self.away)
+        if self.swaps is not None:
+            tally.add_swaps(self.swaps)
+
+
+def _score_ranges(
+    ranges: list[tuple[int, int]], *, pairs: CallPairs, parent: np.ndarray, model: ChainModel, tol_ns: int
+) -> list[_ChunkTally]:
+    """A cluster task: score the chunks of parents ``ranges`` (``CandidateChunks.ranges``)."""
+    out = []
+    for span in ranges:
+        tally = _ChunkTally()
+        _score_chunk(pairs, _worker_chunk(pairs, tol_ns, span), parent, model, tol_ns, tally)
+        out.append(tally)
+    return out
+
+
+# A worker's chunks of the pairs it was sent, kept between rounds: the pairs object is
+# the same for every task of one inference while its scattered copy lives.
+_WORKER_CHUNKS: dict[int, tuple[CallPairs, CandidatePlan, dict[tuple[int, int], Chunk]]] = {}
+
+
+def _worker_chunk(pairs: CallPairs, tol_ns: int, span: tuple[int, int]) -> Chunk:
+    """The chunk of parents ``span`` (with its siblings index; chain rounds read no
+    scoreboard cells), enumerated on this worker once and kept."""
+    entry = _WORKER_CHUNKS.get(id(pairs))
+    if entry is None or entry[0] is not pairs or entry[1].tol_ns != tol_ns:
+        if len(_WORKER_CHUNKS) >= 2:  # an inference and its calibration twin at most
+            _WORKER_CHUNKS.pop(next(iter(_WORKER_CHUNKS)))
+        entry = (pairs, CandidatePlan(pairs, tol_ns), {})
+        _WORKER_CHUNKS[id(pairs)] = entry
+    kept = entry[2]
+    if span not in kept:
+        c, par = entry[1].pairs_of(*span)
+        kept[span] = Chunk(c, par, np.zeros(0, np.int32), Siblings(par, pairs.t_call[c], pairs.t_return[c]))
+    return kept[span]
+
+
 def _score_chunk(
     pairs: CallPairs,
     ch: Chunk,
     parent: np.ndarray,
     model: ChainModel,
-    best: BestSoFar,
-    here: np.ndarray,
     tol_ns: int,
-    away: BestSoFar | None = None,
-) -> tuple[np.ndarray, ...] | None:
-    """Score one chunk's candidates into ``best``, ``here`` and ``away`` (non-members
-    only; its totals: exp(score)); return its swap entries (child, parent, occupant, score
-    in the occupant's place), if any.
+    tally: _Tally | _ChunkTally,
+) -> None:
+    """Score one chunk's candidates into ``tally``: the best parents, the scores
+    ``here``, the best ``away`` (non-members only; its totals: exp(score)) and the
+    chunk's swap entries (child, parent, occupant, score in the occupant's place).
 
     A candidate's score is its parent's chain likelihood with it less without it: each
     parent's chain is rebuilt with the candidate added (or, for a member, removed), in
@@ -515,18 +650,17 @@ def _score_chunk(
     """
     tc, tr = pairs.t_call, pairs.t_return
     if ch.c.size == 0:
-        return None
+        return
     c, par, group, members = _Members.of_chunk(ch, parent)
     member, rank, sib = members.member, members.rank, ch.siblings
     base = model.spliced_likelihood(pairs, par[sib.run], np.arange(sib.run.size), c, members)
     # With each candidate put in (a non-member) or taken out (a member).
     changed = model.spliced_likelihood(pairs, par, group, c, members, *members.toggled())
     score = np.where(member, base[group] - changed, changed - base[group])
-    here[c[member]] = score[member]
-    best.offer(c, par, score, tc)
-    if away is not None:
-        out = ~member
-        away.offer(c[out], par[out], score[out], tc, mass=np.exp(np.clip(score[out], -600, 600)))
+    tally.set_here(c[member], score[member])
+    tally.offer(c, par, score, tc)
+    out = ~member
+    tally.offer_away(c[out], par[out], score[out], tc, np.exp(np.clip(score[out], -600, 600)))
     # A non-member could take the place of its occupant: the member calling the same
     # node that it overlaps, the nearest in call time. In a chain of calls made one at
     # a time that is the one member it overlaps; among calls made at once (fan-out) it
@@ -550,12 +684,12 @@ def _score_chunk(
     fits = (home >= 0) & (tc[other] >= tc[h] - tol_ns) & (tr[other] <= tr[h] + tol_ns)
     k, o, other = k[fits], o[fits], other[fits]
     if k.size == 0:
-        return None
+        return
     # In the occupant's place: the chain without the occupant, with the child.
     shift = (rank[o] < rank[k]).astype(np.int64)
     swapped = model.spliced_likelihood(pairs, par[k], group[k], c, members, k, rank[k] - shift, rank[o])
     without = changed[o]  # the occupant's parent's chain without it
-    return c[k], par[k], other, swapped - without
+    tally.add_swaps((c[k], par[k], other, swapped - without))
 
 
 class _Members:
@@ -646,6 +780,7 @@ def chain_stages(
     model_from: np.ndarray | None = None,
     *,
     first_model: ChainModel | None = None,
+    runner: Runner | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int, float]]:
     """Chain rounds from ``parent``, one ``(parent, log_odds, moved, gain)`` per round.
 
@@ -659,17 +794,19 @@ def chain_stages(
     ``model_from``, for diagnosis only, fixes the assignment the model is learnt from
     (say the true parents of a synthetic trace) instead of the current one.
     ``first_model``, the model already learnt from ``parent``, saves learning it again
-    for the first round.
+    for the first round. ``runner`` scores the candidates by tasks of its workers
+    (``tracefmt.cluster``), with the same answer.
     """
     if 6 * n_nodes**3 * 2 * params.n_bins >= 1 << 62:
         raise ParameterError(f"{n_nodes} nodes are too many for chain rounds (use chains=0)")
     parent = parent.copy()
     n = len(pairs)
     fixed = None if model_from is None else ChainModel.learn(pairs, model_from, params, n_nodes)
+    shared = runner.share(pairs) if runner is not None and runner.width > 1 else None
     for r in range(params.chains):
         model = fixed or (first_model if r == 0 and first_model else None)
         model = model or ChainModel.learn(pairs, parent, params, n_nodes)
-        proposals, here, others = _round(pairs, chunks, parent, model)
+        proposals, here, others = _round(pairs, chunks, parent, model, runner, shared)
         log_odds = neighbourhood_log_odds(pairs, parent, proposals, here, others)
         moves = proposals.independent(n)
         runs = moves.count > 1
@@ -685,7 +822,7 @@ def chain_stages(
             # The answer's confidence comes from scoring the answer itself, under the
             # model it implies, not the assignment the round started from.
             model = fixed or ChainModel.learn(pairs, parent, params, n_nodes)
-            proposals, here, others = _round(pairs, chunks, parent, model)
+            proposals, here, others = _round(pairs, chunks, parent, model, runner, shared)
             log_odds = neighbourhood_log_odds(pairs, parent, proposals, here, others)
         yield parent.copy(), log_odds, moved, gain
         if last:

@@ -55,6 +55,7 @@ from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import log_confidence_by
 from tracefmt import ParameterError, SchemaError, TraceFileError, atomic_output, sort_trace, validate_trace
 from tracefmt._files import existing_file
+from tracefmt.cluster import Runner
 from tracefmt.units import format_instant_ns
 
 __all__ = ["BOARDS", "PRESETS", "NestingParams", "NestingResult", "Stage", "infer_nesting", "nesting_stages"]
@@ -528,7 +529,12 @@ class Stage:
 
 
 def nesting_stages(
-    pairs: CallPairs, n_nodes: int, params: NestingParams | None = None, *, counts: np.ndarray | None = None
+    pairs: CallPairs,
+    n_nodes: int,
+    params: NestingParams | None = None,
+    *,
+    counts: np.ndarray | None = None,
+    runner: Runner | None = None,
 ) -> Iterator[Stage]:
     """The stages of the nesting algorithm on matched call pairs, one ``Stage`` each.
 
@@ -548,6 +554,9 @@ def nesting_stages(
         Default ``NestingParams()``.
     counts : ndarray of int64, optional
         Filled in place with each pair's number of candidate parents.
+    runner : Runner, optional
+        Where the chain rounds' scoring of the candidates runs (``tracefmt.cluster``:
+        a Dask cluster's workers, chunks of parents as tasks); the answer is the same.
 
     Examples
     --------
@@ -608,7 +617,7 @@ def nesting_stages(
         yield last
     if params.chains:
         for k, (parent, log_odds, moved, gain) in enumerate(
-            chain_stages(pairs, chunks, last.parent, params, n_nodes, first_model=learnt[0]), 1
+            chain_stages(pairs, chunks, last.parent, params, n_nodes, first_model=learnt[0], runner=runner), 1
         ):
             # A round's moves raise the likelihood under the model learnt from the stage
             # before by exactly their gains (``infer.chains``).
@@ -681,6 +690,7 @@ def infer_nesting(
     params: NestingParams | str | None = None,
     *,
     sort: str = "total",
+    runner: Runner | None = None,
     **overrides: Any,
 ) -> NestingResult:
     """Infer causal path patterns of an RPC trace with the nesting algorithm.
@@ -694,6 +704,10 @@ def infer_nesting(
         ``"paper"``, the 2003 scoreboard). ``NestingParams`` documents every field.
     sort : {"total", "count"}
         Pattern order: by total latency or by instance count.
+    runner : Runner, optional
+        Run the costly part, the chain rounds' scoring of every candidate, as tasks of
+        a Dask cluster (``tracefmt.cluster.open_runner``); the result is identical to
+        the in-process one.
     **overrides
         Single fields of ``NestingParams`` replacing the preset's (``chains=0``, say).
         A setting that does nothing in the combination asked for is warned about
@@ -753,7 +767,7 @@ def infer_nesting(
     counts = np.zeros(len(pairs), np.int64)
     # Only the last stage's assignment is kept: each holds arrays the size of the trace.
     stats, final = [], None
-    for final in nesting_stages(pairs, len(nodes.names), params, counts=counts):
+    for final in nesting_stages(pairs, len(nodes.names), params, counts=counts, runner=runner):
         stats.append(final.to_json())
     assert final is not None
     info["stages"] = stats
@@ -764,7 +778,7 @@ def infer_nesting(
     if params.calibrate:
         # Twins are inferred as the trace was, with the tolerance it was given.
         same = params.with_overrides(tolerance_s=final.tolerance_s, auto_tolerance=False)
-        calibration = twin_calibration(pairs, final.parent, _answer(len(nodes.names), same))
+        calibration = twin_calibration(pairs, final.parent, _answer(len(nodes.names), same, runner))
     assert final.log_odds is not None
     confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)
     patterns, instance, pattern_index = build_patterns(
@@ -791,12 +805,14 @@ def infer_nesting(
     )
 
 
-def _answer(n_nodes: int, params: NestingParams) -> Callable[[CallPairs], tuple[np.ndarray, np.ndarray]]:
+def _answer(
+    n_nodes: int, params: NestingParams, runner: Runner | None = None
+) -> Callable[[CallPairs], tuple[np.ndarray, np.ndarray]]:
     """The inference ``params`` ask for, as a function of call pairs returning the last
     stage's parents and log-odds (what a twin is inferred with)."""
 
     def run(pairs: CallPairs) -> tuple[np.ndarray, np.ndarray]:
-        *_, final = nesting_stages(pairs, n_nodes, params)
+        *_, final = nesting_stages(pairs, n_nodes, params, runner=runner)
         return final.parent, final.log_odds
 
     return run

@@ -38,6 +38,11 @@ class Runner(Protocol):
         """``[fn(item, **common) for item in items]``, with ``common`` sent to each worker once."""
         ...
 
+    def share(self, value: Any) -> Any:
+        """``value`` sent to every worker now, for several ``map`` calls to take as a
+        ``common`` argument without sending it again (here: ``value`` itself)."""
+        ...
+
 
 class InProcess:
     """The runner of one process: every task in turn, here.
@@ -52,6 +57,9 @@ class InProcess:
 
     def map(self, fn: Callable[..., R], items: Sequence[Any], **common: Any) -> list[R]:
         return [fn(item, **common) for item in items]
+
+    def share(self, value: Any) -> Any:
+        return value
 
     def __repr__(self) -> str:
         return "InProcess()"
@@ -75,13 +83,19 @@ class DaskRunner:
     def map(self, fn: Callable[..., R], items: Sequence[Any], **common: Any) -> list[R]:
         if not items:
             return []
-        shared = {k: self.client.scatter(v, broadcast=True) for k, v in common.items()}
-        futures = self.client.map(fn, list(items), pure=False, **shared)
+        from dask.distributed import Future
+
+        fresh = {k: self.share(v) for k, v in common.items() if not isinstance(v, Future)}
+        futures = self.client.map(fn, list(items), pure=False, **{**common, **fresh})
         try:
             return self.client.gather(futures)
         finally:
-            for f in [*futures, *shared.values()]:
+            for f in [*futures, *fresh.values()]:
                 f.release()
+
+    def share(self, value: Any) -> Any:
+        # Released when the returned future is dropped.
+        return self.client.scatter(value, broadcast=True, hash=False)
 
     def __repr__(self) -> str:
         return f"DaskRunner({self.client.scheduler.address!r}, width={self.width})"
@@ -139,7 +153,7 @@ def open_runner(scheduler: str | None = None, workers: int | None = None) -> Ite
                     n_workers=workers,
                     threads_per_worker=1,
                     processes=True,
-                    dashboard_address=None,
+                    dashboard_address=":0",  # a free port: clusters side by side do not collide
                     # Workers are separate processes: numpy in each uses one core, as a
                     # task of the in-process run does.
                     env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},

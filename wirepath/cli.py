@@ -22,7 +22,7 @@ from viz.paths import tree_lines
 from wirepath import __version__, cli_capture, cli_convolution, cli_trend, cli_viz
 from wirepath._cli import Parser as _Parser
 from wirepath._cli import UsageError as _UsageError
-from wirepath._cli import add_verb, count, probability
+from wirepath._cli import add_cluster_options, add_verb, count, probability, runner
 from wirepath._cli import emit as _emit
 from wirepath._cli import end_progress as _end_progress
 from wirepath._cli import progress as _progress
@@ -260,7 +260,10 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", UserWarning)  # said above, once
         # No name holds the trace here, so inference can free it once it has the call pairs;
         # and it reads the core columns only (truth, labels and the like are not used).
-        result = infer.infer_nesting(tracefmt.read_any_trace(args.trace, columns=()), params, sort=args.sort)
+        with runner(args) as run:
+            result = infer.infer_nesting(
+                tracefmt.read_any_trace(args.trace, columns=()), params, sort=args.sort, runner=run
+            )
     whole = result
     if args.min_confidence:
         result, left_instances, left_links = result.confident(args.min_confidence)
@@ -629,6 +632,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     _nesting_arguments(p)
     p.add_argument("--json", action="store_true", help="print the paths file on stdout")
+    add_cluster_options(p)
 
     p = verb(
         "eval",

@@ -1,0 +1,116 @@
+"""Nesting on a Dask cluster: the chain rounds' chunks scored by workers give the answer
+one process gives, to the last bit (parents, confidences, patterns, calibration)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import synth
+from infer import candidates, infer_nesting
+from infer.callpairs import match_calls, node_codes
+from infer.candidates import BestSoFar, CandidatePlan, Offer
+from tracefmt import write_trace
+from tracefmt.cluster import open_runner
+
+pytest.importorskip("dask.distributed")
+
+_WIREPATH = [sys.executable, "-m", "wirepath"]
+SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "synth"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with open_runner(workers=2) as run:
+        yield run
+
+
+def _trace(name: str, messages: int, parallelism: float, seed: int):
+    cfg = synth.load_config(SAMPLES / name)
+    return synth.generate_table(replace(cfg, messages=messages, parallelism=parallelism, seed=seed))[0]
+
+
+@pytest.fixture(scope="module")
+def fanout():
+    # Calls made at once, busy enough that the candidates fill several chunks.
+    return _trace("gateway-fanout.toml", 40_000, 15.0, 5)
+
+
+def _same(a, b) -> None:
+    assert np.array_equal(a.parent, b.parent)
+    assert np.array_equal(a.confidence, b.confidence)
+    assert a.calibration.to_json() == b.calibration.to_json()
+    assert a.to_json() == b.to_json()
+
+
+@pytest.mark.slow
+def test_chain_rounds_on_a_cluster_give_the_one_process_answer(
+    cluster, fanout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small chunks (chosen here, where the work is dealt): many tasks, on both workers.
+    monkeypatch.setattr(candidates, "CHUNK_PAIRS", 1 << 14)
+    plan = CandidatePlan(match_calls(fanout, node_codes(fanout)), 0)
+    assert sum(1 for _ in plan.chunks()) >= 12
+    here = infer_nesting(fanout)
+    assert here.trace_info["chain_rounds_run"] >= 2
+    _same(here, infer_nesting(fanout, runner=cluster))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["fast", "paper"])
+def test_every_preset_gives_the_same_answer_on_a_cluster(cluster, preset: str) -> None:
+    trace = _trace("multitier-skewed.toml", 20_000, 10.0, 2)
+    _same(infer_nesting(trace, preset), infer_nesting(trace, preset, runner=cluster))
+
+
+@pytest.mark.slow
+def test_infer_nesting_cli_with_workers_writes_the_same_paths(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    write_trace(_trace("gateway-fanout.toml", 8_000, 6.0, 1), trace)
+    docs = []
+    for extra in ([], ["--workers", "2"]):
+        out = tmp_path / f"p{len(extra)}.json"
+        inst = tmp_path / f"i{len(extra)}.parquet"
+        run = subprocess.run(
+            [*_WIREPATH, "infer", "nesting", str(trace), "--out", str(out), "--instances", str(inst), *extra],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert run.returncode == 0, run.stderr
+        docs.append((json.loads(out.read_text()), inst.read_bytes()))
+    assert docs[0][0] == docs[1][0]
+    assert docs[0][1] == docs[1][1]
+
+
+def test_offers_folded_in_order_equal_direct_offers() -> None:
+    """What a worker sends back (``Offer.of``) and the fold (``take``) reproduce
+    ``BestSoFar.offer`` exactly: best parent, ties to the earlier parent call, totals."""
+    rng = np.random.default_rng(11)
+    n = 300
+    t_call = np.sort(rng.integers(0, 50, n))  # coarse times: ties between parents
+    direct, folded = BestSoFar(n), BestSoFar(n)
+    for _ in range(40):
+        m = int(rng.integers(0, 400))
+        c = rng.integers(0, n, m)
+        par = rng.integers(0, n, m)
+        score = np.round(rng.random(m), 1)  # equal scores too
+        mass = np.exp(score)
+        direct.offer(c, par, score, t_call, mass=mass)
+        folded.take(Offer.of(c, par, score, t_call, mass=mass))
+    for field in ("score", "t_parent", "parent", "total"):
+        assert np.array_equal(getattr(direct, field), getattr(folded, field)), field
+    assert (direct.parent >= 0).sum() > n // 2
+
+
+def test_two_schedulers_at_once_are_refused() -> None:
+    from tracefmt import ParameterError
+
+    with pytest.raises(ParameterError, match="not both"), open_runner("tcp://127.0.0.1:8786", 2):
+        pass
