@@ -41,6 +41,7 @@ from tracefmt import (
     DEFAULT_DEDUP_WINDOW_NS,
     OPS,
     ParameterError,
+    Partitioning,
     TraceFileError,
     TraceWriter,
     distinct_outputs,
@@ -206,6 +207,9 @@ class StreamConverter:
         each published whole (written under a hidden ``.partial`` name, then renamed).
     part_every_s : float
         Seconds (of this process's clock) between two parts, when there is something to write.
+    partition : Partitioning or str, optional
+        Write ``out`` as a dataset directory of parts of this many messages or this time
+        span (``tracefmt.TraceWriter``), published whole by :meth:`finish`.
     on_progress : callable, optional
         Called with the messages written so far.
     on_read : callable, optional
@@ -236,8 +240,11 @@ class StreamConverter:
         part_every_s: float = 2.0,
         on_progress: Callable[[int], None] | None = None,
         on_read: Callable[[int, int], None] | None = None,
+        partition: Partitioning | str | None = None,
     ) -> None:
-        parquet_output(out)
+        partition = Partitioning.of(partition)
+        if partition is None:  # a dataset is a directory, named as one likes
+            parquet_output(out)
         self._t0 = time.perf_counter()
         self.namer = namer if namer is not None else Namer(names, node_by=node_by)
         self.report = CaptureReport(output=str(out), sources=[])
@@ -249,7 +256,7 @@ class StreamConverter:
         self._asm = FlowAssembler(keep_payload=keep_payload)
         self._held: list[Messages] = []
         # Row groups of 128k messages: the writer holds a row group in memory before writing it.
-        self._writer = TraceWriter(out, provenance={}, row_group_size=1 << 17)
+        self._writer = TraceWriter(out, provenance={}, row_group_size=1 << 17, partition=partition)
         self._parts = _Parts(Path(parts_dir), part_every_s) if parts_dir is not None else None
         self._done = False
 
@@ -398,11 +405,13 @@ def _convert_one(
     on_progress: Callable[[int], None] | None,
     keep_payload: bool = False,
     on_read: Callable[[int, int], None] | None = None,
+    partition: Partitioning | None = None,
 ) -> CaptureReport:
     """``sources`` in order (rotations of one capture, or one point) into one trace."""
     with StreamConverter(
-        out, namer=namer, point=point, keep_payload=keep_payload, on_progress=on_progress, on_read=on_read
-    ) as conv:
+        out, namer=namer, point=point, keep_payload=keep_payload, on_progress=on_progress, on_read=on_read,
+        partition=partition,
+    ) as conv:  # fmt: skip
         for src in sources:
             conv.add_source(src)
         return conv.finish()
@@ -464,6 +473,7 @@ def convert_pcaps(
     chunk_bytes: int = 8 << 20,
     on_progress: Callable[[int], None] | None = None,
     on_read: Callable[[int, int], None] | None = None,
+    partition: Partitioning | str | None = None,
 ) -> CaptureReport:
     """Convert capture files (or packet sources) into one Parquet message trace.
 
@@ -494,6 +504,9 @@ def convert_pcaps(
     on_read : callable, optional
         Called with the packets and about the bytes of the files read so far (their
         records), for a progress bar over the files' sizes.
+    partition : Partitioning or str, optional
+        Write ``out`` as a dataset directory of parts of this many messages or this time
+        span (``"5M"``, ``"1h"``; ``tracefmt.TraceWriter``) instead of one file.
 
     Returns
     -------
@@ -519,7 +532,9 @@ def convert_pcaps(
     files = [p for p in paths if isinstance(p, str | os.PathLike)]
     names_file = names if isinstance(names, str | os.PathLike) else None
     distinct_outputs([*files, names_file], [out], what="an input")
-    parquet_output(out)
+    partition = Partitioning.of(partition)
+    if partition is None:  # a dataset is a directory, named as one likes
+        parquet_output(out)
     t0 = time.perf_counter()
     namer = Namer(names, node_by=node_by)
     sources = [_as_source(p, chunk_bytes) for p in paths]
@@ -528,7 +543,7 @@ def convert_pcaps(
         point = Path(sources[0].name).stem if point_from_file else None
         report = _convert_one(
             sources, out, namer, point=point, on_progress=on_progress, on_read=_running(on_read),
-            keep_payload=keep_payload,
+            keep_payload=keep_payload, partition=partition,
         )  # fmt: skip
         report.seconds = time.perf_counter() - t0
         return report
@@ -563,7 +578,8 @@ def convert_pcaps(
         if hasattr(f, "seekable") and f.seekable():  # type: ignore[union-attr]
             f.seek(0)  # type: ignore[union-attr]
     _convert_points(sources, points, offsets, out, namer, report, dedup_window_ns=dedup_window_ns,
-                    on_progress=on_progress, t0=t0, keep_payload=keep_payload)  # fmt: skip
+                    on_progress=on_progress, t0=t0, keep_payload=keep_payload,
+                    partition=partition)  # fmt: skip
     return report
 
 
@@ -745,6 +761,7 @@ def _convert_points(
     on_progress: Callable[[int], None] | None,
     t0: float,
     keep_payload: bool,
+    partition: Partitioning | None = None,
 ) -> list[int]:
     """Merge the points' packets (offsets applied), drop cross-point duplicates, build messages once.
 
@@ -768,7 +785,7 @@ def _convert_points(
     asm = FlowAssembler(keep_payload=keep_payload)
     held: list[tuple[Messages, np.ndarray]] = []
     point_dict = pa.array(names, pa.string())
-    with TraceWriter(out, provenance={}, row_group_size=1 << 17) as writer:
+    with TraceWriter(out, provenance={}, row_group_size=1 << 17, partition=partition) as writer:
 
         def write(msgs: Messages, pts: np.ndarray, *, always: bool = False) -> None:
             if len(msgs) or (always and not writer.rows):

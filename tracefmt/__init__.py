@@ -40,6 +40,7 @@ from tracefmt.merge import (
     rename_nodes,
 )
 from tracefmt.parquet import (
+    Partitioning,
     TraceMetadata,
     TraceWriter,
     iter_trace,
@@ -90,6 +91,7 @@ __all__ = [
     "MissingToolError",
     "ParameterError",
     "ParseError",
+    "Partitioning",
     "SchemaError",
     "SpanStats",
     "Store",

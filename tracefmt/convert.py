@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from tracefmt._files import distinct_outputs
 from tracefmt.errors import ParameterError
-from tracefmt.parquet import TraceWriter, iter_trace, read_trace, read_trace_metadata
+from tracefmt.parquet import Partitioning, TraceWriter, iter_trace, read_trace, read_trace_metadata
 from tracefmt.schema import sort_trace
 from tracefmt.spans import SPAN_AT, SpanStats, read_jaeger, read_otlp, span_format
 from tracefmt.text import TextStats, iter_text_trace, read_text_trace, write_text_trace
@@ -58,13 +58,20 @@ def trace_format(path: PathLike) -> str:
     """
     if Path(path).is_dir() and any(Path(path).glob("part-*.parquet")):
         return "parquet"  # a dataset of trace parts (tracefmt.trace_parts)
-    name = Path(path).name.lower()
-    for suffix in sorted(TRACE_SUFFIXES, key=len, reverse=True):
-        if name.endswith(suffix):
-            return TRACE_SUFFIXES[suffix]
+    fmt = _name_format(path)
+    if fmt is not None:
+        return fmt
     if Path(path).is_dir():
         raise ParameterError(f"{path}: a directory without trace parts (part-*.parquet files)")
     raise ParameterError(f"{path}: unknown trace file type (name it {', '.join(TRACE_SUFFIXES)})")
+
+
+def _name_format(path: PathLike) -> str | None:
+    """The form a file name says (``TRACE_SUFFIXES``), None when it says none."""
+    name = Path(path).name.lower()
+    return next(
+        (TRACE_SUFFIXES[s] for s in sorted(TRACE_SUFFIXES, key=len, reverse=True) if name.endswith(s)), None
+    )
 
 
 def iter_any_trace(
@@ -108,7 +115,7 @@ class ConvertReport:
 
     ``spans`` is None for a trace input; for a span file it is ``SpanStats.to_json()``:
     the format, whose times stamp the messages (``at``), and what was read, merged
-    and skipped.
+    and skipped. ``parts`` is the number of files of a dataset target, None for one file.
     """
 
     source: str
@@ -120,6 +127,7 @@ class ConvertReport:
     sorted: bool = False
     examples: list[str] = field(default_factory=list)
     spans: dict[str, Any] | None = None
+    parts: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of the report."""
@@ -134,8 +142,10 @@ def convert_trace(
     sort: bool = False,
     on_progress: Callable[[int], None] | None = None,
     at: str | None = None,
+    partition: Partitioning | str | None = None,
 ) -> ConvertReport:
-    """Convert a trace between text and Parquet (or re-encode one), chosen by file names.
+    """Convert a trace between text and Parquet (or re-encode one), chosen by file names,
+    or write it as a Parquet dataset of parts.
 
     Streams with bounded memory unless ``sort`` is asked for, which reads the whole
     trace. Message order, names, ops and ids are kept exactly. A Jaeger or OTLP JSON
@@ -158,6 +168,10 @@ def convert_trace(
     at : {"callee", "caller"}, optional
         For span files only: stamp RPCs with the server span's times (the default) or
         the client span's.
+    partition : Partitioning or str, optional
+        Write ``target`` as a dataset directory of parts of this many messages or this
+        time span (``"5M"``, ``"1h"``; ``TraceWriter``); the messages must be in time
+        order (or ``sort``).
 
     Examples
     --------
@@ -166,12 +180,19 @@ def convert_trace(
     >>> _ = pathlib.Path(d, "t.txt").write_text("2 send a b -\\n1 send b a 5\\n")
     >>> convert_trace(os.path.join(d, "t.txt"), os.path.join(d, "t.parquet"), sort=True).messages
     2
+    >>> report = convert_trace(os.path.join(d, "t.parquet"), os.path.join(d, "ds"), partition="1")
+    >>> report.parts, sorted(os.listdir(os.path.join(d, "ds")))
+    (2, ['_common_metadata', 'part-00000.parquet', 'part-00001.parquet'])
     """
+    partition = Partitioning.of(partition)
+    if partition is not None:
+        _dataset_target(source, target)
     spans_fmt = span_format(source)
     if spans_fmt is not None:
-        return _convert_spans(source, target, spans_fmt, at or SPAN_AT[0], skip_bad, on_progress)
+        return _convert_spans(source, target, spans_fmt, at or SPAN_AT[0], skip_bad, on_progress, partition)
     stats = TextStats()
-    src_fmt, dst_fmt = trace_format(source), trace_format(target)
+    src_fmt = trace_format(source)
+    dst_fmt = "parquet" if partition is not None else trace_format(target)
     if at is not None:
         raise ParameterError(f"{source}: 'at' applies to Jaeger or OTLP span files, not a {src_fmt} trace")
     distinct_outputs([source], [target])
@@ -190,8 +211,11 @@ def convert_trace(
         provenance.update(read_trace_metadata(source).provenance)
     else:
         provenance["converted_from"] = "text"
+    if sort:  # known now: a dataset's parts written before a change are written again
+        provenance["sorted"] = True
+    parts = None
     if dst_fmt == "parquet":
-        with TraceWriter(target, provenance=provenance) as writer:
+        with TraceWriter(target, provenance=provenance, partition=partition) as writer:
             for table in tables:
                 writer.write(table)
             # Counts are final only once the input is consumed.
@@ -199,9 +223,8 @@ def convert_trace(
                 writer.provenance["skipped_lines"] = stats.skipped
             if stats.hashed_ids:
                 writer.provenance["hashed_ids"] = stats.hashed_ids
-            if sort:
-                writer.provenance["sorted"] = True
         messages = writer.rows
+        parts = writer.parts if partition is not None else None
     else:
         messages = write_text_trace(tables, target)
     return ConvertReport(
@@ -213,7 +236,18 @@ def convert_trace(
         hashed_ids=stats.hashed_ids,
         sorted=sort,
         examples=stats.examples,
+        parts=parts,
     )
+
+
+def _dataset_target(source: PathLike, target: PathLike) -> None:
+    """Refuse a dataset target that is text by name, or holds the source (replacing
+    the directory would delete it)."""
+    if _name_format(target) == "text":
+        raise ParameterError(f"{target}: a dataset is Parquet; name it without a text suffix (.txt, .trace)")
+    src, dst = Path(source).resolve(), Path(target).resolve()
+    if dst == src or dst in src.parents:
+        raise ParameterError(f"{target}: the dataset would replace the input {source}; choose another name")
 
 
 def _convert_spans(
@@ -223,8 +257,9 @@ def _convert_spans(
     at: str,
     skip_bad: bool,
     on_progress: Callable[[int], None] | None,
+    partition: Partitioning | None = None,
 ) -> ConvertReport:
-    dst_fmt = trace_format(target)
+    dst_fmt = "parquet" if partition is not None else trace_format(target)
     distinct_outputs([source], [target])
     stats = SpanStats()
     reader = read_jaeger if fmt == "jaeger" else read_otlp
@@ -233,9 +268,11 @@ def _convert_spans(
     del counts["examples"]
     if dst_fmt == "parquet":
         provenance = {"source": str(source), "converted_from": fmt, "spans": counts}
-        with TraceWriter(target, provenance=provenance) as writer:
+        with TraceWriter(target, provenance=provenance, partition=partition) as writer:
             writer.write(table)
+        parts = writer.parts if partition is not None else None
     else:
+        parts = None
         write_text_trace(table, target)
     if on_progress is not None:
         on_progress(table.num_rows)
@@ -247,4 +284,5 @@ def _convert_spans(
         sorted=True,
         examples=stats.examples,
         spans=counts,
+        parts=parts,
     )

@@ -1,20 +1,30 @@
-"""Message traces in Parquet: whole-table and streaming reads and writes.
+"""Message traces in Parquet: whole-table and streaming reads and writes, of one file
+or of a dataset directory of parts.
 
 Files are zstd-compressed, timestamps and ids delta-encoded (sorted nanosecond times
 shrink to a few bits each), node names dictionary-encoded. The file's key-value
 metadata holds ``wirepath`` = JSON ``{"schema_version": 1, "provenance": {...}}``.
+A dataset is ``DIR/part-00000.parquet``, ``part-00001.parquet``, ... in time order,
+each such a file, plus ``DIR/_common_metadata`` (the schema and metadata alone), as
+DuckDB, pandas, Spark and Dask read a directory of Parquet files.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
+import itertools
 import json
 import os
+import re
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -26,17 +36,22 @@ from tracefmt._files import (
     writable_output,
     write_errors,
 )
-from tracefmt.errors import SchemaError, TraceFileError
+from tracefmt.errors import ParameterError, SchemaError, TraceFileError
 from tracefmt.schema import CORE_COLUMNS, SCHEMA_VERSION, empty_trace, sort_trace, validate_trace
+from tracefmt.units import UNIT_NS, format_instant_ns, parse_duration_ns
 
 __all__ = [
+    "COMMON_METADATA",
     "DEFAULT_ROW_GROUP",
+    "MAX_PARTS",
     "METADATA_KEY",
+    "Partitioning",
     "TraceMetadata",
     "TraceWriter",
     "iter_trace",
     "read_trace",
     "read_trace_metadata",
+    "trace_parts",
     "write_trace",
 ]
 
@@ -94,7 +109,8 @@ def trace_parts(path: PathLike) -> list[Path]:
     partitioned dataset such as the live agent's ``DIR/trace/``), its parts
     ``part-*.parquet`` in name order, which is time order (a part being written is
     hidden under another name until it is whole). Other Parquet files in a directory
-    are not parts: several traces side by side are not one.
+    are not parts: several traces side by side are not one; nor is the schema file
+    ``_common_metadata`` that ``TraceWriter`` writes beside them.
 
     Examples
     --------
@@ -262,14 +278,347 @@ def _metadata_bytes(provenance: Mapping[str, Any] | None) -> dict[bytes, bytes]:
     return {METADATA_KEY.encode(): json.dumps(doc, sort_keys=True, default=str).encode()}
 
 
+#: Most parts in a dataset: their names have five digits, and name order is time order.
+MAX_PARTS = 100_000
+
+#: What a dataset directory may hold besides nothing: its parts and its schema file.
+_PART_GLOB = "part-*.parquet"
+COMMON_METADATA = "_common_metadata"
+
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kKMG]?)\s*$")
+_COUNT_SCALE = {"": 1, "k": 1_000, "K": 1_000, "M": 1_000_000, "G": 1_000_000_000}
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """How a trace is cut into the parts of a dataset: a number of messages per part,
+    or a time span per part.
+
+    Time parts cover ``[k * span_ns, (k + 1) * span_ns)`` nanoseconds since
+    1970-01-01 UTC, so they are aligned to the wall clock (hour parts start on the
+    hour); windows without messages have no part. Exactly one of the two is given.
+
+    Attributes
+    ----------
+    messages : int or None
+        Messages per part (the last part holds the rest).
+    span_ns : int or None
+        Nanoseconds of trace time per part.
+
+    Examples
+    --------
+    >>> Partitioning.parse("5M")
+    Partitioning(messages=5000000, span_ns=None)
+    >>> Partitioning.parse("1h")
+    Partitioning(messages=None, span_ns=3600000000000)
+    >>> Partitioning.parse("5m")
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.ParameterError: partition '5m' is ambiguous: write 5min for minutes or 5M for ...
+    """
+
+    messages: int | None = None
+    span_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.span_ns is None):
+            raise ParameterError("a partitioning has either messages per part or a time span per part")
+        value = self.messages if self.messages is not None else self.span_ns
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            what = "messages per part" if self.messages is not None else "span_ns per part"
+            raise ParameterError(f"{what} must be a positive integer, not {value!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> Partitioning:
+        """Read a partitioning as people write it.
+
+        A count of messages per part is an integer, optionally with ``K`` (thousand),
+        ``M`` (million) or ``G`` (billion): ``5000000``, ``500K``, ``5M``, ``2.5M``.
+        Anything else is a time span per part (``tracefmt.units.parse_duration_ns``,
+        with a unit): ``30min``, ``1h``, ``10s``. A lowercase ``m`` is refused:
+        ``5m`` would be minutes there and read as millions too easily.
+
+        Examples
+        --------
+        >>> Partitioning.parse("500K").messages, Partitioning.parse("30min").span_ns
+        (500000, 1800000000000)
+        """
+        m = _COUNT.match(text)
+        if m is not None:
+            count = Decimal(m.group(1)) * _COUNT_SCALE[m.group(2)]
+            if count != count.to_integral_value() or count < 1:
+                raise ParameterError(f"partition {text!r}: messages per part must be a whole number >= 1")
+            return cls(messages=int(count))
+        if re.fullmatch(r"\s*[\d.]+\s*m\s*", text):
+            raise ParameterError(
+                f"partition {text!r} is ambiguous: write {text.strip()[:-1]}min for minutes "
+                f"or {text.strip()[:-1]}M for millions of messages"
+            )
+        invalid = ParameterError(
+            f"invalid partition {text!r} (messages per part: 5000000, 500K, 5M; "
+            "or a time span per part with a unit: 30min, 1h)"
+        )
+        if not re.search(r"[a-zµμ]\s*$", text):
+            raise invalid
+        try:
+            span = parse_duration_ns(text)
+        except ParameterError as exc:
+            if str(exc).startswith("invalid duration"):
+                raise invalid from None
+            raise ParameterError(f"partition: {exc}") from None  # negative, too long
+        if span < 1:
+            raise ParameterError(f"partition {text!r}: a part must span at least 1 ns")
+        return cls(span_ns=span)
+
+    @classmethod
+    def of(cls, value: Partitioning | str | None) -> Partitioning | None:
+        """``value`` as a Partitioning: None stays None, a string is parsed (``parse``).
+
+        Examples
+        --------
+        >>> Partitioning.of(None) is None, Partitioning.of("1K").messages
+        (True, 1000)
+        """
+        if value is None or isinstance(value, Partitioning):
+            return value
+        if isinstance(value, str):
+            return cls.parse(value)
+        raise ParameterError(
+            f"partition must be a Partitioning or a string such as '1h' or '5M', not {type(value).__name__}"
+        )
+
+    def describe(self) -> str:
+        """The size of a part in words.
+
+        Examples
+        --------
+        >>> Partitioning(messages=5_000_000).describe(), Partitioning.parse("90min").describe()
+        ('5,000,000 messages', '90 min')
+        """
+        if self.messages is not None:
+            return f"{self.messages:,} messages"
+        assert self.span_ns is not None
+        unit = next(u for u in ("h", "min", "s", "ms", "us", "ns") if self.span_ns % UNIT_NS[u] == 0)
+        return f"{self.span_ns // UNIT_NS[unit]:,} {unit}"
+
+
+def _is_dataset_file(path: Path) -> bool:
+    return path.is_file() and (path.name == COMMON_METADATA or fnmatch.fnmatchcase(path.name, _PART_GLOB))
+
+
+def _check_dataset_target(path: Path) -> None:
+    """Raise unless a dataset may be written at ``path``: nothing there, an empty
+    directory, or a dataset (only parts and its schema file), which it replaces."""
+    if path.is_dir():
+        other = next((f for f in sorted(path.iterdir()) if not _is_dataset_file(f)), None)
+        if other is not None:
+            raise TraceFileError(
+                f"{path}: holds {other.name}, which is not part of a trace dataset; "
+                "give a new or empty directory (only a dataset is replaced by one)"
+            )
+    elif path.exists() or path.is_symlink():
+        raise TraceFileError(f"{path}: is a file (a dataset is a directory; give a directory name)")
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a temporary directory if it is there; never raises (it runs while handling errors)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        remove_quietly(path)
+
+
+class _DatasetWriter:
+    """The parts of a partitioned trace, written into a hidden sibling directory
+    (``partial_path``) and put in place whole by ``close`` (see ``TraceWriter``)."""
+
+    def __init__(self, path: PathLike, partitioning: Partitioning, row_group_size: int) -> None:
+        if not str(path):
+            raise ParameterError("no output directory named (give a directory name)")
+        self.path = Path(path)
+        _check_dataset_target(self.path)
+        self._tmp = partial_path(self.path)
+        # The parent checks (a file in the way, permissions) of a part's name.
+        writable_output(self._tmp / "part-00000.parquet")
+        self.partitioning = partitioning
+        self.row_group_size = row_group_size
+        self._part: TraceWriter | None = None
+        self._part_rows = 0
+        self._window: int | None = None
+        self._last_ns: int | None = None
+        self._types: list[tuple[str, pa.DataType]] | None = None
+        self._schema: pa.Schema | None = None
+        # Each finished part and the metadata it was written with: one that differs from
+        # the final provenance (counts known only at the end) is rewritten by close.
+        self._done: list[tuple[Path, dict[bytes, bytes]]] = []
+        self._closed = False
+
+    @property
+    def parts(self) -> int:
+        return len(self._done) + (self._part is not None)
+
+    def _check(self, table: pa.Table) -> np.ndarray:
+        """The table's times, after checking its columns and time order against what came before."""
+        types = [(f.name, f.type) for f in table.schema]
+        if self._types is None:
+            self._types, self._schema = types, table.schema.remove_metadata()
+        elif types != self._types:
+            raise SchemaError(
+                f"columns {[f'{n}: {t}' for n, t in types]} differ from the first write's "
+                f"{[f'{n}: {t}' for n, t in self._types]} (every part has the same schema)"
+            )
+        ts = table["timestamp"].cast(pa.int64()).to_numpy()
+        if not len(ts):
+            return ts
+        back = np.flatnonzero(ts[1:] < ts[:-1])
+        prev, cur = (self._last_ns, int(ts[0])) if not len(back) else (int(ts[back[0]]), int(ts[back[0] + 1]))
+        if prev is not None and cur < prev:
+            raise SchemaError(
+                f"{self.path}: messages are not in time order ({format_instant_ns(prev)} before "
+                f"{format_instant_ns(cur)}); a dataset's parts follow each other in time: "
+                "sort the trace first (wirepath convert --sort)"
+            )
+        self._last_ns = int(ts[-1])
+        return ts
+
+    def write(self, table: pa.Table, provenance: Mapping[str, Any]) -> None:
+        """Append validated messages, starting a new part wherever the partitioning says."""
+        ts = self._check(table)
+        n = len(ts)
+        if self.partitioning.messages is not None:
+            per_part, start = self.partitioning.messages, 0
+            while start < n:  # one turn per part
+                if self._part is None or self._part_rows >= per_part:
+                    self._next_part(provenance)
+                take = min(n - start, per_part - self._part_rows)
+                self._append(table.slice(start, take))
+                start += take
+            return
+        assert self.partitioning.span_ns is not None
+        windows = ts // self.partitioning.span_ns  # floor: times before 1970 too
+        cuts = [0, *(np.flatnonzero(windows[1:] != windows[:-1]) + 1).tolist(), n]
+        for lo, hi in itertools.pairwise(cuts):  # one turn per window
+            if hi > lo:
+                if self._part is None or int(windows[lo]) != self._window:
+                    self._next_part(provenance)
+                    self._window = int(windows[lo])
+                self._append(table.slice(lo, hi - lo))
+
+    def _append(self, table: pa.Table) -> None:
+        assert self._part is not None
+        self._part._append(table)
+        self._part_rows += table.num_rows
+
+    def _next_part(self, provenance: Mapping[str, Any]) -> None:
+        if self._part is not None:
+            self._finish_part(provenance)
+        elif not self._done:
+            _remove_tree(self._tmp)  # left by a run that was killed: none of it is this trace's
+        if len(self._done) >= MAX_PARTS:
+            raise ParameterError(
+                f"{self.path}: more than {MAX_PARTS:,} parts of {self.partitioning.describe()}; "
+                "choose larger parts"
+            )
+        part = self._tmp / f"part-{len(self._done):05d}.parquet"
+        self._part = TraceWriter(part, provenance=provenance, row_group_size=self.row_group_size)
+        self._part_rows = 0
+
+    def _finish_part(self, provenance: Mapping[str, Any]) -> None:
+        part, self._part = self._part, None
+        assert part is not None
+        part.provenance = dict(provenance)
+        part.close()
+        self._done.append((part.path, _metadata_bytes(provenance)))
+
+    def _rewrite(self, path: Path, provenance: Mapping[str, Any]) -> None:
+        """Write a finished part again with other provenance, a row group at a time."""
+        with (
+            _open(path) as pf,
+            TraceWriter(path, provenance=provenance, row_group_size=self.row_group_size) as w,
+        ):
+            for i in range(pf.num_row_groups):
+                w._append(pf.read_row_group(i))
+
+    def close(self, provenance: Mapping[str, Any]) -> None:
+        """Finish the last part, bring every part's provenance up to date, write the
+        schema file and put the directory in place."""
+        if self._closed:  # a second close must not publish an empty dataset over this one
+            return
+        try:
+            if self._part is None and not self._done:
+                self._next_part(provenance)  # no messages: one empty part has the columns
+                if self._schema is not None:
+                    self._append(self._schema.empty_table())
+            self._finish_part(provenance)
+            final = _metadata_bytes(provenance)
+            for path, meta in self._done:
+                if meta != final:
+                    self._rewrite(path, provenance)
+            schema = self._schema if self._schema is not None else empty_trace().schema
+            with write_errors(self.path):
+                # Spark and Dask take the schema from here without opening a part.
+                pq.write_metadata(schema.with_metadata(final), self._tmp / COMMON_METADATA)
+                self._publish()
+            self._closed = True
+        except BaseException:
+            self.abort()
+            raise
+
+    def _publish(self) -> None:
+        """Put the finished directory at ``path``; a dataset there is replaced, and
+        stays if this fails."""
+        _check_dataset_target(self.path)  # nothing else appeared there meanwhile
+        old = self.path.with_name(f".{self.path.name}.replaced")
+        _remove_tree(old)  # left by a run killed while replacing: the new dataset supersedes it
+        if not self.path.exists():
+            publish(self._tmp, self.path)
+            return
+        # Two renames: readers see the old dataset, then none for an instant, then the new.
+        os.replace(self.path, old)
+        try:
+            publish(self._tmp, self.path)
+        except BaseException:
+            os.replace(old, self.path)
+            raise
+        _remove_tree(old)
+
+    def abort(self) -> None:
+        part, self._part = self._part, None
+        if part is not None:
+            part.abort()
+        _remove_tree(self._tmp)
+
+
 class TraceWriter:
-    """Write a trace to Parquet piece by piece, with bounded memory.
+    """Write a trace to Parquet piece by piece, with bounded memory: one file, or a
+    dataset of parts.
 
     The first table written fixes the schema; later ones are validated and must have
     the same columns. The file appears under its name only when the writer closes
     without error, so a failed run never leaves a half-written trace behind (and what
     was there before stays); a failed write (a full disk) raises one ``TraceFileError``
     naming the output. Provenance may be updated until then (counts known only at the end).
+
+    With ``partition``, ``path`` is a directory: the messages, which must come in time
+    order, are cut into ``part-00000.parquet``, ``part-00001.parquet``, ... (each a
+    trace file with the same schema, schema version and provenance; a part written
+    before the provenance changed is written again at the end), plus
+    ``_common_metadata`` (the schema and metadata, for Spark and Dask). The parts are
+    written into a hidden sibling directory, which replaces ``path`` only once whole:
+    the dataset appears complete or not at all, and a dataset already there stays
+    until then. A directory holding anything else is refused.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file, or with ``partition`` the dataset directory.
+    provenance : mapping, optional
+        Recorded in the file metadata: sources, offsets applied, drops.
+    row_group_size : int
+        Rows per Parquet row group.
+    partition : Partitioning or str, optional
+        Write a dataset with parts of this many messages or this time span
+        (``Partitioning.parse``: ``"5M"``, ``"1h"``); None writes one file.
 
     Examples
     --------
@@ -280,9 +629,15 @@ class TraceWriter:
     >>> path = os.path.join(tempfile.mkdtemp(), "t.parquet")
     >>> with TraceWriter(path, provenance={"source": "doctest"}) as w:
     ...     w.write(t)
-    ...     w.write(t)
+    ...     w.write(t.slice(1))
     >>> read_trace(path).num_rows
-    4
+    3
+    >>> ds = os.path.join(tempfile.mkdtemp(), "t")
+    >>> with TraceWriter(ds, partition="2") as w:
+    ...     w.write(t)
+    ...     w.write(t.slice(1))
+    >>> sorted(os.listdir(ds)), read_trace(ds).num_rows
+    (['_common_metadata', 'part-00000.parquet', 'part-00001.parquet'], 3)
     """
 
     def __init__(
@@ -291,8 +646,15 @@ class TraceWriter:
         *,
         provenance: Mapping[str, Any] | None = None,
         row_group_size: int = DEFAULT_ROW_GROUP,
+        partition: Partitioning | str | None = None,
     ) -> None:
-        self.path = writable_output(path)
+        self.partition = Partitioning.of(partition)
+        self._dataset: _DatasetWriter | None = None
+        if self.partition is not None:
+            self._dataset = _DatasetWriter(path, self.partition, row_group_size)
+            self.path = self._dataset.path
+        else:
+            self.path = writable_output(path)
         self.provenance: dict[str, Any] = dict(provenance or {})
         self.row_group_size = row_group_size
         self.rows = 0
@@ -301,6 +663,11 @@ class TraceWriter:
         self._schema: pa.Schema | None = None
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
+
+    @property
+    def parts(self) -> int:
+        """Files written so far: the parts of a dataset, 1 for one file."""
+        return self._dataset.parts if self._dataset is not None else 1
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -331,6 +698,14 @@ class TraceWriter:
     def write(self, table: pa.Table | pa.RecordBatch) -> None:
         """Append messages (validated against the schema fixed by the first write)."""
         table = validate_trace(table)
+        if self._dataset is not None:
+            self._dataset.write(table, self.provenance)
+            self.rows += table.num_rows
+            return
+        self._append(table)
+
+    def _append(self, table: pa.Table) -> None:
+        """Append a validated table to the file."""
         if self._writer is None:
             self._open_writer(table.schema)
         assert self._schema is not None
@@ -364,6 +739,9 @@ class TraceWriter:
     def close(self) -> None:
         """Finish the file: flush, write provenance into the footer, move into place.
         If that fails (a full disk, Ctrl-C), the partial file is removed."""
+        if self._dataset is not None:
+            self._dataset.close(self.provenance)
+            return
         try:
             if self._writer is None:
                 self._open_writer(empty_trace().schema)
@@ -380,6 +758,9 @@ class TraceWriter:
 
     def abort(self) -> None:
         """Drop the partial file; nothing appears at ``path`` (what was there stays)."""
+        if self._dataset is not None:
+            self._dataset.abort()
+            return
         writer, self._writer = self._writer, None
         if writer is not None:
             # Closing flushes what is buffered, which fails again on a full disk.
@@ -394,19 +775,41 @@ def write_trace(
     *,
     provenance: Mapping[str, Any] | None = None,
     row_group_size: int = DEFAULT_ROW_GROUP,
+    partition: Partitioning | str | None = None,
 ) -> None:
-    """Validate a trace and write it to one Parquet file (zstd, row groups of ``row_group_size``).
+    """Validate a trace and write it to one Parquet file (zstd, row groups of
+    ``row_group_size``), or with ``partition`` to a dataset directory of parts.
 
     Parameters
     ----------
     table : pyarrow.Table
         The messages (see ``validate_trace`` for the coercions applied).
     path : str or path-like
-        Output file; written atomically.
+        Output file, or with ``partition`` the dataset directory; written atomically.
     provenance : mapping, optional
-        Recorded in the file metadata: sources, offsets applied, drops.
+        Recorded in the file metadata (of every part): sources, offsets applied, drops.
     row_group_size : int
         Rows per Parquet row group.
+    partition : Partitioning or str, optional
+        Parts of this many messages or this time span (``"5M"``, ``"1h"``, see
+        ``TraceWriter``); the messages are sorted by time first (stable), as the parts
+        of a dataset follow each other in time.
+
+    Examples
+    --------
+    >>> import tempfile, os, pyarrow as pa
+    >>> hour = 3_600_000_000_000
+    >>> t = pa.table({"timestamp": pa.array([0, hour - 1, hour, 3 * hour], pa.timestamp("ns")),
+    ...     "sender": ["a"] * 4, "receiver": ["b"] * 4, "op": ["send"] * 4,
+    ...     "id": pa.array([None] * 4, pa.uint64())})
+    >>> ds = os.path.join(tempfile.mkdtemp(), "t")
+    >>> write_trace(t, ds, partition="1h")
+    >>> [read_trace(p).num_rows for p in trace_parts(ds)]
+    [2, 1, 1]
     """
-    with TraceWriter(path, provenance=provenance, row_group_size=row_group_size) as writer:
+    if partition is not None:
+        table = sort_trace(validate_trace(table))
+    with TraceWriter(
+        path, provenance=provenance, row_group_size=row_group_size, partition=partition
+    ) as writer:
         writer.write(table)

@@ -41,13 +41,26 @@ def _output_path(args: argparse.Namespace) -> str:
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
+    if args.out is not None:  # --out is OUTPUT by another name, as in merge and capture
+        if args.output is not None:
+            raise tracefmt.ParameterError(f"give OUTPUT ({args.output}) or --out ({args.out}), not both")
+        args.output = args.out
+    partition = None if args.partition is None else tracefmt.Partitioning.parse(args.partition)
     output = _output_path(args)
     progress = _progress("convert", args)
     report = tracefmt.convert_trace(
-        args.input, output, skip_bad=args.skip_bad, sort=args.sort, on_progress=progress, at=args.at
+        args.input,
+        output,
+        skip_bad=args.skip_bad,
+        sort=args.sort,
+        on_progress=progress,
+        at=args.at,
+        partition=partition,
     )
     _end_progress(progress)
     lines = [f"wrote {report.messages:,} messages to {report.target}"]
+    if partition is not None:
+        lines[0] += f" in {report.parts:,} parts of at most {partition.describe()}"
     if report.spans is not None:
         lines += _span_summary(report.spans)
     if report.skipped:
@@ -467,12 +480,24 @@ def _build_parser() -> argparse.ArgumentParser:
         '{"data": [trace, ...]} or OTLP/JSON {"resourceSpans": [...]}, one document or JSON\n'
         "Lines. Each span entering a service is one RPC (a call and a return); the output\n"
         "has ground-truth columns for 'wirepath eval' (docs/real-traces.md).\n\n"
+        "With --partition the output is a directory of Parquet files (a dataset DuckDB,\n"
+        "pandas, Spark or Dask read as one table, and every wirepath verb too): parts of a\n"
+        "number of messages (5M, 500K) or of a span of time (1h, 10min; aligned to the\n"
+        "clock), part-00000.parquet, part-00001.parquet, ... in time order.\n\n"
         "examples: wirepath convert run1.txt run1.parquet\n"
         "          wirepath convert run1.txt --store results/   (-> results/traces/run1.parquet)\n"
-        "          wirepath convert jaeger.jsonl.gz hotel.parquet --at callee",
+        "          wirepath convert jaeger.jsonl.gz hotel.parquet --at callee\n"
+        "          wirepath convert run1.parquet --out run1/ --partition 1h",
     )
     p.add_argument("input", help="trace to read (.txt, .txt.gz, .trace, .parquet) or Jaeger/OTLP JSON")
     p.add_argument("output", nargs="?", help="trace to write (.parquet or .txt)")
+    p.add_argument("--out", metavar="OUTPUT", help="the same as OUTPUT")
+    p.add_argument(
+        "--partition",
+        metavar="SIZE",
+        help="write OUTPUT as a dataset directory with parts of SIZE messages (5M, 500K) or of "
+        "SIZE time (1h, 30min); messages must be in time order (or --sort)",
+    )
     p.add_argument("--store", metavar="DIR", help="write into the store DIR (traces/NAME.parquet) instead")
     p.add_argument("--name", help="trace name in the store (default: the input's file name stem)")
     p.add_argument(

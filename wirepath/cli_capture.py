@@ -53,6 +53,12 @@ def _register_pcap(sources: argparse._SubParsersAction) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help="pcap or pcapng capture files")
     p.add_argument("--out", required=True, metavar="T.parquet", help="the message trace to write")
     p.add_argument(
+        "--partition",
+        metavar="SIZE",
+        help="write --out as a dataset directory (part-NNNNN.parquet files) with parts of SIZE "
+        "messages (5M, 500K) or of SIZE time (1h, 30min), as 'wirepath convert --partition'",
+    )
+    p.add_argument(
         "--names",
         metavar="N.toml",
         help="names file: address, address:port or CIDR -> node name (unnamed addresses stay)",
@@ -96,6 +102,7 @@ def _cmd_pcap(args: argparse.Namespace) -> int:
         dedup_window_ns=tracefmt.parse_duration_ns(args.dedup_window),
         on_progress=progress,
         on_read=progress.read if progress is not None and known else None,
+        partition=args.partition,
     )
     _end_progress(progress)
     emit(args, report.to_json(), report.summary())
