@@ -663,6 +663,7 @@ class TraceWriter:
         self._schema: pa.Schema | None = None
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
+        self._closed = False
 
     @property
     def parts(self) -> int:
@@ -742,6 +743,8 @@ class TraceWriter:
         if self._dataset is not None:
             self._dataset.close(self.provenance)
             return
+        if self._closed:  # a second close must not publish an empty trace over this one
+            return
         try:
             if self._writer is None:
                 self._open_writer(empty_trace().schema)
@@ -752,6 +755,7 @@ class TraceWriter:
                 self._writer.close()
                 self._writer = None
                 publish(self._tmp, self.path)
+            self._closed = True
         except BaseException:
             self.abort()
             raise

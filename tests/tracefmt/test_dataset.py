@@ -511,10 +511,12 @@ def test_cli_capture_pcap_partition(tmp_path: Path, capsys: pytest.CaptureFixtur
         }
 
 
-def test_a_second_close_changes_nothing(tmp_path: Path, trace: pa.Table) -> None:
-    w = TraceWriter(tmp_path / "ds", partition="1h")
+@pytest.mark.parametrize("partition", ["1h", None])
+def test_a_second_close_changes_nothing(tmp_path: Path, trace: pa.Table, partition: str | None) -> None:
+    out = tmp_path / ("ds" if partition else "t.parquet")
+    w = TraceWriter(out, partition=partition)
     w.write(trace)
     w.close()
     w.close()
     w.abort()
-    assert read_trace(tmp_path / "ds").equals(trace)
+    assert read_trace(out).equals(trace)
