@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
-from tracefmt.errors import MissingToolError, ParameterError
+from tracefmt.errors import MissingToolError, ParameterError, WirepathError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -86,11 +86,20 @@ class DaskRunner:
         from dask.distributed import Future
 
         fresh = {k: self.share(v) for k, v in common.items() if not isinstance(v, Future)}
-        futures = self.client.map(fn, list(items), pure=False, **{**common, **fresh})
+        # Items go to the workers as data, not inside the task graph through the scheduler.
+        sent = self.client.scatter(list(items), hash=False)
+        futures = self.client.map(fn, sent, pure=False, **{**common, **fresh})
         try:
             return self.client.gather(futures)
+        except WirepathError:
+            raise  # a task's own error (bad input), as one process would raise it
+        except Exception as exc:
+            if not _cluster_failure(exc):
+                raise
+            what = f"{type(exc).__name__}: {exc}"
+            raise WirepathError(f"the Dask cluster failed during the run ({what})") from None
         finally:
-            for f in [*futures, *fresh.values()]:
+            for f in [*futures, *sent, *fresh.values()]:
                 f.release()
 
     def share(self, value: Any) -> Any:
@@ -99,6 +108,14 @@ class DaskRunner:
 
     def __repr__(self) -> str:
         return f"DaskRunner({self.client.scheduler.address!r}, width={self.width})"
+
+
+def _cluster_failure(exc: BaseException) -> bool:
+    """A failure of the cluster (a worker lost, the scheduler gone, a file a worker
+    cannot read), not an error of the task's own logic."""
+    return isinstance(exc, OSError | TimeoutError) or type(exc).__module__.startswith(
+        ("distributed", "tornado")
+    )
 
 
 @contextlib.contextmanager
@@ -144,7 +161,7 @@ def open_runner(scheduler: str | None = None, workers: int | None = None) -> Ite
     with contextlib.ExitStack() as stack:
         if scheduler is not None:
             try:
-                client = stack.enter_context(Client(scheduler, timeout="10s"))
+                client = stack.enter_context(Client(scheduler, timeout="5s"))
             except (OSError, TimeoutError) as exc:
                 raise ParameterError(f"no Dask scheduler answers at {scheduler!r} ({exc})") from None
         else:

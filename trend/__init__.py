@@ -5,7 +5,7 @@ Series live in the store's ``results/`` (:mod:`trend.series`); everything else t
 numbers or :class:`Series`.
 """
 
-from trend.analysis import METHODS, SeriesTrend, alert_text, analyze_series, trend_compliance
+from trend.analysis import METHODS, SeriesTrend, alert_text, analyze_all, analyze_series, trend_compliance
 from trend.compare import Comparison, compare_runs, format_comparison, parse_values, read_compare_file
 from trend.dashboard import DashboardReport, graph_figure, write_dashboard
 from trend.mdl import DIRECTIONS, MAX_SBPS, MdlGroup, MdlResult, classify_mdl, resolve_unit
@@ -41,6 +41,7 @@ __all__ = [
     "WdaResult",
     "WdaRun",
     "alert_text",
+    "analyze_all",
     "analyze_series",
     "analyze_wda",
     "check_number",

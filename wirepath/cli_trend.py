@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 import capture
 import tracefmt
 import trend
-from wirepath._cli import Parser, add_verb, emit
+from trend.analysis import analyze_all
+from wirepath._cli import Parser, add_cluster_options, add_verb, emit, runner
 
 __all__ = ["EXIT_REGRESSION", "EXIT_UNDECIDED", "register"]
 
@@ -324,23 +325,27 @@ def _register_analyze(sub: argparse._SubParsersAction) -> None:
         "Per series (test x testbed): the trend value, short-term change (vs one week\n"
         "before) and long-term change (vs the best of the last quarter except the last\n"
         "week), regressions and progressions, runs in the last group. Failed runs are left\n"
-        "out and marked where they are.\n\n"
+        "out and marked where they are. With --workers or --scheduler the series are\n"
+        "analysed in groups on a Dask cluster; the result is the same.\n\n"
         "example:\n  wirepath trend analyze --store store --method mdl",
     )
     _store_arg(p)
     _method_args(p)
+    add_cluster_options(p)
 
 
 def _analyze(args: argparse.Namespace) -> list[trend.SeriesTrend]:
+    """Every series of ``--store``, analysed where ``--scheduler`` / ``--workers`` say (in
+    this process for a verb without them)."""
     series = trend.load_series(args.store, tests=args.test)
     if not series:
         raise tracefmt.ParameterError(
             f"no series in {args.store}/results" + (f" matching {', '.join(args.test)}" if args.test else "")
         )
-    return [
-        trend.analyze_series(s, method=args.method, window=args.window, unit=args.unit, sbps=args.sbps)
-        for s in series
-    ]
+    with runner(args) as run:
+        return analyze_all(
+            series, method=args.method, window=args.window, unit=args.unit, sbps=args.sbps, runner=run
+        )
 
 
 def _pct(x: float | None) -> str:
@@ -388,6 +393,7 @@ def _register_check(sub: argparse._SubParsersAction) -> None:
     )
     _store_arg(p)
     _method_args(p)
+    add_cluster_options(p)
     p.add_argument("--alert", metavar="FILE.md", help="also write the alert text here")
     _gating_epilog(p, "a series is in a regression at its newest run")
 

@@ -1,0 +1,75 @@
+"""tracefmt.cluster: where a verb's tasks run. The same task function in-process and on a
+real local Dask cluster: results in order, shared values, a task's own error raised
+with its type, and a lost worker as one clear error."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from tracefmt import ParameterError, WirepathError
+from tracefmt.cluster import InProcess, open_runner, split_evenly
+
+pytest.importorskip("dask.distributed")
+
+
+def _weighted(k: int, *, table: np.ndarray, scale: float) -> float:
+    return float(table[k].sum() * scale)
+
+
+def _refuse(k: int) -> int:
+    if k == 3:
+        raise ParameterError(f"item {k} is bad")
+    return k
+
+
+def _die(k: int) -> int:
+    os._exit(3)  # the worker process is gone, as when a machine fails
+
+
+@pytest.mark.parametrize(("n", "parts"), [(10, 3), (2, 4), (0, 2), (7, 1), (100, 8)])
+def test_split_evenly_covers_everything_in_order(n: int, parts: int) -> None:
+    spans = split_evenly(n, parts)
+    covered = [i for a, b in spans for i in range(a, b)]
+    assert covered == list(range(n))
+    sizes = [b - a for a, b in spans]
+    assert max(sizes, default=0) - min(sizes, default=0) <= 1
+    assert len(spans) == max(1, min(parts, n))
+
+
+@pytest.mark.slow
+def test_a_cluster_maps_like_one_process() -> None:
+    table = np.arange(60.0).reshape(20, 3)
+    expected = InProcess().map(_weighted, list(range(20)), table=table, scale=0.5)
+    with open_runner(workers=2) as run:
+        assert run.width == 2
+        assert run.map(_weighted, list(range(20)), table=table, scale=0.5) == expected
+        shared = run.share(table)  # sent once, used by two maps
+        assert run.map(_weighted, list(range(20)), table=shared, scale=0.5) == expected
+        assert run.map(_weighted, [19, 0], table=shared, scale=1.0) == [table[19].sum(), table[0].sum()]
+        assert run.map(_weighted, [], table=shared, scale=1.0) == []
+        with pytest.raises(ParameterError, match="item 3 is bad"):
+            run.map(_refuse, list(range(6)))
+
+
+@pytest.mark.slow
+def test_a_lost_worker_is_one_clear_error() -> None:
+    import dask
+
+    # No retries on other workers: the task kills whichever runs it.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), open_runner(workers=1) as run:
+        with pytest.raises(WirepathError, match="the Dask cluster failed during the run") as err:
+            run.map(_die, [1])
+        assert "\n" not in str(err.value)
+
+
+def test_no_cluster_without_flags_and_not_both() -> None:
+    with open_runner() as run:
+        assert isinstance(run, InProcess)
+        assert run.share(5) == 5
+    with pytest.raises(ParameterError, match="not both"), open_runner("tcp://127.0.0.1:1", 2):
+        pass
+    with pytest.raises(ParameterError, match="at least 1"), open_runner(workers=0):
+        pass
