@@ -11,7 +11,9 @@ the square-rooted peak height does not.
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -214,14 +216,32 @@ class Correlator:
         lags = np.arange(-self.neg, self.max_lag + 1)
         self.overlap = np.maximum(self.n_slots - np.abs(lags), 1).astype(np.float64)
 
-    def _spectra(self, e: int) -> tuple[np.ndarray, np.ndarray]:
+    def __getstate__(self) -> dict[str, object]:
+        # Shipped to other processes (a cluster's workers) without its caches, which
+        # the receiver rebuilds as it needs them; ``copy.copy`` gives a fresh-cached twin.
+        state = self.__dict__.copy()
+        state["_cache"], state["_sparse"] = OrderedDict(), {}
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # Arrays unpickled from a message's frames may start at any byte; numpy's paths
+        # for unaligned integers (searchsorted, unique) take about twice as long.
+        aligned = {
+            k: np.require(v, requirements="A") if isinstance(v, np.ndarray) else v for k, v in state.items()
+        }
+        self.__dict__.update(aligned)
+
+    def _spectra(self, e: int, compute: bool = True) -> tuple[np.ndarray, ...]:
         hit = self._cache.get(e)
         if hit is not None:
             self._cache.move_to_end(e)
             return hit
-        raw = np.bincount(self._slots[self._bounds[e] : self._bounds[e + 1]], minlength=self.n_slots)
-        raw = raw.astype(np.float64)
-        spec = (sfft.rfft(np.sqrt(raw), self.n_fft), sfft.rfft(raw, self.n_fft))
+        if compute:
+            raw = np.bincount(self._slots[self._bounds[e] : self._bounds[e + 1]], minlength=self.n_slots)
+            raw = raw.astype(np.float64)
+            spec: tuple[np.ndarray, ...] = (sfft.rfft(np.sqrt(raw), self.n_fft), sfft.rfft(raw, self.n_fft))
+        else:
+            spec = ()  # a replayed entry: its place in the cache, no spectra
         self.ffts += 2
         self._cache[e] = spec
         if len(self._cache) > self._budget:
@@ -319,21 +339,61 @@ class Correlator:
         n1, n2 = self._occupied(e_in)[0].size, self._occupied(e_out)[0].size
         return n1 * n2 * (self.neg + self.max_lag + 1) / self.n_slots
 
-    def correlate(self, e_in: int, e_out: int) -> tuple[np.ndarray, np.ndarray]:
+    def _direct_for(self, e_in: int, e_out: int, missing: int) -> bool:
+        """Whether ``correlate`` takes the direct method for this pair when ``missing``
+        of the four spectra it would need are not in the cache."""
+        if self.method != "auto":
+            return self.method == "direct"
+        # An FFT pass costs about 4 n log2 n operations per spectrum; a slot pair a few.
+        fft_cost = 4.0 * self.n_fft * np.log2(self.n_fft) * (2 + missing)
+        return bool(8.0 * self.direct_cost(e_in, e_out) < fft_cost)
+
+    def methods(self, e_in: int, e_out: int) -> tuple[bool, ...]:
+        """The methods ``correlate`` may take for this pair, whatever the cache then
+        holds (``True``: direct): one, or with ``method="auto"`` near the break-even
+        both, as the spectra already cached tip the balance."""
+        return tuple(sorted({self._direct_for(e_in, e_out, 0), self._direct_for(e_in, e_out, 4)}))
+
+    def replay(self, e_in: int, e_out: int) -> bool:
+        """Do to this correlator what ``correlate(e_in, e_out)`` would (choose the method,
+        count it, update the spectra cache) without computing anything; return the
+        method chosen (``True``: direct).
+
+        For a correlator whose pairs are computed elsewhere (by a cluster's tasks, with
+        the method given): replayed in the order a single process asks for them, the
+        choices and the counters are that process's. A correlator that replays must not
+        also correlate (its cache holds no spectra).
+        """
+        missing = 2 * ((e_in not in self._cache) + (e_out not in self._cache))
+        if self._direct_for(e_in, e_out, missing):
+            self.direct_pairs += 1
+            return True
+        self._spectra(e_in, compute=False)
+        self._spectra(e_out, compute=False)
+        self.ffts += 2
+        return False
+
+    def plan(self, pairs: Iterable[tuple[int, int]]) -> list[bool]:
+        """The method (``True``: direct) ``correlate`` would take for each of ``pairs``
+        asked in this order of a correlator with nothing cached yet; this one is left
+        as it is."""
+        twin = copy.copy(self)  # no spectra cached (see __getstate__)
+        twin._sparse = self._sparse  # the occupied slots are the same: share them
+        return [twin.replay(e_in, e_out) for e_in, e_out in pairs]
+
+    def correlate(self, e_in: int, e_out: int, direct: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Square-rooted and raw cross-correlations of ``e_out`` with ``e_in``.
 
         Index ``i`` is lag ``i - neg`` quanta: a message on ``e_in`` at slot k meeting one on
         ``e_out`` at slot ``k + lag``. Both are divided by the overlap at each lag and
         multiplied by S, so an independent pair of stationary signals gives a flat series.
+        ``direct`` forces the method (``None``: the correlator's ``method``).
         """
         scale = self.n_slots / self.overlap
-        use_direct = self.method == "direct"
-        if self.method == "auto":
-            # An FFT pass costs about 4 n log2 n operations per spectrum; a slot pair a few.
+        if direct is None:
             missing = 2 * ((e_in not in self._cache) + (e_out not in self._cache))
-            fft_cost = 4.0 * self.n_fft * np.log2(self.n_fft) * (2 + missing)
-            use_direct = 8.0 * self.direct_cost(e_in, e_out) < fft_cost
-        if use_direct:
+            direct = self._direct_for(e_in, e_out, missing)
+        if direct:
             self.direct_pairs += 1
             sq, raw = self._direct(e_in, e_out)
             return sq * scale, raw * scale

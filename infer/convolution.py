@@ -31,13 +31,20 @@ lag 0 and peaks cut off at ``max_lag``; ``max_depth`` limits the hops of a path.
 Cost: O(m) to build the signals; per edge pair O(S log S) time and O(S) memory by FFT,
 or, when edges are sparse against S, O(pairs of occupied quanta within the lag window)
 by direct enumeration (``method="auto"`` picks per pair); each pair is correlated once.
+With a cluster's runner the pairs are correlated by its tasks, every pair the paths can
+ask for in one round, each worker sent the messages' quanta and times once (16 bytes a
+message); the answer is the one of a single process, bit for bit (docs/scaling.md).
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
 import math
+import threading
+import weakref
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -46,11 +53,14 @@ from scipy.special import gammainc, ndtr
 from infer._convsignal import Correlator, find_spikes, local_background, moving_mean
 from infer.callpairs import node_codes
 from tracefmt import OP_CALL, OP_RETURN, ParameterError, SchemaError, op_codes, sort_trace, validate_trace
+from tracefmt.cluster import InProcess
 from tracefmt.patterns import path_id
 from tracefmt.units import format_duration_ns, format_instant_ns
 
 if TYPE_CHECKING:
     import networkx as nx
+
+    from tracefmt.cluster import Runner
 
 __all__ = ["ConvolutionParams", "ConvolutionResult", "DelaySpike", "LinearPath", "infer_convolution"]
 
@@ -259,12 +269,25 @@ class ConvolutionResult:
 
 
 class _Pairs:
-    """Spikes of every (edge in, edge out) pair, computed once each."""
+    """Spikes of every (edge in, edge out) pair, computed once each.
 
-    def __init__(self, corr: Correlator, params: ConvolutionParams, stats: dict[str, int]) -> None:
+    With ``done`` (the pairs computed by a cluster's tasks, keyed by pair and method,
+    see :func:`_correlate_on`) nothing is computed here: the correlator replays each
+    pair in the order this run asks for it, so the method taken and every counter are
+    those of a run in one process.
+    """
+
+    def __init__(
+        self,
+        corr: Correlator,
+        params: ConvolutionParams,
+        stats: dict[str, int],
+        done: dict[tuple[int, int, bool], _PairResult] | None = None,
+    ) -> None:
         self.corr = corr
         self.p = params
         self.stats = stats
+        self.done = done
         self.memo: dict[tuple[int, int], tuple[DelaySpike, ...]] = {}
         self.window_excess: dict[tuple[int, int], float] = {}
 
@@ -283,87 +306,116 @@ class _Pairs:
         return max(spiked, self.window_excess[(e_in, e_out)])
 
     def _compute(self, e_in: int, e_out: int) -> tuple[DelaySpike, ...]:
-        p, corr = self.p, self.corr
         self.stats["pairs_correlated"] += 1
-        sq, raw = corr.correlate(e_in, e_out)
-        neg, half = corr.neg, p.band_quanta
-        core, ring = 2 * half + 1, _RING * (half + 1)
-        _causal_lag0(corr, e_in, e_out, sq, raw, ring, core)
-        self.window_excess[(e_in, e_out)] = _window_excess(corr, raw)
-        smooth = moving_mean(sq, half)
-        # Deviation from a local background (a ring of lags around each lag), so slow swings
-        # of the load, which correlate every pair of busy edges, do not pass for spikes.
-        resid = smooth - local_background(smooth, ring, core)
-        body = resid[neg:]  # lags 0 .. max_lag
-        # Mean and deviation of the background: the lags that do not stand out (judged
-        # against the median and the scaled median absolute deviation first), so strong
-        # spikes do not hide weaker ones by inflating the deviation, even in short windows.
-        mean, std = float(body.mean()), float(body.std())
-        med = float(np.median(body))
-        mad = 1.4826 * float(np.median(np.abs(body - med)))
-        if mad > 0:
-            quiet = body[(body - med) / mad <= p.sep_sigma]
-            if quiet.size >= _MIN_LAGS:
-                mean, std = float(quiet.mean()), float(quiet.std())
-        if not std > 0:
-            return ()
-        z = (resid - mean) / std
-        # The band's moving mean flattens a peak's top: locate peaks on the unsmoothed residual.
-        exact = sq - local_background(sq, ring, core) if half else z
-        # Search from a few negative lags when judging plausibility, else from lag 0.
-        first = neg - (half + _NEG_MARGIN) if p.plausible else neg
-        found = find_spikes(z[first:], n_sigma=p.n_sigma, sep_sigma=p.sep_sigma, locate=exact[first:])
-        shift = neg - first
-        last = corr.max_lag
-        reach = half + 2  # a spike's counted extent around its peak
-        keep = []
-        for s in found:
-            lag = s.lag - shift
-            if p.plausible and lag < 0:
-                self.stats["spikes_negative"] += 1
-                continue
-            if p.plausible and lag >= last - half:
-                self.stats["spikes_at_max_lag"] += 1
-                continue
-            lo = max(s.lo - shift, lag - reach, 0)
-            hi = min(s.hi - shift, lag + reach, last)
-            keep.append((lag, lo, hi, s.z))
-        if not keep:
-            return ()
-        # Counts from the raw-count correlation: above its background it rises by exactly
-        # the number of message pairs at each lag (undoing the overlap scaling).
-        unscale = corr.overlap[neg:] / corr.n_slots
-        raw_bg = local_background(raw, ring, core)[neg:] * unscale
-        raw_pairs = raw[neg:] * unscale
-        series = raw if p.count_estimate == "raw" else sq
-        excess = (series - local_background(series, ring, core))[neg:] * unscale
-        # A spike must also stand out as a count of message pairs: in a sparse trace a few
-        # chance coincidences are many deviations above a background of almost nothing.
-        # The background rate: the local one, but never below the mean over all lags (a
-        # ring of a few dozen lags in a sparse trace often holds no pair at all).
-        tail = float(ndtr(-p.n_sigma))  # the normal's upper tail
-        floor = float(raw_pairs.mean())
-        out = []
-        for lag, lo, hi, zval in keep:
-            seen = float(raw_pairs[lo : hi + 1].sum())
-            expected = float(np.maximum(raw_bg[lo : hi + 1], floor).sum())
-            if _poisson_at_least(round(seen), expected) > tail:
-                self.stats["spikes_too_few_pairs"] += 1
-                continue
-            w = np.maximum(excess[lo : hi + 1], 0.0)
-            count = float(w.sum())
-            below = lo == 0 and count > 0 and not w[1:].any()
-            sub = _below_quantum(corr, e_in, e_out, float(raw_bg[0]), p.quantum_s) if below else None
-            if p.delay_estimate == "centroid" and sub is not None:
-                delay = sub
-            elif p.delay_estimate == "centroid" and count > 0:
-                delay = float((np.arange(lo, hi + 1) * w).sum() / count) * p.quantum_s
-            else:
-                delay = lag * p.quantum_s
-            self.stats["spikes_within_quantum"] += lag == 0
-            out.append(DelaySpike(delay, lag, count, zval))
-        self.stats["spikes"] += len(out)
-        return tuple(sorted(out, key=lambda s: (-s.count, s.lag)))
+        if self.done is None:
+            spikes, excess = _pair_spikes(self.corr, self.p, e_in, e_out, self.stats)
+        else:
+            spikes, excess, tally = self.done[(e_in, e_out, self.corr.replay(e_in, e_out))]
+            for name, n in tally:
+                self.stats[name] += n
+        self.window_excess[(e_in, e_out)] = excess
+        return spikes
+
+
+class _PairResult(NamedTuple):
+    """What a task returns per pair: its spikes, window excess and the counts of
+    spikes the tests dropped (``(counter, n)``, the nonzero ones)."""
+
+    spikes: tuple[DelaySpike, ...]
+    excess: float
+    tally: tuple[tuple[str, int], ...]
+
+
+def _pair_spikes(
+    corr: Correlator,
+    p: ConvolutionParams,
+    e_in: int,
+    e_out: int,
+    tally: dict[str, Any],
+    direct: bool | None = None,
+) -> tuple[tuple[DelaySpike, ...], float]:
+    """The spikes of one (edge in, edge out) pair and its window excess (see
+    ``_Pairs.explained``), counting what the spike tests drop into ``tally``; ``direct``
+    forces the correlation method (``None``: the correlator chooses)."""
+    sq, raw = corr.correlate(e_in, e_out, direct)
+    neg, half = corr.neg, p.band_quanta
+    core, ring = 2 * half + 1, _RING * (half + 1)
+    _causal_lag0(corr, e_in, e_out, sq, raw, ring, core)
+    window = _window_excess(corr, raw)
+    smooth = moving_mean(sq, half)
+    # Deviation from a local background (a ring of lags around each lag), so slow swings
+    # of the load, which correlate every pair of busy edges, do not pass for spikes.
+    resid = smooth - local_background(smooth, ring, core)
+    body = resid[neg:]  # lags 0 .. max_lag
+    # Mean and deviation of the background: the lags that do not stand out (judged
+    # against the median and the scaled median absolute deviation first), so strong
+    # spikes do not hide weaker ones by inflating the deviation, even in short windows.
+    mean, std = float(body.mean()), float(body.std())
+    med = float(np.median(body))
+    mad = 1.4826 * float(np.median(np.abs(body - med)))
+    if mad > 0:
+        quiet = body[(body - med) / mad <= p.sep_sigma]
+        if quiet.size >= _MIN_LAGS:
+            mean, std = float(quiet.mean()), float(quiet.std())
+    if not std > 0:
+        return (), window
+    z = (resid - mean) / std
+    # The band's moving mean flattens a peak's top: locate peaks on the unsmoothed residual.
+    exact = sq - local_background(sq, ring, core) if half else z
+    # Search from a few negative lags when judging plausibility, else from lag 0.
+    first = neg - (half + _NEG_MARGIN) if p.plausible else neg
+    found = find_spikes(z[first:], n_sigma=p.n_sigma, sep_sigma=p.sep_sigma, locate=exact[first:])
+    shift = neg - first
+    last = corr.max_lag
+    reach = half + 2  # a spike's counted extent around its peak
+    keep = []
+    for s in found:
+        lag = s.lag - shift
+        if p.plausible and lag < 0:
+            tally["spikes_negative"] += 1
+            continue
+        if p.plausible and lag >= last - half:
+            tally["spikes_at_max_lag"] += 1
+            continue
+        lo = max(s.lo - shift, lag - reach, 0)
+        hi = min(s.hi - shift, lag + reach, last)
+        keep.append((lag, lo, hi, s.z))
+    if not keep:
+        return (), window
+    # Counts from the raw-count correlation: above its background it rises by exactly
+    # the number of message pairs at each lag (undoing the overlap scaling).
+    unscale = corr.overlap[neg:] / corr.n_slots
+    raw_bg = local_background(raw, ring, core)[neg:] * unscale
+    raw_pairs = raw[neg:] * unscale
+    series = raw if p.count_estimate == "raw" else sq
+    excess = (series - local_background(series, ring, core))[neg:] * unscale
+    # A spike must also stand out as a count of message pairs: in a sparse trace a few
+    # chance coincidences are many deviations above a background of almost nothing.
+    # The background rate: the local one, but never below the mean over all lags (a
+    # ring of a few dozen lags in a sparse trace often holds no pair at all).
+    tail = float(ndtr(-p.n_sigma))  # the normal's upper tail
+    floor = float(raw_pairs.mean())
+    out = []
+    for lag, lo, hi, zval in keep:
+        seen = float(raw_pairs[lo : hi + 1].sum())
+        expected = float(np.maximum(raw_bg[lo : hi + 1], floor).sum())
+        if _poisson_at_least(round(seen), expected) > tail:
+            tally["spikes_too_few_pairs"] += 1
+            continue
+        w = np.maximum(excess[lo : hi + 1], 0.0)
+        count = float(w.sum())
+        below = lo == 0 and count > 0 and not w[1:].any()
+        sub = _below_quantum(corr, e_in, e_out, float(raw_bg[0]), p.quantum_s) if below else None
+        if p.delay_estimate == "centroid" and sub is not None:
+            delay = sub
+        elif p.delay_estimate == "centroid" and count > 0:
+            delay = float((np.arange(lo, hi + 1) * w).sum() / count) * p.quantum_s
+        else:
+            delay = lag * p.quantum_s
+        tally["spikes_within_quantum"] += lag == 0
+        out.append(DelaySpike(delay, lag, count, zval))
+    tally["spikes"] += len(out)
+    return tuple(sorted(out, key=lambda s: (-s.count, s.lag))), window
 
 
 _SUB_BINS = 20  # bins of a quantum when a delay shorter than it is read off message times
@@ -462,6 +514,7 @@ def infer_convolution(
     root_share: float = 0.5,
     max_vertices: int = 100_000,
     method: str = "auto",
+    runner: Runner | None = None,
 ) -> ConvolutionResult:
     """Infer causal paths of a message trace with the convolution algorithm.
 
@@ -518,6 +571,11 @@ def infer_convolution(
         How each edge pair is correlated: FFT (O(S log S)), or by enumerating the pairs
         of occupied quanta within the lag window (exact as well; far cheaper when edges
         are sparse against S), or per pair whichever is estimated cheaper.
+    runner : tracefmt.cluster.Runner, optional
+        Where the edge pairs are correlated. ``None`` (or the in-process runner): here,
+        each when the paths first ask for it. A cluster's runner: every pair the run
+        can ask for, by tasks of a few pairs of one node each, the signals shipped to
+        each worker once; the result is the same to the last bit.
 
     Returns
     -------
@@ -569,8 +627,12 @@ def infer_convolution(
     graph_in = _EdgeGraph.of(trace)
     corr, t0, t1 = _correlator(trace, graph_in, params, notes)
     stats = _new_stats(trace, graph_in, corr)
-    pairs = _Pairs(corr, params, stats)
-    start = _start_edges(trace, graph_in, pairs, params, notes)
+    candidates = _start_candidates(trace, graph_in, params)
+    done = None
+    if runner is not None and not isinstance(runner, InProcess):
+        done = _correlate_on(runner, corr, params, _wanted_pairs(graph_in, params, candidates))
+    pairs = _Pairs(corr, params, stats, done)
+    start = _start_edges(candidates, graph_in, pairs, params, notes)
     verts, root_vertex = _grow(start, graph_in, pairs, params, stats, notes)
     if params.short_paths:
         _drop_short_paths(verts, params, stats)
@@ -701,13 +763,12 @@ def _new_stats(trace: pa.Table, edges: _EdgeGraph, corr: Correlator) -> dict[str
     }
 
 
-def _start_edges(
-    trace: pa.Table, edges: _EdgeGraph, pairs: _Pairs, params: ConvolutionParams, notes: list[str]
-) -> list[int]:
-    """The edges paths start with: every edge out of the roots given, or, found, the
-    edges whose messages the edges into their sender explain less than ``root_share``
-    of (a node that only answers calls starts nothing)."""
-    names, counts = edges.names, pairs.corr.counts
+def _start_candidates(
+    trace: pa.Table, edges: _EdgeGraph, params: ConvolutionParams
+) -> tuple[list[int], list[int]]:
+    """The edges that start paths whatever the correlations say, and the edges that do
+    if the edges into their sender explain less than ``root_share`` of them."""
+    names = edges.names
     if params.root is not None:
         index = {n: i for i, n in enumerate(names)}
         start = []
@@ -718,16 +779,36 @@ def _start_edges(
                 senders = sorted({names[a] for a in edges.src.tolist()})
                 raise ParameterError(f"root {r!r} sends no messages (nodes that send: {', '.join(senders)})")
             start += edges.out_edges[index[r]]
-        return start
-    start = []
+        return start, []
+    start, tested = [], []
     answers, clients = _rpc_roles(op_codes(trace), edges.sender, edges.receiver, len(names))
     for e in range(edges.n_edges):
         if answers[edges.src[e]]:
             continue  # it sends only returns, each to a call it received first
-        into = edges.in_edges[edges.src[e]]
-        if not into or clients[edges.src[e]]:
+        if not edges.in_edges[edges.src[e]] or clients[edges.src[e]]:
             start.append(e)
-            continue
+        else:
+            tested.append(e)
+    return start, tested
+
+
+def _start_edges(
+    candidates: tuple[list[int], list[int]],
+    edges: _EdgeGraph,
+    pairs: _Pairs,
+    params: ConvolutionParams,
+    notes: list[str],
+) -> list[int]:
+    """The edges paths start with: every edge out of the roots given, or, found, the
+    edges whose messages the edges into their sender explain less than ``root_share``
+    of (a node that only answers calls starts nothing); ``candidates`` are those of
+    :func:`_start_candidates`."""
+    start, tested = list(candidates[0]), candidates[1]
+    if params.root is not None:
+        return start
+    counts = pairs.corr.counts
+    for e in tested:
+        into = edges.in_edges[edges.src[e]]
         explained = sum(pairs.explained(z, e) for z in into) / max(counts[e], 1)
         if explained < params.root_share:
             start.append(e)
@@ -736,7 +817,108 @@ def _start_edges(
             "no node starts activity: every edge is explained by the edges into its sender "
             "(a closed loop?); give root= (--root NODE)"
         )
-    return start
+    return sorted(start)
+
+
+#: Tasks per worker thread: enough that a slow task does not hold up the end.
+_GROUPS_PER_SLOT = 4
+
+
+def _wanted_pairs(
+    edges: _EdgeGraph, params: ConvolutionParams, candidates: tuple[list[int], list[int]]
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Every (edge in, edge out) pair the run can ask for, by node, and the pairs that
+    judge the tested start edges in the order the run asks for them (first, whatever
+    the spikes). The others are those of every edge within ``max_depth`` hops of a
+    candidate start edge with the edges out of its end: growth asks for these, and for
+    them only, whatever spikes it finds."""
+    start, tested = candidates
+    first = [(z, e) for e in tested for z in edges.in_edges[edges.src[e]]]
+    wanted = set(first)
+    depth = dict.fromkeys([*start, *tested], 1)
+    frontier = list(depth)
+    while frontier:
+        nxt = []
+        for e in frontier:
+            for f in edges.out_edges[edges.dst[e]]:
+                wanted.add((e, f))
+                if f not in depth and depth[e] < params.max_depth:
+                    depth[f] = depth[e] + 1
+                    nxt.append(f)
+        frontier = nxt
+    return sorted(wanted, key=lambda k: (edges.dst[k[0]], k[0], k[1])), first
+
+
+_held = threading.local()  # per worker thread: its working copy of each shipped correlator
+
+
+def _working_copy(corr: Correlator) -> Correlator:
+    """This thread's copy of a shipped correlator: caches of its own (``copy.copy``
+    drops them), never shared between threads, kept for the thread's next tasks on the
+    same signals (a node's edges are another node's too) and let go with the original."""
+    copies = getattr(_held, "copies", None)
+    if copies is None:
+        copies = _held.copies = weakref.WeakKeyDictionary()
+    twin = copies.get(corr)
+    if twin is None:
+        twin = copies[corr] = copy.copy(corr)
+    return twin
+
+
+def _correlate_group(
+    group: list[tuple[int, int, bool]], *, corr: Correlator, params: ConvolutionParams
+) -> list[_PairResult]:
+    """A task: the spikes of each ``(edge in, edge out, direct)`` of ``group``."""
+    corr = _working_copy(corr)
+    out = []
+    for e_in, e_out, direct in group:
+        tally = dict.fromkeys(_TALLIED, 0)
+        spikes, window = _pair_spikes(corr, params, e_in, e_out, tally, direct)
+        out.append(_PairResult(spikes, window, tuple((k, n) for k, n in tally.items() if n)))
+    return out
+
+
+#: The counters ``_pair_spikes`` adds to.
+_TALLIED = ("spikes", "spikes_negative", "spikes_at_max_lag", "spikes_too_few_pairs", "spikes_within_quantum")
+
+
+def _correlate_on(
+    runner: Runner,
+    corr: Correlator,
+    params: ConvolutionParams,
+    wanted: tuple[list[tuple[int, int]], list[tuple[int, int]]],
+) -> dict[tuple[int, int, bool], _PairResult]:
+    """The spikes of every pair of ``wanted`` (see :func:`_wanted_pairs`) by
+    ``runner``'s tasks, keyed by pair and method (``True``: direct).
+
+    A single process chooses a pair's method by what its spectra cache holds when the
+    pair comes up, and the two methods agree only to rounding. For the pairs asked
+    first, in a known order, the choice is replayed here; a pair that growth asks for
+    in an order its spikes decide is, near the break-even, computed both ways, and the
+    run takes the one it would have chosen (``Correlator.replay``). The correlator goes
+    to each worker once (per-message slots and times, no caches); a task holds
+    consecutive pairs of one or a few nodes, and each worker thread keeps the spectra it
+    computes for its next tasks.
+    """
+    pairs, first = wanted
+    known = {pair: (d,) for pair, d in zip(first, corr.plan(first), strict=True)}
+    jobs = [(a, b, d) for a, b in pairs for d in known.get((a, b)) or corr.methods(a, b)]
+    if not jobs:
+        return {}
+    # Relative cost of each job, to cut the list into groups of even work: an FFT pair
+    # two inverse transforms and up to four forward ones, a direct pair its slot pairs.
+    log_n = float(np.log2(corr.n_fft))
+    cost = np.array(
+        [8.0 * corr.direct_cost(a, b) if d else 16.0 * corr.n_fft * log_n for a, b, d in jobs]
+    ) + 64.0 * (corr.neg + corr.max_lag)  # the spike search, per pair
+    parts = min(len(jobs), _GROUPS_PER_SLOT * runner.width)
+    cuts = np.searchsorted(np.cumsum(cost), cost.sum() * np.arange(1, parts) / parts)
+    bounds = [0, *np.unique(cuts + 1).tolist(), len(jobs)]
+    groups = [jobs[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+    results = runner.map(_correlate_group, groups, corr=corr, params=params)
+    return {
+        job: r for group, rs in zip(groups, results, strict=True) for job, r in zip(group, rs, strict=True)
+    }
 
 
 def _grow(

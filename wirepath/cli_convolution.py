@@ -9,7 +9,7 @@ from pathlib import Path
 import infer
 import tracefmt
 from viz.paths import format_path
-from wirepath._cli import Parser, count, emit
+from wirepath._cli import Parser, add_cluster_options, count, emit, runner
 
 __all__ = ["register"]
 
@@ -24,24 +24,28 @@ def _cmd_infer_convolution(args: argparse.Namespace) -> int:
         max_lag_s = _AUTO_LAGS * quantum_s
     else:
         max_lag_s = tracefmt.parse_duration_ns(args.max_lag) / 1e9
-    result = infer.infer_convolution(
-        trace,
-        quantum_s=quantum_s,
-        max_lag_s=max_lag_s,
-        n_sigma=args.n_sigma,
-        sep_sigma=args.sep_sigma,
-        band_s=tracefmt.parse_duration_ns(args.band) / 1e9,
-        root=args.root or None,
-        min_count=args.min_count,
-        short_paths=not args.keep_short_paths,
-        max_repeats=args.max_repeats,
-        stop_at_root=not args.through_root,
-        plausible=not args.keep_implausible,
-        max_depth=args.max_depth,
-        count_estimate=args.count_estimate,
-        delay_estimate=args.delay_estimate,
-        method=args.method,
-    )
+    band_s = tracefmt.parse_duration_ns(args.band) / 1e9
+    # The trace is read and the flags parsed before a cluster is started for nothing.
+    with runner(args) as run:
+        result = infer.infer_convolution(
+            trace,
+            quantum_s=quantum_s,
+            max_lag_s=max_lag_s,
+            n_sigma=args.n_sigma,
+            sep_sigma=args.sep_sigma,
+            band_s=band_s,
+            root=args.root or None,
+            min_count=args.min_count,
+            short_paths=not args.keep_short_paths,
+            max_repeats=args.max_repeats,
+            stop_at_root=not args.through_root,
+            plausible=not args.keep_implausible,
+            max_depth=args.max_depth,
+            count_estimate=args.count_estimate,
+            delay_estimate=args.delay_estimate,
+            method=args.method,
+            runner=run,
+        )
     doc = result.to_json(top=args.top)
     out = Path(args.out)
     tracefmt.write_atomic(out, json.dumps(doc, indent=1) + "\n")
@@ -74,7 +78,11 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
         "grow from the roots hop by hop. Only timestamp, sender and receiver are read.\n"
         "Prints the paths by estimated count.\n\n"
         "examples: wirepath infer convolution mail.parquet --quantum 5s --max-lag 300s --out p.json\n"
-        "          wirepath infer convolution t.parquet --quantum 1ms --band 2ms --root client --out p.json",
+        "          wirepath infer convolution t.parquet --quantum 1ms --band 2ms --root client --out p.json\n"
+        "          wirepath infer convolution big.parquet --quantum 1ms --workers 8 --out p.json\n\n"
+        "With --workers or --scheduler the edge pairs are correlated by the tasks of a Dask\n"
+        "cluster (each edge's messages shipped to each worker once); the paths file is the\n"
+        "same as in one process (docs/scaling.md).",
     )
     p.set_defaults(handler=_cmd_infer_convolution)
     p.add_argument("trace", help="trace (.parquet or text)")
@@ -133,3 +141,4 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     p.add_argument("--top", type=count(1), metavar="N", help="keep the first N paths in the file")
     p.add_argument("--show", type=count(0), default=10, metavar="N", help="paths to print (default 10)")
     p.add_argument("--json", action="store_true", help="print the paths file on stdout")
+    add_cluster_options(p)
