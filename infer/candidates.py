@@ -273,16 +273,16 @@ class Scoreboard:
 @dataclass(frozen=True)
 class Offer:
     """One chunk's candidates reduced per child, for :meth:`BestSoFar.take`: each
-    child's best candidate in the chunk (``kids``, ``parent``, ``score``,
-    ``t_parent``) and what the chunk adds to its children's totals (``total_kids``,
-    ``total``; empty when the board keeps no totals). Made where the chunk was scored
-    (a cluster's worker) and folded where the answer is kept, in chunk order, it gives
-    exactly what :meth:`BestSoFar.offer` gives in one process."""
+    child's best candidate in the chunk (``kids``, ``parent``, ``score``) and what the
+    chunk adds to its children's totals (``total_kids``, ``total``; empty when the
+    board keeps no totals). Made where the chunk was scored (a cluster's worker) and
+    folded where the answer is kept, in chunk order, it gives exactly what
+    :meth:`BestSoFar.offer` gives in one process. Indices are 32-bit where the pairs
+    allow: this is what crosses the network every round."""
 
     kids: np.ndarray
     parent: np.ndarray
     score: np.ndarray
-    t_parent: np.ndarray
     total_kids: np.ndarray
     total: np.ndarray
 
@@ -305,17 +305,18 @@ class Offer:
         ([1], [2], [1.2])
         """
         n = t_call.size
-        none = np.zeros(0, np.int64)
+        index = np.int32 if n < 1 << 31 else np.int64
+        none = np.zeros(0, index)
         if c.size == 0:
-            return cls(none, none, np.zeros(0), none, none, np.zeros(0))
+            return cls(none, none, np.zeros(0), none, np.zeros(0))
         kids_t, total = none, np.zeros(0)
         if totals:
             # The same sums, in the same order, as the whole-length bincount of ``offer``.
             full = np.bincount(c, weights=score if mass is None else mass, minlength=n)
-            kids_t = np.flatnonzero(np.bincount(c, minlength=n))
+            kids_t = np.flatnonzero(np.bincount(c, minlength=n)).astype(index)
             total = full[kids_t]
         pick = best_parents(c, par, score, t_call, n)
-        return cls(c[pick], par[pick], score[pick], t_call[par[pick]], kids_t, total)
+        return cls(c[pick].astype(index), par[pick].astype(index), score[pick], kids_t, total)
 
 
 class BestSoFar:
@@ -345,11 +346,12 @@ class BestSoFar:
         pick = best_parents(c, par, score, t_call, self.total.size)
         self._keep_better(c[pick], score[pick], t_call[par[pick]], par[pick])
 
-    def take(self, offer: Offer) -> None:
-        """Fold a chunk's :class:`Offer` in (as ``offer`` would its candidates)."""
+    def take(self, offer: Offer, t_call: np.ndarray) -> None:
+        """Fold a chunk's :class:`Offer` in (as ``offer`` would its candidates;
+        ``t_call``: every pair's call time)."""
         if self.totals:
             self.total[offer.total_kids] += offer.total
-        self._keep_better(offer.kids, offer.score, offer.t_parent, offer.parent)
+        self._keep_better(offer.kids, offer.score, t_call[offer.parent], offer.parent)
 
     def _keep_better(self, kids: np.ndarray, s: np.ndarray, t: np.ndarray, p: np.ndarray) -> None:
         better = (s > self.score[kids]) | ((s == self.score[kids]) & (t < self.t_parent[kids]))

@@ -434,7 +434,7 @@ def _round(
             _score_ranges, groups, pairs=shared_pairs, parent=parent, model=model, tol_ns=chunks.tol_ns
         ):
             for chunk_tally in scored:
-                chunk_tally.fold_into(tally)
+                chunk_tally.fold_into(tally, pairs.t_call)
     best, away, here, swaps = tally.best, tally.away, tally.here, tally.swaps
     parts = []
     # Roots stay roots: the only ones with candidates are calls cut out of a loop.
@@ -582,21 +582,28 @@ class _ChunkTally:
         self.away = Offer.of(c, par, score, t_call, mass=mass)
 
     def set_here(self, kids: np.ndarray, score: np.ndarray) -> None:
-        self.here = (kids, score)
+        self.here = (_narrow(kids), score)
 
     def add_swaps(self, swaps: tuple[np.ndarray, ...]) -> None:
-        self.swaps = swaps
+        child, par, other, score = swaps
+        self.swaps = (_narrow(child), _narrow(par), _narrow(other), score)
 
-    def fold_into(self, tally: _Tally) -> None:
+    def fold_into(self, tally: _Tally, t_call: np.ndarray) -> None:
         # In the order _score_chunk makes its calls.
         if self.here is not None:
             tally.set_here(*self.here)
         if self.best is not None:
-            tally.best.take(self.best)
+            tally.best.take(self.best, t_call)
         if self.away is not None:
-            tally.away.take(self.away)
+            tally.away.take(self.away, t_call)
         if self.swaps is not None:
-            tally.add_swaps(self.swaps)
+            # Back to 64 bits: the swap keys are products of pair indices.
+            tally.add_swaps(tuple(a.astype(np.int64) if a.dtype != np.float64 else a for a in self.swaps))
+
+
+def _narrow(index: np.ndarray) -> np.ndarray:
+    """Pair indices in 32 bits where they fit: half the bytes back from a worker."""
+    return index.astype(np.int32) if index.size == 0 or int(index.max()) < 1 << 31 else index
 
 
 def _score_ranges(

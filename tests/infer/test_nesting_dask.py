@@ -103,7 +103,7 @@ def test_offers_folded_in_order_equal_direct_offers() -> None:
         score = np.round(rng.random(m), 1)  # equal scores too
         mass = np.exp(score)
         direct.offer(c, par, score, t_call, mass=mass)
-        folded.take(Offer.of(c, par, score, t_call, mass=mass))
+        folded.take(Offer.of(c, par, score, t_call, mass=mass), t_call)
     for field in ("score", "t_parent", "parent", "total"):
         assert np.array_equal(getattr(direct, field), getattr(folded, field)), field
     assert (direct.parent >= 0).sum() > n // 2
