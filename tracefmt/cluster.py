@@ -86,9 +86,17 @@ class DaskRunner:
         from dask.distributed import Future
 
         fresh = {k: self.share(v) for k, v in common.items() if not isinstance(v, Future)}
-        # Items go to the workers as data, not inside the task graph through the scheduler.
-        sent = self.client.scatter(list(items), hash=False)
-        futures = self.client.map(fn, sent, pure=False, **{**common, **fresh})
+        args = {**common, **fresh}
+        # Item i always goes to the same worker (i modulo the workers, in address
+        # order): a map repeated with the same items (a chain round after another)
+        # finds what its tasks kept there the time before. Items travel as data, not
+        # inside the task graph through the scheduler.
+        workers = sorted(self.client.nthreads())
+        sent, futures = [], []
+        for i, item in enumerate(items):
+            where = [workers[i % len(workers)]]
+            sent.append(self.client.scatter([item], workers=where, hash=False)[0])
+            futures.append(self.client.submit(fn, sent[-1], workers=where, pure=False, **args))
         try:
             return self.client.gather(futures)
         except WirepathError:
