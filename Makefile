@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEBS := graphviz chromium chromium-driver tcpdump tshark iproute2 nginx-light redis-server postgresql openssl
 DEMO := build/demo
 
-.PHONY: demo test setup debs lint bench paper testbed reliability clean
+.PHONY: demo test setup debs lint bench paper testbed reliability scale clean
 
 demo: setup
 	@mkdir -p $(DEMO)
@@ -84,6 +84,11 @@ testbed: setup
 # load, measured and written to docs/reliability.md. About twenty minutes.
 reliability: setup
 	timeout 1800 $(BIN)/python benchmarks/reliability.py
+
+# Each Dask-capable verb in one process next to a local cluster of 2 workers, with the
+# bytes moved (docs/scaling.md). About ten minutes.
+scale: setup
+	timeout 1800 $(BIN)/python benchmarks/scale.py --workers 2
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache .hypothesis

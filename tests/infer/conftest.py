@@ -345,3 +345,61 @@ def serial_result(serial_trace: tuple[pa.Table, dict[str, Any]]) -> Any:
     import infer
 
     return infer.infer_nesting(serial_trace[0], "paper")
+
+
+#: a -> b -> c -> d, two delays at b (50 ms for 70% of the messages, 300 ms), 200 ms at c.
+_CHAIN = """\
+nodes = ["a", "b", "c", "d"]
+[trace]
+seed = 3
+messages = 6000
+parallelism = 6
+resolution_s = 1e-6
+[[tracelet]]
+kind = "messages"
+client = "a"
+think_s = [0.5, 1.5]
+[[tracelet.hop]]
+to = "b"
+[[tracelet.hop]]
+to = "c"
+delay_s = [[0.05, 0.002, 0.7], [0.3, 0.005, 0.3]]
+[[tracelet.hop]]
+to = "d"
+delay_s = [0.2, 0.005]
+"""
+
+#: client calls WS (4 ms), which calls DB (10 ms); WS answers 2 ms after DB does.
+_RPC = """\
+nodes = ["client", "WS", "DB"]
+[trace]
+seed = 8
+messages = 8000
+parallelism = 4
+resolution_s = 1e-6
+[[tracelet]]
+client = "client"
+think_s = [0.05, 0.3]
+[[tracelet.call]]
+id = "ws"
+to = "WS"
+before_s = [0.004, 0.0003]
+after_s = [0.002, 0.0002]
+[[tracelet.call]]
+id = "db"
+parent = "ws"
+to = "DB"
+before_s = [0.010, 0.0005]
+"""
+
+
+@pytest.fixture(scope="session")
+def chain() -> pa.Table:
+    """A one-way message chain for convolution (``_CHAIN``)."""
+    return synth.generate_table(synth.parse_config(_CHAIN))[0]
+
+
+@pytest.fixture(scope="session")
+def rpc() -> pa.Table:
+    """A two-tier RPC trace for convolution (``_RPC``)."""
+    return synth.generate_table(synth.parse_config(_RPC))[0]

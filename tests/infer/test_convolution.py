@@ -15,53 +15,8 @@ import pyarrow as pa
 import pytest
 
 import infer
-import synth
 from infer._convsignal import Correlator, find_spikes, local_background, moving_mean
 from tracefmt import ParameterError, SchemaError, empty_trace
-
-CHAIN = """\
-nodes = ["a", "b", "c", "d"]
-[trace]
-seed = 3
-messages = 6000
-parallelism = 6
-resolution_s = 1e-6
-[[tracelet]]
-kind = "messages"
-client = "a"
-think_s = [0.5, 1.5]
-[[tracelet.hop]]
-to = "b"
-[[tracelet.hop]]
-to = "c"
-delay_s = [[0.05, 0.002, 0.7], [0.3, 0.005, 0.3]]
-[[tracelet.hop]]
-to = "d"
-delay_s = [0.2, 0.005]
-"""
-
-#: RPC: client calls WS, which calls DB; the client waits 1-3 s between requests.
-RPC = """\
-nodes = ["client", "WS", "DB"]
-[trace]
-seed = 8
-messages = 8000
-parallelism = 4
-resolution_s = 1e-6
-[[tracelet]]
-client = "client"
-think_s = [0.05, 0.3]
-[[tracelet.call]]
-id = "ws"
-to = "WS"
-before_s = [0.004, 0.0003]
-after_s = [0.002, 0.0002]
-[[tracelet.call]]
-id = "db"
-parent = "ws"
-to = "DB"
-before_s = [0.010, 0.0005]
-"""
 
 TS = pa.timestamp("ns", tz="UTC")
 
@@ -77,16 +32,6 @@ def _table(rows: list[tuple[float, str, str]]) -> pa.Table:
             "id": pa.array([None] * len(rows), pa.uint64()),
         }
     )
-
-
-@pytest.fixture(scope="module")
-def chain() -> pa.Table:
-    return synth.generate_table(synth.parse_config(CHAIN))[0]
-
-
-@pytest.fixture(scope="module")
-def rpc() -> pa.Table:
-    return synth.generate_table(synth.parse_config(RPC))[0]
 
 
 def _edge_count(table: pa.Table, a: str, b: str) -> int:

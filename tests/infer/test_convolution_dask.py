@@ -44,66 +44,12 @@ pytestmark = [
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "synth"
 
-#: a -> b -> c -> d, two delays at b (50 ms for 70% of the messages, 300 ms), 200 ms at c.
-CHAIN = """\
-nodes = ["a", "b", "c", "d"]
-[trace]
-seed = 3
-messages = 6000
-parallelism = 6
-resolution_s = 1e-6
-[[tracelet]]
-kind = "messages"
-client = "a"
-think_s = [0.5, 1.5]
-[[tracelet.hop]]
-to = "b"
-[[tracelet.hop]]
-to = "c"
-delay_s = [[0.05, 0.002, 0.7], [0.3, 0.005, 0.3]]
-[[tracelet.hop]]
-to = "d"
-delay_s = [0.2, 0.005]
-"""
-
-#: client calls WS (4 ms), which calls DB (10 ms); WS answers 2 ms after DB does.
-RPC = """\
-nodes = ["client", "WS", "DB"]
-[trace]
-seed = 8
-messages = 8000
-parallelism = 4
-resolution_s = 1e-6
-[[tracelet]]
-client = "client"
-think_s = [0.05, 0.3]
-[[tracelet.call]]
-id = "ws"
-to = "WS"
-before_s = [0.004, 0.0003]
-after_s = [0.002, 0.0002]
-[[tracelet.call]]
-id = "db"
-parent = "ws"
-to = "DB"
-before_s = [0.010, 0.0005]
-"""
 
 CHAIN_KW: dict[str, Any] = {"quantum_s": 0.01, "max_lag_s": 1.0}
 RPC_KW: dict[str, Any] = {"quantum_s": 0.001, "max_lag_s": 0.2, "band_s": 0.001}
 #: Multitier at these settings mixes the methods: most pairs direct, some by FFT, some
 #: near the break-even, where what is cached decides.
 MT_KW: dict[str, Any] = {"quantum_s": 0.001, "max_lag_s": 1.0, "band_s": 0.002}
-
-
-@pytest.fixture(scope="module")
-def chain() -> pa.Table:
-    return synth.generate_table(synth.parse_config(CHAIN))[0]
-
-
-@pytest.fixture(scope="module")
-def rpc() -> pa.Table:
-    return synth.generate_table(synth.parse_config(RPC))[0]
 
 
 @pytest.fixture(scope="module")
