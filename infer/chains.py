@@ -273,11 +273,16 @@ class ChainModel:
         model.own_log_likelihood = float((learnt_count * model.lookup(learnt_keys)).sum())
         return model
 
+    def _dense_space(self) -> int | None:
+        """Cells of a direct table by key, or None when the key space is too large."""
+        space = int(self.keys.max()) + 1 if self.keys.size else 0
+        return space if space <= DENSE_TABLE else None
+
     def _dense_table(self) -> np.ndarray | None:
         """Every cell's log-density by key (unseen cells: ``unseen``), where the key
         space is small enough for one gather per lookup."""
-        space = int(self.keys.max()) + 1 if self.keys.size else 0
-        if space > DENSE_TABLE:
+        space = self._dense_space()
+        if space is None:
             return None
         table = np.full(space, self.unseen)
         table[self.keys] = self.values
@@ -285,12 +290,10 @@ class ChainModel:
 
     def __getstate__(self) -> dict[str, Any]:
         # Sent to a cluster's workers every round: the dense tables (up to 128 MB each)
-        # are remade there from the learnt cells, a hundredth of the bytes.
+        # stay here. A worker only scores chains, by the compiled loop, which takes the
+        # table with the fan-out choices that ``kernel_arguments`` makes there; a lookup
+        # there would search the learnt cells, with the same values.
         return {**self.__dict__, "table": None, "kernel_table": None}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.table = self._dense_table()
 
     def spliced_likelihood(
         self,
@@ -328,11 +331,14 @@ class ChainModel:
         (made here, on first use: a model learnt only for a likelihood needs none)."""
         if self.edges.size == 0:
             self.edges = _bin_edges(self.params)
-        if self.table is not None and self.kernel_table is None:
-            # Every cell with its head's fan-out choice added.
-            nb = 2 * self.params.n_bins
-            heads = np.arange(self.table.size) // nb // (2 * self.n_nodes)
-            self.kernel_table = self.table + self.choice[heads]
+        space = self._dense_space()
+        if space is not None and self.kernel_table is None:
+            # Every cell with its head's fan-out choice added (``lookup``'s sum): a
+            # head's cells are one block of (output peer, output kind, delay bin), so
+            # its choice repeats; unseen cells first, then the learnt ones.
+            block = 2 * self.params.n_bins * 2 * self.n_nodes
+            self.kernel_table = np.repeat(self.choice, block)[:space] + self.unseen
+            self.kernel_table[self.keys] = self.values + self.choice[self.keys // block]
         i64 = np.int64
         return (
             pairs.t_call,
