@@ -15,15 +15,26 @@ is kept once, before TCP reassembly; UDP datagrams likewise by flow and payload.
 messages are then built once from the merged packet stream, so no message-level merge
 is needed, and a message's ``point`` is the point whose copy of its first packet was
 kept (the earliest on the common clock). Duplicates are counted per point.
+
+With a :class:`tracefmt.cluster.Runner` (a Dask cluster) the work is split by flow,
+not by file: task ``k`` of ``K`` reads and decodes every packet of every file, as the
+conversion in one process does, and reassembles only the flows of shard ``k``
+(``capture.flows.flow_shards``: both directions of a connection, in every rotated
+file, fall in one shard), learning the cross-flow state (capture clock, listening
+endpoints) from the whole batches. Each task writes its messages to a shard file in a
+temporary directory next to the output; the shard files are merged in trace order
+(time, then flow), which is the order of the conversion in one process, so the trace
+is the same row for row, and so are the counters.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -31,9 +42,10 @@ from typing import IO, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute
+import pyarrow.parquet as pq
 
 from capture.decode import Decoder, Segments, empty_segments
-from capture.flows import FlowAssembler, FlowStats, Messages
+from capture.flows import FlowAssembler, FlowStats, Messages, flow_shards, trace_order
 from capture.naming import Namer
 from capture.protocols import PROTOCOLS
 from capture.source import PacketBatch, PacketSource, read_packets
@@ -48,6 +60,7 @@ from tracefmt import (
     parquet_output,
     read_trace,
 )
+from tracefmt.cluster import InProcess, Runner
 from tracefmt.hashing import mix64
 from tracefmt.schema import NODE_TYPE, TS_TYPE
 
@@ -214,6 +227,12 @@ class StreamConverter:
         Called with the messages written so far.
     on_read : callable, optional
         Called with the packets and bytes of every batch read (the batch's counts).
+    shard : (int, int), optional
+        ``(k, n)``: reassemble only the flows of shard ``k`` of ``n``
+        (``capture.flows.flow_shards``); every packet is still decoded, and the
+        cross-flow state learnt from all of them, so the ``n`` shards' messages together
+        are this converter's without ``shard``. Decoder and reader counters are those of
+        every packet; assembler counters those of the shard's flows.
 
     Examples
     --------
@@ -241,10 +260,14 @@ class StreamConverter:
         on_progress: Callable[[int], None] | None = None,
         on_read: Callable[[int, int], None] | None = None,
         partition: Partitioning | str | None = None,
+        shard: tuple[int, int] | None = None,
     ) -> None:
         partition = Partitioning.of(partition)
         if partition is None:  # a dataset is a directory, named as one likes
             parquet_output(out)
+        if shard is not None and not 0 <= shard[0] < shard[1]:
+            raise ParameterError(f"shard {shard[0]} of {shard[1]}: must be in 0 .. {shard[1] - 1}")
+        self._shard = shard
         self._t0 = time.perf_counter()
         self.namer = namer if namer is not None else Namer(names, node_by=node_by)
         self.report = CaptureReport(output=str(out), sources=[])
@@ -285,7 +308,7 @@ class StreamConverter:
             self.on_read(len(batch.ts_ns), int(batch.caplen.sum()) + 16 * len(batch.ts_ns))
         segs = self._decoder.decode(batch)
         self.report.decoded += len(segs)
-        self._emit(self._asm.feed(segs), final=False)
+        self._emit(self._asm.feed(_shard_of(segs, self._shard), context=segs), final=False)
 
     def _emit(self, msgs: Messages, *, final: bool) -> None:
         if len(msgs):
@@ -396,6 +419,13 @@ class _Parts:
         self._tables = []
 
 
+def _shard_of(segs: Segments, shard: tuple[int, int] | None) -> Segments:
+    """The segments of ``segs`` whose flow is in shard ``(k, n)`` (all without a shard)."""
+    if shard is None:
+        return segs
+    return segs.take(np.flatnonzero(flow_shards(segs, shard[1]) == shard[0]))
+
+
 def _convert_one(
     sources: Sequence[PacketSource],
     out: PathLike,
@@ -406,11 +436,12 @@ def _convert_one(
     keep_payload: bool = False,
     on_read: Callable[[int, int], None] | None = None,
     partition: Partitioning | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> CaptureReport:
     """``sources`` in order (rotations of one capture, or one point) into one trace."""
     with StreamConverter(
         out, namer=namer, point=point, keep_payload=keep_payload, on_progress=on_progress, on_read=on_read,
-        partition=partition,
+        partition=partition, shard=shard,
     ) as conv:  # fmt: skip
         for src in sources:
             conv.add_source(src)
@@ -474,6 +505,8 @@ def convert_pcaps(
     on_progress: Callable[[int], None] | None = None,
     on_read: Callable[[int, int], None] | None = None,
     partition: Partitioning | str | None = None,
+    runner: Runner | None = None,
+    shards: int | None = None,
 ) -> CaptureReport:
     """Convert capture files (or packet sources) into one Parquet message trace.
 
@@ -507,6 +540,19 @@ def convert_pcaps(
     partition : Partitioning or str, optional
         Write ``out`` as a dataset directory of parts of this many messages or this time
         span (``"5M"``, ``"1h"``; ``tracefmt.TraceWriter``) instead of one file.
+    runner : Runner, optional
+        Where the work runs (``tracefmt.cluster.open_runner``): on a Dask cluster the
+        flows are split among ``shards`` tasks, each reading and decoding every packet
+        and reassembling its own flows; the trace is the one this process writes, row
+        for row, and so are the counters. Every worker must reach the capture files and
+        the output's directory (the shard files are written there) at the same paths: a
+        shared file system when workers run on other machines. ``on_read`` is called
+        once the files are read, ``on_progress`` while the shards are merged. Inputs
+        that are open files or packet sources, not paths, are converted here.
+    shards : int, optional
+        Tasks the flows are split among (default: one per worker thread of ``runner``,
+        at least 2). Given without a cluster, the shards run one after the other in this
+        process: the same trace, more slowly (a check of the split).
 
     Returns
     -------
@@ -526,6 +572,18 @@ def convert_pcaps(
     >>> out = os.path.join(tempfile.mkdtemp(), "t.parquet")
     >>> convert_pcaps([FakeSource([])], out).messages
     0
+
+    Split by flow, as on a cluster (here two shards, run in this process), of a
+    capture without packets:
+
+    >>> import struct
+    >>> from tracefmt.cluster import open_runner
+    >>> pcap = os.path.join(tempfile.mkdtemp(), "empty.pcap")
+    >>> with open(pcap, "wb") as f:
+    ...     _ = f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+    >>> with open_runner() as run:
+    ...     convert_pcaps([pcap], out, runner=run, shards=2).messages
+    0
     """
     if not paths:
         raise ParameterError("give at least one capture file")
@@ -538,6 +596,22 @@ def convert_pcaps(
     t0 = time.perf_counter()
     namer = Namer(names, node_by=node_by)
     sources = [_as_source(p, chunk_bytes) for p in paths]
+    nshards = _shard_count(paths, runner, shards)
+    if nshards is not None:
+        # Where the workers find each file (all are paths), and the name the report gives it.
+        inputs = [(os.path.abspath(p), s.name) for p, s in zip(files, sources, strict=True)]
+        run = runner if runner is not None else InProcess()
+        if not point_from_file or len(sources) == 1:
+            point = Path(sources[0].name).stem if point_from_file else None
+            return _convert_sharded(
+                inputs, out, namer, run, nshards, point=point, keep_payload=keep_payload,
+                chunk_bytes=chunk_bytes, partition=partition, on_progress=on_progress, on_read=on_read, t0=t0,
+            )  # fmt: skip
+        return _convert_points_sharded(
+            inputs, out, namer, run, nshards, keep_payload=keep_payload, chunk_bytes=chunk_bytes,
+            dedup_window_ns=dedup_window_ns, partition=partition, on_progress=on_progress, on_read=on_read,
+            t0=t0,
+        )  # fmt: skip
     report = CaptureReport(output=str(out), sources=[s.name for s in sources])
     if not point_from_file or len(sources) == 1:
         point = Path(sources[0].name).stem if point_from_file else None
@@ -548,8 +622,7 @@ def convert_pcaps(
         report.seconds = time.perf_counter() - t0
         return report
     report = CaptureReport(output=str(out), sources=[s.name for s in sources])
-    points = [Path(src.name).stem or f"point{i}" for i, src in enumerate(sources)]
-    offsets = [0] * len(sources)
+    points = _point_names(report.sources)
     reader = _running(on_read)  # the first pass reads every file; the progress follows it
     with tempfile.TemporaryDirectory(prefix="wirepath-points-") as tmp:
         # First pass: each point on its own, for the messages the clock offsets come from.
@@ -558,19 +631,7 @@ def convert_pcaps(
             part = Path(tmp) / f"point{i}.parquet"
             _convert_one([src], part, namer, point=points[i], on_progress=None, on_read=reader)
             parts.append(part)
-        cols = ["timestamp", "sender", "receiver", "op", "id"]
-        # Each point is placed against all points placed before it (shifted by their
-        # offsets), so a point that shares messages only with the second one still gets
-        # its offset (a chain web -> app -> db).
-        placed = [read_trace(parts[0], columns=cols)]
-        report.points.append({"point": points[0], "offset_ns": 0, "matched": None})
-        for i, part in enumerate(parts[1:], start=1):
-            other = read_trace(part, columns=cols)
-            off, matched = estimate_offset_ns(pa.concat_tables(placed, promote_options="permissive"), other)
-            offsets[i] = off
-            report.points.append({"point": points[i], "offset_ns": off, "matched": matched})
-            ts = pa.array(other["timestamp"].cast(pa.int64()).to_numpy() + off, pa.int64()).cast(TS_TYPE)
-            placed.append(other.set_column(0, "timestamp", ts))
+        offsets = _clock_offsets(parts, points, report)
     # Second pass: the points' packets merged on one clock, each packet kept once, and
     # the messages built once from that stream.
     for src in sources:
@@ -581,6 +642,30 @@ def convert_pcaps(
                     on_progress=on_progress, t0=t0, keep_payload=keep_payload,
                     partition=partition)  # fmt: skip
     return report
+
+
+def _point_names(sources: Sequence[str]) -> list[str]:
+    """Each point's name: its file's name without the suffix."""
+    return [Path(name).stem or f"point{i}" for i, name in enumerate(sources)]
+
+
+def _clock_offsets(parts: Sequence[Path], points: Sequence[str], report: CaptureReport) -> list[int]:
+    """Each point's clock offset from its first-pass trace (``parts``); noted in ``report.points``."""
+    cols = ["timestamp", "sender", "receiver", "op", "id"]
+    offsets = [0] * len(parts)
+    # Each point is placed against all points placed before it (shifted by their
+    # offsets), so a point that shares messages only with the second one still gets
+    # its offset (a chain web -> app -> db).
+    placed = [read_trace(parts[0], columns=cols)]
+    report.points.append({"point": points[0], "offset_ns": 0, "matched": None})
+    for i, part in enumerate(parts[1:], start=1):
+        other = read_trace(part, columns=cols)
+        off, matched = estimate_offset_ns(pa.concat_tables(placed, promote_options="permissive"), other)
+        offsets[i] = off
+        report.points.append({"point": points[i], "offset_ns": off, "matched": matched})
+        ts = pa.array(other["timestamp"].cast(pa.int64()).to_numpy() + off, pa.int64()).cast(TS_TYPE)
+        placed.append(other.set_column(0, "timestamp", ts))
+    return offsets
 
 
 def estimate_offset_ns(ref: pa.Table, other: pa.Table) -> tuple[int, int]:
@@ -762,12 +847,16 @@ def _convert_points(
     t0: float,
     keep_payload: bool,
     partition: Partitioning | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> list[int]:
     """Merge the points' packets (offsets applied), drop cross-point duplicates, build messages once.
 
     Sources are read in step: the one whose clock is furthest behind is read next, and
     packets older than every source's latest minus the window are final, so memory is
     bounded by the window and a batch per source. Returns duplicates removed per point.
+    With ``shard`` (as ``StreamConverter``'s), every packet is read, merged and
+    deduplicated (a packet's duplicates are in its flow, so this is the same in every
+    shard) and only the shard's flows are reassembled.
     """
     npts = len(sources)
     its = [iter(s) for s in sources]
@@ -848,7 +937,7 @@ def _convert_points(
             lk_key, lk_pt, lk_ts = np.r_[lk_key, wk], np.r_[lk_pt, kpt], np.r_[lk_ts, kept.ts_ns]
             lo = np.argsort(lk_key, kind="stable")
             lk_key, lk_pt, lk_ts = lk_key[lo], lk_pt[lo], lk_ts[lo]
-            msgs = asm.feed(kept, final=final)
+            msgs = asm.feed(_shard_of(kept, shard), final=final, context=kept)
             if len(msgs):
                 mk = _where_key(msgs.ts_ns, msgs.src_hi, msgs.src_lo, msgs.sport, msgs.dst_hi, msgs.dst_lo,
                                 msgs.dport)  # fmt: skip
@@ -859,9 +948,9 @@ def _convert_points(
             wm = asm.watermark_ns
             allm = Messages.concat([h[0] for h in held])
             allp = np.concatenate([h[1] for h in held]) if held else np.zeros(0, np.int64)
-            allp = (
-                allp[np.argsort(np.concatenate([h[0].ts_ns for h in held]), kind="stable")] if held else allp
-            )
+            if held:  # in the order concat put the messages in
+                cat_ts = np.concatenate([h[0].ts_ns for h in held])
+                allp = allp[trace_order(cat_ts, np.concatenate([h[0].flow for h in held]))]
             if final or wm is None:
                 write(allm, allp, always=final)
                 held = []
@@ -887,3 +976,253 @@ def _convert_points(
         report.seconds = time.perf_counter() - t0
         writer.provenance = {"capture": _provenance(report)}
     return dups
+
+
+# ---- on a cluster: the flows split among tasks -------------------------------------------------
+# The counters an assembler keeps: summed over the shards. The others (reader, decoder,
+# duplicates) count every packet, which every shard reads: taken from the first shard.
+_FLOW_COUNTERS = ("messages", "retransmitted", "after_close", "gaps", "out_of_order", "connections")
+_MERGE_ROWS = 1 << 16  # rows read from a shard file at a time while merging
+
+
+def _shard_count(
+    paths: Sequence[PathLike | IO[bytes] | PacketSource], runner: Runner | None, shards: int | None
+) -> int | None:
+    """How many shards the flows are split into; None: the conversion in this process."""
+    if shards is not None and shards < 1:
+        raise ParameterError(f"shards {shards}: must be at least 1")
+    if shards is None and (runner is None or isinstance(runner, InProcess)):
+        return None
+    if not all(isinstance(p, str | os.PathLike) for p in paths):
+        return None  # an open file or a source is read once, here
+    # One shard per worker thread: every task reads and decodes every packet, so a shard
+    # more than there are threads costs a read and decode more and balances little (the
+    # flows hash evenly).
+    return shards if shards is not None else max(2, runner.width)  # type: ignore[union-attr]
+
+
+def _open_inputs(files: Sequence[tuple[str, str]], chunk_bytes: int) -> list[PacketSource]:
+    """The capture files of a task, named as the caller named them (the report says so)."""
+    sources = []
+    for path, name in files:
+        src = read_packets(path, chunk_bytes=chunk_bytes)
+        src.name = name
+        sources.append(src)
+    return sources
+
+
+@contextlib.contextmanager
+def _shard_dir(out: PathLike) -> Iterator[Path]:
+    """A temporary directory next to ``out`` for the tasks' files, removed after."""
+    parent = Path(os.path.abspath(out)).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.TemporaryDirectory(prefix=f".{Path(out).name}.shards-", dir=parent)
+    except OSError as exc:
+        raise TraceFileError(f"{out}: cannot write the shard files next to it ({exc.strerror})") from None
+    with tmp as d:
+        yield Path(d)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every task of a conversion split by flow is given: one object, sent to each
+    worker once (``Runner.map``'s common argument)."""
+
+    files: tuple[tuple[str, str], ...]  # (path the workers open, name the report gives)
+    shards: int
+    chunk_bytes: int
+    namer: Namer
+    keep_payload: bool
+    tmp: str  # the directory of the tasks' files
+    point: str | None = None
+    # Several capture points: their names, clock offsets and report entries.
+    points: tuple[str, ...] = ()
+    offsets: tuple[int, ...] = ()
+    placed: tuple[dict[str, Any], ...] = ()
+    dedup_window_ns: int = 0
+
+    def shard_file(self, k: int) -> Path:
+        return Path(self.tmp) / f"shard-{k:05d}.parquet"
+
+    def point_file(self, i: int) -> Path:
+        return Path(self.tmp) / f"point-{i:05d}.parquet"
+
+
+def _shard_task(k: int, *, job: _Job) -> CaptureReport:
+    """Task ``k``: every file read and decoded, the flows of shard ``k`` to its shard file."""
+    return _convert_one(
+        _open_inputs(job.files, job.chunk_bytes), job.shard_file(k), job.namer, point=job.point,
+        on_progress=None, keep_payload=job.keep_payload, shard=(k, job.shards),
+    )  # fmt: skip
+
+
+def _point_task(i: int, *, job: _Job) -> CaptureReport:
+    """First pass of several points, task ``i``: point ``i`` on its own, to its point file."""
+    return _convert_one(
+        _open_inputs(job.files[i : i + 1], job.chunk_bytes), job.point_file(i), job.namer,
+        point=job.points[i], on_progress=None,
+    )  # fmt: skip
+
+
+def _points_shard_task(k: int, *, job: _Job) -> CaptureReport:
+    """Second pass of several points, task ``k``: every point read, merged and
+    deduplicated, the flows of shard ``k`` to its shard file."""
+    sources = _open_inputs(job.files, job.chunk_bytes)
+    report = CaptureReport(output="", sources=[s.name for s in sources], points=[dict(p) for p in job.placed])
+    _convert_points(
+        sources, list(job.points), list(job.offsets), job.shard_file(k), job.namer, report,
+        dedup_window_ns=job.dedup_window_ns, on_progress=None, t0=time.perf_counter(),
+        keep_payload=job.keep_payload, shard=(k, job.shards),
+    )  # fmt: skip
+    return report
+
+
+def _merged_report(reports: Sequence[CaptureReport], out: PathLike) -> CaptureReport:
+    """The shards' reports as one: assembler counters summed, the others the first shard's."""
+    report = dataclasses.replace(reports[0], output=str(out), flows_by_proto={}, messages_by_proto={})
+    for name in _FLOW_COUNTERS:
+        setattr(report, name, sum(getattr(r, name) for r in reports))
+    for r in reports:
+        for k, v in r.flows_by_proto.items():
+            report.flows_by_proto[k] = report.flows_by_proto.get(k, 0) + v
+        for k, v in r.messages_by_proto.items():
+            report.messages_by_proto[k] = report.messages_by_proto.get(k, 0) + v
+    return report
+
+
+def _convert_sharded(
+    files: list[tuple[str, str]],
+    out: PathLike,
+    namer: Namer,
+    run: Runner,
+    shards: int,
+    *,
+    point: str | None,
+    keep_payload: bool,
+    chunk_bytes: int,
+    partition: Partitioning | None,
+    on_progress: Callable[[int], None] | None,
+    on_read: Callable[[int, int], None] | None,
+    t0: float,
+) -> CaptureReport:
+    """One capture point (one file or the rotations of one capture) as ``shards`` tasks."""
+    with _shard_dir(out) as tmp:
+        job = _Job(tuple(files), shards, chunk_bytes, namer, keep_payload, str(tmp), point=point)
+        report = _merged_report(run.map(_shard_task, list(range(shards)), job=job), out)
+        if on_read is not None:  # as StreamConverter counts: a record header and the bytes
+            on_read(report.packets, report.bytes + 16 * report.packets)
+        _merge_shards(_shard_files(job), out, report, partition=partition, on_progress=on_progress)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _convert_points_sharded(
+    files: list[tuple[str, str]],
+    out: PathLike,
+    namer: Namer,
+    run: Runner,
+    shards: int,
+    *,
+    keep_payload: bool,
+    chunk_bytes: int,
+    dedup_window_ns: int,
+    partition: Partitioning | None,
+    on_progress: Callable[[int], None] | None,
+    on_read: Callable[[int, int], None] | None,
+    t0: float,
+) -> CaptureReport:
+    """Several capture points: a first-pass task per point, then ``shards`` tasks."""
+    points = tuple(_point_names([name for _, name in files]))
+    with _shard_dir(out) as tmp:
+        job = _Job(tuple(files), shards, chunk_bytes, namer, keep_payload, str(tmp), points=points,
+                   dedup_window_ns=dedup_window_ns)  # fmt: skip
+        first = run.map(_point_task, list(range(len(files))), job=job)
+        if on_read is not None:
+            packets = sum(r.packets for r in first)
+            on_read(packets, sum(r.bytes for r in first) + 16 * packets)
+        placed = CaptureReport(output=str(out), sources=[name for _, name in files])
+        offsets = _clock_offsets([job.point_file(i) for i in range(len(files))], points, placed)
+        job = dataclasses.replace(job, offsets=tuple(offsets), placed=tuple(placed.points))
+        report = _merged_report(run.map(_points_shard_task, list(range(shards)), job=job), out)
+        _merge_shards(_shard_files(job), out, report, partition=partition, on_progress=on_progress)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _shard_files(job: _Job) -> list[Path]:
+    return [job.shard_file(k) for k in range(job.shards)]
+
+
+class _ShardReader:
+    """A shard trace read in slices, with the sort keys of the rows not yet merged."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = pq.ParquetFile(path)
+        self.schema = self.file.schema_arrow
+        self._batches = self.file.iter_batches(batch_size=_MERGE_ROWS)
+        self.table = self.schema.empty_table()
+        self.ts = np.zeros(0, np.int64)
+        self.flow = np.zeros(0, np.uint64)
+        self.done = False
+
+    def fill(self) -> None:
+        """Read the next slice if every row read has been merged."""
+        while not self.done and not self.table.num_rows:
+            batch = next(self._batches, None)
+            if batch is None:
+                self.done = True
+                self.file.close()
+                return
+            self.table = pa.Table.from_batches([batch])
+            self.ts = self.table["timestamp"].cast(pa.int64()).to_numpy()
+            self.flow = self.table["flow"].to_numpy()
+
+    def last_key(self) -> tuple[int, int]:
+        return int(self.ts[-1]), int(self.flow[-1])
+
+    def take_upto(self, key: tuple[int, int] | None) -> pa.Table:
+        """The rows up to ``key`` (time, flow) inclusive, all without one; they are a
+        prefix, as a shard is in trace order."""
+        n = len(self.ts)
+        if key is not None:
+            lo, hi = np.searchsorted(self.ts, key[0], "left"), np.searchsorted(self.ts, key[0], "right")
+            n = int(lo + np.searchsorted(self.flow[lo:hi], np.uint64(key[1]), "right"))
+        out = self.table.slice(0, n)
+        self.table, self.ts, self.flow = self.table.slice(n), self.ts[n:], self.flow[n:]
+        return out
+
+
+def _merge_shards(
+    parts: Sequence[Path],
+    out: PathLike,
+    report: CaptureReport,
+    *,
+    partition: Partitioning | None,
+    on_progress: Callable[[int], None] | None,
+) -> None:
+    """The shard traces (each in trace order, no flow in two) into ``out`` in trace order.
+
+    A k-way merge by slices: the rows up to the smallest last key among the shards'
+    current slices are final (no shard can still give an earlier row, and rows with
+    one key belong to one flow, so to one shard), sorted and written; memory holds a
+    slice per shard. Sets ``report.messages`` and the trace's provenance.
+    """
+    readers = [_ShardReader(p) for p in parts]
+    with TraceWriter(out, provenance={}, row_group_size=1 << 17, partition=partition) as writer:
+        while True:
+            for r in readers:
+                r.fill()
+            if all(r.done for r in readers):
+                break
+            bound = min(r.last_key() for r in readers if not r.done)
+            taken = [t for t in (r.take_upto(bound) for r in readers) if t.num_rows]
+            table = pa.concat_tables(taken).unify_dictionaries().combine_chunks()
+            ts = table["timestamp"].cast(pa.int64()).to_numpy()
+            writer.write(table.take(trace_order(ts, table["flow"].to_numpy())))
+            if on_progress is not None:
+                on_progress(writer.rows)
+        if not writer.rows:  # an empty trace still has every column
+            writer.write(readers[0].schema.empty_table())
+        report.messages = writer.rows
+        writer.provenance = {"capture": _provenance(report)}

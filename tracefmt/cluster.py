@@ -111,8 +111,9 @@ class DaskRunner:
                 f.release()
 
     def share(self, value: Any) -> Any:
-        # Released when the returned future is dropped.
-        return self.client.scatter(value, broadcast=True, hash=False)
+        # One future for the whole value (a list or dict would be scattered element by
+        # element); released when the returned future is dropped.
+        return self.client.scatter([value], broadcast=True, hash=False)[0]
 
     def __repr__(self) -> str:
         return f"DaskRunner({self.client.scheduler.address!r}, width={self.width})"

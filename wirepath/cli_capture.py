@@ -12,7 +12,7 @@ import capture
 import tracefmt
 from capture.naming import NODE_BY
 from wirepath import cli_live
-from wirepath._cli import Parser, add_verb, emit
+from wirepath._cli import Parser, add_cluster_options, add_verb, emit, runner
 from wirepath._cli import end_progress as _end_progress
 from wirepath._cli import progress as _progress
 
@@ -46,6 +46,9 @@ def _register_pcap(sources: argparse._SubParsersAction) -> None:
         "PostgreSQL and Thrift messages are found by content, other TCP traffic by\n"
         "request/response turns, other UDP datagrams are sends.\n"
         "Capture statistics are printed and stored in the trace's metadata.\n\n"
+        "With --workers or --scheduler the flows are split among the tasks of a Dask cluster\n"
+        "(each reads every file: the workers need the files, and the directory of --out,\n"
+        "at the same paths); the trace is the one written without.\n\n"
         "example:\n"
         "  wirepath capture pcap web.pcap db.pcap --point-from-file --names names.toml "
         "--out trace.parquet",
@@ -85,6 +88,7 @@ def _register_pcap(sources: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also store each message's captured bytes (column x_payload); by default no payload is kept",
     )
+    add_cluster_options(p)
 
 
 def _cmd_pcap(args: argparse.Namespace) -> int:
@@ -92,18 +96,20 @@ def _cmd_pcap(args: argparse.Namespace) -> int:
     sizes = [os.path.getsize(f) for f in args.files if os.path.isfile(f) and not str(f).endswith(".gz")]
     known = len(sizes) == len(args.files)
     progress = _progress("capture", args, total_bytes=sum(sizes) if known else None)
-    report = capture.convert_pcaps(
-        args.files,
-        args.out,
-        names=args.names,
-        node_by=args.node_by,
-        point_from_file=args.point_from_file,
-        keep_payload=args.keep_payload,
-        dedup_window_ns=tracefmt.parse_duration_ns(args.dedup_window),
-        on_progress=progress,
-        on_read=progress.read if progress is not None and known else None,
-        partition=args.partition,
-    )
+    with runner(args) as run:
+        report = capture.convert_pcaps(
+            args.files,
+            args.out,
+            names=args.names,
+            node_by=args.node_by,
+            point_from_file=args.point_from_file,
+            keep_payload=args.keep_payload,
+            dedup_window_ns=tracefmt.parse_duration_ns(args.dedup_window),
+            on_progress=progress,
+            on_read=progress.read if progress is not None and known else None,
+            partition=args.partition,
+            runner=run,
+        )
     _end_progress(progress)
     emit(args, report.to_json(), report.summary())
     return 0

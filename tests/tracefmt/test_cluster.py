@@ -19,6 +19,10 @@ def _weighted(k: int, *, table: np.ndarray, scale: float) -> float:
     return float(table[k].sum() * scale)
 
 
+def _pick(k: int, *, rows: list[np.ndarray]) -> float:
+    return float(rows[k].sum())
+
+
 def _refuse(k: int) -> int:
     if k == 3:
         raise ParameterError(f"item {k} is bad")
@@ -50,6 +54,8 @@ def test_a_cluster_maps_like_one_process() -> None:
         assert run.map(_weighted, list(range(20)), table=shared, scale=0.5) == expected
         assert run.map(_weighted, [19, 0], table=shared, scale=1.0) == [table[19].sum(), table[0].sum()]
         assert run.map(_weighted, [], table=shared, scale=1.0) == []
+        rows = run.share([table[0], table[1]])  # a list is shared whole, as one value
+        assert run.map(_pick, [1, 0], rows=rows) == [table[1].sum(), table[0].sum()]
         with pytest.raises(ParameterError, match="item 3 is bad"):
             run.map(_refuse, list(range(6)))
 
