@@ -1,7 +1,8 @@
 """Scaling past one process: each verb in-process next to a local Dask cluster, same run.
 
     python benchmarks/scale.py [--workers 2] [--messages 400000] [--parallelism 10]
-        [--config gateway-fanout.toml] [--sections nesting,convolution,trend]
+        [--config gateway-fanout.toml] [--packets 2000000]
+        [--sections ingest,nesting,convolution,trend]
 
 For every verb that takes ``--workers`` / ``--scheduler`` (``tracefmt.cluster``): the
 wall time and CPU of the in-process run, the wall time on a local cluster of
@@ -180,6 +181,47 @@ def bench_trend(run: DaskRunner, series: int, runs: int) -> dict[str, Any]:
     return {"wall": wall, "cluster_wall": cwall, "same": same}
 
 
+def _decoded(table: Any) -> Any:
+    import pyarrow as pa
+
+    cols = [
+        pa.chunked_array([c.dictionary_decode() for c in col.chunks])
+        if pa.types.is_dictionary(col.type)
+        else col
+        for col in table.columns
+    ]
+    return pa.table(cols, names=table.column_names)
+
+
+def bench_ingest(run: DaskRunner, packets: int, workdir: Path) -> dict[str, Any]:
+    import importlib.util
+
+    import capture
+    import tracefmt
+
+    spec = importlib.util.spec_from_file_location("ingest", Path(__file__).with_name("ingest.py"))
+    assert spec is not None
+    assert spec.loader is not None
+    ingest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ingest)
+    pcap = workdir / "keepalive.pcap"
+    ingest.write_capture(pcap, packets)
+    here_out, there_out = workdir / "here.parquet", workdir / "there.parquet"
+    _, wall, cpu = _timed(lambda: capture.convert_pcaps([pcap], here_out))
+    meter = Metered(run)
+    _, cwall, _ = _timed(lambda: capture.convert_pcaps([pcap], there_out, runner=meter))
+    a, b = tracefmt.read_trace(here_out), tracefmt.read_trace(there_out)
+    same = _decoded(a).equals(_decoded(b))  # dictionaries' order depends on the writer
+    workers_mb = sorted(run.client.run(_peak_rss_mb).values())
+    print(
+        f"capture pcap, keep-alive HTTP, {packets:,} packets ({pcap.stat().st_size / 1e6:.0f} MB): "
+        f"in-process {wall:.1f} s wall ({cpu:.1f} s CPU); {run.width} workers {cwall:.1f} s wall "
+        f"({wall / cwall:.2f}x); identical (dictionaries decoded): {same}"
+    )
+    print(f"  {meter.row()}; workers' peak RSS {', '.join(f'{m:,.0f}' for m in workers_mb)} MB")
+    return {"wall": wall, "cluster_wall": cwall, "same": same}
+
+
 def project(n: dict[str, Any], machines: tuple[int, ...] = (1, 4, 16, 64)) -> None:
     """A trace of 1e9 messages, from the nesting run's split: the tasks' time divides by
     the machines, the driver's does not; both grow linearly with the trace at a fixed
@@ -206,15 +248,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="gateway-fanout.toml", help="synth workload of the nesting run")
     ap.add_argument("--series", type=int, default=2_000)
     ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--sections", default="nesting,convolution,trend")
+    ap.add_argument("--packets", type=int, default=2_000_000, help="packets of the ingest run")
+    ap.add_argument("--sections", default="ingest,nesting,convolution,trend")
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args(argv)
     sections = set(args.sections.split(","))
-    with tempfile.TemporaryDirectory(dir=args.workdir):
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         t = time.perf_counter()
         with open_runner(workers=args.workers) as run:
             assert isinstance(run, DaskRunner)
             print(f"local cluster of {args.workers} workers started in {time.perf_counter() - t:.1f} s")
+            if "ingest" in sections:
+                bench_ingest(run, args.packets, Path(tmp))
             if "nesting" in sections:
                 project(bench_nesting(run, args.messages, args.parallelism, args.config))
             if "convolution" in sections:
