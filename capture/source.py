@@ -12,12 +12,14 @@ gzip. Interface statistics blocks of pcapng give the kernel's drop counts.
 Damaged input is kept up to the damage: a truncated last record is counted and its
 byte offset reported; a record with an impossible length makes the reader look for
 the next plausible record header (resynchronize) and report the offset where it lost
-and found its way; a file that is not pcap/pcapng raises :class:`TraceFileError`.
+and found its way; a gzip stream that is corrupt (a failed CRC or length check, a
+deflate stream that does not decode) is said as such, not as a cut file, with every
+record decompressed before the damage kept; a file that is not pcap/pcapng raises
+:class:`TraceFileError`.
 """
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import struct
@@ -238,11 +240,10 @@ def _open(source: PathLike | IO[bytes]) -> tuple[IO[bytes], str, bool]:
         if owned:
             f.close()
         raise TraceFileError(f"{name}: empty file (a pcap or pcapng capture has at least a file header)")
-    rest = f
     if head == b"\x1f\x8b":
         f.seek(0) if f.seekable() else None
-        rest = gzip.GzipFile(fileobj=f if f.seekable() else _Prefixed(head, f), mode="rb")  # type: ignore[arg-type]
-        return _Closing(rest, f if owned else None), name, True
+        under = f if f.seekable() else _Prefixed(head, f)
+        return _Gunzip(under, f if owned else None), name, True  # type: ignore[arg-type]
     if f.seekable():
         f.seek(0)
         return f, name, owned
@@ -266,43 +267,208 @@ class _Prefixed(io.RawIOBase):
         return self._f.read(n)
 
 
-class _Closing:
-    """A gzip stream that also closes the file under it. A compressed stream that is cut
-    or damaged ends where it breaks: what was decompressed before is kept, and
-    ``damage`` says why the stream ended."""
+#: What gzip says of a stream that ends inside a member (kept word for word).
+_GZIP_CUT = "Compressed file ended before the end-of-stream marker was reached"
 
-    def __init__(self, gz: IO[bytes], under: IO[bytes] | None) -> None:
-        self._gz, self._under = gz, under
-        self.damage: str | None = None
+
+@dataclass(frozen=True)
+class _GzipCorrupt:
+    """A gzip stream whose data is corrupt: ``why`` (a CRC or length check that failed,
+    a deflate stream that does not decode, a member header that is not gzip's) and the
+    decompressed bytes handed out before it (``at``)."""
+
+    why: str
+    at: int
+
+
+class _Gunzip:
+    """Decompress a gzip stream (any number of members, zero padding after them allowed)
+    and close the file under it.
+
+    Every byte that inflates before damage is handed out: a cut stream ends where it is
+    cut and ``damage`` says so; a corrupt one (a failed CRC or length check, a deflate
+    stream that does not decode, bytes after a member that are not gzip) ends where it
+    breaks and ``corrupt`` says why and where. ``gzip.GzipFile`` would drop what its
+    buffer held when the error came (up to a few KiB of good records before it) and says
+    a corrupt stream and a cut one alike.
+    """
+
+    _PIECE = 1 << 16  # compressed bytes read at a time, and decompressed bytes made
+
+    def __init__(self, f: IO[bytes], under: IO[bytes] | None) -> None:
+        self._f, self._under = f, under
+        self.damage: str | None = None  # a cut stream, said as such
+        self.corrupt: _GzipCorrupt | None = None
+        self._in = b""  # compressed bytes read, not yet consumed
+        self._at_eof = False  # the file under has no more bytes
+        self._out = b""  # decompressed bytes made beyond what the last read asked for
+        self._member: Any = None  # the member being inflated (a zlib decompressor)
+        self._members = 0
+        self._crc = self._size = 0
         self._given = 0
+        self._done = False
 
     def read(self, n: int = -1) -> bytes:
-        if self.damage is not None:
-            return b""
-        # In pieces: a damaged stream fails on the piece it breaks in, and the pieces
-        # before are still returned.
-        pieces: list[bytes] = []
         want = n if n >= 0 else 1 << 62
+        pieces: list[bytes] = []
         while want > 0:
-            try:
-                piece = self._gz.read(min(want, 1 << 12))
-            except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-                self.damage = (
-                    f"compressed data cut or damaged after {self._given:,} bytes ({exc}); "
-                    "the packets before it are kept"
-                )
-                break
-            if not piece:
-                break
+            if not self._out:
+                if self._done:
+                    break
+                self._out = self._inflate()
+                continue
+            piece, self._out = self._out[:want], self._out[want:]
             pieces.append(piece)
             self._given += len(piece)
             want -= len(piece)
         return b"".join(pieces)
 
     def close(self) -> None:
-        self._gz.close()
         if self._under is not None:
             self._under.close()
+
+    # ---- the stream, piece by piece --------------------------------------------------
+    def _inflate(self) -> bytes:
+        """The next decompressed piece (may be empty); sets ``_done`` at the end or damage."""
+        if self._member is None and not self._start_member():
+            self._done = True
+            return b""
+        if not self._in and not self._fill(1):
+            # The file ended inside the member; zlib may still hold output for it.
+            try:
+                out = self._member.flush()
+            except zlib.error as exc:
+                self._broken(f"corrupt deflate stream: {_zlib_reason(exc)}", 0)
+                return b""
+            self._count(out)
+            if self._member.eof:
+                self._in = self._member.unused_data
+                self._end_member(len(out))
+            else:
+                self._cut(len(out))
+            return out
+        # A copy of the decompressor as it was, to replay the input a byte at a time if
+        # it turns out corrupt: the output before the bad byte is good and is kept.
+        before = self._member.copy()
+        data = self._in
+        try:
+            out = self._member.decompress(data, self._PIECE)
+        except zlib.error as exc:
+            out = _inflate_until_error(before, data)
+            self._broken(f"corrupt deflate stream: {_zlib_reason(exc)}", len(out))
+            return out
+        self._count(out)
+        if self._member.eof:
+            self._in = self._member.unused_data
+            self._end_member(len(out))
+        else:
+            self._in = self._member.unconsumed_tail
+        return out
+
+    def _count(self, out: bytes) -> None:
+        self._crc = zlib.crc32(out, self._crc)
+        self._size += len(out)
+
+    def _fill(self, k: int) -> bool:
+        """Read until ``_in`` holds ``k`` bytes; False if the file ends first."""
+        while len(self._in) < k and not self._at_eof:
+            more = self._f.read(max(self._PIECE, k - len(self._in)))
+            if more:
+                self._in += more
+            else:
+                self._at_eof = True
+        return len(self._in) >= k
+
+    def _take(self, k: int) -> bytes | None:
+        if not self._fill(k):
+            return None
+        out, self._in = self._in[:k], self._in[k:]
+        return out
+
+    def _take_zero_ended(self) -> bytes | None:
+        """A zero-terminated header field (file name or comment), with its zero."""
+        at = 0
+        while (end := self._in.find(b"\0", at)) < 0:
+            at = len(self._in)
+            if not self._fill(at + 1):
+                return None
+        return self._take(end + 1)
+
+    def _start_member(self) -> bool:
+        """Read the next member's header (RFC 1952); False at the end of the stream or
+        when the header is cut or not gzip's (``damage``/``corrupt`` set)."""
+        if self._members:
+            # Zeros after a member are padding (as gzip reads them), not another member.
+            while self._fill(1):
+                self._in = self._in.lstrip(b"\0")
+                if self._in:
+                    break
+        if not self._fill(1):
+            return False
+        self._fill(2)
+        if self._in[:2] != b"\x1f\x8b":
+            return self._broken("bytes after the last member that are not gzip", 0)
+        head = self._take(10)
+        if head is None:
+            return self._cut(0)
+        if head[2] != 8:
+            return self._broken(f"unknown compression method {head[2]}", 0)
+        flags = head[3]
+        if flags & 4:  # FEXTRA
+            size = self._take(2)
+            if size is None or self._take(int.from_bytes(size, "little")) is None:
+                return self._cut(0)
+        for flag in (8, 16):  # FNAME, FCOMMENT
+            if flags & flag and self._take_zero_ended() is None:
+                return self._cut(0)
+        if flags & 2 and self._take(2) is None:  # FHCRC
+            return self._cut(0)
+        self._member = zlib.decompressobj(-zlib.MAX_WBITS)
+        self._members += 1
+        self._crc = self._size = 0
+        return True
+
+    def _end_member(self, pending: int) -> None:
+        """Check the member's trailer (CRC-32 and length of its data) and go on to the
+        next member; ``pending``: decompressed bytes made but not yet handed out."""
+        self._member = None
+        trailer = self._take(8)
+        if trailer is None:
+            self._cut(pending)
+        elif int.from_bytes(trailer[:4], "little") != self._crc:
+            self._broken("CRC check failed", pending)
+        elif int.from_bytes(trailer[4:], "little") != self._size & 0xFFFFFFFF:
+            self._broken("length check failed", pending)
+
+    def _cut(self, pending: int) -> bool:
+        self._done = True
+        self.damage = (
+            f"compressed data cut or damaged after {self._given + pending:,} bytes ({_GZIP_CUT}); "
+            "the packets before it are kept"
+        )
+        return False
+
+    def _broken(self, why: str, pending: int) -> bool:
+        self._done = True
+        self.corrupt = _GzipCorrupt(why, self._given + pending)
+        return False
+
+
+def _inflate_until_error(member: Any, data: bytes) -> bytes:
+    """What ``member`` (a zlib decompressor) makes of ``data`` fed a byte at a time,
+    up to the byte it finds corrupt."""
+    out: list[bytes] = []
+    for k in range(len(data)):
+        try:
+            out.append(member.decompress(data[k : k + 1]))
+        except zlib.error:
+            break
+    return b"".join(out)
+
+
+def _zlib_reason(exc: zlib.error) -> str:
+    """zlib's reason without the error code: 'invalid block type', not 'Error -3 ...: invalid block type'."""
+    return str(exc).rpartition(": ")[2] or str(exc)
 
 
 def _tsresol_ns(code: int) -> tuple[int, int]:
@@ -345,8 +511,10 @@ class PcapSource:
         finally:
             if owned:
                 f.close()
-            elif hasattr(f, "seek") and f.seekable():  # type: ignore[union-attr]
-                f.seek(0)
+            # Back to the start for reading: the file object given, not the gzip stream
+            # over it (which cannot seek), so a gzip capture given open reads too.
+            if not isinstance(source, str | os.PathLike) and source.seekable():
+                source.seek(0)
         if magic in _PCAP_MAGIC:
             self.format = "pcap"
         elif magic == _PCAPNG_SHB:
@@ -392,6 +560,7 @@ class PcapSource:
             eof = not block
             buf = tail + block if tail else block
             if not buf:
+                self._ended(f, "record", base, b"")
                 break
             n = len(buf)
             offs: list[int] = []
@@ -446,9 +615,24 @@ class PcapSource:
             tail = buf[off:]
             base += off
             if eof:
-                if tail:
-                    self.stats.cut_short("record", base, len(tail))
+                self._ended(f, "record", base, tail)
                 break
+
+    def _ended(self, f: IO[bytes], what: str, at: int, tail: bytes) -> None:
+        """The input ended with ``tail``, the start of a ``what`` (record or block) at
+        byte ``at``, left over. A cut file cut that last one short; a corrupt gzip stream
+        is said first (it explains any damage found before it was detected) and the
+        incomplete last one counted as corrupt, not as cut."""
+        corrupt: _GzipCorrupt | None = getattr(f, "corrupt", None)
+        if corrupt is None:
+            if tail:
+                self.stats.cut_short(what, at, len(tail))
+            return
+        line = f"gzip data corrupt ({corrupt.why}) after byte {corrupt.at}; the {what}s before it are kept"
+        if tail:
+            self.stats.corrupt_records += 1
+            line += f", the incomplete one at byte {at} is not"
+        self.stats.damage.insert(0, line)
 
     def _missing_interface(self, ifid: int, known: int, at: int) -> None:
         """Count a packet naming an interface the file never described; the first such
@@ -496,6 +680,7 @@ class PcapSource:
             eof = not block
             buf = tail + block if tail else block
             if not buf:
+                self._ended(f, "block", base, b"")
                 break
             n = len(buf)
             off = 0
@@ -601,8 +786,7 @@ class PcapSource:
             tail = buf[off:]
             base += off
             if eof:
-                if tail:
-                    self.stats.cut_short("block", base, len(tail))
+                self._ended(f, "block", base, tail)
                 break
 
     def _idb(self, buf: bytes, off: int, blen: int, bo: str) -> tuple[int, int, int, int]:

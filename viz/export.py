@@ -8,7 +8,9 @@ span over the root visit, so the trace starts where the request came from. The p
 id, the parent's confidence and the number of candidate parents are attributes.
 
 Ids are deterministic (hashes of the call times and pair numbers): exporting twice gives
-the same file. Shapes:
+the same file. ``write_export`` writes it a batch of spans at a time, so its memory does
+not grow with the number of spans (only arrays of numbers, about a hundred bytes per call
+pair, are held whole); its bytes are those of the whole document dumped at once. Shapes:
 
 * ``otlp``: ``ExportTraceServiceRequest`` in OTLP/JSON (lowerCamelCase fields, hex trace
   and span ids, integer enums, nanosecond times as strings), one ``resourceSpans`` per
@@ -22,15 +24,19 @@ the same file. Shapes:
 from __future__ import annotations
 
 import gc
+import itertools
+import json
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from tracefmt import ParameterError, SchemaError
+from tracefmt import ParameterError, SchemaError, atomic_output
 from tracefmt.hashing import mix64
-from viz._files import write_atomic
 
 __all__ = ["EXPORT_FORMATS", "export_traces", "write_export"]
 
@@ -51,10 +57,6 @@ def _hex(values: np.ndarray) -> list[str]:
     return [f"{v:016x}" for v in values.tolist()]
 
 
-def _strings(column: pa.ChunkedArray) -> list[str]:
-    return [str(v) for v in column.cast(pa.string()).to_pylist()]
-
-
 def _check_instances(
     pair: np.ndarray,
     t_call: np.ndarray,
@@ -62,10 +64,12 @@ def _check_instances(
     parent: np.ndarray,
     inst: np.ndarray,
     table: pa.Table,
+    by_pair: np.ndarray,
 ) -> None:
     """Refuse an instances table no tracing tool could take: a span ending before it
     starts, a confidence that is not a probability, a parent that is no pair of the
-    table, or parent links that loop (no request would have a root)."""
+    table, or parent links that loop (no request would have a root). ``by_pair``: the
+    rows in pair order."""
     bad = np.flatnonzero(t_ret < t_call)
     if bad.size:
         raise SchemaError(f"pair {int(pair[bad[0]])} returns before it is called ({bad.size:,} such pairs)")
@@ -78,25 +82,46 @@ def _check_instances(
             if wrong.any():
                 k = int(np.flatnonzero(wrong)[0])
                 raise SchemaError(f"pair {int(pair[k])}: {column} {values[k]} is not a probability")
-    order = np.argsort(pair, kind="stable")
+    sorted_pair = pair[by_pair]
     linked = np.flatnonzero(parent >= 0)
-    at = np.searchsorted(pair[order], parent[linked])
-    known = (at < pair.size) & (pair[order][np.minimum(at, pair.size - 1)] == parent[linked])
+    at = np.minimum(np.searchsorted(sorted_pair, parent[linked]), max(pair.size - 1, 0))
+    known = sorted_pair[at] == parent[linked]
     if not known.all():
         k = linked[np.flatnonzero(~known)[0]]
         raise SchemaError(f"pair {int(pair[k])}: its parent {int(parent[k])} is not in the table")
     # Each pair's instance must be a root: a pair whose instance has a parent, or whose
     # parent is in another instance, belongs to no request.
-    roots = set(pair[parent < 0].tolist())
-    if not set(inst.tolist()) <= roots:
+    roots = np.sort(pair[parent < 0])
+    if inst.size and (
+        not roots.size or (roots[np.minimum(np.searchsorted(roots, inst), roots.size - 1)] != inst).any()
+    ):
         raise SchemaError("parent links loop or instances name no root: not a table wirepath wrote")
-    parent_inst = inst[order][np.minimum(at, pair.size - 1)]
-    if (parent_inst != inst[linked]).any():
+    if (inst[by_pair[at]] != inst[linked]).any():
         raise SchemaError("a pair's parent belongs to another instance: not a table wirepath wrote")
 
 
+def _names(table: pa.Table, columns: tuple[str, ...]) -> tuple[list[str], list[np.ndarray]]:
+    """The distinct strings of ``columns`` in sorted order, and each column as codes into
+    them: a span's node names are looked up per batch, not held as a million strings."""
+    # A missing name is written as Python prints None, as it always was.
+    values = [pc.fill_null(table[c].cast(pa.string()), "None") for c in columns]
+    names = sorted({v for column in values for v in pc.unique(column).to_pylist()})
+    value_set = pa.array(names, pa.string())
+    codes = [
+        np.asarray(pc.index_in(column, value_set=value_set).to_numpy(zero_copy_only=False), np.int32)
+        for column in values
+    ]
+    return names, codes
+
+
 class _Spans:
-    """Column arrays of the spans to write, client spans first then visit spans."""
+    """Column arrays of the spans to write, client spans first then visit spans, in the
+    order the formats list them; ``batch`` makes the Python values of a few of them.
+
+    Nothing here holds a Python object per span, only arrays of numbers (about a hundred
+    bytes per call pair); the strings and numbers the JSON needs are made a batch at a
+    time, so an export's Python objects do not grow with its size.
+    """
 
     def __init__(self, table: pa.Table, max_traces: int | None) -> None:
         missing = [c for c in _NEED if c not in table.column_names]
@@ -110,9 +135,10 @@ class _Spans:
         t_ret = table["t_return"].cast(pa.int64()).to_numpy()
         parent_pair = table["parent"].fill_null(-1).to_numpy()
         inst = table["instance"].to_numpy()
-        _check_instances(pair, t_call, t_ret, parent_pair, inst, table)
         # Rows by pair number, to find a parent's row.
         by_pair = np.argsort(pair, kind="stable")
+        _check_instances(pair, t_call, t_ret, parent_pair, inst, table, by_pair)
+        sorted_pair = pair[by_pair]
         roots = np.flatnonzero(parent_pair < 0)
         roots = roots[np.argsort(t_call[roots], kind="stable")][:max_traces]
         if roots.size:
@@ -122,48 +148,118 @@ class _Spans:
         else:
             rows = np.zeros(0, np.int64)
         rows = rows[np.lexsort((t_call[rows], inst[rows]))]
-        pos = np.searchsorted(pair[by_pair], parent_pair[rows])
+        pos = np.searchsorted(sorted_pair, parent_pair[rows])
         parent_row = np.where(parent_pair[rows] >= 0, by_pair[np.minimum(pos, by_pair.size - 1)], -1)
-        root_row = by_pair[np.searchsorted(pair[by_pair], inst[rows])]
-        self.n_traces = int(roots.size)
-        callers, callees = _strings(table["caller"]), _strings(table["callee"])
-        patterns = _strings(table["pattern"])
-        confidence = table["confidence"].to_numpy()
-        pattern_conf = (
+        root_row = by_pair[np.searchsorted(sorted_pair, inst[rows])]
+        del by_pair, sorted_pair, parent_pair, roots, pos
+        # Per row of the table: what the ids and values of its spans are made of.
+        self.pair, self.inst, self.t_call, self.t_ret = pair, inst, t_call, t_ret
+        self.names, (self.caller, self.callee) = _names(table, ("caller", "callee"))
+        self.patterns, (self.pattern_code,) = _names(table, ("pattern",))
+        self.confidence = table["confidence"].to_numpy()
+        self.pattern_conf = (
             table["pattern_confidence"].to_numpy() if "pattern_confidence" in table.column_names else None
         )
-        candidates = table["candidates"].to_numpy() if "candidates" in table.column_names else None
-        span_id = _mix(pair.astype(np.uint64) * np.uint64(2) ^ _mix(t_call.view(np.uint64)))
-        client_id = _mix(pair.astype(np.uint64) * np.uint64(2) + np.uint64(1) ^ _mix(t_ret.view(np.uint64)))
-        trace_hi = _mix(t_call.view(np.uint64) ^ _mix(inst.astype(np.uint64)))
-        trace_lo = _mix(inst.astype(np.uint64) ^ _mix(t_ret.view(np.uint64)))
-        # Client spans (one per trace, over its root visit), then the visit spans.
+        self.candidates = table["candidates"].to_numpy() if "candidates" in table.column_names else None
+        # Per span: client spans (one per trace, over its root visit), then the visit spans.
         is_root = parent_row < 0
         r = rows[is_root]
-        self.trace = _hex(trace_hi[root_row[is_root]])
-        self.trace = [a + b for a, b in zip(self.trace, _hex(trace_lo[root_row[is_root]]), strict=True)]
-        trace_of_root = dict(zip(r.tolist(), self.trace, strict=True))
-        self.trace += [trace_of_root[x] for x in root_row.tolist()]
-        self.span = _hex(client_id[r]) + _hex(span_id[rows])
-        self.parent: list[str | None] = [None] * r.size + [
-            f"{span_id[p]:016x}" if p >= 0 else f"{client_id[q]:016x}"
-            for p, q in zip(parent_row.tolist(), root_row.tolist(), strict=True)
+        self.n_client = int(r.size)
+        self.row = np.concatenate([r, rows])
+        # The root row a span's trace is named after (its trace id is that row's).
+        self.root = np.concatenate([root_row[is_root], root_row])
+        # The row whose visit span is the parent; -1: the client span of the root row.
+        self.parent_row = np.concatenate([np.full(r.size, -1, np.int64), parent_row])
+
+    @property
+    def n_traces(self) -> int:
+        return int(np.unique(self.root).size)
+
+    def span_id(self, row: np.ndarray) -> np.ndarray:
+        """The id of the visit span of each row."""
+        t_call = self.t_call[row]
+        return _mix(self.pair[row].astype(np.uint64) * np.uint64(2) ^ _mix(t_call.view(np.uint64)))
+
+    def client_id(self, row: np.ndarray) -> np.ndarray:
+        """The id of the client span over each (root) row."""
+        t_ret = self.t_ret[row]
+        return _mix(
+            self.pair[row].astype(np.uint64) * np.uint64(2) + np.uint64(1) ^ _mix(t_ret.view(np.uint64))
+        )
+
+    def trace_id(self, root: np.ndarray) -> list[str]:
+        """The trace id (32 hex digits) of each root row's request."""
+        inst = self.inst[root].astype(np.uint64)
+        hi = _mix(self.t_call[root].view(np.uint64) ^ _mix(inst))
+        lo = _mix(inst ^ _mix(self.t_ret[root].view(np.uint64)))
+        return [f"{a:016x}{b:016x}" for a, b in zip(hi.tolist(), lo.tolist(), strict=True)]
+
+    def __len__(self) -> int:
+        return int(self.row.size)
+
+    def batch(self, idx: np.ndarray) -> _Batch:
+        """The Python values of spans ``idx`` (positions in the span order)."""
+        return _Batch(self, np.asarray(idx, np.int64))
+
+    def by_service(self) -> list[tuple[str, np.ndarray]]:
+        """(service, its spans in span order) for each service, by name."""
+        # A client span is its caller's, a visit span its callee's; codes sort as names do.
+        service = np.concatenate(
+            [self.caller[self.row[: self.n_client]], self.callee[self.row[self.n_client :]]]
+        )
+        order = np.argsort(service, kind="stable")
+        codes, first = np.unique(service[order], return_index=True)
+        ends = np.append(first[1:], order.size)[: first.size]
+        return [
+            (self.names[c], order[a:b])
+            for c, a, b in zip(codes.tolist(), first.tolist(), ends.tolist(), strict=True)
         ]
-        self.kind = ["client"] * r.size + ["server"] * rows.size
-        self.service = [callers[i] for i in r.tolist()] + [callees[i] for i in rows.tolist()]
-        self.peer = [callees[i] for i in r.tolist()] + [callers[i] for i in rows.tolist()]
-        self.name = [f"{callers[i]} -> {callees[i]}" for i in np.concatenate([r, rows]).tolist()]
-        both = np.concatenate([r, rows])
-        # Plain Python lists: the per-span JSON building below indexes them once per span.
-        self.start_ns = t_call[both].tolist()
-        self.end_ns = t_ret[both].tolist()
-        self.start_us = (t_call[both] // 1000).tolist()
+
+    def by_trace(self) -> tuple[np.ndarray, np.ndarray]:
+        """Spans grouped by trace, traces in the order their first span comes: the span
+        positions, and where each trace's run of them starts (plus the end)."""
+        roots, first, which = np.unique(self.root, return_index=True, return_inverse=True)
+        rank = np.empty(roots.size, np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(roots.size)
+        trace_of = rank[which.reshape(-1)]
+        order = np.argsort(trace_of, kind="stable")
+        bounds = np.searchsorted(trace_of[order], np.arange(roots.size + 1))
+        return order, bounds
+
+
+class _Batch:
+    """The JSON values of some spans of a :class:`_Spans`, as plain Python lists (the
+    per-span building indexes them once per span)."""
+
+    def __init__(self, s: _Spans, idx: np.ndarray) -> None:
+        row = s.row[idx]
+        client = idx < s.n_client
+        self.trace = s.trace_id(s.root[idx])
+        self.span = _hex(np.where(client, s.client_id(row), s.span_id(row)))
+        parent_row = s.parent_row[idx]
+        parent_id = np.where(parent_row >= 0, s.span_id(np.maximum(parent_row, 0)), s.client_id(s.root[idx]))
+        self.parent: list[str | None] = [
+            None if c else f"{p:016x}" for c, p in zip(client.tolist(), parent_id.tolist(), strict=True)
+        ]
+        self.kind = ["client" if c else "server" for c in client.tolist()]
+        caller, callee = s.caller[row], s.callee[row]
+        self.service = [s.names[i] for i in np.where(client, caller, callee).tolist()]
+        self.peer = [s.names[i] for i in np.where(client, callee, caller).tolist()]
+        self.name = [
+            f"{s.names[a]} -> {s.names[b]}" for a, b in zip(caller.tolist(), callee.tolist(), strict=True)
+        ]
+        t_call, t_ret = s.t_call[row], s.t_ret[row]
+        self.start_ns = t_call.tolist()
+        self.end_ns = t_ret.tolist()
+        self.start_us = (t_call // 1000).tolist()
         # Zipkin and Jaeger want whole microseconds; durations under one are rounded up.
-        self.dur_us = np.maximum(1, -(-(t_ret[both] - t_call[both]) // 1000)).tolist()
-        self.pattern = [patterns[i] for i in both.tolist()]
-        self.confidence = confidence[both].astype(float).tolist()
-        self.pattern_confidence = None if pattern_conf is None else pattern_conf[both].astype(float).tolist()
-        self.candidates = candidates[both].astype(np.int64).tolist() if candidates is not None else None
+        self.dur_us = np.maximum(1, -(-(t_ret - t_call) // 1000)).tolist()
+        self.pattern = [s.patterns[i] for i in s.pattern_code[row].tolist()]
+        self.confidence = s.confidence[row].astype(float).tolist()
+        self.pattern_confidence = (
+            None if s.pattern_conf is None else s.pattern_conf[row].astype(float).tolist()
+        )
+        self.candidates = None if s.candidates is None else s.candidates[row].astype(np.int64).tolist()
 
     def __len__(self) -> int:
         return len(self.span)
@@ -184,35 +280,121 @@ class _Spans:
         return out
 
 
+# --- documents made batch by batch ------------------------------------------------------
+
+#: Spans per batch: a batch's span objects and JSON text are a few megabytes.
+BATCH_SPANS = 4096
+
+
+class _Array:
+    """A JSON array whose items come batch by batch (lists of JSON-ready items).
+
+    ``nested``: the items themselves hold ``_Array`` values, to be expanded in turn.
+    """
+
+    def __init__(self, batches: Iterator[list[Any]], *, nested: bool = False) -> None:
+        self.batches = batches
+        self.nested = nested
+
+
+def _whole(doc: Any) -> Any:
+    """``doc`` with every ``_Array`` made a list: the whole document in memory."""
+    if isinstance(doc, _Array):
+        items = [item for batch in doc.batches for item in batch]
+        return [_whole(item) for item in items] if doc.nested else items
+    if isinstance(doc, dict):
+        return {key: _whole(value) for key, value in doc.items()}
+    if isinstance(doc, list):
+        return [_whole(value) for value in doc]
+    return doc
+
+
+def _dump(doc: Any, write: Callable[[str], object]) -> None:
+    """Write ``doc`` as JSON through ``write``, each ``_Array`` a batch at a time.
+
+    The text is exactly ``json.dumps(_whole(doc), separators=(",", ":"), allow_nan=False)``:
+    with those separators a list is its items' texts joined by commas in brackets, and a
+    dict its ``key:value`` texts likewise in braces.
+    """
+    if isinstance(doc, _Array):
+        write("[")
+        sep = ""
+        for batch in doc.batches:
+            if doc.nested:
+                for item in batch:
+                    write(sep)
+                    _dump(item, write)
+                    sep = ","
+            elif batch:
+                write(sep)
+                write(_dumps(batch)[1:-1])
+                sep = ","
+        write("]")
+    elif isinstance(doc, dict):  # keys are strings: json.dumps would turn others into strings
+        write("{")
+        for k, (key, value) in enumerate(doc.items()):
+            write(("," if k else "") + _dumps(key) + ":")
+            _dump(value, write)
+        write("}")
+    elif isinstance(doc, list):
+        write("[")
+        for k, value in enumerate(doc):
+            if k:
+                write(",")
+            _dump(value, write)
+        write("]")
+    else:
+        write(_dumps(doc))
+
+
+def _dumps(value: Any) -> str:
+    # Bare NaN or Infinity would be JSON no tool reads.
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def _chunks(idx: np.ndarray) -> Iterator[np.ndarray]:
+    for lo in range(0, idx.size, BATCH_SPANS):
+        yield idx[lo : lo + BATCH_SPANS]
+
+
 def _otlp(s: _Spans) -> dict[str, Any]:
     kinds = {"server": 2, "client": 3}  # SPAN_KIND_SERVER, SPAN_KIND_CLIENT
+    version = _version()
 
     def value(t: str, v: Any) -> dict[str, Any]:
         return {"string": {"stringValue": v}, "double": {"doubleValue": v}, "int": {"intValue": str(v)}}[t]
 
-    by_service: dict[str, list[dict[str, Any]]] = {}
-    for k in range(len(s)):
-        span: dict[str, Any] = {
-            "traceId": s.trace[k],
-            "spanId": s.span[k],
-            "name": s.name[k],
-            "kind": kinds[s.kind[k]],
-            "startTimeUnixNano": str(s.start_ns[k]),
-            "endTimeUnixNano": str(s.end_ns[k]),
-            "attributes": [{"key": a, "value": value(t, v)} for a, t, v in s.attributes(k)],
-        }
-        if s.parent[k] is not None:
-            span["parentSpanId"] = s.parent[k]
-        by_service.setdefault(s.service[k], []).append(span)
-    return {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": name}}]},
-                "scopeSpans": [{"scope": {"name": "wirepath", "version": _version()}, "spans": spans}],
-            }
-            for name, spans in sorted(by_service.items())
-        ]
-    }
+    def spans(idx: np.ndarray) -> Iterator[list[dict[str, Any]]]:
+        for chunk in _chunks(idx):
+            b = s.batch(chunk)
+            out = []
+            for k in range(len(b)):
+                span: dict[str, Any] = {
+                    "traceId": b.trace[k],
+                    "spanId": b.span[k],
+                    "name": b.name[k],
+                    "kind": kinds[b.kind[k]],
+                    "startTimeUnixNano": str(b.start_ns[k]),
+                    "endTimeUnixNano": str(b.end_ns[k]),
+                    "attributes": [{"key": a, "value": value(t, v)} for a, t, v in b.attributes(k)],
+                }
+                if b.parent[k] is not None:
+                    span["parentSpanId"] = b.parent[k]
+                out.append(span)
+            yield out
+
+    def resources() -> Iterator[list[dict[str, Any]]]:
+        for name, idx in s.by_service():
+            yield [
+                {
+                    "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": name}}]},
+                    "scopeSpans": [
+                        {"scope": {"name": "wirepath", "version": version}, "spans": _Array(spans(idx))}
+                    ],
+                }
+            ]
+
+    return {"resourceSpans": _Array(resources(), nested=True)}
 
 
 def _version() -> str:
@@ -224,69 +406,109 @@ def _version() -> str:
         return "0"
 
 
-def _micro(s: _Spans, k: int) -> tuple[int, int]:
-    return s.start_us[k], s.dur_us[k]
+def _zipkin(s: _Spans) -> _Array:
+    def spans() -> Iterator[list[dict[str, Any]]]:
+        for chunk in _chunks(np.arange(len(s))):
+            b = s.batch(chunk)
+            out = []
+            for k in range(len(b)):
+                span: dict[str, Any] = {
+                    "traceId": b.trace[k],
+                    "id": b.span[k],
+                    "name": b.name[k].lower(),
+                    "kind": b.kind[k].upper(),
+                    "timestamp": b.start_us[k],
+                    "duration": b.dur_us[k],
+                    "localEndpoint": {"serviceName": b.service[k].lower()},
+                    "remoteEndpoint": {"serviceName": b.peer[k].lower()},
+                    "tags": {a: (f"{v:.6g}" if t == "double" else str(v)) for a, t, v in b.attributes(k)},
+                }
+                if b.parent[k] is not None:
+                    span["parentId"] = b.parent[k]
+                out.append(span)
+            yield out
 
-
-def _zipkin(s: _Spans) -> list[dict[str, Any]]:
-    out = []
-    for k in range(len(s)):
-        ts, dur = _micro(s, k)
-        span: dict[str, Any] = {
-            "traceId": s.trace[k],
-            "id": s.span[k],
-            "name": s.name[k].lower(),
-            "kind": s.kind[k].upper(),
-            "timestamp": ts,
-            "duration": dur,
-            "localEndpoint": {"serviceName": s.service[k].lower()},
-            "remoteEndpoint": {"serviceName": s.peer[k].lower()},
-            "tags": {a: (f"{v:.6g}" if t == "double" else str(v)) for a, t, v in s.attributes(k)},
-        }
-        if s.parent[k] is not None:
-            span["parentId"] = s.parent[k]
-        out.append(span)
-    return out
+    return _Array(spans())
 
 
 def _jaeger(s: _Spans) -> dict[str, Any]:
     types = {"string": "string", "double": "float64", "int": "int64"}
-    traces: dict[str, dict[str, Any]] = {}
-    pids: dict[str, dict[str, str]] = {}  # per trace: service -> process id
-    for k in range(len(s)):
-        tid = s.trace[k]
-        trace = traces.get(tid)
-        if trace is None:
-            trace = traces[tid] = {"traceID": tid, "spans": [], "processes": {}, "warnings": None}
-            pids[tid] = {}
-        pid = pids[tid].get(s.service[k])
-        if pid is None:
-            pid = pids[tid][s.service[k]] = f"p{len(pids[tid]) + 1}"
-            trace["processes"][pid] = {"serviceName": s.service[k], "tags": []}
-        ts, dur = _micro(s, k)
-        refs = [] if s.parent[k] is None else [{"refType": "CHILD_OF", "traceID": tid, "spanID": s.parent[k]}]
-        tags = [{"key": "span.kind", "type": "string", "value": s.kind[k]}]
-        tags += [{"key": a, "type": types[t], "value": v} for a, t, v in s.attributes(k)]
-        trace["spans"].append(
-            {
-                "traceID": tid,
-                "spanID": s.span[k],
-                "flags": 1,
-                "operationName": s.name[k],
-                "references": refs,
-                "startTime": ts,
-                "duration": dur,
-                "tags": tags,
-                "logs": [],
-                "processID": pid,
-                "warnings": None,
-            }
-        )
-    return {"data": list(traces.values()), "total": 0, "limit": 0, "offset": 0, "errors": None}
+    order, bounds = s.by_trace()
+
+    def trace(b: _Batch, lo: int, hi: int) -> dict[str, Any]:
+        """The trace of spans lo:hi of batch b."""
+        tid = b.trace[lo]
+        out: dict[str, Any] = {"traceID": tid, "spans": [], "processes": {}, "warnings": None}
+        pids: dict[str, str] = {}  # service -> process id
+        for k in range(lo, hi):
+            pid = pids.get(b.service[k])
+            if pid is None:
+                pid = pids[b.service[k]] = f"p{len(pids) + 1}"
+                out["processes"][pid] = {"serviceName": b.service[k], "tags": []}
+            refs = (
+                []
+                if b.parent[k] is None
+                else [{"refType": "CHILD_OF", "traceID": tid, "spanID": b.parent[k]}]
+            )
+            tags = [{"key": "span.kind", "type": "string", "value": b.kind[k]}]
+            tags += [{"key": a, "type": types[t], "value": v} for a, t, v in b.attributes(k)]
+            out["spans"].append(
+                {
+                    "traceID": tid,
+                    "spanID": b.span[k],
+                    "flags": 1,
+                    "operationName": b.name[k],
+                    "references": refs,
+                    "startTime": b.start_us[k],
+                    "duration": b.dur_us[k],
+                    "tags": tags,
+                    "logs": [],
+                    "processID": pid,
+                    "warnings": None,
+                }
+            )
+        return out
+
+    def traces() -> Iterator[list[dict[str, Any]]]:
+        # Whole traces per batch: at least one, then as many as fit in BATCH_SPANS spans.
+        t, n = 0, bounds.size - 1
+        while t < n:
+            end = max(t + 1, int(np.searchsorted(bounds, bounds[t] + BATCH_SPANS, side="right")) - 1)
+            end = min(end, n)
+            b = s.batch(order[bounds[t] : bounds[end]])
+            at = (bounds[t : end + 1] - bounds[t]).tolist()
+            yield [trace(b, lo, hi) for lo, hi in itertools.pairwise(at)]
+            t = end
+
+    return {"data": _Array(traces()), "total": 0, "limit": 0, "offset": 0, "errors": None}
+
+
+def _document(instances: pa.Table, fmt: str, max_traces: int | None) -> tuple[Any, _Spans]:
+    """The document of ``fmt`` with its long arrays still to be made (``_Array``)."""
+    if fmt not in EXPORT_FORMATS:
+        raise ParameterError(f"unknown export format {fmt!r} (must be one of {', '.join(EXPORT_FORMATS)})")
+    if max_traces is not None and max_traces < 1:
+        raise ParameterError(f"max_traces must be at least 1, not {max_traces}")
+    spans = _Spans(instances, max_traces)
+    return {"otlp": _otlp, "zipkin": _zipkin, "jaeger": _jaeger}[fmt](spans), spans
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Many small dicts and lists, none in a cycle: the cyclic collector would rescan
+    them again and again while they are built (3-5x the build time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def export_traces(instances: pa.Table, fmt: str, *, max_traces: int | None = None) -> Any:
-    """Inferred path instances as traces in ``fmt`` (a JSON-ready object).
+    """Inferred path instances as traces in ``fmt`` (a JSON-ready object, whole in
+    memory; :func:`write_export` writes a file without holding it).
 
     Parameters
     ----------
@@ -307,26 +529,20 @@ def export_traces(instances: pa.Table, fmt: str, *, max_traces: int | None = Non
     >>> [(s["kind"], s["localEndpoint"]["serviceName"], s["duration"]) for s in spans]
     [('CLIENT', 'c', 30), ('SERVER', 'w', 30), ('SERVER', 'd', 10)]
     """
-    if fmt not in EXPORT_FORMATS:
-        raise ParameterError(f"unknown export format {fmt!r} (must be one of {', '.join(EXPORT_FORMATS)})")
-    if max_traces is not None and max_traces < 1:
-        raise ParameterError(f"max_traces must be at least 1, not {max_traces}")
-    # Hundreds of thousands of small dicts and lists, none in a cycle: the cyclic collector
-    # would rescan them again and again while they are built (3-5x the build time).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        spans = _Spans(instances, max_traces)
-        return {"otlp": _otlp, "zipkin": _zipkin, "jaeger": _jaeger}[fmt](spans)
-    finally:
-        if enabled:
-            gc.enable()
+    with _no_cyclic_gc():
+        doc, _ = _document(instances, fmt, max_traces)
+        return _whole(doc)
 
 
 def write_export(
     instances: pa.Table, fmt: str, path: str | os.PathLike[str], *, max_traces: int | None = None
 ) -> dict[str, int]:
     """Write :func:`export_traces` as JSON into ``path`` (atomically); returns counts.
+
+    The file is written a batch of spans at a time (whole traces for Jaeger), so memory
+    stays flat however many instances there are; its bytes are those of
+    ``json.dumps(export_traces(...), separators=(",", ":"))`` and a newline. Nothing is
+    at ``path`` until the whole file is.
 
     Examples
     --------
@@ -339,16 +555,9 @@ def write_export(
     >>> write_export(infer_nesting(t).instances_table(), "jaeger", out)
     {'traces': 1, 'spans': 3}
     """
-    import json
-
-    doc = export_traces(instances, fmt, max_traces=max_traces)
-    # Bare NaN or Infinity would be JSON no tool reads.
-    write_atomic(path, json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n")
-    if fmt == "zipkin":
-        n_spans, n_traces = len(doc), len({s["traceId"] for s in doc})
-    elif fmt == "jaeger":
-        n_spans, n_traces = sum(len(t["spans"]) for t in doc["data"]), len(doc["data"])
-    else:
-        spans = [s for rs in doc["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
-        n_spans, n_traces = len(spans), len({s["traceId"] for s in spans})
-    return {"traces": n_traces, "spans": n_spans}
+    with _no_cyclic_gc():
+        doc, spans = _document(instances, fmt, max_traces)
+        with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+            _dump(doc, out.write)
+            out.write("\n")
+    return {"traces": spans.n_traces, "spans": len(spans)}
