@@ -5,6 +5,7 @@ with its type, and a lost worker as one clear error."""
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,22 +16,25 @@ from tracefmt.cluster import InProcess, open_runner, split_evenly
 pytest.importorskip("dask.distributed")
 
 
-def _weighted(k: int, *, table: np.ndarray, scale: float) -> float:
-    return float(table[k].sum() * scale)
+def _tasks() -> SimpleNamespace:
+    """The tasks, made inside a function: workers cannot import a test module, and what
+    plain pickle cannot name is sent by value (cloudpickle)."""
 
+    def weighted(k: int, *, table: np.ndarray, scale: float) -> float:
+        return float(table[k].sum() * scale)
 
-def _pick(k: int, *, rows: list[np.ndarray]) -> float:
-    return float(rows[k].sum())
+    def pick(k: int, *, rows: list[np.ndarray]) -> float:
+        return float(rows[k].sum())
 
+    def refuse(k: int) -> int:
+        if k == 3:
+            raise ParameterError(f"item {k} is bad")
+        return k
 
-def _refuse(k: int) -> int:
-    if k == 3:
-        raise ParameterError(f"item {k} is bad")
-    return k
+    def die(k: int) -> int:
+        os._exit(3)  # the worker process is gone, as when a machine fails
 
-
-def _die(k: int) -> int:
-    os._exit(3)  # the worker process is gone, as when a machine fails
+    return SimpleNamespace(weighted=weighted, pick=pick, refuse=refuse, die=die)
 
 
 @pytest.mark.parametrize(("n", "parts"), [(10, 3), (2, 4), (0, 2), (7, 1), (100, 8)])
@@ -45,29 +49,31 @@ def test_split_evenly_covers_everything_in_order(n: int, parts: int) -> None:
 
 @pytest.mark.slow
 def test_a_cluster_maps_like_one_process() -> None:
+    t = _tasks()
     table = np.arange(60.0).reshape(20, 3)
-    expected = InProcess().map(_weighted, list(range(20)), table=table, scale=0.5)
+    expected = InProcess().map(t.weighted, list(range(20)), table=table, scale=0.5)
     with open_runner(workers=2) as run:
         assert run.width == 2
-        assert run.map(_weighted, list(range(20)), table=table, scale=0.5) == expected
+        assert run.map(t.weighted, list(range(20)), table=table, scale=0.5) == expected
         shared = run.share(table)  # sent once, used by two maps
-        assert run.map(_weighted, list(range(20)), table=shared, scale=0.5) == expected
-        assert run.map(_weighted, [19, 0], table=shared, scale=1.0) == [table[19].sum(), table[0].sum()]
-        assert run.map(_weighted, [], table=shared, scale=1.0) == []
+        assert run.map(t.weighted, list(range(20)), table=shared, scale=0.5) == expected
+        assert run.map(t.weighted, [19, 0], table=shared, scale=1.0) == [table[19].sum(), table[0].sum()]
+        assert run.map(t.weighted, [], table=shared, scale=1.0) == []
         rows = run.share([table[0], table[1]])  # a list is shared whole, as one value
-        assert run.map(_pick, [1, 0], rows=rows) == [table[1].sum(), table[0].sum()]
+        assert run.map(t.pick, [1, 0], rows=rows) == [table[1].sum(), table[0].sum()]
         with pytest.raises(ParameterError, match="item 3 is bad"):
-            run.map(_refuse, list(range(6)))
+            run.map(t.refuse, list(range(6)))
 
 
 @pytest.mark.slow
 def test_a_lost_worker_is_one_clear_error() -> None:
+    t = _tasks()
     import dask
 
     # No retries on other workers: the task kills whichever runs it.
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}), open_runner(workers=1) as run:
         with pytest.raises(WirepathError, match="the Dask cluster failed during the run") as err:
-            run.map(_die, [1])
+            run.map(t.die, [1])
         assert "\n" not in str(err.value)
 
 
