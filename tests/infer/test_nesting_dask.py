@@ -39,7 +39,7 @@ def _trace(name: str, messages: int, parallelism: float, seed: int):
 @pytest.fixture(scope="module")
 def fanout():
     # Calls made at once, busy enough that the candidates fill several chunks.
-    return _trace("gateway-fanout.toml", 40_000, 15.0, 5)
+    return _trace("gateway-fanout.toml", 20_000, 15.0, 5)
 
 
 def _same(a, b) -> None:
@@ -54,7 +54,7 @@ def test_chain_rounds_on_a_cluster_give_the_one_process_answer(
     cluster, fanout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Small chunks (chosen here, where the work is dealt): many tasks, on both workers.
-    monkeypatch.setattr(candidates, "CHUNK_PAIRS", 1 << 14)
+    monkeypatch.setattr(candidates, "CHUNK_PAIRS", 1 << 13)
     plan = CandidatePlan(match_calls(fanout, node_codes(fanout)), 0)
     assert sum(1 for _ in plan.chunks()) >= 12
     here = infer_nesting(fanout)
