@@ -239,3 +239,16 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
         else:
             tmp.write_bytes(data)
     return Path(path)
+
+
+def is_directory(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a directory; a name the system cannot even look up (too
+    long, say) is not one, and whoever opens or writes it says what is wrong with it.
+
+    >>> is_directory("."), is_directory("x" * 300)
+    (True, False)
+    """
+    try:
+        return Path(path).is_dir()
+    except OSError:
+        return False

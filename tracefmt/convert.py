@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tracefmt._files import distinct_outputs
+from tracefmt._files import distinct_outputs, is_directory
 from tracefmt.errors import ParameterError
 from tracefmt.parquet import Partitioning, TraceWriter, iter_trace, read_trace, read_trace_metadata
 from tracefmt.schema import sort_trace
@@ -56,12 +56,13 @@ def trace_format(path: PathLike) -> str:
     ...
     tracefmt.errors.ParameterError: run1.csv: unknown trace file type (name it .parquet, .pq, ...)
     """
-    if Path(path).is_dir() and any(Path(path).glob("part-*.parquet")):
+    is_dir = is_directory(path)
+    if is_dir and any(Path(path).glob("part-*.parquet")):
         return "parquet"  # a dataset of trace parts (tracefmt.trace_parts)
     fmt = _name_format(path)
     if fmt is not None:
         return fmt
-    if Path(path).is_dir():
+    if is_dir:
         raise ParameterError(f"{path}: a directory without trace parts (part-*.parquet files)")
     raise ParameterError(f"{path}: unknown trace file type (name it {', '.join(TRACE_SUFFIXES)})")
 

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from tracefmt._files import (
     existing_file,
+    is_directory,
     partial_path,
     publish,
     remove_quietly,
@@ -121,7 +122,7 @@ def trace_parts(path: PathLike) -> list[Path]:
     tracefmt.errors.TraceFileError: ...: a directory without trace parts (part-*.parquet files)
     """
     p = Path(path)
-    if not p.is_dir():
+    if not is_directory(p):
         return [p]
     parts = sorted(f for f in p.glob("part-*.parquet") if f.is_file())
     if not parts:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracefmt._files import is_directory
 from tracefmt.errors import ParameterError, TraceFileError
 from tracefmt.parquet import TraceMetadata, read_trace_metadata
 
@@ -65,7 +66,7 @@ class Store:
     @staticmethod
     def is_store(path: PathLike) -> bool:
         """Whether ``path`` is a store directory."""
-        return (Path(path) / "traces").is_dir()
+        return is_directory(Path(path) / "traces")
 
     @property
     def traces_dir(self) -> Path:

@@ -7,6 +7,7 @@ Exit status: 0 success, 1 a wirepath error (one ``error: ...`` line on stderr),
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 import warnings
@@ -711,7 +712,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except OSError as exc:
-        # A full disk where no writer named its output: still one line, said as such.
+        # A full disk where no writer named its output, or a name the system cannot look
+        # up: still one line, said as such.
+        if exc.errno == errno.ENAMETOOLONG:
+            name = str(exc.filename or "a file name")
+            short = name if len(name) <= 43 else name[:40] + "..."
+            print(f"error: {short}: file name too long for the file system", file=sys.stderr)
+            return 1
         if exc.errno not in tracefmt.DISK_FULL:
             raise
         print(f"error: {tracefmt.write_error(exc, exc.filename or 'output')}", file=sys.stderr)
