@@ -458,8 +458,8 @@ def _add_source_stats(report: CaptureReport, src: PacketSource) -> None:
     report.damage += [f"{src.name}: {d}" for d in st.damage]
 
 
-def _add_flow_stats(report: CaptureReport, st: FlowStats) -> None:
-    """An assembler's counters added to the report's."""
+def _add_flow_stats(report: CaptureReport, st: FlowStats | CaptureReport) -> None:
+    """An assembler's counters (or those of a shard's report) added to the report's."""
     report.retransmitted += st.retransmitted
     report.after_close += st.after_close
     report.gaps += st.gaps
@@ -979,9 +979,10 @@ def _convert_points(
 
 
 # ---- on a cluster: the flows split among tasks -------------------------------------------------
-# The counters an assembler keeps: summed over the shards. The others (reader, decoder,
-# duplicates) count every packet, which every shard reads: taken from the first shard.
-_FLOW_COUNTERS = ("messages", "retransmitted", "after_close", "gaps", "out_of_order", "connections")
+# The counters an assembler keeps (``_add_flow_stats``): summed over the shards. The
+# others (reader, decoder, duplicates) count every packet, which every shard reads:
+# taken from the first shard. The messages are counted as the shards are merged.
+_FLOW_COUNTERS = ("retransmitted", "after_close", "gaps", "out_of_order", "connections")
 _MERGE_ROWS = 1 << 16  # rows read from a shard file at a time while merging
 
 
@@ -1080,14 +1081,10 @@ def _points_shard_task(k: int, *, job: _Job) -> CaptureReport:
 
 def _merged_report(reports: Sequence[CaptureReport], out: PathLike) -> CaptureReport:
     """The shards' reports as one: assembler counters summed, the others the first shard's."""
-    report = dataclasses.replace(reports[0], output=str(out), flows_by_proto={}, messages_by_proto={})
-    for name in _FLOW_COUNTERS:
-        setattr(report, name, sum(getattr(r, name) for r in reports))
+    zero = dict.fromkeys(_FLOW_COUNTERS, 0)
+    report = dataclasses.replace(reports[0], output=str(out), flows_by_proto={}, messages_by_proto={}, **zero)
     for r in reports:
-        for k, v in r.flows_by_proto.items():
-            report.flows_by_proto[k] = report.flows_by_proto.get(k, 0) + v
-        for k, v in r.messages_by_proto.items():
-            report.messages_by_proto[k] = report.messages_by_proto.get(k, 0) + v
+        _add_flow_stats(report, r)
     return report
 
 
