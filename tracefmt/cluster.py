@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -205,8 +204,3 @@ def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:
     parts = max(1, min(parts, n))
     bounds = [n * k // parts for k in range(parts + 1)]
     return list(itertools.pairwise(bounds))
-
-
-def default_workers() -> int:
-    """The local cluster's size when ``--workers`` is given without a number: the cores here."""
-    return os.cpu_count() or 1
