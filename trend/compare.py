@@ -116,12 +116,16 @@ def compare_runs(
         raise ParameterError(f"test {test!r}: both the parent and the current run need trial values")
     if any(math.isnan(x) for x in p + c):
         return Comparison(test, tuple(p), tuple(c), True, "failed", *([None] * 10))
+    result = classify_mdl([p, c], unit=unit, sbps=sbps, direction=direction)
+    verdict = result.groups[1].comment if len(result.groups) == 2 else "normal"
+    return _weighed(test, p, c, verdict, result.unit)
+
+
+def _weighed(test: str, p: list[float], c: list[float], verdict: str, unit: float) -> Comparison:
+    """The comparison with the two groupings the decision weighs: jumpavg's statistics and
+    bits of the parent and current groups apart, and of the one group of both."""
     sizes, avg_arr, sd_arr, max_value = _runs([p, c])
     avgs, sds = avg_arr.tolist(), sd_arr.tolist()
-    result = classify_mdl([p, c], unit=unit, sbps=sbps, direction=direction)
-    unit = result.unit
-    verdict = result.groups[1].comment if len(result.groups) == 2 else "normal"
-    # The two groupings the decision weighs, with jumpavg's statistics and bits.
     n_p, n_c = int(sizes[0]), int(sizes[1])
     pa, ps = _renorm(n_p, avgs[0], sds[0])
     ca, cs = _renorm(n_c, avgs[1], sds[1])
@@ -140,21 +144,21 @@ def compare_runs(
     if not all(math.isfinite(b) for b in (p_bits, c_bits, comb_bits)):  # never decide on NaN bits
         raise ParameterError(f"test {test!r}: the values overflow the description length at unit {unit:g}")
     return Comparison(
-        test,
-        tuple(p),
-        tuple(c),
-        False,
-        verdict,
-        pa,
-        ca,
-        ps,
-        cs,
-        comb_avg,
-        comb_sd,
-        p_bits,
-        c_bits,
-        comb_bits,
-        unit,
+        test=test,
+        parent=tuple(p),
+        current=tuple(c),
+        failed=False,
+        verdict=verdict,
+        parent_avg=pa,
+        current_avg=ca,
+        parent_stdev=ps,
+        current_stdev=cs,
+        combined_avg=comb_avg,
+        combined_stdev=comb_sd,
+        parent_bits=p_bits,
+        current_bits=c_bits,
+        combined_bits=comb_bits,
+        unit=unit,
     )
 
 

@@ -27,6 +27,7 @@ from plotly.offline import get_plotlyjs
 
 from tracefmt import write_atomic
 from trend.analysis import SeriesTrend
+from trend.series import Series
 
 __all__ = ["DashboardReport", "graph_figure", "write_dashboard"]
 
@@ -61,6 +62,35 @@ def _dates(times_ns: np.ndarray) -> list[datetime]:
     return [datetime.fromtimestamp(int(x) / 1e9, UTC) for x in times_ns]
 
 
+def _hover_texts(s: Series, x: np.ndarray, y: np.ndarray, label: str) -> np.ndarray:
+    """The hover label of every run: date, value, build and testbed."""
+    hover = [
+        f"date: {d:%Y-%m-%d %H:%M} UTC<br>value: {v:.6g} {label}<br>build: {b}<br>testbed: {s.testbed}"
+        for d, v, b in zip(x, y, s.builds, strict=True)
+    ]
+    return np.array(hover, dtype=object)
+
+
+def _mark_traces(marks: np.ndarray, x: np.ndarray, y: np.ndarray, hover: np.ndarray) -> list[go.Scatter]:
+    """Open circles around the marked runs: red regressions, green progressions, grey outliers."""
+    traces = []
+    for mark, color in (("regression", "red"), ("progression", "green"), ("outlier", "grey")):
+        sel = marks == mark
+        if sel.any():
+            traces.append(
+                go.Scatter(
+                    x=x[sel],
+                    y=y[sel],
+                    mode="markers",
+                    name=f"{mark}s",
+                    text=hover[sel],
+                    hoverinfo="text",
+                    marker={"symbol": "circle-open", "size": 16, "color": color, "line": {"width": 2}},
+                )
+            )
+    return traces
+
+
 def graph_figure(t: SeriesTrend) -> go.Figure:
     """The trendline graph of one series.
 
@@ -78,11 +108,7 @@ def graph_figure(t: SeriesTrend) -> go.Figure:
     ok = ~np.isnan(t.values)
     x = np.array(_dates(s.times_ns), dtype=object)
     y = t.values / div
-    hover = [
-        f"date: {d:%Y-%m-%d %H:%M} UTC<br>value: {v:.6g} {label}<br>build: {b}<br>testbed: {s.testbed}"
-        for d, v, b in zip(x, y, s.builds, strict=True)
-    ]
-    hover = np.array(hover, dtype=object)
+    hover = _hover_texts(s, x, y, label)
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
@@ -105,20 +131,8 @@ def graph_figure(t: SeriesTrend) -> go.Figure:
             hoverinfo="skip",
         )
     )
-    for mark, color in (("regression", "red"), ("progression", "green"), ("outlier", "grey")):
-        sel = t.marks == mark
-        if sel.any():
-            fig.add_trace(
-                go.Scatter(
-                    x=x[sel],
-                    y=y[sel],
-                    mode="markers",
-                    name=f"{mark}s",
-                    text=hover[sel],
-                    hoverinfo="text",
-                    marker={"symbol": "circle-open", "size": 16, "color": color, "line": {"width": 2}},
-                )
-            )
+    for trace in _mark_traces(t.marks, x, y, hover):
+        fig.add_trace(trace)
     fig.update_layout(
         title=f"{s.test} ({s.testbed}), {t.method}",
         xaxis_title="run date",

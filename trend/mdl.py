@@ -323,16 +323,18 @@ def _program(
 
     Also returns the best bits of the runs before each start, as jumpavg keeps them.
     """
-    count = len(sizes)
-    max_v = max_value / unit
-    cum = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    total = int(cum[-1])
-    # Bits that depend on a group's sample count k only (k >= 2): length, deviation cut-off,
-    # sphere area without its deviation term.
-    ks = np.arange(total + 1, dtype=np.float64)
+    dp = _Program(sizes, run_avg, run_sd, max_value, unit)
+    for i in range(len(sizes)):
+        dp.step(i)
+    return dp.starts, dp.win_bits, dp.win_stats, dp.best
+
+
+def _size_bits(total: int, max_v: float) -> np.ndarray:
+    """Bits that depend on a group's sample count k only (k >= 2), indexed by k: length,
+    deviation cut-off, sphere area without its deviation term."""
     t_size = np.zeros(total + 1)
     if total >= 2:
-        big = ks[2:]
+        big = np.arange(total + 1, dtype=np.float64)[2:]
         lgam = np.array([math.lgamma((k - 1) / 2) for k in range(2, total + 1)])
         t_size[2:] = (
             np.log(big * (big + 1))
@@ -342,129 +344,168 @@ def _program(
             - lgam
             + np.log(big) * ((big - 2) / 2)
         ) / _LN2
-    # Reversed tables: for bare values the open groups' sizes at step i are i+1-j, a slice.
-    plain = bool((sizes == 1).all() and (run_sd == 0).all())
-    t_rev = t_size[::-1].copy()
-    km1_rev = (ks - 1)[::-1].astype(np.float32)
-    counts = np.arange(count, -1, -1, dtype=np.float64)
-    # The vector pass computes logarithms and their combination in float32; this bounds its
-    # error in bits (a few float32 ulp of at most log(max_v + 2) per term, the deviation term
-    # multiplied by up to k), so every start that could be the cheapest is re-evaluated
-    # exactly.
-    tol = 4e-6 * (math.log(max_v + 2) + 1) * (total + 3) / _LN2
-    # Starts whose bits exceed the best by more than this can never win again (see _prune_bound).
-    prune = _prune_bound(max_v, total) + 2 * tol
-    lo = 0  # starts before lo are pruned
+    return t_size
 
-    n = np.zeros(count)  # samples of the open group starting at j
-    a = np.zeros(count)  # its average and deviation, exactly as jumpavg keeps them
-    s = np.zeros(count)
-    prev = np.zeros(count)  # previous group's average in units, fixed when j opens
-    prev_raw: list[float | None] = [None] * count
-    const = np.zeros(count)  # best bits before j plus log2(norm_j): fixed when j opens
-    const[0] = math.log(max_v + 1, 2)  # the first group's average: uniform up to the maximum
-    best = np.zeros(count + 1)  # best bits of the runs before j
-    starts: list[int] = []
-    win_bits: list[float] = []
-    win_stats: list[tuple[float, float, float]] = []
-    t0, t1, t2 = (np.empty(count) for _ in range(3))
-    f0, f1, f2 = (np.empty(count, dtype=np.float32) for _ in range(3))
-    inv_unit = 1.0 / unit
-    for i in range(count):
-        m, xa, xs = float(sizes[i]), float(run_avg[i]), float(run_sd[i])
+
+class _Program:
+    """The state of :func:`_program` between run ends: the open groups (one per start
+    ``j >= lo``, with their statistics exactly as jumpavg keeps them), the best bits so
+    far and the winners. :meth:`step` adds one run."""
+
+    def __init__(
+        self, sizes: np.ndarray, run_avg: np.ndarray, run_sd: np.ndarray, max_value: float, unit: float
+    ) -> None:
+        count = len(sizes)
+        self.sizes, self.run_avg, self.run_sd = sizes, run_avg, run_sd
+        self.count, self.max_value, self.unit = count, max_value, unit
+        self.max_v = max_v = max_value / unit
+        self.inv_unit = 1.0 / unit
+        self.cum = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.total = total = int(self.cum[-1])
+        self.t_size = _size_bits(total, max_v)
+        # Reversed tables: for bare values the open groups' sizes at step i are i+1-j, a slice.
+        self.plain = bool((sizes == 1).all() and (run_sd == 0).all())
+        self.t_rev = self.t_size[::-1].copy()
+        self.km1_rev = (np.arange(total + 1, dtype=np.float64) - 1)[::-1].astype(np.float32)
+        self.counts = np.arange(count, -1, -1, dtype=np.float64)
+        # The vector pass computes logarithms and their combination in float32; this bounds
+        # its error in bits (a few float32 ulp of at most log(max_v + 2) per term, the
+        # deviation term multiplied by up to k), so every start that could be the cheapest
+        # is re-evaluated exactly.
+        self.tol = 4e-6 * (math.log(max_v + 2) + 1) * (total + 3) / _LN2
+        # Starts whose bits exceed the best by more than this can never win again (see _prune_bound).
+        self.prune = _prune_bound(max_v, total) + 2 * self.tol
+        self.lo = 0  # starts before lo are pruned
+        self.n = np.zeros(count)  # samples of the open group starting at j
+        self.a = np.zeros(count)  # its average and deviation, exactly as jumpavg keeps them
+        self.s = np.zeros(count)
+        self.prev = np.zeros(count)  # previous group's average in units, fixed when j opens
+        self.prev_raw: list[float | None] = [None] * count
+        self.const = np.zeros(count)  # best bits before j plus log2(norm_j): fixed when j opens
+        self.const[0] = math.log(max_v + 1, 2)  # the first group's average: uniform up to the maximum
+        self.best = np.zeros(count + 1)  # best bits of the runs before j
+        self.starts: list[int] = []
+        self.win_bits: list[float] = []
+        self.win_stats: list[tuple[float, float, float]] = []
+        self.t0, self.t1, self.t2 = (np.empty(count) for _ in range(3))
+        self.f0, self.f1, self.f2 = (np.empty(count, dtype=np.float32) for _ in range(3))
+
+    def step(self, i: int) -> None:
+        """Add run ``i``: extend the open groups, pick the winner, prune, open start ``i + 1``."""
+        m, xa, xs = float(self.sizes[i]), float(self.run_avg[i]), float(self.run_sd[i])
+        approx: np.ndarray | None = None
         near: list[int] = []
-        if i > lo:
-            aa, ss = a[lo:i], s[lo:i]
-            w = i - lo
-            u0, u1, u2 = t0[:w], t1[:w], t2[:w]
-            # Sample counts of the open groups before and after this run.
-            old = counts[count - i + lo : count] if plain else n[lo:i]
-            # for_runs([stats, run]) with jumpavg's operation order, for every open group.
-            np.multiply(aa, old, out=u0)
-            np.divide(u0, old, out=u0)  # a1 = a * n / n
-            np.multiply(ss, ss, out=u1)
-            np.multiply(u1, old, out=u1)  # m2 = s * s * n
-            if xs != 0.0:
-                np.add(u1, xs * xs * m, out=u1)
-            np.subtract(xa, u0, out=u2)  # delta
-            np.multiply(u2, u2, out=aa)
-            np.multiply(aa, old, out=aa)  # delta * delta * n ...
-            if plain:
-                new = counts[count - i - 1 + lo : count - 1]
-            else:
-                new = np.add(old, m, out=old)
-                np.multiply(aa, m, out=aa)
-                np.multiply(u2, m, out=u2)
-            np.divide(aa, new, out=aa)
-            np.add(u1, aa, out=u1)  # m2 + delta * delta * n * m / (n + m)
-            np.divide(u1, new, out=u1)
-            np.sqrt(u1, out=ss)
-            np.divide(u2, new, out=u2)
-            np.add(u0, u2, out=aa)  # a1 + delta * m / (n + m)
-            # Approximate bits of every open group (2+ samples each), in float32 but for
-            # the sums that need float64.
-            g0, g1, g2 = f0[:w], f1[:w], f2[:w]
-            np.multiply(aa, inv_unit, out=u0)
-            np.subtract(u0, prev[lo:i], out=g0, casting="same_kind")
-            np.abs(g0, out=g0)
-            g0 += 1.0
-            np.log(g0, out=g0)  # log(|avg - prev| + 1)
-            if lo == 0:
-                g0[0] = 0.0  # the first group's average is coded against no previous one
-            np.multiply(ss, inv_unit, out=g1, casting="same_kind")
-            g1 += 1.0
-            np.log(g1, out=g2)  # log(sd + 1)
-            g1 += 1.0
-            np.log(g1, out=g1)  # log(sd + 2)
-            if plain:
-                g2 *= km1_rev[total - i - 1 + lo : total - 1]
-                sizes_bits = t_rev[total - i - 1 + lo : total - 1]
-            else:
-                k = cum[i + 1] - cum[lo:i]
-                g2 *= (k - 1).astype(np.float32)
-                sizes_bits = t_size[k]
-            g2 += g1
-            g2 -= g0
-            g2 *= np.float32(1 / _LN2)
-            np.add(sizes_bits, g2, out=u0)
-            u0 += const[lo:i]
-            low = float(u0.min())
+        if i > self.lo:
+            self._merge_run(i, m, xa, xs)
+            approx = self._approximate_bits(i)
+            low = float(approx.min())
             # The winner is the cheapest; keep every start that could be it.
-            near = (np.flatnonzero(u0 <= low + 2 * tol + 1e-9 * abs(low)) + lo).tolist()
-        n[i] = m
-        a[i], s[i] = (xa, xs) if m == 1.0 and xs == 0.0 else _renorm(m, xa, xs)
-        # Exact bits for the new group and the near-cheapest, then jumpavg's scan: the new
-        # group first, then the earliest start; only a strictly smaller total wins.
-        win, win_g = i, _bits(int(m), a[i], s[i], max_value, unit, prev_raw[i])
-        win_total = best[i] + win_g
-        for j in near:
-            g = _bits(int(cum[i + 1] - cum[j]), float(a[j]), float(s[j]), max_value, unit, prev_raw[j])
-            if best[j] + g < win_total:
-                win, win_g, win_total = j, g, best[j] + g
-        starts.append(win)
-        win_bits.append(win_g)
-        win_stats.append((float(cum[i + 1] - cum[win]), float(a[win]), float(s[win])))
-        best[i + 1] = win_total
+            near = (np.flatnonzero(approx <= low + 2 * self.tol + 1e-9 * abs(low)) + self.lo).tolist()
+        self.n[i] = m
+        self.a[i], self.s[i] = (xa, xs) if m == 1.0 and xs == 0.0 else _renorm(m, xa, xs)
+        self._pick_winner(i, m, near)
         if i == 0:
             # jumpavg computes the first record's bits only when it copies it, after one
             # more pass of for_runs (no change for a bare value).
-            best[1] = _bits(int(m), *_renorm(m, a[0], s[0]), max_value, unit, None)
-        elif i > lo and u0[0] > best[i + 1] + prune:
+            self.best[1] = _bits(int(m), *_renorm(m, self.a[0], self.s[0]), self.max_value, self.unit, None)
+        elif approx is not None and approx[0] > self.best[i + 1] + self.prune:
             # The oldest starts cost so much more than the best that no future run can
             # bring them back: drop the longest such prefix.
-            keep = np.flatnonzero(u0 <= best[i + 1] + prune)
-            lo = lo + int(keep[0]) if keep.size else i
-        if i + 1 < count:
-            # The next new group follows this record's last group, whose average it codes
-            # as copied (one more pass of for_runs).
-            prev_raw[i + 1] = _renorm(*win_stats[-1][:2], 0.0)[0]
-            nxt = prev_raw[i + 1] / unit
-            prev[i + 1] = nxt
-            norm = nxt * nxt
-            norm -= (nxt - 1) * max_v
-            norm += max_v * max_v / 2
-            const[i + 1] = best[i + 1] + math.log(norm) / _LN2
-    return starts, win_bits, win_stats, best
+            keep = np.flatnonzero(approx <= self.best[i + 1] + self.prune)
+            self.lo = self.lo + int(keep[0]) if keep.size else i
+        if i + 1 < self.count:
+            self._open(i + 1)
+
+    def _merge_run(self, i: int, m: float, xa: float, xs: float) -> None:
+        """``for_runs([stats, run])`` with jumpavg's operation order, for every open group."""
+        lo, count = self.lo, self.count
+        aa, ss = self.a[lo:i], self.s[lo:i]
+        w = i - lo
+        u0, u1, u2 = self.t0[:w], self.t1[:w], self.t2[:w]
+        # Sample counts of the open groups before and after this run.
+        old = self.counts[count - i + lo : count] if self.plain else self.n[lo:i]
+        np.multiply(aa, old, out=u0)
+        np.divide(u0, old, out=u0)  # a1 = a * n / n
+        np.multiply(ss, ss, out=u1)
+        np.multiply(u1, old, out=u1)  # m2 = s * s * n
+        if xs != 0.0:
+            np.add(u1, xs * xs * m, out=u1)
+        np.subtract(xa, u0, out=u2)  # delta
+        np.multiply(u2, u2, out=aa)
+        np.multiply(aa, old, out=aa)  # delta * delta * n ...
+        if self.plain:
+            new = self.counts[count - i - 1 + lo : count - 1]
+        else:
+            new = np.add(old, m, out=old)
+            np.multiply(aa, m, out=aa)
+            np.multiply(u2, m, out=u2)
+        np.divide(aa, new, out=aa)
+        np.add(u1, aa, out=u1)  # m2 + delta * delta * n * m / (n + m)
+        np.divide(u1, new, out=u1)
+        np.sqrt(u1, out=ss)
+        np.divide(u2, new, out=u2)
+        np.add(u0, u2, out=aa)  # a1 + delta * m / (n + m)
+
+    def _approximate_bits(self, i: int) -> np.ndarray:
+        """Approximate bits of every open group (2+ samples each) ending at run ``i``, in
+        float32 but for the sums that need float64."""
+        lo, total = self.lo, self.total
+        w = i - lo
+        u0 = self.t0[:w]
+        g0, g1, g2 = self.f0[:w], self.f1[:w], self.f2[:w]
+        np.multiply(self.a[lo:i], self.inv_unit, out=u0)
+        np.subtract(u0, self.prev[lo:i], out=g0, casting="same_kind")
+        np.abs(g0, out=g0)
+        g0 += 1.0
+        np.log(g0, out=g0)  # log(|avg - prev| + 1)
+        if lo == 0:
+            g0[0] = 0.0  # the first group's average is coded against no previous one
+        np.multiply(self.s[lo:i], self.inv_unit, out=g1, casting="same_kind")
+        g1 += 1.0
+        np.log(g1, out=g2)  # log(sd + 1)
+        g1 += 1.0
+        np.log(g1, out=g1)  # log(sd + 2)
+        if self.plain:
+            g2 *= self.km1_rev[total - i - 1 + lo : total - 1]
+            sizes_bits = self.t_rev[total - i - 1 + lo : total - 1]
+        else:
+            k = self.cum[i + 1] - self.cum[lo:i]
+            g2 *= (k - 1).astype(np.float32)
+            sizes_bits = self.t_size[k]
+        g2 += g1
+        g2 -= g0
+        g2 *= np.float32(1 / _LN2)
+        np.add(sizes_bits, g2, out=u0)
+        u0 += self.const[lo:i]
+        return u0
+
+    def _pick_winner(self, i: int, m: float, near: list[int]) -> None:
+        """Exact bits for the new group and the near-cheapest, then jumpavg's scan: the new
+        group first, then the earliest start; only a strictly smaller total wins."""
+        a, s, cum, best, prev_raw = self.a, self.s, self.cum, self.best, self.prev_raw
+        win, win_g = i, _bits(int(m), a[i], s[i], self.max_value, self.unit, prev_raw[i])
+        win_total = best[i] + win_g
+        for j in near:
+            g = _bits(
+                int(cum[i + 1] - cum[j]), float(a[j]), float(s[j]), self.max_value, self.unit, prev_raw[j]
+            )
+            if best[j] + g < win_total:
+                win, win_g, win_total = j, g, best[j] + g
+        self.starts.append(win)
+        self.win_bits.append(win_g)
+        self.win_stats.append((float(cum[i + 1] - cum[win]), float(a[win]), float(s[win])))
+        best[i + 1] = win_total
+
+    def _open(self, j: int) -> None:
+        """Fix what start ``j`` codes against: the group that ends the record before it,
+        whose average the next new group codes as copied (one more pass of for_runs)."""
+        self.prev_raw[j] = _renorm(*self.win_stats[-1][:2], 0.0)[0]
+        nxt = self.prev_raw[j] / self.unit
+        self.prev[j] = nxt
+        norm = nxt * nxt
+        norm -= (nxt - 1) * self.max_v
+        norm += self.max_v * self.max_v / 2
+        self.const[j] = self.best[j] + math.log(norm) / _LN2
 
 
 def _prune_bound(max_v: float, total: int) -> float:

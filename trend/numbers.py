@@ -37,6 +37,13 @@ def _allowed(low: float | None, high: float | None, above: float | None, integer
     return kind
 
 
+def _within(number: float, low: float | None, high: float | None, above: float | None, integer: bool) -> bool:
+    """Whether :func:`check_number` accepts ``number`` (a float, perhaps NaN or infinite)."""
+    ok = math.isfinite(number) and not (integer and not number.is_integer())
+    ok = ok and (low is None or number >= low) and (high is None or number <= high)
+    return ok and (above is None or number > above)
+
+
 def check_number(
     value: Any,
     what: str,
@@ -92,10 +99,7 @@ def check_number(
         number = float(value)
     except OverflowError:  # an int beyond float's range
         number = math.inf
-    ok = math.isfinite(number) and not (integer and not number.is_integer())
-    ok = ok and (low is None or number >= low) and (high is None or number <= high)
-    ok = ok and (above is None or number > above)
-    if not ok:
+    if not _within(number, low, high, above, integer):
         shown = value.item() if hasattr(value, "item") else value  # numpy scalars as Python's
         raise ParameterError(f"{what} must be {allowed}, not {shown}")
     return number

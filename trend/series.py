@@ -175,8 +175,27 @@ def _strings(col: pa.Array | None, n: int, default: str) -> pa.Array:
     return pc.if_else(pc.or_kleene(pc.is_null(col), pc.equal(col, "")).fill_null(True), default, col)
 
 
-def _columns_table(cols: dict[str, Any], line_of: np.ndarray, source: str) -> pa.Table:
-    """Check columns of cell texts and build a results table (every check vectorized)."""
+@dataclass(frozen=True)
+class _Cells:
+    """Import columns of cell texts (those some record gave), each row's line, the source."""
+
+    arr: dict[str, pa.Array]
+    line_of: np.ndarray
+    source: str
+
+    @property
+    def n(self) -> int:
+        return len(self.line_of)
+
+    def fail(self, row: int | None, reason: str) -> None:
+        """Raise a ParseError on the line of ``row``; nothing when ``row`` is None."""
+        if row is not None:
+            raise ParseError(self.source, int(self.line_of[row]), reason)
+
+
+def _cells(cols: dict[str, Any], line_of: np.ndarray, source: str) -> _Cells:
+    """The columns as Arrow strings, without those no record gave; a ParseError when there
+    are no rows or a required column is missing."""
     n = len(line_of)
     arr = {
         k: (v if isinstance(v, pa.Array) else pa.array(v, pa.string()))
@@ -184,11 +203,6 @@ def _columns_table(cols: dict[str, Any], line_of: np.ndarray, source: str) -> pa
         if v is not None
     }
     arr = {k: v for k, v in arr.items() if v.null_count < n}  # columns no record gave
-
-    def fail(row: int | None, reason: str) -> None:
-        if row is not None:
-            raise ParseError(source, int(line_of[row]), reason)
-
     if n == 0:
         raise ParseError(source, 1, "no results (the file holds no records)")
     given = set(arr) | ({"time"} if "time_ns" in arr else set())
@@ -197,56 +211,81 @@ def _columns_table(cols: dict[str, Any], line_of: np.ndarray, source: str) -> pa
         raise ParseError(
             source, int(line_of[0]), f"missing column {missing[0]!r} (required: {', '.join(_REQUIRED)})"
         )
+    return _Cells(arr, line_of, source)
+
+
+def _names(cells: _Cells) -> dict[str, pa.Array]:
+    """The string columns: test and build (not empty), testbed, unit and a known direction."""
+    arr, n = cells.arr, cells.n
     test, build = _strings(arr["test"], n, ""), _strings(arr["build"], n, "")
-    fail(
+    cells.fail(
         _first(pc.or_(pc.equal(test, ""), pc.equal(build, "")).to_numpy(zero_copy_only=False)),
         "test and build must not be empty",
     )
-    testbed = _strings(arr.get("testbed"), n, "default")
-    unit = _strings(arr.get("unit"), n, "")
     direction = _strings(arr.get("direction"), n, "bigger-is-better")
+    names = {
+        "test": test,
+        "testbed": _strings(arr.get("testbed"), n, "default"),
+        "build": build,
+        "unit": _strings(arr.get("unit"), n, ""),
+        "direction": direction,
+    }
     bad = _first(pc.invert(pc.is_in(direction, pa.array(DIRECTIONS))).to_numpy(zero_copy_only=False))
     if bad is not None:
-        fail(bad, f"direction {direction[bad].as_py()!r} (must be one of {', '.join(DIRECTIONS)})")
-    # Values: numbers; empty, nan or fail is a failed trial.
-    raw = arr["value"].cast(pa.string()).fill_null("")
+        cells.fail(bad, f"direction {direction[bad].as_py()!r} (must be one of {', '.join(DIRECTIONS)})")
+    return names
+
+
+def _values(cells: _Cells, test: pa.Array) -> np.ndarray:
+    """The values: finite numbers >= 0; empty, nan or fail is a failed trial (NaN)."""
+    raw = cells.arr["value"].cast(pa.string()).fill_null("")
     low = pc.utf8_lower(pc.utf8_trim_whitespace(raw))
     failed = pc.is_in(low, pa.array(_FAILED)).to_numpy(zero_copy_only=False)
     numeric = pc.match_substring_regex(raw, _NUMBER).to_numpy(zero_copy_only=False)
     bad = _first(~failed & ~numeric)
     if bad is not None:
-        fail(bad, f"value {raw[bad].as_py()!r} is not a number (empty, nan or fail marks a failed trial)")
+        cells.fail(
+            bad, f"value {raw[bad].as_py()!r} is not a number (empty, nan or fail marks a failed trial)"
+        )
     value = pc.cast(
         pc.if_else(pa.array(failed), "nan", pc.utf8_trim_whitespace(raw)), pa.float64()
     ).to_numpy()
     bad = _first(~failed & ~np.isfinite(value))  # 1e400: a number, but beyond float64
     if bad is not None:
-        fail(
+        cells.fail(
             bad,
             f"test {test[bad].as_py()!r}: value {raw[bad].as_py().strip()!r} is out of range "
             "(not a finite number)",
         )
     bad = _first(value < 0)
     if bad is not None:
-        fail(bad, f"value {value[bad]:g} is negative (measurements are >= 0)")
-    # Times: one parse per distinct text (a run's trials share theirs).
-    if "time_ns" in arr:
-        t_ns = pc.cast(arr["time_ns"], pa.int64()).to_numpy(zero_copy_only=False)
-    else:
-        t_col = arr["time"].cast(pa.string()).fill_null("")
-        uniq = pc.unique(t_col)
-        parsed = np.empty(len(uniq), dtype=np.int64)
-        for k, text in enumerate(uniq.to_pylist()):
-            try:
-                parsed[k] = parse_time_ns(text)
-            except ParameterError as e:
-                fail(_first(pc.equal(t_col, text).to_numpy(zero_copy_only=False)), str(e))
-        t_ns = parsed[pc.index_in(t_col, uniq).to_numpy()]
-    # Trials: given, or numbered in row order within their run.
-    run_codes = np.stack([pc.dictionary_encode(c).indices.to_numpy() for c in (test, testbed, build)], axis=1)
-    _, run = np.unique(run_codes, axis=0, return_inverse=True)
+        cells.fail(bad, f"value {value[bad]:g} is negative (measurements are >= 0)")
+    return value
+
+
+def _times_ns(cells: _Cells) -> np.ndarray:
+    """The times as int64 nanoseconds: one parse per distinct text (a run's trials share theirs)."""
+    if "time_ns" in cells.arr:
+        return pc.cast(cells.arr["time_ns"], pa.int64()).to_numpy(zero_copy_only=False)
+    t_col = cells.arr["time"].cast(pa.string()).fill_null("")
+    uniq = pc.unique(t_col)
+    parsed = np.empty(len(uniq), dtype=np.int64)
+    for k, text in enumerate(uniq.to_pylist()):
+        try:
+            parsed[k] = parse_time_ns(text)
+        except ParameterError as e:
+            cells.fail(_first(pc.equal(t_col, text).to_numpy(zero_copy_only=False)), str(e))
+    return parsed[pc.index_in(t_col, uniq).to_numpy()]
+
+
+def _trials(cells: _Cells, names: dict[str, pa.Array]) -> np.ndarray:
+    """The trial numbers: given, or numbered in row order within their run; a (run, trial)
+    given twice is a ParseError naming both lines."""
+    n = cells.n
+    codes = [pc.dictionary_encode(names[c]).indices.to_numpy() for c in ("test", "testbed", "build")]
+    _, run = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
     run = run.reshape(-1)
-    trial_col = arr.get("trial")
+    trial_col = cells.arr.get("trial")
     trial_text = (
         pa.array([""] * n, pa.string())
         if trial_col is None
@@ -256,7 +295,7 @@ def _columns_table(cols: dict[str, Any], line_of: np.ndarray, source: str) -> pa
     is_int = pc.match_substring_regex(trial_text, r"^\d{1,9}$").to_numpy(zero_copy_only=False)  # int32
     bad = _first(~auto & ~is_int)
     if bad is not None:
-        fail(bad, f"trial {trial_text[bad].as_py()!r} is not an integer from 0 to 999,999,999")
+        cells.fail(bad, f"trial {trial_text[bad].as_py()!r} is not an integer from 0 to 999,999,999")
     trial = np.zeros(n, dtype=np.int64)
     trial[~auto] = pc.cast(pc.filter(trial_text, pa.array(~auto)), pa.int64()).to_numpy()
     if auto.any():
@@ -271,29 +310,43 @@ def _columns_table(cols: dict[str, Any], line_of: np.ndarray, source: str) -> pa
     dup = _first(first[inverse.reshape(-1)] != np.arange(n))
     if dup is not None:
         earlier = int(first[inverse.reshape(-1)][dup])
-        fail(
+        cells.fail(
             dup,
-            f"duplicate: test {test[dup].as_py()!r} testbed {testbed[dup].as_py()!r} build "
-            f"{build[dup].as_py()!r} trial {trial[dup]} already given on line {int(line_of[earlier])}",
+            f"duplicate: test {names['test'][dup].as_py()!r} testbed {names['testbed'][dup].as_py()!r} "
+            f"build {names['build'][dup].as_py()!r} trial {trial[dup]} already given on line "
+            f"{int(cells.line_of[earlier])}",
         )
-    # Tags: ';'-separated, split once per distinct text.
-    tag_text = _strings(arr.get("tags"), n, "")
+    return trial
+
+
+def _tags(cells: _Cells) -> pa.Array:
+    """The tag lists: ';'-separated, split once per distinct text."""
+    tag_text = _strings(cells.arr.get("tags"), cells.n, "")
     tag_uniq = pc.unique(tag_text)
     tag_lists = pa.array(
         [[t.strip() for t in u.split(";") if t.strip()] for u in tag_uniq.to_pylist()], pa.list_(pa.string())
     )
-    tags = tag_lists.take(pc.index_in(tag_text, tag_uniq))
+    return tag_lists.take(pc.index_in(tag_text, tag_uniq))
+
+
+def _columns_table(cols: dict[str, Any], line_of: np.ndarray, source: str) -> pa.Table:
+    """Check columns of cell texts and build a results table (every check vectorized)."""
+    cells = _cells(cols, line_of, source)
+    names = _names(cells)
+    value = _values(cells, names["test"])
+    t_ns = _times_ns(cells)
+    trial = _trials(cells, names)
     return pa.table(
         {
-            "test": test,
-            "testbed": testbed,
-            "build": build,
+            "test": names["test"],
+            "testbed": names["testbed"],
+            "build": names["build"],
             "time": pa.array(t_ns, pa.int64()).cast(RESULTS_SCHEMA.field("time").type),
             "trial": pa.array(trial, pa.int32()),
             "value": pa.array(value, pa.float64()),
-            "unit": unit,
-            "direction": direction,
-            "tags": tags,
+            "unit": names["unit"],
+            "direction": names["direction"],
+            "tags": _tags(cells),
         }
     ).cast(RESULTS_SCHEMA)
 
@@ -488,7 +541,17 @@ def load_series(store: Store | str | os.PathLike[str], *, tests: Sequence[str] |
         if not Path(store, "results").is_dir():
             raise TraceFileError(f"{store}: not a wirepath store with results (no results/ directory)")
         store = Store(Path(store))
-    table = _read_store_results(store)
+    table = _latest_rows(_read_store_results(store), tests)
+    if table.num_rows == 0:
+        return []
+    values = table.column("value").to_numpy(zero_copy_only=False).astype(np.float64)
+    _check_stored_values(store, table, values)
+    return _split_series(table, values)
+
+
+def _latest_rows(table: pa.Table, tests: Sequence[str] | None) -> pa.Table:
+    """The rows of the tests named (all without ``tests``), each (test, testbed, build) from
+    the latest file that holds it, sorted by test, testbed, build and trial."""
     if tests:
         keep = np.zeros(table.num_rows, dtype=bool)
         names = table.column("test").to_numpy(zero_copy_only=False).astype(str)
@@ -496,7 +559,7 @@ def load_series(store: Store | str | os.PathLike[str], *, tests: Sequence[str] |
             keep |= np.char.find(names, t) >= 0
         table = table.filter(pa.array(keep))
     if table.num_rows == 0:
-        return []
+        return table
     table = table.drop_columns(["tags"])  # not needed here, and joins cannot carry lists
     latest = (
         table.group_by(["test", "testbed", "build"])
@@ -505,10 +568,13 @@ def load_series(store: Store | str | os.PathLike[str], *, tests: Sequence[str] |
     )
     table = table.join(latest, ["test", "testbed", "build"])
     table = table.filter(pc.equal(table["_file"], table["_latest"]))
-    table = table.sort_by([(c, "ascending") for c in ("test", "testbed", "build", "trial")])
+    return table.sort_by([(c, "ascending") for c in ("test", "testbed", "build", "trial")])
+
+
+def _split_series(table: pa.Table, values: np.ndarray) -> list[Series]:
+    """Sorted rows (see :func:`_latest_rows`) cut into series, and each series into runs
+    ordered by time, then build."""
     t_ns = table.column("time").cast(pa.int64()).to_numpy()
-    values = table.column("value").to_numpy(zero_copy_only=False).astype(np.float64)
-    _check_stored_values(store, table, values)
     codes = [
         table.column(c).combine_chunks().dictionary_encode().indices.to_numpy()
         for c in ("test", "testbed", "build")

@@ -115,6 +115,44 @@ def _visits(node: dict[str, Any], trail: str, out: list[tuple[str, float]]) -> N
         _visits(child, key, out)
 
 
+def _paths_doc(source: str | os.PathLike[str] | dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The paths file's name for messages and its document, checked to be one."""
+    name = "<paths>"
+    if isinstance(source, dict):
+        doc = source
+    else:
+        name = str(source)
+        try:
+            doc = json.loads(read_text(source))
+        except json.JSONDecodeError as e:
+            raise ParseError(name, e.lineno, f"not JSON: {e.msg}") from None
+    if not isinstance(doc, dict) or doc.get("format") != "wirepath.paths/1":
+        raise ParseError(name, 1, 'not a paths file (expected "format": "wirepath.paths/1")')
+    return name, doc
+
+
+def _path_rows(doc: dict[str, Any], name: str, prefix: str) -> list[tuple[str, float]]:
+    """(series name, latency in seconds) of every nesting pattern and visit, and of every
+    convolution path and hop; a ParseError when a pattern or path is malformed, or there are none."""
+    rows: list[tuple[str, float]] = []
+    try:
+        if "patterns" in doc:
+            for p in doc["patterns"]:
+                rows.append((f"{prefix}{p['id']}", float(p["root"]["latency_s"]["mean"])))
+                _visits(p["root"], f"{prefix}{p['id']}", rows)
+        for path in doc.get("paths") or []:
+            pid = f"{prefix}{path.get('id') or path_id(path['nodes'])}"
+            hops = [float(d[0]) for d in path["delays_s"] if d]
+            total = path.get("latency_s")
+            rows.append((pid, float(sum(hops) if total is None else total)))
+            rows += [(f"{pid}/hop{k}", v) for k, v in enumerate(hops)]
+    except (KeyError, TypeError, IndexError, ValueError) as e:
+        raise ParseError(name, 1, f"malformed pattern or path ({type(e).__name__}: {e})") from None
+    if not rows:
+        raise ParseError(name, 1, "no patterns or paths in the file")
+    return rows
+
+
 def paths_results(
     source: str | os.PathLike[str] | dict[str, Any],
     *,
@@ -142,38 +180,13 @@ def paths_results(
     >>> t.column("test").to_pylist(), t.column("value").to_pylist()
     (['path:p1', 'path:p1/0:DB'], [0.02, 0.01])
     """
-    name = "<paths>"
-    if isinstance(source, dict):
-        doc = source
-    else:
-        name = str(source)
-        try:
-            doc = json.loads(read_text(source))
-        except json.JSONDecodeError as e:
-            raise ParseError(name, e.lineno, f"not JSON: {e.msg}") from None
-    if not isinstance(doc, dict) or doc.get("format") != "wirepath.paths/1":
-        raise ParseError(name, 1, 'not a paths file (expected "format": "wirepath.paths/1")')
+    name, doc = _paths_doc(source)
     if time_ns is None:
         end = (doc.get("trace") or {}).get("end")
         if end is None:
-            raise ParameterError(f"{name} names no trace end: give the run's time (--time)")
+            raise ParameterError(f"{name} names no trace end: give the run's time (time_ns)")
         time_ns = parse_time_ns(end)
-    rows: list[tuple[str, float]] = []
-    try:
-        if "patterns" in doc:
-            for p in doc["patterns"]:
-                rows.append((f"{prefix}{p['id']}", float(p["root"]["latency_s"]["mean"])))
-                _visits(p["root"], f"{prefix}{p['id']}", rows)
-        for path in doc.get("paths") or []:
-            pid = f"{prefix}{path.get('id') or path_id(path['nodes'])}"
-            hops = [float(d[0]) for d in path["delays_s"] if d]
-            total = path.get("latency_s")
-            rows.append((pid, float(sum(hops) if total is None else total)))
-            rows += [(f"{pid}/hop{k}", v) for k, v in enumerate(hops)]
-    except (KeyError, TypeError, IndexError, ValueError) as e:
-        raise ParseError(name, 1, f"malformed pattern or path ({type(e).__name__}: {e})") from None
-    if not rows:
-        raise ParseError(name, 1, "no patterns or paths in the file")
+    rows = _path_rows(doc, name, prefix)
     records = [
         {
             "test": test,

@@ -72,6 +72,27 @@ def _trailing(values: np.ndarray, window: int) -> tuple[np.ndarray, ...]:
     return q1, iqr, tma, tmsd, tmm
 
 
+def _checked(values: Sequence[float] | np.ndarray, window: int, min_history: int) -> np.ndarray:
+    """The values as a float64 vector; a ParameterError if they, the window or min_history are invalid."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+        raise ParameterError(f"window must be an integer >= 2, not {window!r}")
+    if isinstance(min_history, bool) or not isinstance(min_history, int) or not 1 <= min_history <= window:
+        raise ParameterError(
+            f"min_history must be an integer from 1 to the window ({window}), not {min_history!r}"
+        )
+    try:
+        x = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError("values must be numbers") from None
+    if x.ndim != 1 or x.size == 0:
+        raise ParameterError("empty series: TMM needs at least one value")
+    if not np.isfinite(x).all():
+        raise ParameterError(
+            f"run {int(np.argmax(~np.isfinite(x)))} is NaN or infinite; drop failed runs first"
+        )
+    return x
+
+
 def classify_tmm(
     values: Sequence[float] | np.ndarray,
     *,
@@ -105,22 +126,7 @@ def classify_tmm(
     10.0
     """
     check_direction(direction)
-    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
-        raise ParameterError(f"window must be an integer >= 2, not {window!r}")
-    if isinstance(min_history, bool) or not isinstance(min_history, int) or not 1 <= min_history <= window:
-        raise ParameterError(
-            f"min_history must be an integer from 1 to the window ({window}), not {min_history!r}"
-        )
-    try:
-        x = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ParameterError("values must be numbers") from None
-    if x.ndim != 1 or x.size == 0:
-        raise ParameterError("empty series: TMM needs at least one value")
-    if not np.isfinite(x).all():
-        raise ParameterError(
-            f"run {int(np.argmax(~np.isfinite(x)))} is NaN or infinite; drop failed runs first"
-        )
+    x = _checked(values, window, min_history)
     sign = 1.0 if direction == "bigger-is-better" else -1.0
     # A window longer than the series holds the same runs as one of its length (the rest is
     # padding): no need to allocate it.

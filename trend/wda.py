@@ -48,6 +48,7 @@ _CHECK_KEYS = {
 }
 _MEAN_KEYS = {"const_term", "mean_coeff", "stddev_coeff"}
 _MEDIAN_KEYS = {"const_term", "median_coeff", "mad_coeff"}
+_TOLERANCE_KEYS = {"mean": _MEAN_KEYS, "median": _MEDIAN_KEYS}
 RUNS_COLUMNS = ("run_key", "timestamp_ms", "build_id", "metric", "value")
 
 
@@ -119,66 +120,73 @@ def load_wda_config(source: str | os.PathLike[str] | dict[str, Any]) -> dict[str
             raise ParseError(str(source), e.lineno, f"not JSON: {e.msg}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("tolerance_check_list"), list):
         raise ParameterError("WDA config needs a 'tolerance_check_list' list of checks")
+    orders = _run_orders(raw)
+    checks = [_load_check(k, check) for k, check in enumerate(raw["tolerance_check_list"])]
+    return {
+        "run_order": orders[0] if orders else "TIMESTAMP",
+        "consistent_run_order": len(set(orders)) <= 1,
+        "tolerance_check_list": checks,
+    }
+
+
+def _run_orders(raw: dict[str, Any]) -> list[str]:
+    """Every run order the configuration names (its queries', then its own), each checked."""
     orders = [q.get("run_order", "TIMESTAMP") for q in raw.get("run_info_query_list", []) or []]
     if "run_order" in raw:
         orders.append(raw["run_order"])
     for order in orders:
         if order not in RUN_ORDERS:
             raise ParameterError(f"unknown run_order {order!r} (must be one of {', '.join(RUN_ORDERS)})")
-    checks = []
-    for k, check in enumerate(raw["tolerance_check_list"]):
-        where = f"tolerance_check_list[{k}]"
-        if not isinstance(check, dict):
-            raise ParameterError(f"{where} must be an object")
-        unknown = sorted(set(check) - _CHECK_KEYS)
-        if unknown:
-            raise ParameterError(
-                f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(sorted(_CHECK_KEYS))})"
-            )
-        flt = dict(check.get("data_filter") or {})
-        if not flt.get("value_key") and not flt.get("data_type"):
-            raise ParameterError(f"{where}.data_filter needs a value_key (the metric name in RUNS.csv)")
-        bias = check.get("direction_bias", "NO_BIAS")
-        if bias not in BIASES:
-            raise ParameterError(
-                f"{where}: unknown direction_bias {bias!r} (must be one of {', '.join(BIASES)})"
-            )
-        params = {}
-        for kind, keys in (("mean", _MEAN_KEYS), ("median", _MEDIAN_KEYS)):
-            entries = []
-            for p in check.get(f"{kind}_tolerance_params_list", []) or []:
-                bad = sorted(set(p) - keys)
-                if bad:
-                    raise ParameterError(
-                        f"{where}: unknown {kind} tolerance field {bad[0]!r} "
-                        f"(fields: {', '.join(sorted(keys))})"
-                    )
-                entries.append({key: check_number(p.get(key, 0.0), f"{where} {key}") for key in sorted(keys)})
-            params[kind] = entries
-        recent = check.get("recent_window_size", 1)
-        minimum = check.get("minimum_historical_window_size", 3)
-        for name, v in (("recent_window_size", recent), ("minimum_historical_window_size", minimum)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ParameterError(f"{where}: {name} must be a positive integer, not {v!r}")
-        checks.append(
-            {
-                "name": check.get("name", f"check {k}"),
-                "data_filter": {
-                    "value_key": flt.get("value_key") or str(flt["data_type"]).lower(),
-                    "ignore_missing_data": bool(flt.get("ignore_missing_data", True)),
-                },
-                "recent_window_size": recent,
-                "minimum_historical_window_size": minimum,
-                "direction_bias": bias,
-                "mean_tolerance_params_list": params["mean"],
-                "median_tolerance_params_list": params["median"],
-            }
+    return orders
+
+
+def _load_check(k: int, check: Any) -> dict[str, Any]:
+    """Check ``tolerance_check_list[k]`` and write out its defaults."""
+    where = f"tolerance_check_list[{k}]"
+    if not isinstance(check, dict):
+        raise ParameterError(f"{where} must be an object")
+    unknown = sorted(set(check) - _CHECK_KEYS)
+    if unknown:
+        raise ParameterError(
+            f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(sorted(_CHECK_KEYS))})"
         )
+    flt = dict(check.get("data_filter") or {})
+    if not flt.get("value_key") and not flt.get("data_type"):
+        raise ParameterError(f"{where}.data_filter needs a value_key (the metric name in RUNS.csv)")
+    bias = check.get("direction_bias", "NO_BIAS")
+    if bias not in BIASES:
+        raise ParameterError(f"{where}: unknown direction_bias {bias!r} (must be one of {', '.join(BIASES)})")
+    params = {kind: _tolerance_params(where, check, kind, keys) for kind, keys in _TOLERANCE_KEYS.items()}
+    recent = check.get("recent_window_size", 1)
+    minimum = check.get("minimum_historical_window_size", 3)
+    for name, v in (("recent_window_size", recent), ("minimum_historical_window_size", minimum)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ParameterError(f"{where}: {name} must be a positive integer, not {v!r}")
     return {
-        "run_order": orders[0] if orders else "TIMESTAMP",
-        "consistent_run_order": len(set(orders)) <= 1,
-        "tolerance_check_list": checks,
+        "name": check.get("name", f"check {k}"),
+        "data_filter": {
+            "value_key": flt.get("value_key") or str(flt["data_type"]).lower(),
+            "ignore_missing_data": bool(flt.get("ignore_missing_data", True)),
+        },
+        "recent_window_size": recent,
+        "minimum_historical_window_size": minimum,
+        "direction_bias": bias,
+        "mean_tolerance_params_list": params["mean"],
+        "median_tolerance_params_list": params["median"],
     }
+
+
+def _tolerance_params(where: str, check: dict[str, Any], kind: str, keys: set[str]) -> list[dict[str, float]]:
+    """The check's ``{kind}_tolerance_params_list``, each entry with all of ``keys`` (0 if not given)."""
+    entries = []
+    for p in check.get(f"{kind}_tolerance_params_list", []) or []:
+        bad = sorted(set(p) - keys)
+        if bad:
+            raise ParameterError(
+                f"{where}: unknown {kind} tolerance field {bad[0]!r} (fields: {', '.join(sorted(keys))})"
+            )
+        entries.append({key: check_number(p.get(key, 0.0), f"{where} {key}") for key in sorted(keys)})
+    return entries
 
 
 def _optional_number(text: str, path: str, line: int, column: str, *, nan: bool = False) -> float | None:

@@ -11,9 +11,9 @@ import errno
 import json
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import infer
 import synth
@@ -27,6 +27,9 @@ from wirepath._cli import add_cluster_options, add_verb, count, probability, run
 from wirepath._cli import emit as _emit
 from wirepath._cli import end_progress as _end_progress
 from wirepath._cli import progress as _progress
+
+if TYPE_CHECKING:
+    from capture.synthpcap import SynthPcapReport
 
 __all__ = ["main"]
 
@@ -169,6 +172,23 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     tracefmt.distinct_outputs(
         [args.config], [args.out, args.truth, args.pcap, pcap_names], what="the configuration"
     )
+    config = _synth_config(args)
+    progress = _progress("synth", args)
+    report = synth.generate_trace(config, args.out, truth_path=args.truth, on_progress=progress)
+    _end_progress(progress)
+    doc = report.to_json()
+    pcap = None
+    if args.pcap:
+        from capture.synthpcap import render_trace_file
+
+        pcap = render_trace_file(args.out, args.pcap)
+        doc["pcap"] = pcap.to_json()
+    _emit(args, doc, "\n".join(_synth_lines(args, config, report, pcap)))
+    return 0
+
+
+def _synth_config(args: argparse.Namespace) -> synth.SynthConfig:
+    """The configuration file with the flags given, once ``--format`` agrees with ``--out``."""
     out = args.out
     fmt = "text" if tracefmt.trace_format(out) == "text" else "parquet"
     if args.format is not None and {"txt": "text", "parquet": "parquet"}[args.format] != fmt:
@@ -178,7 +198,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     except tracefmt.ParameterError as exc:
         raise tracefmt.ParameterError(f"--duration: {exc}") from None
     # The flags are checked by the library against the same bounds as the file's values.
-    config = synth.load_config(args.config).with_overrides(
+    return synth.load_config(args.config).with_overrides(
         labels={
             "seed": "--seed",
             "messages": "--messages",
@@ -196,15 +216,15 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         loss_queue=args.queue,
         skew=_parse_skew(args.skew) or None,
     )
-    progress = _progress("synth", args)
-    report = synth.generate_trace(config, out, truth_path=args.truth, on_progress=progress)
-    _end_progress(progress)
-    doc = report.to_json()
-    if args.pcap:
-        from capture.synthpcap import render_trace_file
 
-        pcap = render_trace_file(out, args.pcap)
-        doc["pcap"] = pcap.to_json()
+
+def _synth_lines(
+    args: argparse.Namespace,
+    config: synth.SynthConfig,
+    report: synth.SynthReport,
+    pcap: SynthPcapReport | None,
+) -> list[str]:
+    """The summary of ``synth``: what was written, lost and duplicated, and where."""
     lines = [
         f"wrote {report.messages:,} messages ({report.instances:,} instances, {report.patterns} patterns) "
         f"to {report.output}",
@@ -221,13 +241,12 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         lines.append(f"duplicated {report.duplicated:,} messages (second capture point)")
     if args.truth:
         lines.append(f"truth: {args.truth}")
-    if args.pcap:
+    if pcap is not None:
         lines.append(
             f"packets: {pcap.packets:,} ({pcap.connections:,} TCP connections, {pcap.datagrams:,} UDP "
             f"datagrams) to {pcap.output}; node addresses in {pcap.names_file}"
         )
-    _emit(args, doc, "\n".join(lines))
-    return 0
+    return lines
 
 
 def _default_names(pcap: str) -> Path:
@@ -335,46 +354,21 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     trace = tracefmt.read_trace(args.trace)
     instances = infer.read_instances(args.instances) if args.instances else None
     report = infer.evaluate_paths(paths, trace, instances=instances)
-    p, i, m = report["patterns"], report["instances"], report["messages"]
+    _emit(args, report, "\n".join(_eval_lines(report)))
+    return 0
+
+
+def _eval_lines(report: dict[str, Any]) -> list[str]:
+    """The summary of ``eval``: false negatives and positives, top-N missing rates, latency error."""
+    p, i = report["patterns"], report["instances"]
     lines = [
         f"patterns   true {p['true']:,}, inferred {p['inferred']:,}: "
         f"{p['false_negatives']:,} false negatives, {p['false_positives']:,} false positives",
     ]
     if i["inferred"] is not None:
-        lines.append(
-            f"instances  true {i['true']:,}, inferred {i['inferred']:,}: "
-            f"{i['false_negatives']:,} false negatives, {i['false_positives']:,} false positives"
-        )
-        lines.append(
-            f"messages   true {m['true']:,}: {m['false_negatives']:,} false negatives, "
-            f"{m['false_positives']:,} false positives"
-        )
-        c = report["calls"]
-        if i["true"] and c["true"]:
-            lines.append(
-                f"requests   fully right {i['fully_right']:,} of {i['true']:,} "
-                f"({i['fully_right_rate']:.1%}): every call got its true parent"
-            )
-            rate = c["right_parent_rate"]
-            lines.append(f"calls      right parent {c['right_parent']:,} of {c['true']:,} ({rate:.1%})")
-        if report.get("confidence"):
-            lines.extend(infer.reliability_lines(report["confidence"]))
+        lines += _eval_instance_lines(report)
     elif "edges" in report:  # a convolution paths file: hops in context, estimated messages
-        e = report["edges"]
-        lines.append(
-            f"edges      true {e['true']:,}, inferred {e['inferred']:,}: "
-            f"{e['false_negatives']:,} false negatives, {e['false_positives']:,} false positives"
-        )
-        lines.append(
-            f"messages   true {m['true']:,}: {m['false_negatives']:,} false negatives, "
-            f"{m['false_positives']:,} false positives (estimated counts)"
-        )
-        h = report["hops"]
-        within = tracefmt.format_duration_ns(round(h["tolerance_s"] * 1e9))
-        lines.append(
-            f"hops       true {h['true']:,}: found {h['found']:,}, a delay within {within} "
-            f"of the true median at {h['near']:,}"
-        )
+        lines += _eval_hop_lines(report)
     else:
         lines.append("instances  (give --instances I.parquet from 'infer --instances' to score them)")
     for row in report["top_n"]:
@@ -385,8 +379,42 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     d = report["delay_error"]
     if d["median_rel"] is not None:
         lines.append(f"latency    relative error median {d['median_rel']:.2%}, p90 {d['p90_rel']:.2%}")
-    _emit(args, report, "\n".join(lines))
-    return 0
+    return lines
+
+
+def _eval_instance_lines(report: dict[str, Any]) -> list[str]:
+    """Instances, messages, requests fully right and calls with the right parent (nesting)."""
+    i, m, c = report["instances"], report["messages"], report["calls"]
+    lines = [
+        f"instances  true {i['true']:,}, inferred {i['inferred']:,}: "
+        f"{i['false_negatives']:,} false negatives, {i['false_positives']:,} false positives",
+        f"messages   true {m['true']:,}: {m['false_negatives']:,} false negatives, "
+        f"{m['false_positives']:,} false positives",
+    ]
+    if i["true"] and c["true"]:
+        lines.append(
+            f"requests   fully right {i['fully_right']:,} of {i['true']:,} "
+            f"({i['fully_right_rate']:.1%}): every call got its true parent"
+        )
+        rate = c["right_parent_rate"]
+        lines.append(f"calls      right parent {c['right_parent']:,} of {c['true']:,} ({rate:.1%})")
+    if report.get("confidence"):
+        lines.extend(infer.reliability_lines(report["confidence"]))
+    return lines
+
+
+def _eval_hop_lines(report: dict[str, Any]) -> list[str]:
+    """Edges, estimated messages and hops found with their delays (convolution)."""
+    e, m, h = report["edges"], report["messages"], report["hops"]
+    within = tracefmt.format_duration_ns(round(h["tolerance_s"] * 1e9))
+    return [
+        f"edges      true {e['true']:,}, inferred {e['inferred']:,}: "
+        f"{e['false_negatives']:,} false negatives, {e['false_positives']:,} false positives",
+        f"messages   true {m['true']:,}: {m['false_negatives']:,} false negatives, "
+        f"{m['false_positives']:,} false positives (estimated counts)",
+        f"hops       true {h['true']:,}: found {h['found']:,}, a delay within {within} "
+        f"of the true median at {h['near']:,}",
+    ]
 
 
 def _nesting_arguments(p: argparse.ArgumentParser) -> None:
@@ -399,6 +427,22 @@ def _nesting_arguments(p: argparse.ArgumentParser) -> None:
         default=infer.PRESETS[0],
         help=f"settings to start from (default {infer.PRESETS[0]})",
     )
+    _scoreboard_arguments(p, d)
+    _delay_arguments(p, d)
+    p.add_argument(
+        "--no-ids", action="store_true", default=None, help="ignore call ids; match calls by time order"
+    )
+    p.add_argument(
+        "--calibrate",
+        action=argparse.BooleanOptionalAction,
+        help="make each parent's confidence a calibrated probability, learnt on a synthetic twin "
+        f"of the trace and a twin of it (about three times the time; default "
+        f"{'on' if d.calibrate else 'off'})",
+    )
+
+
+def _scoreboard_arguments(p: argparse.ArgumentParser, d: infer.NestingParams) -> None:
+    """How candidate parents are scored and refined: penalties, board, rounds."""
     p.add_argument("--x", type=float, help=f"overlap penalty weight (default {d.x:g})")
     p.add_argument("--y", type=float, help=f"same-destination penalty weight (default {d.y:g})")
     p.add_argument("--z", type=float, help=f"children penalty weight (default {d.z:g})")
@@ -427,11 +471,20 @@ def _nesting_arguments(p: argparse.ArgumentParser) -> None:
         help=f"then up to N rounds moving children to where their node's chains of events "
         f"are most likely (default {d.chains}; stops when nothing moves; 0 is off)",
     )
+
+
+def _delay_arguments(p: argparse.ArgumentParser, d: infer.NestingParams) -> None:
+    """How delays are binned, smoothed and allowed to stray (clock skew)."""
     p.add_argument("--bin-base", type=float, help=f"delay bin growth factor (default {d.bin_base:g})")
     p.add_argument(
         "--bin-min", metavar="DURATION", help=f"smallest delay bin (default {d.bin_min_s * 1e6:g}us)"
     )
-    p.add_argument("--smooth", type=float, metavar="BINS", help="Gaussian smoothing (delay board; default 0)")
+    p.add_argument(
+        "--smooth",
+        type=float,
+        metavar="BINS",
+        help=f"Gaussian smoothing (delay board; default {d.smooth_bins:g})",
+    )
     p.add_argument(
         "--tolerance", metavar="DURATION", help=f"clock-skew tolerance (default {d.tolerance_s * 1e3:g}ms)"
     )
@@ -440,16 +493,6 @@ def _nesting_arguments(p: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         help="estimate a larger clock-skew tolerance from calls that lie outside every call into "
         f"their node (default {'on' if d.auto_tolerance else 'off'}; off in the paper preset)",
-    )
-    p.add_argument(
-        "--no-ids", action="store_true", default=None, help="ignore call ids; match calls by time order"
-    )
-    p.add_argument(
-        "--calibrate",
-        action=argparse.BooleanOptionalAction,
-        help="make each parent's confidence a calibrated probability, learnt on a synthetic twin "
-        f"of the trace and a twin of it (about three times the time; default "
-        f"{'on' if d.calibrate else 'off'})",
     )
 
 
@@ -463,11 +506,20 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"wirepath {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     verbs.required = True
+    _register_convert(verbs)
+    _register_merge(verbs)
+    _register_info(verbs)
+    _register_synth(verbs)
+    algos = _register_infer(verbs)
+    _register_eval(verbs)
+    for module in (cli_convolution, cli_capture, cli_viz, cli_trend):
+        module.register(verbs, algos)
+    return parser
 
-    def verb(name: str, handler: Callable[[argparse.Namespace], int], help_: str, desc: str) -> _Parser:
-        return add_verb(verbs, name, handler, help_, desc)
 
-    p = verb(
+def _register_convert(verbs: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        verbs,
         "convert",
         _cmd_convert,
         "convert a trace between text and Parquet, or import Jaeger/OTLP spans",
@@ -514,7 +566,10 @@ def _build_parser() -> argparse.ArgumentParser:
         "--sort", action="store_true", help="sort messages by timestamp (stable; reads all in memory)"
     )
 
-    p = verb(
+
+def _register_merge(verbs: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        verbs,
         "merge",
         _cmd_merge,
         "merge traces from several capture points",
@@ -544,7 +599,10 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-dedup", action="store_true", help="keep every message, duplicates included")
 
-    p = verb(
+
+def _register_info(verbs: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        verbs,
         "info",
         _cmd_info,
         "summarize a trace",
@@ -556,7 +614,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", help="trace to read (.parquet or text), or a store directory")
     p.add_argument("--edges", type=count(0), default=20, metavar="N", help="edges to list (default 20)")
 
-    p = verb(
+
+def _register_synth(verbs: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        verbs,
         "synth",
         _cmd_synth,
         "generate a synthetic trace with ground truth",
@@ -594,6 +655,18 @@ def _build_parser() -> argparse.ArgumentParser:
         help="target mean parallelism (candidate parents per child call), at most "
         f"{synth.limits.PARALLELISM.hi:,}",
     )
+    _synth_fault_arguments(p)
+    p.add_argument("--format", choices=["parquet", "txt"], help="output form (default: from the file name)")
+    p.add_argument(
+        "--pcap",
+        metavar="OUT.pcap",
+        help="also render the trace as packets: a TCP connection per call (HTTP request/response),"
+        " a UDP datagram per send; node addresses go to OUT.names.toml",
+    )
+
+
+def _synth_fault_arguments(p: argparse.ArgumentParser) -> None:
+    """The fault flags of ``synth``: capture loss and clock skew."""
     p.add_argument(
         "--loss-rate", type=float, metavar="PPS", help="capture point peak rate, packets/s (enables loss)"
     )
@@ -606,14 +679,10 @@ def _build_parser() -> argparse.ArgumentParser:
         help=f"clock offset of NODE's capture point, at most {synth.limits.MAX_TIME_S:,.0f} s either way; "
         "repeatable",
     )
-    p.add_argument("--format", choices=["parquet", "txt"], help="output form (default: from the file name)")
-    p.add_argument(
-        "--pcap",
-        metavar="OUT.pcap",
-        help="also render the trace as packets: a TCP connection per call (HTTP request/response),"
-        " a UDP datagram per send; node addresses go to OUT.names.toml",
-    )
 
+
+def _register_infer(verbs: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """Add ``infer`` with its ``nesting`` algorithm; returns the algorithms' subparsers."""
     p = verbs.add_parser(
         "infer",
         help="infer causal path patterns",
@@ -622,6 +691,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     algos = p.add_subparsers(dest="algorithm", metavar="ALGORITHM", parser_class=_Parser)
     algos.required = True
+    _register_nesting(algos)
+    return algos
+
+
+def _register_nesting(algos: argparse._SubParsersAction) -> None:
     p = algos.add_parser(
         "nesting",
         help="nesting algorithm for RPC traces",
@@ -660,7 +734,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the paths file on stdout")
     add_cluster_options(p)
 
-    p = verb(
+
+def _register_eval(verbs: argparse._SubParsersAction) -> None:
+    p = add_verb(
+        verbs,
         "eval",
         _cmd_eval,
         "score inferred paths against a trace's ground truth",
@@ -676,10 +753,6 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", help="paths file (JSON) from wirepath infer")
     p.add_argument("trace", help="the trace, with its truth columns (.parquet)")
     p.add_argument("--instances", metavar="FILE.parquet", help="instances from 'infer --instances'")
-
-    for module in (cli_convolution, cli_capture, cli_viz, cli_trend):
-        module.register(verbs, algos)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -100,11 +100,26 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     p.add_argument(
         "--band", default="0", metavar="DURATION", help="delay band for variable delays (default 0)"
     )
+    _spike_arguments(p)
+    _path_arguments(p)
+    _estimate_arguments(p)
+    p.add_argument("--top", type=count(1), metavar="N", help="keep the first N paths in the file")
+    p.add_argument("--show", type=count(0), default=10, metavar="N", help="paths to print (default 10)")
+    p.add_argument("--json", action="store_true", help="print the paths file on stdout")
+    add_cluster_options(p)
+
+
+def _spike_arguments(p: argparse.ArgumentParser) -> None:
+    """Which peaks of a cross-correlation are spikes, and which paths are kept."""
     p.add_argument("--n-sigma", type=float, default=4.0, help="spike height in std devs (default 4)")
     p.add_argument("--sep-sigma", type=float, default=3.0, help="dip between spikes in std devs (default 3)")
     p.add_argument(
         "--min-count", type=float, default=1.0, metavar="N", help="drop paths with fewer estimated messages"
     )
+
+
+def _path_arguments(p: argparse.ArgumentParser) -> None:
+    """How far and through what paths grow from their roots."""
     p.add_argument("--keep-short-paths", action="store_true", help="keep delays a longer path explains")
     p.add_argument(
         "--max-repeats",
@@ -120,6 +135,10 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
         "--keep-implausible", action="store_true", help="keep negative-lag tails and peaks at --max-lag"
     )
     p.add_argument("--max-depth", type=int, default=32, metavar="HOPS", help="most hops in a path (32)")
+
+
+def _estimate_arguments(p: argparse.ArgumentParser) -> None:
+    """How counts and delays are estimated, and how the correlation is computed."""
     p.add_argument(
         "--count-estimate",
         choices=["raw", "sqrt"],
@@ -138,7 +157,3 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
         default="auto",
         help="correlate by FFT, by pairs of occupied quanta, or whichever is cheaper (default)",
     )
-    p.add_argument("--top", type=count(1), metavar="N", help="keep the first N paths in the file")
-    p.add_argument("--show", type=count(0), default=10, metavar="N", help="paths to print (default 10)")
-    p.add_argument("--json", action="store_true", help="print the paths file on stdout")
-    add_cluster_options(p)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -50,6 +52,19 @@ def register(sources: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--duration", metavar="DURATION", help="stop after DURATION (e.g. 30s, 5m); default: Ctrl-C"
     )
+    _recording_arguments(p)
+    p.add_argument("--names", metavar="N.toml", help="node names for the trace (address, address:port, CIDR)")
+    p.add_argument(
+        "--node-by",
+        choices=["address", "service"],
+        default="address",
+        help="name nodes by address, or servers by address:port (default address)",
+    )
+    p.add_argument("--no-convert", action="store_true", help="only record the pcap files")
+
+
+def _recording_arguments(p: argparse.ArgumentParser) -> None:
+    """How tcpdump records: file rotation, bytes kept per packet, kernel buffer, promiscuity."""
     p.add_argument(
         "--rotate-mb", type=count(1, 1 << 20), metavar="N", help="start a new pcap file past N million bytes"
     )
@@ -68,76 +83,87 @@ def register(sources: argparse._SubParsersAction) -> None:
         help=f"kernel capture buffer, MiB ({DEFAULT_BUFFER_MB}); raise it if the kernel drops packets",
     )
     p.add_argument("--no-promisc", action="store_true", help="do not put the interface in promiscuous mode")
-    p.add_argument("--names", metavar="N.toml", help="node names for the trace (address, address:port, CIDR)")
-    p.add_argument(
-        "--node-by",
-        choices=["address", "service"],
-        default="address",
-        help="name nodes by address, or servers by address:port (default address)",
-    )
-    p.add_argument("--no-convert", action="store_true", help="only record the pcap files")
 
 
 def _cmd_live(args: argparse.Namespace) -> int:
     duration = tracefmt.parse_duration_ns(args.duration) / 1e9 if args.duration else None
-    stop = threading.Event()
-    recorded = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        if recorded.is_set():  # converting: Ctrl-C gives up the trace, the pcap files stay
-            raise KeyboardInterrupt
-        stop.set()
-
-    bars: list[Progress | None] = [None]  # drawn once the recording has started
-
-    def on_recorded(report: LiveReport) -> None:
-        recorded.set()
-        end_progress(bars[0])
-        if not args.no_convert and report.files:
-            print(f"finishing the trace of {len(report.files)} file(s)", file=sys.stderr, flush=True)
-
-    def on_ready(cap: LiveCapture) -> None:
-        until = f"for {args.duration}" if duration else "until Ctrl-C"
-        print(f"recording {cap.iface} into {cap.first_file} {until}", file=sys.stderr, flush=True)
-        bars[0] = progress("recording", args, in_bytes=True)
-
-    def on_progress(files: int, size: int) -> None:
-        if bars[0] is not None:
-            bars[0].recorded(files, size)
-
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, on_signal)
-    try:
-        report = capture_live(
-            args.iface,
-            args.out,
-            Recording(
-                bpf=args.filter,
-                rotate_mb=args.rotate_mb,
-                snaplen=args.snaplen,
-                buffer_mb=args.buffer_mb,
-                promisc=not args.no_promisc,
-            ),
-            duration_s=duration,
-            names=args.names,
-            convert=not args.no_convert,
-            stop=stop,
-            on_ready=on_ready,
-            on_progress=on_progress,
-            on_recorded=on_recorded,
-            convert_options={"node_by": args.node_by},
-        )
-    finally:
-        end_progress(bars[0])
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    watch = _Watch(args, duration)
+    with _signals_to(watch.on_signal):
+        try:
+            report = capture_live(
+                args.iface,
+                args.out,
+                Recording(
+                    bpf=args.filter,
+                    rotate_mb=args.rotate_mb,
+                    snaplen=args.snaplen,
+                    buffer_mb=args.buffer_mb,
+                    promisc=not args.no_promisc,
+                ),
+                duration_s=duration,
+                names=args.names,
+                convert=not args.no_convert,
+                stop=watch.stop,
+                on_ready=watch.on_ready,
+                on_progress=watch.on_progress,
+                on_recorded=watch.on_recorded,
+                convert_options={"node_by": args.node_by},
+            )
+        finally:
+            end_progress(watch.bar)
     emit(args, report.to_json(), _summary(report))
     if report.recorder_error is not None:
         print(f"error: tcpdump stopped on its own: {report.recorder_error}", file=sys.stderr)
         return 1
     return 0
+
+
+class _Watch:
+    """What a live capture shows on the terminal, and what Ctrl-C or SIGTERM does to it:
+    while recording, stop the recording (the trace is still finished); while converting,
+    give up the trace (the pcap files stay)."""
+
+    def __init__(self, args: argparse.Namespace, duration_s: float | None) -> None:
+        self.args = args
+        self.duration_s = duration_s
+        self.stop = threading.Event()
+        self.recorded = threading.Event()
+        self.bar: Progress | None = None  # drawn once the recording has started
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.recorded.is_set():  # converting: Ctrl-C gives up the trace, the pcap files stay
+            raise KeyboardInterrupt
+        self.stop.set()
+
+    def on_ready(self, cap: LiveCapture) -> None:
+        until = f"for {self.args.duration}" if self.duration_s else "until Ctrl-C"
+        print(f"recording {cap.iface} into {cap.first_file} {until}", file=sys.stderr, flush=True)
+        self.bar = progress("recording", self.args, in_bytes=True)
+
+    def on_progress(self, files: int, size: int) -> None:
+        if self.bar is not None:
+            self.bar.recorded(files, size)
+
+    def on_recorded(self, report: LiveReport) -> None:
+        self.recorded.set()
+        end_progress(self.bar)
+        if not self.args.no_convert and report.files:
+            print(f"finishing the trace of {len(report.files)} file(s)", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _signals_to(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM go to ``handler`` inside the block, and back to their handlers
+    after it (only the main thread may set handlers: elsewhere nothing changes)."""
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _summary(report: LiveReport) -> str:

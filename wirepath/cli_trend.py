@@ -74,6 +74,21 @@ def _writing(target: Any) -> Iterator[None]:
         raise tracefmt.write_error(e, target) from None
 
 
+@contextlib.contextmanager
+def _flags_for(**flags: str) -> Iterator[None]:
+    """Name the flags a library error asks for: its parameter names in parentheses,
+    ``(time_ns)``, become the flags that give them, ``(--time)``."""
+    try:
+        yield
+    except tracefmt.ParameterError as e:
+        text = str(e)
+        for param, flag in flags.items():
+            text = text.replace(f"({param})", f"({flag})")
+        if text == str(e):
+            raise
+        raise tracefmt.ParameterError(text) from None
+
+
 def _gating(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """``handler`` returning :data:`EXIT_UNDECIDED` on an error instead of raising it, so that
     an error (exit 3) is never taken for a regression (exit 1): a wirepath error is one
@@ -233,9 +248,10 @@ def _register_from_paths(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_from_paths(args: argparse.Namespace) -> int:
     t = None if args.time is None else trend.parse_time_ns(args.time)
-    table = trend.paths_results(
-        args.paths, build=args.build, time_ns=t, testbed=args.testbed, prefix=args.prefix
-    )
+    with _flags_for(time_ns="--time"):
+        table = trend.paths_results(
+            args.paths, build=args.build, time_ns=t, testbed=args.testbed, prefix=args.prefix
+        )
     return _write(args, table, "paths")
 
 

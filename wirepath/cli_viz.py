@@ -240,6 +240,14 @@ def _collapse_option(p: argparse.ArgumentParser, default: Any = None) -> None:
 
 def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersAction) -> None:
     """Add this module's verbs to ``verbs`` (and algorithms to ``infer``'s ``algos``)."""
+    _register_viz(verbs)
+    _register_report(verbs)
+    _register_export(verbs)
+    _register_demo(verbs)
+
+
+def _register_viz(verbs: argparse._SubParsersAction) -> None:
+    """``viz`` with its sub-verbs ``draw`` and ``diff``."""
     p = verbs.add_parser(
         "viz",
         help="draw paths files, or the diff of two runs",
@@ -250,6 +258,11 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     )
     sub = p.add_subparsers(dest="viz_verb", metavar="WHAT", parser_class=Parser)
     sub.required = True
+    _register_draw(sub)
+    _register_diff(sub)
+
+
+def _register_draw(sub: argparse._SubParsersAction) -> None:
     d = add_verb(
         sub,
         "draw",
@@ -267,6 +280,9 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     d.add_argument("--out", help="picture to write (default: PATHS with .svg)")
     d.add_argument("--format", choices=list(FORMATS), help="picture format (default: from --out)")
     _view_options(d, 5)
+
+
+def _register_diff(sub: argparse._SubParsersAction) -> None:
     d = add_verb(
         sub,
         "diff",
@@ -297,6 +313,8 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     )
     _collapse_option(d, [])
 
+
+def _register_report(verbs: argparse._SubParsersAction) -> None:
     p = add_verb(
         verbs,
         "report",
@@ -320,6 +338,8 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     p.add_argument("--instances", metavar="FILE.parquet", help="instances from 'infer nesting --instances'")
     _view_options(p, 10)
 
+
+def _register_export(verbs: argparse._SubParsersAction) -> None:
     p = add_verb(
         verbs,
         "export",
@@ -341,6 +361,8 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
         p, "leave out the requests holding a link (a call given a parent) of confidence below P"
     )
 
+
+def _register_demo(verbs: argparse._SubParsersAction) -> None:
     p = add_verb(
         verbs,
         "demo",
