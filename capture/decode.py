@@ -218,6 +218,144 @@ def _v6_extension_length(nh: Any, length_byte: Any) -> Any:
     return np.where(nh == _V6_FRAGMENT, 8, np.where(nh == 51, (length_byte + 2) * 4, (length_byte + 1) * 8))
 
 
+_LINKTYPES = (0, 1, 12, 14, 101, 108, 113, 228, 229, 276)  # the link types _link_layer reads
+
+
+def _link_layer(b: _Bytes, lt: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each packet's ethertype, network-layer start and whether its link header was read
+    (a known link type, captured whole)."""
+    n = len(lt)
+    et = np.zeros(n, np.uint32)
+    l3 = start.copy()
+    known = np.zeros(n, bool)
+    m = lt == 1  # Ethernet
+    if m.any():
+        et[m] = b.be16(start[m] + 12)
+        l3[m] = start[m] + 14
+        known |= m & b.ok(start, 14)
+    m = lt == 113  # Linux cooked v1
+    if m.any():
+        et[m] = b.be16(start[m] + 14)
+        l3[m] = start[m] + 16
+        known |= m & b.ok(start, 16)
+    m = lt == 276  # Linux cooked v2
+    if m.any():
+        et[m] = b.be16(start[m])
+        l3[m] = start[m] + 20
+        known |= m & b.ok(start, 20)
+    m = (lt == 0) | (lt == 108)  # BSD null (host order) / OpenBSD loop (network order)
+    if m.any():
+        fam_le = b.le32(start[m])
+        fam_be = b.be32(start[m])
+        fam = np.where((lt[m] == 108) | (fam_le > 0xFFFF), fam_be, fam_le)
+        et[m] = np.where(fam == 2, _ETH_IPV4, np.where(np.isin(fam, (10, 24, 28, 30)), _ETH_IPV6, 0))
+        l3[m] = start[m] + 4
+        known |= m & b.ok(start, 4)
+    m = np.isin(lt, (101, 12, 14, 228, 229))  # raw IP
+    if m.any():
+        ver = b.u8(start[m]) >> 4
+        et[m] = np.where(ver == 4, _ETH_IPV4, np.where(ver == 6, _ETH_IPV6, 0))
+        known |= m
+    return et, l3, known
+
+
+def _peel_tags(b: _Bytes, et: np.ndarray, l3: np.ndarray, known: np.ndarray) -> None:
+    """Step ``et`` and ``l3`` (in place) past VLAN tags and MPLS labels, a layer per round
+    for the packets that have one; a packet whose tags run past its bytes is no longer
+    ``known``."""
+    for _ in range(8):
+        v = known & np.isin(et, _VLAN_TAGS)
+        mp = known & np.isin(et, _MPLS)
+        if not (v.any() or mp.any()):
+            break
+        et[v] = b.be16(l3[v] + 2)
+        l3[v] += 4
+        if mp.any():
+            bos = (b.u8(l3[mp] + 2) & 1).astype(bool)
+            l3[mp] += 4
+            nib = b.u8(l3[mp]) >> 4
+            after = np.where(nib == 4, _ETH_IPV4, np.where(nib == 6, _ETH_IPV6, 0))
+            et[mp] = np.where(bos, after, et[mp])
+        known &= b.ok(l3, 0)
+
+
+@dataclass
+class _Network:
+    """The network layer of every packet of a batch (zeros where there is none)."""
+
+    src_hi: np.ndarray  # uint64 halves of the 128-bit addresses (IPv4 as v4-mapped IPv6)
+    src_lo: np.ndarray
+    dst_hi: np.ndarray
+    dst_lo: np.ndarray
+    proto: np.ndarray  # uint32 transport protocol (after IPv6 extension headers)
+    l4: np.ndarray  # int64 start of the transport header
+    ip_end: np.ndarray  # int64 end of the datagram, as its IP header says
+    good: np.ndarray  # a whole datagram with sane headers
+    frag: np.ndarray  # a fragment with sane headers (reassembled before decoding)
+
+    @classmethod
+    def zeros(cls, n: int) -> _Network:
+        """No network layer yet for ``n`` packets."""
+        addr, at = np.zeros(n, np.uint64), np.zeros(n, np.int64)
+        return cls(
+            src_hi=addr,
+            src_lo=addr.copy(),
+            dst_hi=addr.copy(),
+            dst_lo=addr.copy(),
+            proto=np.zeros(n, np.uint32),
+            l4=at,
+            ip_end=at.copy(),
+            good=np.zeros(n, bool),
+            frag=np.zeros(n, bool),
+        )
+
+
+def _read_ipv4(b: _Bytes, net: _Network, is4: np.ndarray, p: np.ndarray, end: np.ndarray) -> None:
+    """Fill ``net`` for the IPv4 packets ``is4``, whose headers start at ``p``."""
+    vihl = b.u8(p)
+    ihl = (vihl & 0xF).astype(np.int64) * 4
+    tot = b.be16(p + 2).astype(np.int64)
+    ok = ((vihl >> 4) == 4) & (ihl >= 20) & b.ok(p, 20, is4) & (tot >= ihl)
+    ff = b.be16(p + 6)
+    fr = ((ff & 0x2000) != 0) | ((ff & 0x1FFF) != 0)
+    net.src_lo[is4] = b.be32(p + 12).astype(np.uint64) | _V4_MAPPED
+    net.dst_lo[is4] = b.be32(p + 16).astype(np.uint64) | _V4_MAPPED
+    net.proto[is4] = b.u8(p + 9)
+    net.l4[is4] = p + ihl
+    # TSO captures write total length 0; the captured bytes are then the datagram.
+    net.ip_end[is4] = np.where(tot == 0, end[is4], p + tot)
+    ok |= ((vihl >> 4) == 4) & (ihl >= 20) & b.ok(p, 20, is4) & (tot == 0)
+    net.good[is4] = ok & ~fr
+    net.frag[is4] = ok & fr
+
+
+def _read_ipv6(b: _Bytes, net: _Network, is6: np.ndarray, p: np.ndarray, end: np.ndarray) -> int:
+    """Fill ``net`` for the IPv6 packets ``is6``, whose headers start at ``p``, past their
+    extension headers; returns how many are malformed."""
+    ok = ((b.u8(p) >> 4) == 6) & b.ok(p, 40, is6)
+    plen = b.be16(p + 4).astype(np.int64)
+    nh = b.u8(p + 6).astype(np.uint32)
+    net.src_hi[is6], net.src_lo[is6] = b.be64(p + 8), b.be64(p + 16)
+    net.dst_hi[is6], net.dst_lo[is6] = b.be64(p + 24), b.be64(p + 32)
+    q = p + 40
+    fr6 = np.zeros(len(p), bool)
+    for _ in range(6):  # extension headers: hop-by-hop, routing, destination, AH, fragment
+        ext = np.isin(nh, (*_V6_EXTENSIONS, _V6_FRAGMENT))
+        if not ext.any():
+            break
+        fr6 |= nh == _V6_FRAGMENT
+        hl = _v6_extension_length(nh, b.u8(q + 1).astype(np.int64))
+        new_nh = b.u8(q).astype(np.uint32)
+        q = np.where(ext, q + hl, q)
+        nh = np.where(ext, new_nh, nh)
+    net.proto[is6] = nh
+    net.l4[is6] = q
+    net.ip_end[is6] = np.where(plen == 0, end[is6], p + 40 + plen)
+    net.good[is6] = ok & ~fr6
+    net.frag[is6] = ok & fr6
+    return int((~ok).sum())
+
+
 def _fragment_v4(data: np.ndarray, p: int, e: int) -> tuple[tuple, int, bool, bytes, bytes] | None:
     """An IPv4 fragment: (reassembly key, offset, more to come, its bytes, the header)."""
     ihl = (int(data[p]) & 0xF) * 4
@@ -293,132 +431,49 @@ class Decoder:
         n = len(batch)
         if not n:
             return empty_segments()
-        start = batch.offset
         end = batch.offset + batch.caplen
         b = _Bytes(batch.data, end)
         lt = batch.linktype.astype(np.int64)
-        et = np.zeros(n, np.uint32)
-        l3 = start.copy()
-        known = np.zeros(n, bool)
-
-        m = lt == 1  # Ethernet
-        if m.any():
-            et[m] = b.be16(start[m] + 12)
-            l3[m] = start[m] + 14
-            known |= m & b.ok(start, 14)
-        m = lt == 113  # Linux cooked v1
-        if m.any():
-            et[m] = b.be16(start[m] + 14)
-            l3[m] = start[m] + 16
-            known |= m & b.ok(start, 16)
-        m = lt == 276  # Linux cooked v2
-        if m.any():
-            et[m] = b.be16(start[m])
-            l3[m] = start[m] + 20
-            known |= m & b.ok(start, 20)
-        m = (lt == 0) | (lt == 108)  # BSD null (host order) / OpenBSD loop (network order)
-        if m.any():
-            fam_le = b.le32(start[m])
-            fam_be = b.be32(start[m])
-            fam = np.where((lt[m] == 108) | (fam_le > 0xFFFF), fam_be, fam_le)
-            et[m] = np.where(fam == 2, _ETH_IPV4, np.where(np.isin(fam, (10, 24, 28, 30)), _ETH_IPV6, 0))
-            l3[m] = start[m] + 4
-            known |= m & b.ok(start, 4)
-        m = np.isin(lt, (101, 12, 14, 228, 229))  # raw IP
-        if m.any():
-            ver = b.u8(start[m]) >> 4
-            et[m] = np.where(ver == 4, _ETH_IPV4, np.where(ver == 6, _ETH_IPV6, 0))
-            known |= m
-        self.stats.unsupported_link += int((~np.isin(lt, (0, 1, 12, 14, 101, 108, 113, 228, 229, 276))).sum())
-
-        # VLAN tags and MPLS labels, peeled a layer per round for the packets that have one.
-        for _ in range(8):
-            v = known & np.isin(et, _VLAN_TAGS)
-            mp = known & np.isin(et, _MPLS)
-            if not (v.any() or mp.any()):
-                break
-            et[v] = b.be16(l3[v] + 2)
-            l3[v] += 4
-            if mp.any():
-                bos = (b.u8(l3[mp] + 2) & 1).astype(bool)
-                l3[mp] += 4
-                nib = b.u8(l3[mp]) >> 4
-                after = np.where(nib == 4, _ETH_IPV4, np.where(nib == 6, _ETH_IPV6, 0))
-                et[mp] = np.where(bos, after, et[mp])
-            known &= b.ok(l3, 0)
-
+        et, l3, known = _link_layer(b, lt, batch.offset)
+        self.stats.unsupported_link += int((~np.isin(lt, _LINKTYPES)).sum())
+        _peel_tags(b, et, l3, known)
         is4 = known & (et == _ETH_IPV4)
         is6 = known & (et == _ETH_IPV6)
         self.stats.non_ip += int((known & ~is4 & ~is6).sum())
-
-        src_hi = np.zeros(n, np.uint64)
-        src_lo = np.zeros(n, np.uint64)
-        dst_hi = np.zeros(n, np.uint64)
-        dst_lo = np.zeros(n, np.uint64)
-        proto = np.zeros(n, np.uint32)
-        l4 = np.zeros(n, np.int64)
-        ip_end = np.zeros(n, np.int64)
-        good = np.zeros(n, bool)
-        frag = np.zeros(n, bool)
-
+        net = _Network.zeros(n)
         if is4.any():
-            p = l3[is4]
-            vihl = b.u8(p)
-            ihl = (vihl & 0xF).astype(np.int64) * 4
-            tot = b.be16(p + 2).astype(np.int64)
-            ok = ((vihl >> 4) == 4) & (ihl >= 20) & b.ok(p, 20, is4) & (tot >= ihl)
-            ff = b.be16(p + 6)
-            fr = ((ff & 0x2000) != 0) | ((ff & 0x1FFF) != 0)
-            src_lo[is4] = b.be32(p + 12).astype(np.uint64) | _V4_MAPPED
-            dst_lo[is4] = b.be32(p + 16).astype(np.uint64) | _V4_MAPPED
-            proto[is4] = b.u8(p + 9)
-            l4[is4] = p + ihl
-            # TSO captures write total length 0; the captured bytes are then the datagram.
-            ip_end[is4] = np.where(tot == 0, end[is4], p + tot)
-            ok |= ((vihl >> 4) == 4) & (ihl >= 20) & b.ok(p, 20, is4) & (tot == 0)
-            good[is4] = ok & ~fr
-            frag[is4] = ok & fr
+            _read_ipv4(b, net, is4, l3[is4], end)
         if is6.any():
-            p = l3[is6]
-            ok = ((b.u8(p) >> 4) == 6) & b.ok(p, 40, is6)
-            plen = b.be16(p + 4).astype(np.int64)
-            nh = b.u8(p + 6).astype(np.uint32)
-            src_hi[is6], src_lo[is6] = b.be64(p + 8), b.be64(p + 16)
-            dst_hi[is6], dst_lo[is6] = b.be64(p + 24), b.be64(p + 32)
-            q = p + 40
-            fr6 = np.zeros(len(p), bool)
-            for _ in range(6):  # extension headers: hop-by-hop, routing, destination, AH, fragment
-                ext = np.isin(nh, (*_V6_EXTENSIONS, _V6_FRAGMENT))
-                if not ext.any():
-                    break
-                fr6 |= nh == _V6_FRAGMENT
-                hl = _v6_extension_length(nh, b.u8(q + 1).astype(np.int64))
-                new_nh = b.u8(q).astype(np.uint32)
-                q = np.where(ext, q + hl, q)
-                nh = np.where(ext, new_nh, nh)
-            proto[is6] = nh
-            l4[is6] = q
-            ip_end[is6] = np.where(plen == 0, end[is6], p + 40 + plen)
-            good[is6] = ok & ~fr6
-            frag[is6] = ok & fr6
-            self.stats.malformed += int((~ok).sum())
+            self.stats.malformed += _read_ipv6(b, net, is6, l3[is6], end)
         if is4.any():
-            self.stats.malformed += int((is4 & ~good & ~frag).sum())
+            self.stats.malformed += int((is4 & ~net.good & ~net.frag).sum())
+        parts = self._carried(batch, b, net, l3)
+        seg = self._transport(batch, b, net)
+        if parts:
+            return Segments.concat([seg, *parts])
+        return seg
 
+    def _carried(self, batch: PacketBatch, b: _Bytes, net: _Network, l3: np.ndarray) -> list[Segments]:
+        """The segments of frames carried in GRE/ERSPAN and of datagrams whose last fragment
+        came in ``batch``, decoded as batches of their own; tunnels leave ``net.good``."""
         parts: list[Segments] = []
         # ERSPAN / GRE-carried Ethernet: decode the inner frame as a batch of its own.
-        gre = good & (proto == 47)
+        gre = net.good & (net.proto == 47)
         if gre.any():
-            inner = self._gre_inner(b, l4[gre], ip_end[gre], batch, np.flatnonzero(gre))
+            inner = self._gre_inner(b, net.l4[gre], net.ip_end[gre], batch, np.flatnonzero(gre))
             if inner is not None:
                 self.stats.tunnelled += len(inner)
                 parts.append(self.decode(inner))
-            good &= ~gre
-        if frag.any():
-            whole = self._defragment(batch, np.flatnonzero(frag), l3, b)
+            net.good &= ~gre
+        if net.frag.any():
+            whole = self._defragment(batch, np.flatnonzero(net.frag), l3, b)
             if whole is not None:
                 parts.append(self.decode(whole))
+        return parts
 
+    def _transport(self, batch: PacketBatch, b: _Bytes, net: _Network) -> Segments:
+        """The TCP and UDP headers of the whole datagrams in ``net``, as segments."""
+        good, proto, l4 = net.good, net.proto, net.l4
         tcp = good & (proto == PROTO_TCP)
         udp = good & (proto == PROTO_UDP)
         self.stats.other_transport += int((good & ~tcp & ~udp & (proto != 47)).sum())
@@ -432,21 +487,21 @@ class Decoder:
         doff = np.where(is_tcp, (b.u8(p4 + 12) >> 4).astype(np.int64) * 4, 8)
         bad_doff = is_tcp & (doff < 20)
         pay = p4 + doff
-        iend = ip_end[sel]
+        iend = net.ip_end[sel]
         bad = bad_doff | (pay > iend)
         self.stats.malformed += int(bad.sum())
         keep = ~bad
         sel, p4, is_tcp, pay, iend = sel[keep], p4[keep], is_tcp[keep], pay[keep], iend[keep]
-        cend = np.minimum(iend, end[sel])
+        cend = np.minimum(iend, b.end[sel])
         pay_cap = np.maximum(cend - pay, 0)
         pay_len = iend - pay
         self.stats.truncated += int((pay_cap < pay_len).sum())
-        seg = Segments(
+        return Segments(
             ts_ns=batch.ts_ns[sel],
-            src_hi=src_hi[sel],
-            src_lo=src_lo[sel],
-            dst_hi=dst_hi[sel],
-            dst_lo=dst_lo[sel],
+            src_hi=net.src_hi[sel],
+            src_lo=net.src_lo[sel],
+            dst_hi=net.dst_hi[sel],
+            dst_lo=net.dst_lo[sel],
             proto=np.where(is_tcp, PROTO_TCP, PROTO_UDP).astype(np.uint8),
             sport=b.be16(p4).astype(np.uint16),
             dport=b.be16(p4 + 2).astype(np.uint16),
@@ -458,9 +513,6 @@ class Decoder:
             pay_len=pay_len,
             data=batch.data,
         )
-        if parts:
-            return Segments.concat([seg, *parts])
-        return seg
 
     def _gre_inner(
         self, b: _Bytes, p: np.ndarray, iend: np.ndarray, batch: PacketBatch, rows: np.ndarray

@@ -642,19 +642,8 @@ def capture_live(
     ParameterError
         Unknown interface, bad filter or option.
     """
-    if duration_s is not None and duration_s <= 0:
-        raise ParameterError(f"--duration {duration_s} must be positive (seconds)")
-    options = dict(convert_options or {})
-    unknown = sorted(set(options) - _CONVERT_OPTIONS)
-    if unknown:
-        raise ParameterError(
-            f"unknown conversion option {unknown[0]!r} (allowed: {', '.join(sorted(_CONVERT_OPTIONS))})"
-        )
-    if convert:
-        # A bad names file must stop us now, not after an hour of recording.
-        from capture.naming import Namer
-
-        Namer(names, node_by=options.get("node_by", "address"))
+    # Long for its documented parameters only: the stages are the helpers below.
+    options = _checked_options(duration_s, convert_options, names, convert=convert)
     cap = LiveCapture(iface, out_dir, recording)
     cap.start()
     following: _Following | None = None
@@ -670,10 +659,46 @@ def capture_live(
         if following is not None:
             following.abort()
         raise
+    recorded = _stop_recording(cap, stopped_by)
+    # The recording's counters are on disk before the last of the conversion, which may fail.
+    live_json = Path(out_dir, "live.json")
+    write_atomic(live_json, json.dumps(recorded.to_json(), indent=1) + "\n")
+    if following is None:
+        return recorded
+    return _finish_conversion(following, recorded, live_json, on_recorded)
+
+
+def _checked_options(
+    duration_s: float | None,
+    convert_options: Mapping[str, Any] | None,
+    names: Mapping[str, str] | PathLike | None,
+    *,
+    convert: bool,
+) -> dict[str, Any]:
+    """The converter's options, checked with the rest of what :func:`capture_live` is given
+    before anything is recorded."""
+    if duration_s is not None and duration_s <= 0:
+        raise ParameterError(f"--duration {duration_s} must be positive (seconds)")
+    options = dict(convert_options or {})
+    unknown = sorted(set(options) - _CONVERT_OPTIONS)
+    if unknown:
+        raise ParameterError(
+            f"unknown conversion option {unknown[0]!r} (allowed: {', '.join(sorted(_CONVERT_OPTIONS))})"
+        )
+    if convert:
+        # A bad names file must stop us now, not after an hour of recording.
+        from capture.naming import Namer
+
+        Namer(names, node_by=options.get("node_by", "address"))
+    return options
+
+
+def _stop_recording(cap: LiveCapture, stopped_by: str) -> LiveReport:
+    """Stop tcpdump; the report of what it recorded (no conversion yet)."""
     stats = cap.stop()
     files = [str(p) for p in cap.files()]
-    recorded = LiveReport(
-        iface=iface,
+    return LiveReport(
+        iface=cap.iface,
         files=files,
         stats=stats,
         started=cap.started.isoformat().replace("+00:00", "Z"),
@@ -681,15 +706,20 @@ def capture_live(
         stopped_by=stopped_by,
         recorder_error=cap.error_message() if stopped_by == "tcpdump" else None,
     )
-    # The recording's counters are on disk before the last of the conversion, which may fail.
-    live_json = Path(out_dir, "live.json")
-    write_atomic(live_json, json.dumps(recorded.to_json(), indent=1) + "\n")
-    if following is None:
-        return recorded
+
+
+def _finish_conversion(
+    following: _Following,
+    recorded: LiveReport,
+    live_json: Path,
+    on_recorded: Callable[[LiveReport], None] | None,
+) -> LiveReport:
+    """Convert the last packets of the stopped recording and publish the trace; the
+    report with the conversion's, also written to ``live_json``."""
     try:
         if on_recorded is not None:
             on_recorded(recorded)
-        if not files:
+        if not recorded.files:
             following.abort()
             return recorded
         # The counters (kernel drops above all) travel with the trace.

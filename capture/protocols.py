@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 
 __all__ = [
     "DNS_PORTS",
@@ -142,6 +143,17 @@ def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
     >>> detect_tcp(b"\\x00\\x01", b"", 40000, 5555)
     'tcp'
     """
+    # The checks go from the most telling content to the least; the first that matches decides.
+    return (
+        _detect_by_start(client, server)
+        or ("dns" if _dns_over_tcp(client, any_port=not {sport, dport} & set(DNS_PORTS)) else None)
+        or _detect_by_framing(client, server)
+        or _detect_by_port(client, server, sport, dport)
+    )
+
+
+def _detect_by_start(client: bytes, server: bytes) -> str | None:
+    """A protocol that the first bytes name: a preface, a handshake, a request or status line, a command."""
     if client.startswith(_H2_PREFACE[:14]):
         return "http2"
     if _tls_client_hello(client) or (not client and _tls_record(server, 0) and server[5:6] == b"\x02"):
@@ -156,8 +168,12 @@ def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
         return "memcached"
     if any(client.startswith(c) for c in _MEMCACHED_CMDS):
         return "memcached"
-    if _dns_over_tcp(client, any_port=not {sport, dport} & set(DNS_PORTS)):
-        return "dns"
+    return None
+
+
+def _detect_by_framing(client: bytes, server: bytes) -> str | None:
+    """A binary protocol whose length-prefixed messages chain plausibly (both ways when
+    the server's bytes are there)."""
     # Seen mid-way: frames that chain both ways (the server speaks first with SETTINGS).
     h2_first = (0, 1, 4, 6, 8)  # DATA, HEADERS, SETTINGS, PING, WINDOW_UPDATE
     if (
@@ -181,6 +197,12 @@ def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
         _pg_typed(client, _PG_CLIENT_TYPES) and (not server or _pg_typed(server, _PG_SERVER_TYPES))
     ):
         return "postgresql"
+    return None
+
+
+def _detect_by_port(client: bytes, server: bytes, sport: int, dport: int) -> str:
+    """What the content checks left undecided: ``tcp``, unless the port says Redis and the
+    bytes could be its inline commands."""
     port = dport if dport in _WELL_KNOWN else sport
     guess = _WELL_KNOWN.get(port, "tcp")
     # Text protocols on their own port with content the checks above missed (inline commands).
@@ -808,26 +830,18 @@ def _parse_postgresql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     authentication challenge, after which the server waits for the client)."""
     out: list[Message] = []
     pos, n = 0, len(buf)
-    start = -1
-    label: str | None = None
+    turn = _PgTurn()
     while pos < n:
         if direction == 0 and pos + 8 <= n and buf[pos] == 0:
-            # Untyped: startup (protocol 3.0), SSLRequest, GSSENCRequest or CancelRequest.
-            ln = int.from_bytes(buf[pos : pos + 4], "big")
-            code = int.from_bytes(buf[pos + 4 : pos + 8], "big")
-            if 8 <= ln <= 10000 and code in (196608, 80877103, 80877104, 80877102):
-                name = {196608: "startup", 80877103: "SSLRequest", 80877104: "GSSENCRequest"}.get(
-                    code, "cancel"
-                )
-                out.append((pos, min(ln, n - pos), name, None))
-                if code in (80877103, 80877104):
-                    ctx["pg_answers"] = ctx.get("pg_answers", 0) + 1  # answered by one byte
-                pos += ln
+            untyped = _pg_untyped(buf, pos, ctx)
+            if untyped is not None:
+                out.append(untyped[0])
+                pos += untyped[1]
                 continue
         if (
             direction == 1
             and ctx.get("pg_answers", 0)
-            and start < 0
+            and turn.start < 0
             and buf[pos : pos + 1] in (b"S", b"G", b"N")
         ):
             # One byte answers an SSL/GSS request: 'N' goes on in the clear, 'S'/'G' starts TLS.
@@ -845,37 +859,71 @@ def _parse_postgresql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
         if typ not in allowed or ln < 4 or ln > 1 << 30:
             break
         end = min(pos + 1 + ln, n)
-        if start < 0:
-            start = pos
+        if turn.start < 0:
+            turn.start = pos
         if direction == 0:
-            if typ in b"QP" and label is None:
-                body = buf[pos + 5 : end]
-                if typ == ord("P"):
-                    body = body.split(b"\0", 1)[1] if b"\0" in body else b""
-                label = _pg_sql_word(body)
-            if typ in b"QSpXF" or typ == ord("f") or typ == ord("c"):
-                key = None
-                if typ == ord("p"):
-                    label = "password"
-                elif typ == ord("X"):
-                    label, key = "terminate", NO_REPLY  # the client leaves: nothing answers
-                out.append((start, end - start, label, key))
-                start, label = -1, None
+            _pg_client_message(buf, pos, end, turn, out)
         else:
-            # Authentication requests the client must answer (cleartext, MD5, GSS, SSPI, SASL):
-            # the server waits after them, so they end its turn; SASL-final (12) and OK (0) do not.
-            auth_challenge = (
-                typ == ord("R")
-                and end - pos >= 9
-                and int.from_bytes(buf[pos + 5 : pos + 9], "big") in _PG_ASK
-            )
-            if typ == ord("Z") or auth_challenge:
-                out.append((start, end - start, None, None))
-                start = -1
+            _pg_server_message(buf, pos, end, turn, out)
         pos = end
-    if start >= 0:
-        out.append((start, pos - start, label, None))
+    if turn.start >= 0:
+        out.append((turn.start, pos - turn.start, turn.label, None))
     return out
+
+
+@dataclass
+class _PgTurn:
+    """The open call or return: where its first message starts (-1: none open) and its label."""
+
+    start: int = -1
+    label: str | None = None
+
+
+def _pg_untyped(buf: bytes, pos: int, ctx: dict) -> tuple[Message, int] | None:
+    """An untyped client message at ``pos`` (startup for protocol 3.0, SSLRequest,
+    GSSENCRequest or CancelRequest) and its length; None when there is none."""
+    ln = int.from_bytes(buf[pos : pos + 4], "big")
+    code = int.from_bytes(buf[pos + 4 : pos + 8], "big")
+    if not (8 <= ln <= 10000 and code in (196608, 80877103, 80877104, 80877102)):
+        return None
+    name = {196608: "startup", 80877103: "SSLRequest", 80877104: "GSSENCRequest"}.get(code, "cancel")
+    if code in (80877103, 80877104):
+        ctx["pg_answers"] = ctx.get("pg_answers", 0) + 1  # answered by one byte
+    return (pos, min(ln, len(buf) - pos), name, None), ln
+
+
+def _pg_client_message(buf: bytes, pos: int, end: int, turn: _PgTurn, out: list[Message]) -> None:
+    """A typed client message from ``pos`` to ``end``: a query or Parse names the call;
+    a simple query, Sync, a password, Terminate, a function call or the end of a COPY
+    ends it (into ``out``)."""
+    typ = buf[pos]
+    if typ in b"QP" and turn.label is None:
+        body = buf[pos + 5 : end]
+        if typ == ord("P"):
+            body = body.split(b"\0", 1)[1] if b"\0" in body else b""
+        turn.label = _pg_sql_word(body)
+    if typ in b"QSpXF" or typ == ord("f") or typ == ord("c"):
+        key = None
+        if typ == ord("p"):
+            turn.label = "password"
+        elif typ == ord("X"):
+            turn.label, key = "terminate", NO_REPLY  # the client leaves: nothing answers
+        out.append((turn.start, end - turn.start, turn.label, key))
+        turn.start, turn.label = -1, None
+
+
+def _pg_server_message(buf: bytes, pos: int, end: int, turn: _PgTurn, out: list[Message]) -> None:
+    """A typed server message from ``pos`` to ``end``: ReadyForQuery or an authentication
+    challenge ends the return (into ``out``)."""
+    typ = buf[pos]
+    # Authentication requests the client must answer (cleartext, MD5, GSS, SSPI, SASL):
+    # the server waits after them, so they end its turn; SASL-final (12) and OK (0) do not.
+    auth_challenge = (
+        typ == ord("R") and end - pos >= 9 and int.from_bytes(buf[pos + 5 : pos + 9], "big") in _PG_ASK
+    )
+    if typ == ord("Z") or auth_challenge:
+        out.append((turn.start, end - turn.start, None, None))
+        turn.start = -1
 
 
 # ---- MySQL ---------------------------------------------------------------------------------

@@ -20,11 +20,12 @@ record decompressed before the damage kept; a file that is not pcap/pcapng raise
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
@@ -537,21 +538,12 @@ class PcapSource:
             if owned:
                 f.close()
 
-    # ---- pcap -------------------------------------------------------------------------
-    def _pcap(self, f: IO[bytes]) -> Iterator[PacketBatch]:
-        head = _read_full(f, 24)
-        if len(head) < 24:
-            raise TraceFileError(f"{self.name}: pcap file header cut short ({len(head)} of 24 bytes)")
-        bo, unit = _PCAP_MAGIC[head[:4]]
-        snaplen, network = struct.unpack(bo + "II", head[16:24])
-        # The link type is the low 16 bits (the high ones carry FCS length and flags).
-        linktype = network & 0xFFFF
-        max_len = max(snaplen, 65535) if snaplen else _MAX_RECORD
-        max_len = min(max_len, _MAX_RECORD) if snaplen <= _MAX_RECORD else snaplen
-        caplen_at = struct.Struct(bo + "I").unpack_from
-        base = 24  # file offset of buf[0]
+    # ---- both formats ------------------------------------------------------------------
+    def _chunks(self, f: IO[bytes], what: str, base: int, scan: _Scan) -> Iterator[PacketBatch]:
+        """Read ``f`` a chunk at a time and hand ``scan`` each buffer (what the last one
+        left over, then the chunk) with the file offset ``base`` of its first byte; the
+        batches it finds go out counted. ``what``: a record or a block, for the damage."""
         tail = b""
-        last_sec = None
         while True:
             block = f.read(self.chunk_bytes)
             if not block and getattr(f, "damage", None):
@@ -560,63 +552,81 @@ class PcapSource:
             eof = not block
             buf = tail + block if tail else block
             if not buf:
-                self._ended(f, "record", base, b"")
+                self._ended(f, what, base, b"")
                 break
-            n = len(buf)
-            offs: list[int] = []
-            off = 0
-            append = offs.append
-            while off + 16 <= n:
-                cap = caplen_at(buf, off + 8)[0]
-                if cap > max_len:
-                    new = self._resync_pcap(buf, off, max_len, caplen_at, bo, last_sec, eof)
-                    self.stats.corrupt_records += 1
-                    if new is None:
-                        if not eof and n - off < 2 * _MAX_RECORD:
-                            break  # need more bytes to decide
-                        self.stats.damage.append(
-                            f"corrupt record length {cap} at byte {base + off}; no valid record "
-                            "follows, reading stopped there"
-                        )
-                        self.stats.resyncs.append(base + off)
-                        off = n
-                        eof = True
-                        break
-                    self.stats.damage.append(
-                        f"corrupt record length {cap} at byte {base + off}; resumed at byte {base + new}"
-                    )
-                    self.stats.resyncs.append(base + off)
-                    off = new
-                    continue
-                if off + 16 + cap > n:
-                    break
-                append(off)
-                off += 16 + cap
-            if offs:
-                o = np.array(offs, np.int64)
-                raw = np.frombuffer(buf, np.uint8)
-                # Each header as two 8-byte words (seconds and fraction, captured and
-                # original length): two gathers instead of sixteen.
-                words = _record_words(raw, o, bo)
-                sec = words[0].astype(np.int64)
-                last_sec = int(sec[-1])
-                ts = sec * 1_000_000_000 + words[1].astype(np.int64) * unit
-                cap_a = words[2].astype(np.int64)
-                yield self.stats.count(
-                    PacketBatch(
-                        ts_ns=ts,
-                        linktype=np.full(len(o), linktype, np.uint16),
-                        offset=o + 16,
-                        caplen=cap_a,
-                        wirelen=np.maximum(words[3].astype(np.int64), cap_a),
-                        data=raw,
-                    )
-                )
+            batch, off, eof = scan(buf, base, eof)
+            if batch is not None:
+                yield self.stats.count(batch)
             tail = buf[off:]
             base += off
             if eof:
-                self._ended(f, "record", base, tail)
+                self._ended(f, what, base, tail)
                 break
+
+    # ---- pcap -------------------------------------------------------------------------
+    def _pcap(self, f: IO[bytes]) -> Iterator[PacketBatch]:
+        head = _read_full(f, 24)
+        if len(head) < 24:
+            raise TraceFileError(f"{self.name}: pcap file header cut short ({len(head)} of 24 bytes)")
+        bo, unit = _PCAP_MAGIC[head[:4]]
+        snaplen, network = struct.unpack(bo + "II", head[16:24])
+        max_len = max(snaplen, 65535) if snaplen else _MAX_RECORD
+        fmt = _PcapFormat(
+            bo=bo,
+            unit=unit,
+            # The link type is the low 16 bits (the high ones carry FCS length and flags).
+            linktype=network & 0xFFFF,
+            max_len=min(max_len, _MAX_RECORD) if snaplen <= _MAX_RECORD else snaplen,
+        )
+        yield from self._chunks(f, "record", 24, functools.partial(self._pcap_scan, fmt))
+
+    def _pcap_scan(
+        self, fmt: _PcapFormat, buf: bytes, base: int, eof: bool
+    ) -> tuple[PacketBatch | None, int, bool]:
+        """The batch of the whole records in ``buf``, where they end and whether reading ends there."""
+        offs, off, eof = self._pcap_offsets(fmt, buf, base, eof)
+        if not offs:
+            return None, off, eof
+        batch, fmt.last_sec = _pcap_batch(fmt, buf, offs)
+        return batch, off, eof
+
+    def _pcap_offsets(
+        self, fmt: _PcapFormat, buf: bytes, base: int, eof: bool
+    ) -> tuple[list[int], int, bool]:
+        """Offsets of the whole records in ``buf``, the offset where they end and whether
+        reading ends there (damage that no record follows); corrupt lengths are skipped
+        over (resynchronized) and reported."""
+        max_len, bo, last_sec = fmt.max_len, fmt.bo, fmt.last_sec
+        caplen_at = struct.Struct(bo + "I").unpack_from
+        n = len(buf)
+        offs: list[int] = []
+        off = 0
+        append = offs.append
+        while off + 16 <= n:
+            cap = caplen_at(buf, off + 8)[0]
+            if cap > max_len:
+                new = self._resync_pcap(buf, off, max_len, caplen_at, bo, last_sec, eof)
+                self.stats.corrupt_records += 1
+                if new is None:
+                    if not eof and n - off < 2 * _MAX_RECORD:
+                        break  # need more bytes to decide
+                    self.stats.damage.append(
+                        f"corrupt record length {cap} at byte {base + off}; no valid record "
+                        "follows, reading stopped there"
+                    )
+                    self.stats.resyncs.append(base + off)
+                    return offs, n, True
+                self.stats.damage.append(
+                    f"corrupt record length {cap} at byte {base + off}; resumed at byte {base + new}"
+                )
+                self.stats.resyncs.append(base + off)
+                off = new
+                continue
+            if off + 16 + cap > n:
+                break
+            append(off)
+            off += 16 + cap
+        return offs, off, eof
 
     def _ended(self, f: IO[bytes], what: str, at: int, tail: bytes) -> None:
         """The input ended with ``tail``, the start of a ``what`` (record or block) at
@@ -668,126 +678,91 @@ class PcapSource:
 
     # ---- pcapng -----------------------------------------------------------------------
     def _pcapng(self, f: IO[bytes]) -> Iterator[PacketBatch]:
-        bo = "<"
-        ifaces: list[tuple[int, int, int, int]] = []  # linktype, mul, div, offset_s
-        base = 0
-        tail = b""
-        while True:
-            block = f.read(self.chunk_bytes)
-            if not block and getattr(f, "damage", None):
-                self.stats.damage.append(f.damage)
-                f.damage = ""  # said once
-            eof = not block
-            buf = tail + block if tail else block
-            if not buf:
-                self._ended(f, "block", base, b"")
-                break
-            n = len(buf)
-            off = 0
-            offs: list[int] = []
-            ifids: list[int] = []
-            tss: list[int] = []
-            caps: list[int] = []
-            wires: list[int] = []
-            u2 = struct.Struct(bo + "II").unpack_from
-            blk = struct.Struct(bo + "IIIIIII").unpack_from
-            while off + 12 <= n:
+        section = _PcapngSection()
+        yield from self._chunks(f, "block", 0, functools.partial(self._pcapng_scan, section))
+
+    def _pcapng_scan(
+        self, section: _PcapngSection, buf: bytes, base: int, eof: bool
+    ) -> tuple[PacketBatch | None, int, bool]:
+        """The packets of the whole blocks in ``buf``, where those blocks end and whether
+        reading ends there; section headers and interface blocks update ``section``."""
+        n = len(buf)
+        off = 0
+        found = _PacketBlocks()
+        offs, ifids, tss, caps, wires = found.offs, found.ifids, found.tss, found.caps, found.wires
+        u2, blk = section.u2, section.blk
+        while off + 12 <= n:
+            btype, blen = u2(buf, off)
+            if btype == 0x0A0D0D0A:
+                self._new_section(section, buf, off, base)
+                u2, blk = section.u2, section.blk
                 btype, blen = u2(buf, off)
-                if btype == 0x0A0D0D0A:
-                    magic = buf[off + 8 : off + 12]
-                    if magic == b"\x4d\x3c\x2b\x1a":
-                        bo = "<"
-                    elif magic == b"\x1a\x2b\x3c\x4d":
-                        bo = ">"
-                    else:
-                        raise TraceFileError(f"{self.name}: bad pcapng byte-order magic at byte {base + off}")
-                    u2 = struct.Struct(bo + "II").unpack_from
-                    blk = struct.Struct(bo + "IIIIIII").unpack_from
-                    btype, blen = u2(buf, off)
-                    ifaces = []
-                if blen < 12 or blen % 4 or blen > _MAX_RECORD + 64:
-                    self.stats.corrupt_records += 1
-                    self.stats.resyncs.append(base + off)
-                    new = _resync_pcapng(buf, off, u2)
-                    if new is None:
-                        self.stats.damage.append(
-                            f"corrupt pcapng block length {blen} at byte {base + off}; "
-                            "no valid block follows, reading stopped there"
-                        )
-                        off = n
-                        eof = True
-                        tail = b""
-                        break
-                    self.stats.damage.append(
-                        f"corrupt pcapng block length {blen} at byte {base + off}; "
-                        f"resumed at byte {base + new}"
-                    )
-                    off = new
-                    continue
-                if off + blen > n:
+            if blen < 12 or blen % 4 or blen > _MAX_RECORD + 64:
+                new = self._bad_block_length(buf, off, base, blen, u2)
+                if new is None:
+                    off, eof = n, True
                     break
-                if btype == 6 and off + 28 <= n:  # enhanced packet block
-                    _, _, ifid, hi, lo, cap, wire = blk(buf, off)
-                    if cap > blen - 32:
-                        self.stats.corrupt_records += 1
-                        self.stats.damage.append(
-                            f"packet length {cap} overruns its block at byte {base + off}"
-                        )
-                    elif ifid < len(ifaces):
-                        offs.append(off + 28)
-                        ifids.append(ifid)
-                        tss.append((hi << 32) | lo)
-                        caps.append(cap)
-                        wires.append(wire)
-                    else:
-                        self.stats.skipped_blocks += 1
-                        self._missing_interface(ifid, len(ifaces), base + off)
-                elif btype == 3 and ifaces:  # simple packet block: interface 0, no timestamp
-                    wire = u2(buf, off + 8)[0]
-                    cap = min(wire, blen - 16)
-                    offs.append(off + 12)
-                    ifids.append(0)
-                    tss.append(0)
+                off = new
+                continue
+            if off + blen > n:
+                break
+            if btype == 6 and off + 28 <= n:  # enhanced packet block
+                _, _, ifid, hi, lo, cap, wire = blk(buf, off)
+                if cap <= blen - 32 and ifid < len(section.ifaces):
+                    offs.append(off + 28)
+                    ifids.append(ifid)
+                    tss.append((hi << 32) | lo)
                     caps.append(cap)
                     wires.append(wire)
-                elif btype == 2:  # obsolete packet block
-                    _, _, ifd, hi, lo, cap, wire = blk(buf, off)
-                    ifid = ifd & 0xFFFF if bo == "<" else ifd >> 16
-                    if ifid < len(ifaces) and cap <= blen - 32:
-                        offs.append(off + 28)
-                        ifids.append(ifid)
-                        tss.append((hi << 32) | lo)
-                        caps.append(cap)
-                        wires.append(wire)
-                elif btype == 1:  # interface description block
-                    ifaces.append(self._idb(buf, off, blen, bo))
-                elif btype == 5:  # interface statistics block
-                    self.stats.kernel_drops += _isb_drops(buf, off, blen, bo)
-                off += blen
-            if offs:
-                raw = np.frombuffer(buf, np.uint8)
-                ifid_a = np.array(ifids, np.int64)
-                info = np.array(ifaces, np.int64).reshape(-1, 4)
-                ticks = np.array(tss, np.uint64).astype(np.int64)
-                mul, div, tsoff = info[ifid_a, 1], info[ifid_a, 2], info[ifid_a, 3]
-                ts = np.where(div == 1, ticks * mul, (ticks // div) * mul + (ticks % div) * mul // div)
-                ts = ts + tsoff * 1_000_000_000
-                cap_a = np.array(caps, np.int64)
-                yield self.stats.count(
-                    PacketBatch(
-                        ts_ns=ts,
-                        linktype=info[ifid_a, 0].astype(np.uint16),
-                        offset=np.array(offs, np.int64),
-                        caplen=cap_a,
-                        wirelen=np.maximum(np.array(wires, np.int64), cap_a),
-                        data=raw,
-                    )
-                )
-            tail = buf[off:]
-            base += off
-            if eof:
-                self._ended(f, "block", base, tail)
-                break
+                else:
+                    self._unreadable_packet(cap, blen, ifid, len(section.ifaces), base + off)
+            elif btype in (2, 3):  # obsolete packet block, simple packet block
+                _older_packet_block(section, found, buf, off, btype, blen)
+            elif btype == 1:  # interface description block
+                section.ifaces.append(self._idb(buf, off, blen, section.bo))
+            elif btype == 5:  # interface statistics block
+                self.stats.kernel_drops += _isb_drops(buf, off, blen, section.bo)
+            off += blen
+        batch = _pcapng_batch(buf, found, section.ifaces) if offs else None
+        return batch, off, eof
+
+    def _new_section(self, section: _PcapngSection, buf: bytes, off: int, base: int) -> None:
+        """A section header block at ``off``: its byte order; no interfaces yet."""
+        magic = buf[off + 8 : off + 12]
+        if magic == b"\x4d\x3c\x2b\x1a":
+            section.set_byte_order("<")
+        elif magic == b"\x1a\x2b\x3c\x4d":
+            section.set_byte_order(">")
+        else:
+            raise TraceFileError(f"{self.name}: bad pcapng byte-order magic at byte {base + off}")
+        section.ifaces = []
+
+    def _bad_block_length(self, buf: bytes, off: int, base: int, blen: int, u2: Any) -> int | None:
+        """Count and report a block length that cannot be; the offset of the next plausible
+        block, or None when none follows."""
+        self.stats.corrupt_records += 1
+        self.stats.resyncs.append(base + off)
+        new = _resync_pcapng(buf, off, u2)
+        if new is None:
+            self.stats.damage.append(
+                f"corrupt pcapng block length {blen} at byte {base + off}; "
+                "no valid block follows, reading stopped there"
+            )
+        else:
+            self.stats.damage.append(
+                f"corrupt pcapng block length {blen} at byte {base + off}; resumed at byte {base + new}"
+            )
+        return new
+
+    def _unreadable_packet(self, cap: int, blen: int, ifid: int, known: int, at: int) -> None:
+        """An enhanced packet block at byte ``at`` whose packet overruns it (corrupt) or
+        names an interface the file never described (skipped)."""
+        if cap > blen - 32:
+            self.stats.corrupt_records += 1
+            self.stats.damage.append(f"packet length {cap} overruns its block at byte {at}")
+        else:
+            self.stats.skipped_blocks += 1
+            self._missing_interface(ifid, known, at)
 
     def _idb(self, buf: bytes, off: int, blen: int, bo: str) -> tuple[int, int, int, int]:
         linktype = struct.unpack_from(bo + "H", buf, off + 8)[0]
@@ -803,6 +778,114 @@ class PcapSource:
                 tsoffset = struct.unpack_from(bo + "q", buf, p + 4)[0]
             p += 4 + ((length + 3) & ~3)
         return linktype, mul, div, tsoffset
+
+
+#: Reads one buffer of a capture: (buffer, its file offset, input ended) -> (the batch
+#: of its whole records or None, the offset where they end, reading ends there).
+_Scan = Callable[[bytes, int, bool], tuple[PacketBatch | None, int, bool]]
+
+
+@dataclass
+class _PcapFormat:
+    """A pcap file's header as the reader uses it, and the seconds of the last record read
+    (a resynchronization candidate a day away from it is not a record)."""
+
+    bo: str  # byte order of the header fields
+    unit: int  # ns per tick of the fraction field
+    linktype: int
+    max_len: int  # the largest record length that is not corrupt
+    last_sec: int | None = None
+
+
+def _pcap_batch(fmt: _PcapFormat, buf: bytes, offs: list[int]) -> tuple[PacketBatch, int]:
+    """The records at ``offs`` in ``buf`` as a batch, and the seconds of the last one."""
+    o = np.array(offs, np.int64)
+    raw = np.frombuffer(buf, np.uint8)
+    # Each header as two 8-byte words (seconds and fraction, captured and
+    # original length): two gathers instead of sixteen.
+    words = _record_words(raw, o, fmt.bo)
+    sec = words[0].astype(np.int64)
+    ts = sec * 1_000_000_000 + words[1].astype(np.int64) * fmt.unit
+    cap_a = words[2].astype(np.int64)
+    batch = PacketBatch(
+        ts_ns=ts,
+        linktype=np.full(len(o), fmt.linktype, np.uint16),
+        offset=o + 16,
+        caplen=cap_a,
+        wirelen=np.maximum(words[3].astype(np.int64), cap_a),
+        data=raw,
+    )
+    return batch, int(sec[-1])
+
+
+class _PcapngSection:
+    """The pcapng section being read: its byte order (with readers of block fields in it)
+    and the interfaces it described so far (link type, ns multiplier and divisor, offset
+    in seconds)."""
+
+    def __init__(self) -> None:
+        self.ifaces: list[tuple[int, int, int, int]] = []
+        self.set_byte_order("<")
+
+    def set_byte_order(self, bo: str) -> None:
+        self.bo = bo
+        self.u2 = struct.Struct(bo + "II").unpack_from
+        self.blk = struct.Struct(bo + "IIIIIII").unpack_from
+
+
+@dataclass
+class _PacketBlocks:
+    """The packets of a buffer's pcapng blocks: where each starts, its interface, its
+    timestamp in interface ticks, its captured and original length."""
+
+    offs: list[int] = field(default_factory=list)
+    ifids: list[int] = field(default_factory=list)
+    tss: list[int] = field(default_factory=list)
+    caps: list[int] = field(default_factory=list)
+    wires: list[int] = field(default_factory=list)
+
+    def add(self, off: int, ifid: int, ticks: int, cap: int, wire: int) -> None:
+        self.offs.append(off)
+        self.ifids.append(ifid)
+        self.tss.append(ticks)
+        self.caps.append(cap)
+        self.wires.append(wire)
+
+
+def _older_packet_block(
+    section: _PcapngSection, found: _PacketBlocks, buf: bytes, off: int, btype: int, blen: int
+) -> None:
+    """Add the packet of a simple (3: interface 0, no timestamp) or obsolete (2) packet
+    block at ``off`` to ``found``, when its interface is described."""
+    if btype == 3:
+        if section.ifaces:
+            wire = section.u2(buf, off + 8)[0]
+            found.add(off + 12, 0, 0, min(wire, blen - 16), wire)
+        return
+    _, _, ifd, hi, lo, cap, wire = section.blk(buf, off)
+    ifid = ifd & 0xFFFF if section.bo == "<" else ifd >> 16
+    if ifid < len(section.ifaces) and cap <= blen - 32:
+        found.add(off + 28, ifid, (hi << 32) | lo, cap, wire)
+
+
+def _pcapng_batch(buf: bytes, found: _PacketBlocks, ifaces: list[tuple[int, int, int, int]]) -> PacketBatch:
+    """The packets ``found`` in ``buf`` as a batch, timestamps in ns by their interfaces."""
+    raw = np.frombuffer(buf, np.uint8)
+    ifid_a = np.array(found.ifids, np.int64)
+    info = np.array(ifaces, np.int64).reshape(-1, 4)
+    ticks = np.array(found.tss, np.uint64).astype(np.int64)
+    mul, div, tsoff = info[ifid_a, 1], info[ifid_a, 2], info[ifid_a, 3]
+    ts = np.where(div == 1, ticks * mul, (ticks // div) * mul + (ticks % div) * mul // div)
+    ts = ts + tsoff * 1_000_000_000
+    cap_a = np.array(found.caps, np.int64)
+    return PacketBatch(
+        ts_ns=ts,
+        linktype=info[ifid_a, 0].astype(np.uint16),
+        offset=np.array(found.offs, np.int64),
+        caplen=cap_a,
+        wirelen=np.maximum(np.array(found.wires, np.int64), cap_a),
+        data=raw,
+    )
 
 
 def _record_words(raw: np.ndarray, at: np.ndarray, bo: str) -> list[np.ndarray]:

@@ -367,7 +367,48 @@ def render_pcap(
         raise ParameterError(f"gap_ns {gap_ns} must be at least 1 (nanoseconds)")
     if chunk_packets < 1:
         raise ParameterError(f"chunk_packets {chunk_packets} must be at least 1")
-    trace = tracefmt.validate_trace(trace)
+    msgs = _read_messages(tracefmt.validate_trace(trace))
+    addrs = node_addresses(msgs.nodes)
+    conns = _pair_connections(msgs, gap_ns)
+    sends = np.flatnonzero(msgs.op == OP_SEND)
+    refs = _render_payloads(msgs, conns, sends, addrs)
+    pk = _packets_in_time_order(msgs, conns, sends, refs, gap_ns)
+    out = Path(output)
+    written = _write_pcap(out, pk, _ip_numbers(len(msgs.nodes)), refs.payloads, refs.glen, chunk_packets)
+    names_path = None
+    if names_file is not None:
+        names_path = write_names_file(addrs, names_file)
+    return SynthPcapReport(
+        output=str(out),
+        packets=len(pk["ts"]),
+        bytes=written,
+        connections=len(conns),
+        datagrams=len(sends),
+        missing_requests=int((~conns.has_req).sum()),
+        missing_responses=int((~conns.has_resp).sum()),
+        duplicates=msgs.duplicates,
+        addresses={k: f"{a}:{p}" for k, (a, p) in addrs.items()},
+        names_file=names_path,
+    )
+
+
+@dataclass(frozen=True)
+class _Messages:
+    """The trace's messages as numpy columns, nodes numbered in order of first appearance."""
+
+    nodes: list[str]
+    ts: np.ndarray  # int64 ns
+    op: np.ndarray  # op code, -1 for a message seen before (rendered once)
+    src: np.ndarray  # sender's node number
+    dst: np.ndarray  # receiver's node number
+    key: np.ndarray  # uint64 that pairs a call with its return (``true_call`` or ``id``)
+    has_key: np.ndarray
+    ids: np.ndarray  # uint64 id written into the payload (0 when null)
+    duplicates: int
+
+
+def _read_messages(trace: pa.Table) -> _Messages:
+    """The numpy columns of a validated trace, duplicates marked with op -1."""
     n = trace.num_rows
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     op = tracefmt.op_codes(trace)
@@ -390,20 +431,51 @@ def render_pcap(
         _, first_row = np.unique(ident, axis=0, return_index=True)
         dup[:] = True
         dup[first_row] = False
-    op = np.where(dup, -1, op)
+    return _Messages(
+        nodes=nodes,
+        ts=ts,
+        op=np.where(dup, -1, op),
+        src=src,
+        dst=dst,
+        key=key,
+        has_key=has_key,
+        ids=ids,
+        duplicates=int(dup.sum()),
+    )
 
-    addrs = node_addresses(nodes)
-    ip = _ip_numbers(len(nodes))
 
+@dataclass(frozen=True)
+class _Connections:
+    """One TCP connection per call (with its return or none) and per unpaired return."""
+
+    has_req: np.ndarray  # the call is in the trace (else its data segment is left out)
+    has_resp: np.ndarray  # the return is in the trace
+    client: np.ndarray  # caller's node number
+    server: np.ndarray  # callee's node number
+    t_req: np.ndarray  # int64 ns of the request's first packet
+    t_resp: np.ndarray  # int64 ns of the response's first packet (0 when it never comes)
+    call_id: np.ndarray  # uint64 id written into request and response
+    pair: np.ndarray  # client * nodes + server: payloads are grouped by it
+    cport: np.ndarray  # the client's ephemeral port
+    isn_c: np.ndarray  # uint64 initial sequence numbers of client and server
+    isn_s: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.has_req)
+
+
+def _pair_connections(msgs: _Messages, gap_ns: int) -> _Connections:
+    """Pair calls with returns into connections, with their times, ports and sequence numbers."""
+    n = len(msgs.ts)
+    ts, ids = msgs.ts, msgs.ids
     # Calls first, then returns: pair them.
-    ic = np.flatnonzero(op == OP_CALL)
-    ir = np.flatnonzero(op == OP_RETURN)
-    isend = np.flatnonzero(op == OP_SEND)
+    ic = np.flatnonzero(msgs.op == OP_CALL)
+    ir = np.flatnonzero(msgs.op == OP_RETURN)
     m = np.concatenate([ic, ir])
     side = np.concatenate([np.zeros(len(ic), np.int64), np.ones(len(ir), np.int64)])
-    caller = np.concatenate([src[ic], dst[ir]])
-    callee = np.concatenate([dst[ic], src[ir]])
-    match = _pair_calls(caller, callee, key[m], has_key[m], ts[m], side)
+    caller = np.concatenate([msgs.src[ic], msgs.dst[ir]])
+    callee = np.concatenate([msgs.dst[ic], msgs.src[ir]])
+    match = _pair_calls(caller, callee, msgs.key[m], msgs.has_key[m], ts[m], side)
     paired_ret = np.zeros(len(m), dtype=bool)
     paired_ret[match[match >= 0]] = True
     # Connections: every call (with its return or none), and every unpaired return.
@@ -424,21 +496,56 @@ def render_pcap(
     conv_id = np.where(
         has_req, ids[np.maximum(req_row, 0)] if n else 0, ids[np.maximum(resp_row, 0)] if n else 0
     )
+    pair = c_node * len(msgs.nodes) + s_node
+    # Initial sequence numbers, deterministic per connection.
+    isn_c = (np.arange(nconv, dtype=np.uint64) * np.uint64(2654435761)) & np.uint64(0xFFFFFFFF)
+    isn_s = (isn_c * np.uint64(40503) + np.uint64(12345)) & np.uint64(0xFFFFFFFF)
+    return _Connections(
+        has_req=has_req,
+        has_resp=has_resp,
+        client=c_node,
+        server=s_node,
+        t_req=t_req,
+        t_resp=t_resp,
+        call_id=conv_id,
+        pair=pair,
+        cport=_client_ports(pair, t_req),
+        isn_c=isn_c,
+        isn_s=isn_s,
+    )
 
-    # Ephemeral ports: the k-th connection of a caller to a callee, in time order.
-    pair = c_node * len(nodes) + s_node
+
+def _client_ports(pair: np.ndarray, t_req: np.ndarray) -> np.ndarray:
+    """Ephemeral ports: the k-th connection of a caller to a callee, in time order."""
+    nconv = len(pair)
     order = np.lexsort((t_req, pair))
     first = np.ones(nconv, dtype=bool)
     first[1:] = pair[order][1:] != pair[order][:-1]
     start = np.maximum.accumulate(np.where(first, np.arange(nconv), 0))
     ordinal = np.empty(nconv, dtype=np.int64)
     ordinal[order] = np.arange(nconv) - start
-    cport = _EPHEMERAL_LO + ordinal % _EPHEMERAL_N
-    # Initial sequence numbers, deterministic per connection.
-    isn_c = (np.arange(nconv, dtype=np.uint64) * np.uint64(2654435761)) & np.uint64(0xFFFFFFFF)
-    isn_s = (isn_c * np.uint64(40503) + np.uint64(12345)) & np.uint64(0xFFFFFFFF)
+    return _EPHEMERAL_LO + ordinal % _EPHEMERAL_N
 
-    payloads = _Payloads()
+
+@dataclass(frozen=True)
+class _PayloadRefs:
+    """Where each request, response and datagram payload is: (group, row) in ``payloads``."""
+
+    payloads: _Payloads
+    glen: np.ndarray  # payload length of each group, then 0 for group -1 (no payload)
+    req_g: np.ndarray
+    req_r: np.ndarray
+    resp_g: np.ndarray
+    resp_r: np.ndarray
+    send_g: np.ndarray
+    send_r: np.ndarray
+
+
+def _render_payloads(
+    msgs: _Messages, conns: _Connections, sends: np.ndarray, addrs: Mapping[str, tuple[str, int]]
+) -> _PayloadRefs:
+    """The request and response of every connection and the datagram of every send."""
+    nodes = msgs.nodes
 
     def req_text(p: int, blen: int) -> str:
         c, s = divmod(p, len(nodes))
@@ -464,28 +571,75 @@ def render_pcap(
     def resp_len(p: int) -> int:
         return 32 + (p * 53) % 211
 
-    req_g, req_r = _build_payloads(payloads, pair, conv_id, req_text, body_len)
-    resp_g, resp_r = _build_payloads(payloads, pair, conv_id, resp_text, resp_len)
-    send_pair = src[isend] * len(nodes) + dst[isend]
-    send_g, send_r = _build_payloads(payloads, send_pair, ids[isend], send_text, body_len)
-    glen = np.array([g.shape[1] for g in payloads.groups] + [0], dtype=np.int64)
-    req_len = glen[req_g]
-    resp_len_ = glen[resp_g]
+    payloads = _Payloads()
+    req_g, req_r = _build_payloads(payloads, conns.pair, conns.call_id, req_text, body_len)
+    resp_g, resp_r = _build_payloads(payloads, conns.pair, conns.call_id, resp_text, resp_len)
+    send_pair = msgs.src[sends] * len(nodes) + msgs.dst[sends]
+    send_g, send_r = _build_payloads(payloads, send_pair, msgs.ids[sends], send_text, body_len)
+    return _PayloadRefs(
+        payloads=payloads,
+        glen=np.array([g.shape[1] for g in payloads.groups] + [0], dtype=np.int64),
+        req_g=req_g,
+        req_r=req_r,
+        resp_g=resp_g,
+        resp_r=resp_r,
+        send_g=send_g,
+        send_r=send_r,
+    )
 
-    # Every packet of every connection: (connection, step), dropping lost data segments.
+
+def _packets_in_time_order(
+    msgs: _Messages, conns: _Connections, sends: np.ndarray, refs: _PayloadRefs, gap_ns: int
+) -> dict[str, np.ndarray]:
+    """Every packet's fields (TCP and UDP), in the order they go into the file."""
+    tcp = _tcp_packets(conns, refs, gap_ns)
+    udp = _udp_packets(msgs, sends, refs, first_tie=len(conns) * len(_STEPS))
+    pk = {k: np.concatenate([tcp[k], udp[k]]) for k in tcp}
+    order = np.lexsort((pk["tie"], pk["ts"]))
+    return {k: v[order] for k, v in pk.items()}
+
+
+def _tcp_packets(conns: _Connections, refs: _PayloadRefs, gap_ns: int) -> dict[str, np.ndarray]:
+    """Every packet of every connection, (connection, step) in order; lost data segments
+    are left out."""
     steps = len(_STEPS)
+    nconv = len(conns)
     conv_of = np.repeat(np.arange(nconv), steps)
     step_of = np.tile(np.arange(steps), nconv)
     who, flags, anchor, offset, carries = (_STEPS[step_of, j] for j in range(5))
-    keep = ~(((carries == 1) & ~has_req[conv_of]) | ((anchor == 1) & ~has_resp[conv_of]))
+    keep = ~(((carries == 1) & ~conns.has_req[conv_of]) | ((anchor == 1) & ~conns.has_resp[conv_of]))
     conv_of, step_of, who, flags, anchor, offset, carries = (
         a[keep] for a in (conv_of, step_of, who, flags, anchor, offset, carries)
     )
-    tcp_ts = np.where(anchor == 0, t_req[conv_of], t_resp[conv_of]) + offset * gap_ns
-    # Sequence numbers follow from what each side has sent before the step.
-    lq = req_len[conv_of].astype(np.uint64)
-    lr = resp_len_[conv_of].astype(np.uint64)
-    ic_, is_ = isn_c[conv_of], isn_s[conv_of]
+    tcp_ts = np.where(anchor == 0, conns.t_req[conv_of], conns.t_resp[conv_of]) + offset * gap_ns
+    client_side = who == 0
+    seq, ack = _sequence_numbers(conns, refs, conv_of, step_of, client_side)
+    c_node, s_node = conns.client[conv_of], conns.server[conv_of]
+    cport = conns.cport[conv_of]
+    return {
+        "ts": tcp_ts,
+        "src": np.where(client_side, c_node, s_node),
+        "dst": np.where(client_side, s_node, c_node),
+        "sport": np.where(client_side, cport, _BASE_PORT + s_node),
+        "dport": np.where(client_side, _BASE_PORT + s_node, cport),
+        "seq": seq,
+        "ack": ack,
+        "flags": flags,
+        "group": np.select([carries == 1, carries == 2], [refs.req_g[conv_of], refs.resp_g[conv_of]], -1),
+        "row": np.select([carries == 1, carries == 2], [refs.req_r[conv_of], refs.resp_r[conv_of]], 0),
+        "udp": np.zeros(len(conv_of), dtype=bool),
+        "tie": conv_of * steps + step_of,
+    }
+
+
+def _sequence_numbers(
+    conns: _Connections, refs: _PayloadRefs, conv_of: np.ndarray, step_of: np.ndarray, client_side: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sequence and acknowledgement numbers of each packet, from what each side has sent
+    before its step."""
+    lq = refs.glen[refs.req_g][conv_of].astype(np.uint64)
+    lr = refs.glen[refs.resp_g][conv_of].astype(np.uint64)
+    ic_, is_ = conns.isn_c[conv_of], conns.isn_s[conv_of]
     one = np.uint64(1)
     c_seq = np.select(
         [step_of == 0, step_of <= 3, step_of <= 6], [ic_, ic_ + one, ic_ + one + lq], ic_ + 2 + lq
@@ -499,54 +653,29 @@ def render_pcap(
     s_ack = np.select(
         [step_of <= 4, step_of <= 7], [ic_ + one + lq * (step_of == 4), ic_ + 2 + lq], ic_ + 2 + lq
     )
-    tcp = {
-        "ts": tcp_ts,
-        "src": np.where(who == 0, c_node[conv_of], s_node[conv_of]),
-        "dst": np.where(who == 0, s_node[conv_of], c_node[conv_of]),
-        "sport": np.where(who == 0, cport[conv_of], _BASE_PORT + s_node[conv_of]),
-        "dport": np.where(who == 0, _BASE_PORT + s_node[conv_of], cport[conv_of]),
-        "seq": np.where(who == 0, c_seq, s_seq) & np.uint64(0xFFFFFFFF),
-        "ack": np.where(who == 0, c_ack, s_ack) & np.uint64(0xFFFFFFFF),
-        "flags": flags,
-        "group": np.select([carries == 1, carries == 2], [req_g[conv_of], resp_g[conv_of]], -1),
-        "row": np.select([carries == 1, carries == 2], [req_r[conv_of], resp_r[conv_of]], 0),
-        "udp": np.zeros(len(conv_of), dtype=bool),
-        "tie": conv_of * steps + step_of,
+    mask = np.uint64(0xFFFFFFFF)
+    return np.where(client_side, c_seq, s_seq) & mask, np.where(client_side, c_ack, s_ack) & mask
+
+
+def _udp_packets(
+    msgs: _Messages, sends: np.ndarray, refs: _PayloadRefs, first_tie: int
+) -> dict[str, np.ndarray]:
+    """One datagram per send, ordered after every TCP packet of the same instant."""
+    src, dst = msgs.src[sends], msgs.dst[sends]
+    return {
+        "ts": msgs.ts[sends],
+        "src": src,
+        "dst": dst,
+        "sport": _BASE_PORT + src,
+        "dport": _BASE_PORT + dst,
+        "seq": np.zeros(len(sends), np.uint64),
+        "ack": np.zeros(len(sends), np.uint64),
+        "flags": np.zeros(len(sends), np.int64),
+        "group": refs.send_g,
+        "row": refs.send_r,
+        "udp": np.ones(len(sends), dtype=bool),
+        "tie": first_tie + np.arange(len(sends)),
     }
-    udp = {
-        "ts": ts[isend],
-        "src": src[isend],
-        "dst": dst[isend],
-        "sport": _BASE_PORT + src[isend],
-        "dport": _BASE_PORT + dst[isend],
-        "seq": np.zeros(len(isend), np.uint64),
-        "ack": np.zeros(len(isend), np.uint64),
-        "flags": np.zeros(len(isend), np.int64),
-        "group": send_g,
-        "row": send_r,
-        "udp": np.ones(len(isend), dtype=bool),
-        "tie": nconv * steps + np.arange(len(isend)),
-    }
-    pk = {k: np.concatenate([tcp[k], udp[k]]) for k in tcp}
-    order = np.lexsort((pk["tie"], pk["ts"]))
-    pk = {k: v[order] for k, v in pk.items()}
-    out = Path(output)
-    written = _write_pcap(out, pk, ip, payloads, glen, chunk_packets)
-    names_path = None
-    if names_file is not None:
-        names_path = write_names_file(addrs, names_file)
-    return SynthPcapReport(
-        output=str(out),
-        packets=len(order),
-        bytes=written,
-        connections=int(nconv),
-        datagrams=len(isend),
-        missing_requests=int((~has_req).sum()),
-        missing_responses=int((~has_resp).sum()),
-        duplicates=int(dup.sum()),
-        addresses={k: f"{a}:{p}" for k, (a, p) in addrs.items()},
-        names_file=names_path,
-    )
 
 
 def default_names_path(pcap: PathLike) -> Path:
@@ -658,44 +787,58 @@ def _assemble(pk: dict[str, np.ndarray], ip: np.ndarray, payloads: _Payloads, gl
         sel = pk["group"] == g
         psum[sel] = payloads.sums[g][pk["row"][sel]]
 
-    for is_udp, dtype in ((False, _TCP_HDR), (True, _UDP_HDR)):
+    for is_udp in (False, True):
         sel = np.flatnonzero(udp == is_udp)
-        if not len(sel):
-            continue
-        h = np.zeros(len(sel), dtype=dtype)
-        s, d = pk["src"][sel], pk["dst"][sel]
-        h["dst_mac"], h["src_mac"] = _mac(d), _mac(s)
-        h["ethertype"] = 0x0800
-        h["ver_ihl"] = 0x45
-        l4 = dtype.itemsize - _ETH_LEN - 20 + plen[sel]
-        h["ip_len"] = 20 + l4
-        h["ip_id"] = pk["tie"][sel] & 0xFFFF
-        h["frag"] = 0x4000  # don't fragment
-        h["ttl"] = 64
-        h["proto"] = 17 if is_udp else 6
-        h["src_ip"], h["dst_ip"] = ip[s], ip[d]
-        h["sport"], h["dport"] = pk["sport"][sel], pk["dport"][sel]
-        raw = h.view(np.uint8).reshape(len(sel), -1)
-        h["ip_sum"] = _fold(_ones_sum(raw[:, _ETH_LEN : _ETH_LEN + 20].copy().view(">u2")))
-        if is_udp:
-            h["udp_len"] = l4
-            # UDP over IPv4 may carry no checksum (zero).
-        else:
-            h["seq"], h["ack"] = pk["seq"][sel], pk["ack"][sel]
-            h["off"] = 5 << 4
-            h["flags"] = pk["flags"][sel]
-            h["win"] = 65535
-            raw = h.view(np.uint8).reshape(len(sel), -1)
-            pseudo = (ip[s] >> 16) + (ip[s] & 0xFFFF) + (ip[d] >> 16) + (ip[d] & 0xFFFF) + 6 + l4
-            words = raw[:, _ETH_LEN + 20 :].copy().view(">u2")
-            h["tcp_sum"] = _fold(_ones_sum(words) + pseudo.astype(np.uint64) + psum[sel])
-        _scatter(buf, off[sel] + _REC_HDR.itemsize, h.view(np.uint8).reshape(len(sel), -1))
+        if len(sel):
+            headers = _frame_headers(pk, sel, is_udp, ip, plen[sel], psum[sel])
+            _scatter(buf, off[sel] + _REC_HDR.itemsize, headers)
 
     start = off[:-1] + _REC_HDR.itemsize + hlen
     for g in np.unique(pk["group"][pk["group"] >= 0]):
         sel = np.flatnonzero(pk["group"] == g)
         _scatter(buf, start[sel], payloads.groups[g][pk["row"][sel]])
     return buf.tobytes()
+
+
+def _frame_headers(
+    pk: dict[str, np.ndarray],
+    sel: np.ndarray,
+    is_udp: bool,
+    ip: np.ndarray,
+    plen: np.ndarray,
+    psum: np.ndarray,
+) -> np.ndarray:
+    """Ethernet, IPv4 and UDP or TCP headers (checksums filled in) of the packets ``sel``,
+    one row of bytes each; ``plen`` and ``psum`` are their payloads' lengths and partial sums."""
+    dtype = _UDP_HDR if is_udp else _TCP_HDR
+    h = np.zeros(len(sel), dtype=dtype)
+    s, d = pk["src"][sel], pk["dst"][sel]
+    h["dst_mac"], h["src_mac"] = _mac(d), _mac(s)
+    h["ethertype"] = 0x0800
+    h["ver_ihl"] = 0x45
+    l4 = dtype.itemsize - _ETH_LEN - 20 + plen
+    h["ip_len"] = 20 + l4
+    h["ip_id"] = pk["tie"][sel] & 0xFFFF
+    h["frag"] = 0x4000  # don't fragment
+    h["ttl"] = 64
+    h["proto"] = 17 if is_udp else 6
+    h["src_ip"], h["dst_ip"] = ip[s], ip[d]
+    h["sport"], h["dport"] = pk["sport"][sel], pk["dport"][sel]
+    raw = h.view(np.uint8).reshape(len(sel), -1)
+    h["ip_sum"] = _fold(_ones_sum(raw[:, _ETH_LEN : _ETH_LEN + 20].copy().view(">u2")))
+    if is_udp:
+        h["udp_len"] = l4
+        # UDP over IPv4 may carry no checksum (zero).
+    else:
+        h["seq"], h["ack"] = pk["seq"][sel], pk["ack"][sel]
+        h["off"] = 5 << 4
+        h["flags"] = pk["flags"][sel]
+        h["win"] = 65535
+        raw = h.view(np.uint8).reshape(len(sel), -1)
+        pseudo = (ip[s] >> 16) + (ip[s] & 0xFFFF) + (ip[d] >> 16) + (ip[d] & 0xFFFF) + 6 + l4
+        words = raw[:, _ETH_LEN + 20 :].copy().view(">u2")
+        h["tcp_sum"] = _fold(_ones_sum(words) + pseudo.astype(np.uint64) + psum)
+    return h.view(np.uint8).reshape(len(sel), -1)
 
 
 def _scatter(buf: np.ndarray, starts: np.ndarray, rows: np.ndarray) -> None:
