@@ -308,22 +308,8 @@ class RealTestbed(Namespaces):
         # reach it (a pytest or home directory may be closed to them).
         self.pgdir = Path(tempfile.mkdtemp(prefix="wprt-pg-"))
         os.chmod(self.pgdir, 0o755)
-        data = self.pgdir / "data"
         user = "postgres" if _has_user("postgres") else "nobody"
-        data.mkdir()
-        shutil.chown(data, user)
-        initdb = postgres_bin("initdb")
-        assert initdb is not None
-        made = subprocess.run(
-            ["runuser", "-u", user, "--", initdb, "-D", str(data), "-U", "postgres", "--auth=trust"],
-            check=False,
-            capture_output=True,
-            text=True,
-        )
-        if made.returncode != 0:
-            raise RuntimeError(f"initdb failed: {made.stderr.strip()[-2000:]}")
-        with (data / "pg_hba.conf").open("a") as f:
-            f.write(f"host all all {SUBNET}.0/24 trust\n")
+        data = _init_cluster(self.pgdir / "data", user)
         self._spawn(
             "pg",
             "pg",
@@ -348,6 +334,10 @@ class RealTestbed(Namespaces):
             "max_connections=40",
         )
         self.wait_port("pg", PORTS["pg"])
+        self._create_items()
+
+    def _create_items(self) -> None:
+        """The table the apps query, once the server accepts logins."""
         sql = (
             "CREATE TABLE items (id int PRIMARY KEY, price int);"
             "INSERT INTO items SELECT i, i * 3 FROM generate_series(0, 99) i;"
@@ -518,90 +508,123 @@ http {{
         self.load(max(100, clients * 4), clients, first=first + 10_000_000)  # connections, statements
         for app in ("app1", "app2"):
             (self.work / f"spans-{app}.jsonl").unlink(missing_ok=True)
-        agent = subprocess.Popen(
-            self.exec_argv(
-                "sw",
-                self.python,
-                "-X",
-                "faulthandler",  # SIGABRT dumps every thread's stack: where a stuck agent waits
-                "-m",
-                "wirepath",
-                "capture",
-                "live",
-                "--iface",
-                BRIDGE,
-                "--names",
-                str(NAMES),
-                "--out",
-                str(run.dir / "bridge"),
-                "--json",
-            ),
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        dumps = {
-            h: subprocess.Popen(
-                self.exec_argv(
-                    h,
-                    "tcpdump",
-                    "-i",
-                    "eth0",
-                    "-n",
-                    "-U",
-                    "--immediate-mode",
-                    "-Z",
-                    "root",
-                    "-s",
-                    "0",
-                    "-w",
-                    str(run.dir / f"{h}.pcap"),
-                ),
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for h in SERVERS
-        }
-        procs = [agent, *dumps.values()]
+        agent = self._start_agent(run)
+        procs = [agent, *(self._start_tcpdump(h, run) for h in SERVERS)]
         try:
             for proc in procs:
-                assert proc.stderr is not None
-                while True:  # until each recorder listens
-                    line = proc.stderr.readline()
-                    if not line or line.startswith("recording ") or "listening on" in line:
-                        break
+                _wait_listening(proc)
             time.sleep(0.3)
             run.load = self.load(requests, clients, first=first, think_s=think_s)
             time.sleep(1.0)  # the last spans reach their files
         finally:
-            for proc in procs:
-                proc.send_signal(signal.SIGINT)
-            try:
-                outs = [proc.communicate(timeout=300) for proc in procs]
-            except subprocess.TimeoutExpired:
-                stacks = ""
-                if agent.poll() is None:
-                    agent.send_signal(signal.SIGABRT)
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        stacks = agent.communicate(timeout=10)[1] or ""
-                        (run.dir / "agent-stuck.txt").write_text(stacks)
-                for proc in procs:  # none may go on writing into the run's directory
-                    proc.kill()
-                raise RuntimeError(
-                    f"a recorder did not stop within 300 s of SIGINT; the agent's stderr and stacks "
-                    f"(also in {run.dir / 'agent-stuck.txt'}):\n{stacks[-4000:]}"
-                ) from None
+            outs = _stop_recorders(procs, agent, run)
         run.capture = json.loads(outs[0][0])
         run.bridge_trace = Path(run.capture["trace"])
+        run.spans = self._gather_spans(run)
+        return run
+
+    def _start_agent(self, run: Run) -> subprocess.Popen[str]:
+        """``wirepath capture live`` on the switch's bridge, into the run's directory."""
+        argv = self.exec_argv(
+            "sw",
+            self.python,
+            "-X",
+            "faulthandler",  # SIGABRT dumps every thread's stack: where a stuck agent waits
+            "-m",
+            "wirepath",
+            "capture",
+            "live",
+            "--iface",
+            BRIDGE,
+            "--names",
+            str(NAMES),
+            "--out",
+            str(run.dir / "bridge"),
+            "--json",
+        )
+        return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def _start_tcpdump(self, host: str, run: Run) -> subprocess.Popen[str]:
+        """tcpdump on a server's own interface: what that host saw, for the merge."""
+        argv = self.exec_argv(
+            host,
+            "tcpdump",
+            "-i",
+            "eth0",
+            "-n",
+            "-U",
+            "--immediate-mode",
+            "-Z",
+            "root",
+            "-s",
+            "0",
+            "-w",
+            str(run.dir / f"{host}.pcap"),
+        )
+        return subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+
+    def _gather_spans(self, run: Run) -> Path:
+        """The apps' span files, one file for the run."""
         spans = run.dir / "spans.jsonl"
         with spans.open("w") as f:
             for app in ("app1", "app2"):
                 p = self.work / f"spans-{app}.jsonl"
                 if p.exists():
                     f.write(p.read_text())
-        run.spans = spans
-        return run
+        return spans
+
+
+def _wait_listening(proc: subprocess.Popen[str]) -> None:
+    """Until a recorder says it records (the agent) or listens (tcpdump), or exits."""
+    assert proc.stderr is not None
+    while True:
+        line = proc.stderr.readline()
+        if not line or line.startswith("recording ") or "listening on" in line:
+            return
+
+
+def _stop_recorders(
+    procs: list[subprocess.Popen[str]], agent: subprocess.Popen[str], run: Run
+) -> list[tuple[str, str]]:
+    """SIGINT to every recorder and their outputs; one stuck for 300 s is killed with the
+    agent's stacks saved (``agent-stuck.txt``), and the run fails."""
+    for proc in procs:
+        proc.send_signal(signal.SIGINT)
+    try:
+        return [proc.communicate(timeout=300) for proc in procs]
+    except subprocess.TimeoutExpired:
+        stacks = ""
+        if agent.poll() is None:
+            agent.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                stacks = agent.communicate(timeout=10)[1] or ""
+                (run.dir / "agent-stuck.txt").write_text(stacks)
+        for proc in procs:  # none may go on writing into the run's directory
+            proc.kill()
+        raise RuntimeError(
+            f"a recorder did not stop within 300 s of SIGINT; the agent's stderr and stacks "
+            f"(also in {run.dir / 'agent-stuck.txt'}):\n{stacks[-4000:]}"
+        ) from None
+
+
+def _init_cluster(data: Path, user: str) -> Path:
+    """A new database cluster in ``data``, owned by ``user``, trusting the testbed's
+    subnet."""
+    data.mkdir()
+    shutil.chown(data, user)
+    initdb = postgres_bin("initdb")
+    assert initdb is not None
+    made = subprocess.run(
+        ["runuser", "-u", user, "--", initdb, "-D", str(data), "-U", "postgres", "--auth=trust"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        raise RuntimeError(f"initdb failed: {made.stderr.strip()[-2000:]}")
+    with (data / "pg_hba.conf").open("a") as f:
+        f.write(f"host all all {SUBNET}.0/24 trust\n")
+    return data
 
 
 def _has_user(name: str) -> bool:
@@ -874,7 +897,7 @@ def open_testbed(work: Path | None = None, **kw: Any) -> Iterator[RealTestbed]:
         yield bed
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=["run", "loads", "shell"])
     p.add_argument("--out", type=Path, default=REPO / "build" / "testbed", help="where runs are written")
@@ -893,23 +916,42 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="how PostgreSQL's replies to app1 are delayed: tc netem, a relay, or netem if the kernel has it",
     )
-    a = p.parse_args(argv)
+    return p
+
+
+def _cannot_run(out: Path) -> str | None:
+    """Why the testbed cannot run here with ``out`` as its directory (None: it can)."""
     if os.geteuid() != 0:
-        print("error: the testbed needs root: network namespaces and veth links (sudo ...)", file=sys.stderr)
-        return 1
+        return "the testbed needs root: network namespaces and veth links (sudo ...)"
     why = _probe_namespaces()
     if why:
-        print(f"error: cannot make network namespaces here: {why}", file=sys.stderr)
+        return f"cannot make network namespaces here: {why}"
+    # Only a directory an earlier testbed run made is replaced: --out . or ~ must not be
+    # wiped by root.
+    earlier = (out / "work").is_dir() or (out / "findings.json").is_file()
+    if out.exists() and any(out.iterdir()) and not earlier:
+        return f"{out} is not empty and holds no earlier testbed run; give a new directory"
+    return None
+
+
+def _print_loads(findings: dict[str, Any]) -> None:
+    print("clients  requests/s  p50 ms  requests  fully right  calls right  calls joined (ambiguous)")
+    for r in findings["loads"]:
+        j = r["join"]
+        print(
+            f"{r['clients']:>7}  {r['rate_per_s']:>10}  {r['p50_ms']:>6}  {r['requests']:>8}  "
+            f"{r['fully_right_rate']:>11.1%}  {r['right_parent_rate']:>11.1%}  "
+            f"{j['joined_share']:>7.1%} ({j['ambiguous']})"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    why = _cannot_run(a.out)
+    if why:
+        print(f"error: {why}", file=sys.stderr)
         return 1
-    if a.out.exists() and any(a.out.iterdir()):
-        # Only a directory an earlier testbed run made is replaced: --out . or ~ must not
-        # be wiped by root.
-        if not (a.out / "work").is_dir() and not (a.out / "findings.json").is_file():
-            print(
-                f"error: {a.out} is not empty and holds no earlier testbed run; give a new directory",
-                file=sys.stderr,
-            )
-            return 1
+    if a.out.exists():
         shutil.rmtree(a.out)
     a.out.mkdir(parents=True, exist_ok=True)
     kw = {"prefix": a.prefix, "pg_delay_ms": a.pg_delay_ms, "code_ms": a.code_ms, "grpc_ms": a.grpc_ms}
@@ -935,14 +977,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.action == "run":
         print_findings(findings)
         return 0 if all(f["found"] for f in findings["faults"].values()) else 1
-    print("clients  requests/s  p50 ms  requests  fully right  calls right  calls joined (ambiguous)")
-    for r in findings["loads"]:
-        j = r["join"]
-        print(
-            f"{r['clients']:>7}  {r['rate_per_s']:>10}  {r['p50_ms']:>6}  {r['requests']:>8}  "
-            f"{r['fully_right_rate']:>11.1%}  {r['right_parent_rate']:>11.1%}  "
-            f"{j['joined_share']:>7.1%} ({j['ambiguous']})"
-        )
+    _print_loads(findings)
     return 0
 
 

@@ -111,19 +111,44 @@ def _request_no(target: str | None) -> int | None:
 def add_truth(trace_path: Path, spans_path: Path, out: Path) -> dict[str, Any]:
     """Write ``trace_path`` with truth columns joined from the spans to ``out``; the join's counts."""
     t = tracefmt.read_trace(trace_path)
+    op = t["op"].cast(pa.string()).to_pylist()
+    ids = t["id"].to_pylist()
+    labels = t["label"].cast(pa.string()).to_pylist() if "label" in t.column_names else [None] * len(ids)
+    calls = _calls_by_edge(t, op, ids)
+    parent_row, stats, front = _join_spans(calls, labels, read_spans(spans_path))
+    if "point" in t.column_names:
+        # One capture point; eval reads a point column as synth's ("p1" first), so it goes.
+        t = t.drop_columns(["point"])
+    for name, column in _truth_columns(op, ids, parent_row).items():
+        t = t.append_column(name, pa.array(column, pa.uint64()))
+    tracefmt.write_trace(t, out)
+    stats["requests"] = len(front)
+    stats["joined_share"] = stats["joined"] / stats["calls"] if stats["calls"] else 0.0
+    return stats
+
+
+def _calls_by_edge(
+    t: pa.Table, op: list[str], ids: list[int]
+) -> dict[tuple[str, str], list[tuple[int, int, int]]]:
+    """One entry per answered call: (sender, receiver) -> [(row of the call, t_call, t_return)]."""
     ts = t["timestamp"].cast(pa.int64()).to_numpy()
     snd = t["sender"].cast(pa.string()).to_pylist()
     rcv = t["receiver"].cast(pa.string()).to_pylist()
-    op = t["op"].cast(pa.string()).to_pylist()
-    ids = t["id"].to_pylist()
-    labels = t["label"].cast(pa.string()).to_pylist() if "label" in t.column_names else [None] * len(ts)
-    # One entry per call: (sender, receiver) -> [(row of the call, t_call, t_return)].
     ret_at = {ids[i]: int(ts[i]) for i in range(len(ts)) if op[i] == "return"}
     calls: dict[tuple[str, str], list[tuple[int, int, int]]] = defaultdict(list)
     for i in range(len(ts)):
         if op[i] == "call" and ids[i] in ret_at:
             calls[(snd[i], rcv[i])].append((i, int(ts[i]), ret_at[ids[i]]))
-    spans = read_spans(spans_path)
+    return calls
+
+
+def _join_spans(
+    calls: dict[tuple[str, str], list[tuple[int, int, int]]],
+    labels: list[str | None],
+    spans: list[dict[str, Any]],
+) -> tuple[dict[int, int], dict[str, Any], dict[int, int]]:
+    """Each call's parent call (row -> row) from the apps' spans, the join's counts, and
+    each request number's front call (client -> nginx, numbered in its label)."""
     by_id = {(s["service"], s["span"]): s for s in spans}
     server = defaultdict(list)
     client = defaultdict(list)
@@ -161,8 +186,13 @@ def add_truth(trace_path: Path, spans_path: Path, out: Path) -> dict[str, Any]:
                 if up is not None and (app, up["span"]) in span_row:
                     parent_row[row] = span_row[(app, up["span"])]
                     stats["joined"] += 1
-    # Columns: a call and its return share true_call (the capture's id); roots have no parent.
-    call_row = {ids[i]: i for i in range(len(ts)) if op[i] == "call"}
+    return parent_row, stats, front
+
+
+def _truth_columns(op: list[str], ids: list[int], parent_row: dict[int, int]) -> dict[str, list[Any]]:
+    """``true_call``, ``true_parent``, ``true_instance`` per message: a call and its return
+    share true_call (the capture's id); roots have no parent."""
+    call_row = {ids[i]: i for i in range(len(ids)) if op[i] == "call"}
     root_of: dict[int, int] = {}
 
     def root(row: int) -> int:
@@ -178,22 +208,13 @@ def add_truth(trace_path: Path, spans_path: Path, out: Path) -> dict[str, Any]:
     # Small numbers for the truth ids (the capture's ids use all 64 bits, eval wants < 2**63).
     number = {row: k + 1 for k, row in enumerate(sorted(call_row.values()))}
     tcall, tparent, tinst = [], [], []
-    for i in range(len(ts)):
+    for i in range(len(ids)):
         row = call_row.get(ids[i], i)
         tcall.append(number.get(row, 0))
         p = parent_row.get(row)
         tparent.append(None if p is None else number[p])
         tinst.append(number.get(root(row), 0))
-    if "point" in t.column_names:
-        # One capture point; eval reads a point column as synth's ("p1" first), so it goes.
-        t = t.drop_columns(["point"])
-    t = t.append_column("true_call", pa.array(tcall, pa.uint64()))
-    t = t.append_column("true_parent", pa.array(tparent, pa.uint64()))
-    t = t.append_column("true_instance", pa.array(tinst, pa.uint64()))
-    tracefmt.write_trace(t, out)
-    stats["requests"] = len(front)
-    stats["joined_share"] = stats["joined"] / stats["calls"] if stats["calls"] else 0.0
-    return stats
+    return {"true_call": tcall, "true_parent": tparent, "true_instance": tinst}
 
 
 def score(trace: Path, spans: Path, work: Path) -> dict[str, Any]:
