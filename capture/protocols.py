@@ -245,8 +245,7 @@ def _http_body_end(buf: bytes, pos: int, head_end: int, head: bytes, *, request:
     return -1  # response without length: runs until the connection closes
 
 
-def _parse_http(buf: bytes, direction: int, ctx: dict) -> list[Message]:
-    out: list[Message] = []
+def _parse_http(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Message]:
     pos, n = 0, len(buf)
     methods: list[bytes] = ctx.setdefault("methods", [])
     while pos < n:
@@ -375,10 +374,9 @@ _REDIS_PUSHES = frozenset(
 )
 
 
-def _parse_redis(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+def _parse_redis(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Message]:
     """Commands and replies, paired in order; pub/sub traffic and the commands that
     ``CLIENT REPLY OFF`` or ``SKIP`` silence are sends."""
-    out: list[Message] = []
     pos, n = 0, len(buf)
     while pos < n:
         end = _resp_end(buf, pos)
@@ -435,8 +433,7 @@ def _redis_command(buf: bytes, pos: int, end: int) -> str:
 
 
 # ---- memcached ----------------------------------------------------------------------------
-def _parse_memcached(buf: bytes, direction: int, ctx: dict) -> list[Message]:
-    out: list[Message] = []
+def _parse_memcached(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Message]:
     pos, n = 0, len(buf)
     while pos < n:
         if buf[pos] in (0x80, 0x81):  # binary protocol: 24-byte header, body length at 8
@@ -633,8 +630,7 @@ def _dns_over_tcp(client: bytes, *, any_port: bool) -> bool:
     return parsed is not None and not parsed[0]
 
 
-def _parse_dns_tcp(buf: bytes, direction: int, ctx: dict) -> list[Message]:
-    out: list[Message] = []
+def _parse_dns_tcp(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Message]:
     pos, n = 0, len(buf)
     while pos + 2 <= n:
         ln = int.from_bytes(buf[pos : pos + 2], "big")
@@ -730,7 +726,7 @@ def _h2_fragment(payload: bytes, typ: int, flags: int) -> bytes | None:
     return payload[skip:]
 
 
-def _parse_http2(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+def _parse_http2(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Message]:
     """A message per stream and direction: from its first HEADERS frame to END_STREAM.
 
     The length is the bytes of that stream's HEADERS/DATA/CONTINUATION frames (streams
@@ -740,7 +736,8 @@ def _parse_http2(buf: bytes, direction: int, ctx: dict) -> list[Message]:
     and its return; ``stream N`` where the headers cannot be decoded (see
     ``_HeaderBlocks``).
     """
-    out: list[list] = []
+    # Open messages grow frame by frame: they go into ``out`` at the run's end.
+    started: list[list] = []
     pos, n = 0, len(buf)
     # Every run starts a fresh table: a later run of a direction comes after a gap.
     blocks = _HeaderBlocks()
@@ -764,7 +761,7 @@ def _parse_http2(buf: bytes, direction: int, ctx: dict) -> list[Message]:
                 label = labels.get(sid, f"stream {sid}") if direction == 1 else f"stream {sid}"
                 msg = [pos, 0, label, sid]
                 open_[sid] = msg
-                out.append(msg)
+                started.append(msg)
             if msg is not None:
                 msg[1] += end - pos
                 if typ in (0, 1) and flags & 0x1:  # END_STREAM
@@ -782,12 +779,13 @@ def _parse_http2(buf: bytes, direction: int, ctx: dict) -> list[Message]:
                     method, path = pseudo[b":method"], pseudo.get(b":path", b"")
                     labels[sid] = f"{method.decode('latin-1')} {path.decode('latin-1')}".strip()
                     # The call this block opened (it may have ended with the same frame).
-                    call = next((m for m in reversed(out) if m[3] == sid), None)
+                    call = next((m for m in reversed(started) if m[3] == sid), None)
                     if call is not None:
                         call[2] = labels[sid]
         pos = end
     # A message of an earlier run still open here is not repeated; only this run's starts count.
-    return [(m[0], m[1], m[2], m[3]) for m in out]
+    out.extend((m[0], m[1], m[2], m[3]) for m in started)
+    return out
 
 
 def _pg_start(client: bytes) -> bool:
@@ -817,18 +815,22 @@ _PG_SERVER_TYPES = frozenset(b"RSKZTDCEN12nstIAGHWcdV")
 
 
 def _pg_sql_word(body: bytes) -> str:
-    return (
-        body.split(b"\0", 1)[0].split(None, 1)[0][:32].decode("utf-8", "replace").upper()
-        if body.strip(b"\0 ")
-        else ""
-    )
+    """The first word of a query's text (up to its NUL), upper-cased; ``""`` when the text
+    has none (empty, blank, or a NUL first: the server reads an empty query there).
+
+    Examples
+    --------
+    >>> _pg_sql_word(b"select 1\\0"), _pg_sql_word(b"\\0x\\0"), _pg_sql_word(b" \\0")
+    ('SELECT', '', '')
+    """
+    words = body.split(b"\0", 1)[0].split(None, 1)
+    return words[0][:32].decode("utf-8", "replace").upper() if words else ""
 
 
-def _parse_postgresql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+def _parse_postgresql(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Message]:
     """Calls: a startup or SSL request, a password, a simple query, or an extended-query
     batch up to Sync; returns: the server's messages up to ReadyForQuery (or an
     authentication challenge, after which the server waits for the client)."""
-    out: list[Message] = []
     pos, n = 0, len(buf)
     turn = _PgTurn()
     while pos < n:
@@ -1011,10 +1013,9 @@ def _mysql_plausible(buf: bytes, *, client: bool) -> bool:
     return greeting or (buf[3] == 1 and 1 <= ln <= 1 << 24)
 
 
-def _parse_mysql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+def _parse_mysql(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Message]:
     """A message is a run of packets whose sequence numbers count up by one; a command
     (sequence 0 from the client) or a number that does not follow starts the next."""
-    out: list[Message] = []
     pos, n = 0, len(buf)
     start, prev, label, key = -1, -2, None, None
     while pos + 4 <= n:
@@ -1042,7 +1043,7 @@ def _parse_mysql(buf: bytes, direction: int, ctx: dict) -> list[Message]:
                     key = NO_REPLY if cmd in _MYSQL_NO_REPLY else None
                 elif seq == 0:
                     break  # not a MySQL command: garbage or the far side of a gap
-                elif seq == 1 and ln == 32 and buf[pos + 5] & 0x08:
+                elif seq == 1 and ln == 32 and pos + 5 < n and buf[pos + 5] & 0x08:
                     # An SSLRequest (the login's first 32 bytes, CLIENT_SSL set): the server
                     # answers by starting TLS, and what follows is not MySQL's to read.
                     out.append((pos, min(pos + 4 + ln, n) - pos, "SSLRequest", NO_REPLY))
@@ -1108,9 +1109,8 @@ def _thrift_header(buf: bytes, pos: int) -> tuple[int, str, int, int] | None:
     return mtype, name, seqid, pos + 12 + nlen
 
 
-def _parse_thrift(buf: bytes, direction: int, ctx: dict) -> list[Message]:
+def _parse_thrift(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Message]:
     """Messages by type and sequence id; a zero sequence id pairs in order instead."""
-    out: list[Message] = []
     pos, n = 0, len(buf)
     while pos + 12 <= n:
         framed = buf[pos + 4 : pos + 6] == b"\x80\x01" and buf[pos : pos + 2] != b"\x80\x01"
@@ -1118,6 +1118,9 @@ def _parse_thrift(buf: bytes, direction: int, ctx: dict) -> list[Message]:
         if hdr is None:
             break
         mtype, name, seqid, body = hdr
+        key: int | None = seqid if seqid else None
+        if mtype == 4:  # ONEWAY: no reply comes
+            key = NO_REPLY
         if framed:
             end = min(pos + 4 + int.from_bytes(buf[pos : pos + 4], "big"), n)
         else:
@@ -1125,19 +1128,25 @@ def _parse_thrift(buf: bytes, direction: int, ctx: dict) -> list[Message]:
                 end = _thrift_skip(buf, body, 12)
             except IndexError:
                 end = n  # the rest of the message was not captured
-        key: int | None = seqid if seqid else None
-        if mtype == 4:  # ONEWAY: no reply comes
-            key = NO_REPLY
+            except ValueError:
+                # A field of no known type (or nested too deep): where the message ends
+                # is unknown. It stands as its header, and the rest of the run is unparsed.
+                out.append((pos, body - pos, name[:64] or None, key))
+                break
         out.append((pos, end - pos, name[:64] or None, key))
         pos = end
     return out
 
 
-def _parse_none(buf: bytes, direction: int, ctx: dict) -> list[Message]:
-    return [(0, len(buf), None, None)] if buf else []
+def _parse_none(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Message]:
+    if buf:
+        out.append((0, len(buf), None, None))
+    return out
 
 
-_PARSERS: dict[str, Callable[[bytes, int, dict], list[Message]]] = {
+#: Parsers: ``(bytes, direction, ctx, out)``; each appends the messages it finds to ``out``
+#: as it finds them and returns it.
+_PARSERS: dict[str, Callable[[bytes, int, dict, list[Message]], list[Message]]] = {
     "http": _parse_http,
     "redis": _parse_redis,
     "memcached": _parse_memcached,
@@ -1152,7 +1161,10 @@ _PARSERS: dict[str, Callable[[bytes, int, dict], list[Message]]] = {
 def parse_stream(proto: str, buf: bytes, direction: int, ctx: dict) -> list[Message]:
     """Messages in one gap-free run of a connection's direction (0 client, 1 server).
 
-    Never raises on malformed bytes: parsing stops where the bytes stop making sense.
+    Never raises on malformed bytes: parsing stops where the bytes stop making sense,
+    and the bytes after the last message found are the run's unparsed rest (the
+    caller counts them). A parser that fails on bytes it did not foresee ends the run
+    the same way: the messages found before the failure stay.
 
     Examples
     --------
@@ -1160,7 +1172,8 @@ def parse_stream(proto: str, buf: bytes, direction: int, ctx: dict) -> list[Mess
     [(0, 28, 'GET /a', None), (28, 19, 'GET /b', None)]
     """
     parser = _PARSERS.get(proto, _parse_none)
+    out: list[Message] = []
     try:
-        return parser(buf, direction, ctx)
+        return parser(buf, direction, ctx, out)
     except (ValueError, IndexError, struct.error, RecursionError):
-        return []
+        return out  # what was found before the failure; the rest of the run stays unparsed

@@ -688,13 +688,14 @@ class PcapSource:
         reading ends there; section headers and interface blocks update ``section``."""
         n = len(buf)
         off = 0
-        found = _PacketBlocks()
+        found = _PacketBlocks(ifaces=list(section.ifaces))
         offs, ifids, tss, caps, wires = found.offs, found.ifids, found.tss, found.caps, found.wires
         u2, blk = section.u2, section.blk
         while off + 12 <= n:
             btype, blen = u2(buf, off)
             if btype == 0x0A0D0D0A:
                 self._new_section(section, buf, off, base)
+                found.sections.append((len(offs), len(found.ifaces)))
                 u2, blk = section.u2, section.blk
                 btype, blen = u2(buf, off)
             if blen < 12 or blen % 4 or blen > _MAX_RECORD + 64:
@@ -720,10 +721,11 @@ class PcapSource:
                 _older_packet_block(section, found, buf, off, btype, blen)
             elif btype == 1:  # interface description block
                 section.ifaces.append(self._idb(buf, off, blen, section.bo))
+                found.ifaces.append(section.ifaces[-1])
             elif btype == 5:  # interface statistics block
                 self.stats.kernel_drops += _isb_drops(buf, off, blen, section.bo)
             off += blen
-        batch = _pcapng_batch(buf, found, section.ifaces) if offs else None
+        batch = _pcapng_batch(buf, found) if offs else None
         return batch, off, eof
 
     def _new_section(self, section: _PcapngSection, buf: bytes, off: int, base: int) -> None:
@@ -835,14 +837,21 @@ class _PcapngSection:
 
 @dataclass
 class _PacketBlocks:
-    """The packets of a buffer's pcapng blocks: where each starts, its interface, its
-    timestamp in interface ticks, its captured and original length."""
+    """The packets of a buffer's pcapng blocks: where each starts, its interface (in its
+    own section), its timestamp in interface ticks, its captured and original length.
+
+    A buffer may reach into later sections, each with interfaces of its own: ``ifaces``
+    holds those of every section the buffer reaches, in order, and ``sections`` the
+    first packet and first interface (in ``ifaces``) of each section that starts in it.
+    """
 
     offs: list[int] = field(default_factory=list)
     ifids: list[int] = field(default_factory=list)
     tss: list[int] = field(default_factory=list)
     caps: list[int] = field(default_factory=list)
     wires: list[int] = field(default_factory=list)
+    ifaces: list[tuple[int, int, int, int]] = field(default_factory=list)
+    sections: list[tuple[int, int]] = field(default_factory=list)
 
     def add(self, off: int, ifid: int, ticks: int, cap: int, wire: int) -> None:
         self.offs.append(off)
@@ -868,11 +877,16 @@ def _older_packet_block(
         found.add(off + 28, ifid, (hi << 32) | lo, cap, wire)
 
 
-def _pcapng_batch(buf: bytes, found: _PacketBlocks, ifaces: list[tuple[int, int, int, int]]) -> PacketBatch:
+def _pcapng_batch(buf: bytes, found: _PacketBlocks) -> PacketBatch:
     """The packets ``found`` in ``buf`` as a batch, timestamps in ns by their interfaces."""
     raw = np.frombuffer(buf, np.uint8)
     ifid_a = np.array(found.ifids, np.int64)
-    info = np.array(ifaces, np.int64).reshape(-1, 4)
+    # A section's interface numbers count from its first interface in ``found.ifaces``.
+    shift = 0
+    for first_packet, first_iface in found.sections:
+        ifid_a[first_packet:] += first_iface - shift
+        shift = first_iface
+    info = np.array(found.ifaces, np.int64).reshape(-1, 4)
     ticks = np.array(found.tss, np.uint64).astype(np.int64)
     mul, div, tsoff = info[ifid_a, 1], info[ifid_a, 2], info[ifid_a, 3]
     ts = np.where(div == 1, ticks * mul, (ticks // div) * mul + (ticks % div) * mul // div)

@@ -416,8 +416,10 @@ def _read_messages(trace: pa.Table) -> _Messages:
     receiver_names, receiver = _codes(trace["receiver"])
     nodes = _nodes_in_order(sender_names, sender, receiver_names, receiver)
     index = {name: k for k, name in enumerate(nodes)}
-    src = np.array([index[s] for s in sender_names], dtype=np.int64)[sender] if n else sender
-    dst = np.array([index[s] for s in receiver_names], dtype=np.int64)[receiver] if n else receiver
+    # A sliced or filtered table keeps dictionary names that no row uses: they get no node
+    # (-1), and no row's code points at them.
+    src = np.array([index.get(s, -1) for s in sender_names], dtype=np.int64)[sender] if n else sender
+    dst = np.array([index.get(s, -1) for s in receiver_names], dtype=np.int64)[receiver] if n else receiver
     keycol = "true_call" if "true_call" in trace.column_names else "id"
     keys = trace[keycol].combine_chunks()
     has_key = keys.is_valid().to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import random
+import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import capture
-from capture.source import FakeSource, PacketBatch
+from capture.source import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW, FakeSource, PacketBatch
 from tracefmt import TraceFileError
 
 FRAMES = [(1_600_000_000_123_456_789, b"\x01" * 60), (1_600_000_001_000_000_001, b"\x02" * 70)]
@@ -220,3 +223,106 @@ def test_a_packet_naming_a_missing_interface_is_reported(tmp_path) -> None:
     damage = report.to_json()["damage"]
     assert len(damage) == 1  # said once, not per packet
     assert "packets name interface 5, which the file never described (1 described)" in damage[0]
+
+
+# ---- pcapng files of several sections, checked with Wireshark's reader (tshark) ------------
+needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="needs tshark")
+#: Wireshark's encapsulation numbers (WTAP_ENCAP_*, what ``frame.encap_type`` shows) of
+#: the link types used here.
+_WTAP_ENCAP = {"1": LINKTYPE_ETHERNET, "7": LINKTYPE_RAW, "25": LINKTYPE_LINUX_SLL}
+
+
+def _section(ifaces: list[tuple[int, int]], packets: list[tuple[int, int]], bo: str) -> bytes:
+    """A pcapng section: its header, an interface per ``(link type, if_tsresol)`` and a
+    packet per ``(interface, timestamp in that interface's ticks)``."""
+    out = [_block(0x0A0D0D0A, struct.pack(bo + "IHHq", 0x1A2B3C4D, 1, 0, -1), bo)]
+    for linktype, tsresol in ifaces:
+        opts = _opt(9, bytes([tsresol]), bo) + _opt(0, b"", bo)
+        out.append(_block(1, struct.pack(bo + "HHI", linktype, 0, 0) + opts, bo))
+    for k, (iface, ticks) in enumerate(packets):
+        data = bytes([k]) * (40 + k)
+        head = struct.pack(bo + "IIIII", iface, ticks >> 32, ticks & 0xFFFFFFFF, len(data), len(data))
+        out.append(_block(6, head + data + b"\0" * (-len(data) % 4), bo))
+    return b"".join(out)
+
+
+_SECTIONS = {
+    # Two interfaces (Ethernet in microseconds, raw IP in nanoseconds), then one (Linux
+    # cooked, in 2^-10 s): the first section's packets on interface 1 have no match in the second.
+    "fewer-interfaces-after": [
+        (
+            [(1, 6), (101, 9)],
+            [(0, 1_600_000_000_123_456), (1, 1_600_000_000_500_000_007), (0, 1_600_000_001_000_001)],
+            "<",
+        ),
+        ([(113, 0x80 | 10)], [(0, 1_700_000_000 << 10 | 3), (0, 1_700_000_001 << 10 | 513)], "<"),
+    ],
+    # One interface in milliseconds, then three (nanoseconds, microseconds, tenths of a
+    # second), in big-endian.
+    "more-interfaces-after": [
+        ([(101, 3)], [(0, 1_600_000_000_250), (0, 1_600_000_000_999)], "<"),
+        (
+            [(1, 9), (113, 6), (101, 1)],
+            [(2, 16_000_000_015), (0, 1_600_000_002_000_000_001), (1, 1_600_000_003_000_004)],
+            ">",
+        ),
+    ],
+}
+
+
+@needs_tshark
+@pytest.mark.parametrize("sections", list(_SECTIONS))
+def test_pcapng_sections_in_one_chunk_keep_their_own_interfaces(tmp_path: Path, sections: str) -> None:
+    """Both sections fit in one read chunk: every packet's timestamp and link type come
+    from the interfaces of its own section, as Wireshark reads them."""
+    p = tmp_path / "two-sections.pcapng"
+    p.write_bytes(b"".join(_section(*s) for s in _SECTIONS[sections]))
+    assert p.stat().st_size < 4096  # one chunk, whatever the chunk size
+    want = _tshark_times_and_links(p)
+    assert len(want) == sum(len(s[1]) for s in _SECTIONS[sections])
+    src = capture.read_packets(p)
+    assert _times_and_links(src) == want
+    assert src.stats.damage == []
+
+
+@needs_tshark
+@pytest.mark.parametrize("chunk_bytes", [4096, 5000, 1 << 20])
+def test_pcapng_sections_across_chunks_keep_their_own_interfaces(tmp_path: Path, chunk_bytes: int) -> None:
+    """Four sections of one to three interfaces each, byte orders mixed: the same packets,
+    timestamps and link types as Wireshark reads, wherever the chunks cut the file."""
+    rng = random.Random(1)
+    sections = []
+    for _ in range(4):
+        ifaces = [
+            (rng.choice([1, 101, 113]), rng.choice([3, 6, 9, 0x80 | 10])) for _ in range(rng.randint(1, 3))
+        ]
+        packets = []
+        for k in range(rng.randint(0, 60)):
+            iface = rng.randrange(len(ifaces))
+            per_s = 1 << 10 if ifaces[iface][1] & 0x80 else 10 ** ifaces[iface][1]
+            packets.append((iface, (1_600_000_000 + k) * per_s + rng.randrange(per_s)))
+        sections.append(_section(ifaces, packets, rng.choice("<>")))
+    p = tmp_path / "sections.pcapng"
+    p.write_bytes(b"".join(sections))
+    want = _tshark_times_and_links(p)
+    src = capture.read_packets(p, chunk_bytes=chunk_bytes)
+    assert _times_and_links(src) == want
+    assert src.stats.damage == []
+
+
+def _tshark_times_and_links(path: Path) -> list[tuple[int, int]]:
+    """(timestamp ns, link type) of every packet, as Wireshark reads them."""
+    out = subprocess.run(
+        ["tshark", "-r", str(path), "-T", "fields", "-e", "frame.time_epoch", "-e", "frame.encap_type"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return [(_ns(t), _WTAP_ENCAP[e]) for t, e in (line.split("\t") for line in out.splitlines())]
+
+
+def _times_and_links(src: capture.PcapSource) -> list[tuple[int, int]]:
+    return [(t, lt) for b in src for t, lt in zip(b.ts_ns.tolist(), b.linktype.tolist(), strict=True)]
+
+
+def _ns(epoch: str) -> int:
+    sec, _, frac = epoch.partition(".")
+    return int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])

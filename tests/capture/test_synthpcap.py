@@ -11,6 +11,7 @@ from pathlib import Path
 import dpkt
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -132,6 +133,40 @@ def test_tcp_is_clean_for_wireshark(multitier: tuple) -> None:
     syns = _tshark(pcap, "tcp.flags == 0x002", "tcp.stream")
     fins = _tshark(pcap, "tcp.flags.fin == 1", "tcp.stream")
     assert len(fins) == 2 * len(syns) == 2 * len({s[0] for s in syns})
+
+
+_PARTS = {
+    "one-row": lambda t: t.slice(5, 1),
+    "middle": lambda t: t.slice(200, 150),
+    "empty": lambda t: t.slice(0, 0),
+    "without-DB1": lambda t: t.filter(
+        pc.and_(
+            pc.not_equal(pc.cast(t["sender"], pa.string()), "DB1"),
+            pc.not_equal(pc.cast(t["receiver"], pa.string()), "DB1"),
+        )
+    ),
+}
+
+
+@needs_tshark
+@pytest.mark.parametrize("part", list(_PARTS))
+def test_part_of_a_trace_renders_as_the_pcap_of_that_part(
+    multitier: tuple, tmp_path: Path, part: str
+) -> None:
+    """A sliced or filtered table keeps every node name in its dictionaries; only the rows
+    it holds go on the wire, and Wireshark finds exactly those messages."""
+    trace = _PARTS[part](multitier[0])
+    pcap = tmp_path / "part.pcap"
+    report = render_pcap(trace, pcap, names_file=tmp_path / "part.names.toml")
+    names = tracefmt.load_names(report.names_file)
+    want = _messages(trace)
+    seen = [
+        (_ns(t), names[s], names[d], op)
+        for display, op in (("http.request", "call"), ("http.response", "return"), ("udp", "send"))
+        for t, s, d in _tshark(pcap, display, "frame.time_epoch", "ip.src", "ip.dst")
+    ]
+    assert sorted(seen) == want
+    assert set(report.addresses) == {n for _, s, d, _ in want for n in (s, d)}
 
 
 def test_pcap_reads_back_with_dpkt(tmp_path: Path) -> None:
