@@ -505,41 +505,10 @@ def _read_calls(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> t
     for ci, c in enumerate(t.get("call", [])):
         where = ("tracelet", ti, "call", ci)
         r.check_keys(c, where, _CALL_KEYS)
-        cid = c.get("id", f"call{ci}")
-        if not isinstance(cid, str) or cid in seen:
-            raise r.fail(where, "id", f"must be a unique string, not {cid!r}")
-        parent = c.get("parent")
-        if ci == 0 and parent is not None:
-            raise r.fail(
-                where, "parent", "the first call is the root call (from the client); it has no parent"
-            )
-        if ci > 0:
-            if parent is None:
-                raise r.fail(where, "parent", f"missing (the id of an earlier call: {', '.join(seen)})")
-            if parent not in seen:
-                raise r.fail(where, "parent", f"unknown call {parent!r} (earlier calls: {', '.join(seen)})")
+        cid, parent = _call_place(r, c, ci, where, seen)
         seen.add(cid)
-        if ci == 0:
-            for key in ("p", "repeat", "group"):
-                if key in c:
-                    raise r.fail(
-                        where, key, "the root call happens once per instance; use tracelet weights instead"
-                    )
         to, weights = r.choice(c, where, "to", nodes)
-        rep = c.get("repeat", 1)
-        rep = [rep, rep] if isinstance(rep, int) and not isinstance(rep, bool) else rep
-        if not (
-            isinstance(rep, list)
-            and len(rep) == 2
-            and not any(REPEAT.problem(x) for x in rep)
-            and rep[0] <= rep[1]
-            and rep[1] >= 1
-        ):
-            raise r.fail(
-                where,
-                "repeat",
-                f"must be a count >= 1 or [min, max] counts (at most {REPEAT.hi:,}), not {c.get('repeat')!r}",
-            )
+        rep = _call_repeat(r, c, where)
         group = c.get("group")
         if group is not None and not isinstance(group, str):
             raise r.fail(where, "group", f"must be a string naming a parallel group, not {group!r}")
@@ -550,7 +519,7 @@ def _read_calls(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> t
                 to=to,
                 weights=weights,
                 p=r.number(c, where, "p", 1.0, PROBABILITY),
-                repeat=(rep[0], rep[1]),
+                repeat=rep,
                 group=group,
                 before=r.delay(c, where, "before_s", nodes),
                 between=r.delay(c, where, "between_s", nodes),
@@ -560,6 +529,52 @@ def _read_calls(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> t
             )
         )
     return tuple(calls)
+
+
+def _call_place(
+    r: _Reader, c: Mapping[str, Any], ci: int, where: tuple[Any, ...], seen: set[str]
+) -> tuple[str, str | None]:
+    """A call's id and parent, checked against the calls before it (``seen``): the first
+    is the root call, without a parent, probability, repeat or group."""
+    cid = c.get("id", f"call{ci}")
+    if not isinstance(cid, str) or cid in seen:
+        raise r.fail(where, "id", f"must be a unique string, not {cid!r}")
+    parent = c.get("parent")
+    if ci == 0:
+        if parent is not None:
+            raise r.fail(
+                where, "parent", "the first call is the root call (from the client); it has no parent"
+            )
+        for key in ("p", "repeat", "group"):
+            if key in c:
+                raise r.fail(
+                    where, key, "the root call happens once per instance; use tracelet weights instead"
+                )
+        return cid, None
+    if parent is None:
+        raise r.fail(where, "parent", f"missing (the id of an earlier call: {', '.join(seen)})")
+    if parent not in seen:
+        raise r.fail(where, "parent", f"unknown call {parent!r} (earlier calls: {', '.join(seen)})")
+    return cid, parent
+
+
+def _call_repeat(r: _Reader, c: Mapping[str, Any], where: tuple[Any, ...]) -> tuple[int, int]:
+    """A call's ``repeat``: a count, or [min, max] counts."""
+    rep = c.get("repeat", 1)
+    rep = [rep, rep] if isinstance(rep, int) and not isinstance(rep, bool) else rep
+    if not (
+        isinstance(rep, list)
+        and len(rep) == 2
+        and not any(REPEAT.problem(x) for x in rep)
+        and rep[0] <= rep[1]
+        and rep[1] >= 1
+    ):
+        raise r.fail(
+            where,
+            "repeat",
+            f"must be a count >= 1 or [min, max] counts (at most {REPEAT.hi:,}), not {c.get('repeat')!r}",
+        )
+    return rep[0], rep[1]
 
 
 def _read_hops(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> tuple[HopSpec, ...]:
@@ -626,27 +641,10 @@ def _read_faults(r: _Reader, doc: Mapping[str, Any], nodes: set[str]) -> Faults:
 def parse_config(text: str, path: str = "<config>") -> SynthConfig:
     """Parse configuration text (TOML); see ``load_config``."""
     r = _Reader(path, text)
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        at = re.search(r"\(at line (\d+), column \d+\)", str(exc))
-        where = f"{path}:{at.group(1)}" if at else path
-        reason = str(exc).replace(at.group(0), "").strip() if at else str(exc)
-        raise ConfigError(f"{where}: not valid TOML ({reason})") from None
+    doc = _toml(text, path)
     r.check_keys(doc, (), {"nodes", "trace", "tracelet", "faults"})
-    nodes_list = doc.get("nodes")
-    if (
-        not isinstance(nodes_list, list)
-        or not nodes_list
-        or not all(isinstance(n, str) and n for n in nodes_list)
-    ):
-        raise r.fail((), "nodes", 'missing or invalid (a list of node names, e.g. nodes = ["client", "WS1"])')
+    nodes_list = _read_nodes(r, doc)
     nodes = set(nodes_list)
-    if len(nodes) != len(nodes_list):
-        raise r.fail((), "nodes", "lists a node twice")
-    bad = [n for n in nodes_list if re.search(r"[\s#]", n)]
-    if bad:
-        raise r.fail((), "nodes", f"node name {bad[0]!r} has whitespace or '#'")
     trace = doc.get("trace", {})
     r.check_keys(trace, ("trace",), _TRACE_KEYS)
     messages = r.number(trace, ("trace",), "messages", None, MESSAGES)
@@ -655,48 +653,7 @@ def parse_config(text: str, path: str = "<config>") -> SynthConfig:
         raise r.fail(("trace",), None, "needs messages = N or duration_s = S")
     if messages is not None and duration is not None:
         raise r.fail(("trace",), "duration_s", "give messages = N or duration_s = S, not both")
-    tracelets = []
-    for ti, t in enumerate(doc.get("tracelet", [])):
-        where = ("tracelet", ti)
-        r.check_keys(t, where, _TRACELET_KEYS)
-        kind = t.get("kind", "rpc")
-        if kind not in ("rpc", "messages"):
-            raise r.fail(where, "kind", f"unknown kind {kind!r} (must be rpc or messages)")
-        client, client_w = r.choice(t, where, "client", nodes)
-        think = t.get("think_s", [0.0, 0.0])
-        if (
-            not (isinstance(think, list) and len(think) == 2 and not any(TIME.problem(x) for x in think))
-            or think[0] > think[1]
-        ):
-            raise r.fail(
-                where,
-                "think_s",
-                f"must be [min, max] seconds with 0 <= min <= max <= {MAX_TIME_S:,.0f}, not {think!r}",
-            )
-        spec = TraceletSpec(
-            name=str(t.get("name", f"tracelet{ti}")),
-            kind=kind,
-            client=client,
-            client_weights=client_w,
-            weight=r.number(t, where, "weight", 1.0, WEIGHT),
-            clients=r.number(t, where, "clients", None, CLIENTS),
-            think_s=(float(think[0]), float(think[1])),
-            calls=_read_calls(r, t, ti, nodes) if kind == "rpc" else (),
-            hops=_read_hops(r, t, ti, nodes) if kind == "messages" else (),
-            line=r.lines.line(where),
-        )
-        if kind == "rpc" and not spec.calls:
-            raise r.fail(where, None, "an rpc tracelet needs at least one [[tracelet.call]]")
-        if kind == "messages" and not spec.hops:
-            raise r.fail(where, None, "a messages tracelet needs at least one [[tracelet.hop]]")
-        if (kind == "rpc" and "hop" in t) or (kind == "messages" and "call" in t):
-            raise r.fail(
-                where, "kind", f"a {kind} tracelet takes {'call' if kind == 'rpc' else 'hop'} entries only"
-            )
-        problem = tracelet_problem(spec)
-        if problem is not None:
-            raise r.fail(where, None, problem)
-        tracelets.append(spec)
+    tracelets = [_read_tracelet(r, t, ti, nodes) for ti, t in enumerate(doc.get("tracelet", []))]
     if not tracelets:
         raise r.fail((), "tracelet", "missing (at least one [[tracelet]])")
     return SynthConfig(
@@ -711,6 +668,84 @@ def parse_config(text: str, path: str = "<config>") -> SynthConfig:
         resolution_ns=round(r.number(trace, ("trace",), "resolution_s", 1e-6, RESOLUTION) * 1e9),
         faults=_read_faults(r, doc, nodes),
     )
+
+
+def _toml(text: str, path: str) -> dict[str, Any]:
+    """The TOML document; a syntax error names the file's line."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        at = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        where = f"{path}:{at.group(1)}" if at else path
+        reason = str(exc).replace(at.group(0), "").strip() if at else str(exc)
+        raise ConfigError(f"{where}: not valid TOML ({reason})") from None
+
+
+def _read_nodes(r: _Reader, doc: Mapping[str, Any]) -> list[str]:
+    """The declared node names: a list of distinct names without whitespace or ``#``."""
+    nodes_list = doc.get("nodes")
+    if (
+        not isinstance(nodes_list, list)
+        or not nodes_list
+        or not all(isinstance(n, str) and n for n in nodes_list)
+    ):
+        raise r.fail((), "nodes", 'missing or invalid (a list of node names, e.g. nodes = ["client", "WS1"])')
+    if len(set(nodes_list)) != len(nodes_list):
+        raise r.fail((), "nodes", "lists a node twice")
+    bad = [n for n in nodes_list if re.search(r"[\s#]", n)]
+    if bad:
+        raise r.fail((), "nodes", f"node name {bad[0]!r} has whitespace or '#'")
+    return nodes_list
+
+
+def _read_tracelet(r: _Reader, t: Mapping[str, Any], ti: int, nodes: set[str]) -> TraceletSpec:
+    """One ``[[tracelet]]``: its client, weight, think time and calls (rpc) or hops (messages)."""
+    where = ("tracelet", ti)
+    r.check_keys(t, where, _TRACELET_KEYS)
+    kind = t.get("kind", "rpc")
+    if kind not in ("rpc", "messages"):
+        raise r.fail(where, "kind", f"unknown kind {kind!r} (must be rpc or messages)")
+    client, client_w = r.choice(t, where, "client", nodes)
+    think = t.get("think_s", [0.0, 0.0])
+    if (
+        not (isinstance(think, list) and len(think) == 2 and not any(TIME.problem(x) for x in think))
+        or think[0] > think[1]
+    ):
+        raise r.fail(
+            where,
+            "think_s",
+            f"must be [min, max] seconds with 0 <= min <= max <= {MAX_TIME_S:,.0f}, not {think!r}",
+        )
+    spec = TraceletSpec(
+        name=str(t.get("name", f"tracelet{ti}")),
+        kind=kind,
+        client=client,
+        client_weights=client_w,
+        weight=r.number(t, where, "weight", 1.0, WEIGHT),
+        clients=r.number(t, where, "clients", None, CLIENTS),
+        think_s=(float(think[0]), float(think[1])),
+        calls=_read_calls(r, t, ti, nodes) if kind == "rpc" else (),
+        hops=_read_hops(r, t, ti, nodes) if kind == "messages" else (),
+        line=r.lines.line(where),
+    )
+    _check_tracelet(r, t, where, spec)
+    return spec
+
+
+def _check_tracelet(r: _Reader, t: Mapping[str, Any], where: tuple[Any, ...], spec: TraceletSpec) -> None:
+    """Refuse a tracelet without entries of its kind, with the other kind's, or too big."""
+    kind = spec.kind
+    if kind == "rpc" and not spec.calls:
+        raise r.fail(where, None, "an rpc tracelet needs at least one [[tracelet.call]]")
+    if kind == "messages" and not spec.hops:
+        raise r.fail(where, None, "a messages tracelet needs at least one [[tracelet.hop]]")
+    if (kind == "rpc" and "hop" in t) or (kind == "messages" and "call" in t):
+        raise r.fail(
+            where, "kind", f"a {kind} tracelet takes {'call' if kind == 'rpc' else 'hop'} entries only"
+        )
+    problem = tracelet_problem(spec)
+    if problem is not None:
+        raise r.fail(where, None, problem)
 
 
 def load_config(path: PathLike) -> SynthConfig:

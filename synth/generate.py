@@ -62,6 +62,38 @@ class SynthReport:
         doc.pop("truth")
         return doc
 
+    def summary_lines(self, faults: Faults | None = None, *, truth_path: PathLike | None = None) -> list[str]:
+        """What was written, lost and duplicated, and where, as text lines.
+
+        ``faults`` (the configuration's) names the capture point's rate and queue when
+        messages were lost; ``truth_path`` the truth file, when one was written.
+
+        Examples
+        --------
+        >>> report = SynthReport("t.parquet", 12, 2, 1, 1.0, None, {"request": 1}, 0, 0, 0.05)
+        >>> print("\\n".join(report.summary_lines(truth_path="t.json")))
+        wrote 12 messages (2 instances, 1 patterns) to t.parquet
+        span 0.050 s; mean parallelism 1.0 (client loops {'request': 1})
+        truth: t.json
+        """
+        lines = [
+            f"wrote {self.messages:,} messages ({self.instances:,} instances, {self.patterns} patterns) "
+            f"to {self.output}",
+            f"span {self.duration_s:,.3f} s; mean parallelism {self.mean_parallelism:.1f} "
+            + (f"(requested {self.requested_parallelism:g}; " if self.requested_parallelism else "(")
+            + f"client loops {self.loops})",
+        ]
+        if faults is not None and faults.loss_rate_pps:
+            lines.append(
+                f"lost {self.lost:,} messages at the capture point "
+                f"({faults.loss_rate_pps:g} pkt/s, queue {faults.loss_queue})"
+            )
+        if self.duplicated:
+            lines.append(f"duplicated {self.duplicated:,} messages (second capture point)")
+        if truth_path:
+            lines.append(f"truth: {truth_path}")
+        return lines
+
 
 _COLUMNS = ("t", "sender", "receiver", "op", "uid", "parent", "inst", "pattern", "start", "seq")
 _OUTPUT_FIELDS = ("sender", "receiver", "op", "uid", "parent", "inst", "pattern")
@@ -620,7 +652,6 @@ def generate_trace(
     with sigterm_as_interrupt():
         engine = _engine(config)
         rows = _write(engine, out, on_progress)
-        span = engine.span_s
         parallelism = engine.parallelism()
         truth = engine.book.truth(messages=rows, instances=engine.instances, parallelism=parallelism)
         if truth_path is not None:
@@ -633,14 +664,18 @@ def generate_trace(
         instances=engine.instances,
         patterns=len(truth["patterns"]),
         mean_parallelism=parallelism,
-        requested_parallelism=(
-            config.parallelism
-            if any(t.clients is None and t.kind == "rpc" for t in config.tracelets)
-            else None
-        ),
+        requested_parallelism=_requested_parallelism(config),
         loops={t.name: n for t, n in zip(config.tracelets, engine.loops, strict=True)},
         lost=engine.lost,
         duplicated=engine.duplicated,
-        duration_s=float(span),
+        duration_s=float(engine.span_s),
         truth=truth,
     )
+
+
+def _requested_parallelism(config: SynthConfig) -> float | None:
+    """The parallelism asked for, when some client loops follow it (rpc tracelets
+    without a fixed number of clients)."""
+    if any(t.clients is None and t.kind == "rpc" for t in config.tracelets):
+        return config.parallelism
+    return None

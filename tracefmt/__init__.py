@@ -49,6 +49,7 @@ from tracefmt.parquet import (
     trace_parts,
     write_trace,
 )
+from tracefmt.points import point_timestamps
 from tracefmt.schema import (
     CORE_COLUMNS,
     OP_CALL,
@@ -117,6 +118,7 @@ __all__ = [
     "parquet_output",
     "parse_duration_ns",
     "partial_path",
+    "point_timestamps",
     "printable",
     "publish",
     "read_any_trace",

@@ -161,7 +161,7 @@ def open_runner(scheduler: str | None = None, workers: int | None = None) -> Ite
     if workers is not None and workers < 1:
         raise ParameterError(f"--workers {workers} must be at least 1")
     try:
-        from dask.distributed import Client, LocalCluster
+        from dask.distributed import Client
     except ImportError:
         raise MissingToolError(
             f"a Dask cluster was asked for but Dask is not installed ({DASK_HINT})"
@@ -173,24 +173,29 @@ def open_runner(scheduler: str | None = None, workers: int | None = None) -> Ite
             except (OSError, TimeoutError) as exc:
                 raise ParameterError(f"no Dask scheduler answers at {scheduler!r} ({exc})") from None
         else:
-            import dask
-
-            # Dask starts workers with MALLOC_TRIM_THRESHOLD_ set, which fixes glibc's mmap
-            # threshold at 128 KiB: every numpy array above it is mapped and unmapped, and
-            # the tasks took 1.5-2.3x the CPU of one process. Without it, the workers
-            # allocate as one process does. One numpy thread each, as in one process.
-            single = {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1}
-            with dask.config.set({"distributed.nanny.pre-spawn-environ": single}):
-                cluster = stack.enter_context(
-                    LocalCluster(
-                        n_workers=workers,
-                        threads_per_worker=1,
-                        processes=True,
-                        dashboard_address=":0",  # a free port: clusters side by side do not collide
-                    )
-                )
-            client = stack.enter_context(Client(cluster))
+            client = stack.enter_context(Client(_local_cluster(stack, workers)))
         yield DaskRunner(client)
+
+
+def _local_cluster(stack: contextlib.ExitStack, workers: int | None) -> Any:
+    """A local Dask cluster of ``workers`` processes of one thread each, stopped with ``stack``."""
+    import dask
+    from dask.distributed import LocalCluster
+
+    # Dask starts workers with MALLOC_TRIM_THRESHOLD_ set, which fixes glibc's mmap
+    # threshold at 128 KiB: every numpy array above it is mapped and unmapped, and
+    # the tasks took 1.5-2.3x the CPU of one process. Without it, the workers
+    # allocate as one process does. One numpy thread each, as in one process.
+    single = {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": single}):
+        return stack.enter_context(
+            LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",  # a free port: clusters side by side do not collide
+            )
+        )
 
 
 def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:

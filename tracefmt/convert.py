@@ -134,6 +134,43 @@ class ConvertReport:
         """A JSON-ready dict of the report."""
         return asdict(self)
 
+    def span_lines(self) -> list[str]:
+        """What a span file held and what became of it, as text lines (none for a trace input).
+
+        Examples
+        --------
+        >>> counts = SpanStats(format="jaeger", traces=1, spans=3, rpcs=2, requests=1, client_sides=1)
+        >>> report = ConvertReport("s.json", "t.parquet", messages=4, spans=counts.to_json())
+        >>> print("\\n".join(report.span_lines()))
+        from 3 jaeger spans in 1 traces: 2 RPCs in 1 requests, with truth columns
+        stamped at the callee: the server span's times, each on its callee's clock
+        1 client spans merged with their server side
+        """
+        st = self.spans
+        if st is None:
+            return []
+        if st["at"] == "caller":
+            stamped = f"the client span's times ({st['caller_stamped']:,} RPCs), else the server span's"
+        else:
+            stamped = "the server span's times, each on its callee's clock"
+        lines = [
+            f"from {st['spans']:,} {st['format']} spans in {st['traces']:,} traces: {st['rpcs']:,} RPCs "
+            f"in {st['requests']:,} requests, with truth columns",
+            f"stamped at the {st['at']}: {stamped}",
+        ]
+        merged = []
+        if st["client_sides"]:
+            merged.append(f"{st['client_sides']:,} client spans merged with their server side")
+        if st["local"]:
+            merged.append(f"{st['local']:,} spans within a service (not RPCs)")
+        if merged:
+            lines.append("; ".join(merged))
+        if st["orphans"]:
+            lines.append(f"{st['orphans']:,} spans whose parent is not in the file became roots")
+        if st["duplicates"]:
+            lines.append(f"skipped {st['duplicates']:,} duplicate spans (same trace and span id)")
+        return lines
+
 
 def convert_trace(
     source: PathLike,
@@ -191,41 +228,33 @@ def convert_trace(
     spans_fmt = span_format(source)
     if spans_fmt is not None:
         return _convert_spans(source, target, spans_fmt, at or SPAN_AT[0], skip_bad, on_progress, partition)
-    stats = TextStats()
     src_fmt = trace_format(source)
     dst_fmt = "parquet" if partition is not None else trace_format(target)
     if at is not None:
         raise ParameterError(f"{source}: 'at' applies to Jaeger or OTLP span files, not a {src_fmt} trace")
     distinct_outputs([source], [target])
-    if sort:
-        table = read_trace(source) if src_fmt == "parquet" else None
-        if table is None:
-            parts = list(iter_any_trace(source, skip_bad=skip_bad, stats=stats))
-            table = pa.concat_tables(parts).unify_dictionaries() if parts else None
-        tables: Iterator[pa.Table] = iter([sort_trace(table)] if table is not None else [])
-    else:
-        tables = iter_any_trace(source, skip_bad=skip_bad, stats=stats)
+    return _convert_messages(source, target, src_fmt, dst_fmt, sort, skip_bad, on_progress, partition)
+
+
+def _convert_messages(
+    source: PathLike,
+    target: PathLike,
+    src_fmt: str,
+    dst_fmt: str,
+    sort: bool,
+    skip_bad: bool,
+    on_progress: Callable[[int], None] | None,
+    partition: Partitioning | None,
+) -> ConvertReport:
+    """Convert a trace file (text or Parquet) once the arguments are checked."""
+    stats = TextStats()
+    tables = _source_tables(source, src_fmt, sort=sort, skip_bad=skip_bad, stats=stats)
     if on_progress is not None:
         tables = _reporting(tables, on_progress)
-    provenance: dict[str, Any] = {"source": str(source)}
-    if src_fmt == "parquet":
-        provenance.update(read_trace_metadata(source).provenance)
-    else:
-        provenance["converted_from"] = "text"
-    if sort:  # known now: a dataset's parts written before a change are written again
-        provenance["sorted"] = True
+    provenance = _provenance(source, src_fmt, sort=sort)
     parts = None
     if dst_fmt == "parquet":
-        with TraceWriter(target, provenance=provenance, partition=partition) as writer:
-            for table in tables:
-                writer.write(table)
-            # Counts are final only once the input is consumed.
-            if stats.skipped:
-                writer.provenance["skipped_lines"] = stats.skipped
-            if stats.hashed_ids:
-                writer.provenance["hashed_ids"] = stats.hashed_ids
-        messages = writer.rows
-        parts = writer.parts if partition is not None else None
+        messages, parts = _write_parquet(tables, target, provenance, partition, stats)
     else:
         messages = write_text_trace(tables, target)
     return ConvertReport(
@@ -239,6 +268,51 @@ def convert_trace(
         examples=stats.examples,
         parts=parts,
     )
+
+
+def _source_tables(
+    source: PathLike, src_fmt: str, *, sort: bool, skip_bad: bool, stats: TextStats
+) -> Iterator[pa.Table]:
+    """The source's tables: streamed, or (``sort``) read whole now and sorted."""
+    if not sort:
+        return iter_any_trace(source, skip_bad=skip_bad, stats=stats)
+    table = read_trace(source) if src_fmt == "parquet" else None
+    if table is None:
+        parts = list(iter_any_trace(source, skip_bad=skip_bad, stats=stats))
+        table = pa.concat_tables(parts).unify_dictionaries() if parts else None
+    return iter([sort_trace(table)] if table is not None else [])
+
+
+def _provenance(source: PathLike, src_fmt: str, *, sort: bool) -> dict[str, Any]:
+    """What the converted trace records of where it came from (the source's own, too)."""
+    provenance: dict[str, Any] = {"source": str(source)}
+    if src_fmt == "parquet":
+        provenance.update(read_trace_metadata(source).provenance)
+    else:
+        provenance["converted_from"] = "text"
+    if sort:  # known now: a dataset's parts written before a change are written again
+        provenance["sorted"] = True
+    return provenance
+
+
+def _write_parquet(
+    tables: Iterator[pa.Table],
+    target: PathLike,
+    provenance: dict[str, Any],
+    partition: Partitioning | None,
+    stats: TextStats,
+) -> tuple[int, int | None]:
+    """Write the tables as Parquet (one file, or a dataset of parts); returns the
+    messages written and the parts (None for one file)."""
+    with TraceWriter(target, provenance=provenance, partition=partition) as writer:
+        for table in tables:
+            writer.write(table)
+        # Counts are final only once the input is consumed.
+        if stats.skipped:
+            writer.provenance["skipped_lines"] = stats.skipped
+        if stats.hashed_ids:
+            writer.provenance["hashed_ids"] = stats.hashed_ids
+    return writer.rows, (writer.parts if partition is not None else None)
 
 
 def _dataset_target(source: PathLike, target: PathLike) -> None:

@@ -348,55 +348,75 @@ def merge_traces(
     metas = [read_trace_metadata(spec.path) for spec in specs]
     columns = _output_columns(metas)
     streams = [_Input(i, spec, names, columns) for i, spec in enumerate(specs)]
-    removed = 0
-    hold: pa.Table | None = None  # rows whose clusters may still grow
     with TraceWriter(output) as writer:
-        while True:
-            for s in streams:
-                if not s.exhausted and (s.buf is None or s.buf.num_rows == 0):
-                    s.refill()
-            live = [s for s in streams if s.buf is not None and s.buf.num_rows]
-            if not live:
-                if hold is not None and hold.num_rows:
-                    removed += _emit_decided(writer, hold, dedup_window_ns, None)[0]
-                    if on_progress is not None:
-                        on_progress(writer.rows)
-                break
-            bounded = [int(s.ts[-1]) for s in live if not s.exhausted]
-            # Inputs with more to read bound the horizon; finished ones do not.
-            horizon = min(bounded) if bounded else max(int(s.ts[-1]) for s in live)
-            parts = [p for p in (s.take_upto(horizon) for s in live) if p is not None]
-            batch = pa.concat_tables(parts if hold is None else [hold, *parts])
-            # Time order; equal times by input, each input keeping its own order.
-            batch = batch.take(np.lexsort((batch["_src"].to_numpy(), batch["timestamp"].to_numpy())))
-            if dedup_window_ns is None:
-                writer.write(_finish(batch))
-            else:
-                # Rows still to come are no earlier than the horizon: clusters that ended
-                # a window before it are complete; the others wait for the next round.
-                copies, hold = _emit_decided(writer, batch, dedup_window_ns, horizon - dedup_window_ns)
-                removed += copies
-            if on_progress is not None:
-                on_progress(writer.rows)
+        removed = _write_merged(writer, streams, dedup_window_ns, on_progress)
         report = MergeReport(
             output=str(output),
             messages=writer.rows,
             duplicates_removed=removed,
             dedup_window_ns=dedup_window_ns,
-            inputs=[
-                {
-                    "path": s.spec.path,
-                    "messages": s.rows,
-                    "offset_ns": s.spec.offset_ns,
-                    "point": s.point,
-                    "provenance": meta.provenance,
-                }
-                for s, meta in zip(streams, metas, strict=True)
-            ],
+            inputs=[_input_report(s, meta) for s, meta in zip(streams, metas, strict=True)],
             renamed={k: v for k, v in names.items()},
         )
         writer.provenance["merge"] = report.to_json()
     return report
+
+
+def _input_report(stream: _Input, meta: TraceMetadata) -> dict[str, Any]:
+    """What the merge took from one input (``MergeReport.inputs``)."""
+    return {
+        "path": stream.spec.path,
+        "messages": stream.rows,
+        "offset_ns": stream.spec.offset_ns,
+        "point": stream.point,
+        "provenance": meta.provenance,
+    }
+
+
+def _write_merged(
+    writer: TraceWriter,
+    streams: list[_Input],
+    window_ns: int | None,
+    on_progress: Callable[[int], None] | None,
+) -> int:
+    """Write the inputs' messages in time order, each seen at several points once (none
+    dropped when ``window_ns`` is None); returns the copies removed."""
+    removed = 0
+    hold: pa.Table | None = None  # rows whose clusters may still grow
+    while (step := _next_round(streams)) is not None:
+        parts, horizon = step
+        batch = pa.concat_tables(parts if hold is None else [hold, *parts])
+        # Time order; equal times by input, each input keeping its own order.
+        batch = batch.take(np.lexsort((batch["_src"].to_numpy(), batch["timestamp"].to_numpy())))
+        if window_ns is None:
+            writer.write(_finish(batch))
+        else:
+            # Rows still to come are no earlier than the horizon: clusters that ended
+            # a window before it are complete; the others wait for the next round.
+            copies, hold = _emit_decided(writer, batch, window_ns, horizon - window_ns)
+            removed += copies
+        if on_progress is not None:
+            on_progress(writer.rows)
+    if hold is not None and hold.num_rows:
+        removed += _emit_decided(writer, hold, window_ns, None)[0]
+        if on_progress is not None:
+            on_progress(writer.rows)
+    return removed
+
+
+def _next_round(streams: list[_Input]) -> tuple[list[pa.Table], int] | None:
+    """The buffered rows of every input up to the horizon, and the horizon; None once
+    every input is exhausted."""
+    for s in streams:
+        if not s.exhausted and (s.buf is None or s.buf.num_rows == 0):
+            s.refill()
+    live = [s for s in streams if s.buf is not None and s.buf.num_rows]
+    if not live:
+        return None
+    bounded = [int(s.ts[-1]) for s in live if not s.exhausted]
+    # Inputs with more to read bound the horizon; finished ones do not.
+    horizon = min(bounded) if bounded else max(int(s.ts[-1]) for s in live)
+    return [p for p in (s.take_upto(horizon) for s in live) if p is not None], horizon
 
 
 def _emit_decided(

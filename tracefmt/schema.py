@@ -171,27 +171,8 @@ def validate_trace(table: pa.Table | pa.RecordBatch) -> pa.Table:
         table = pa.Table.from_batches([table])
     if not isinstance(table, pa.Table):
         raise SchemaError(f"a trace must be a pyarrow Table, not {type(table).__name__}")
-    for name in CORE_COLUMNS:
-        if name not in table.column_names:
-            raise SchemaError(f"missing column {name!r} (a trace needs {', '.join(CORE_COLUMNS)})")
-    seen: set[str] = set()
-    for name in table.column_names:
-        if name in seen:
-            raise SchemaError(f"column {name!r} appears twice")
-        seen.add(name)
-        if name not in CORE_COLUMNS and name not in _OPTIONAL and not name.startswith(_FREE_PREFIXES):
-            raise SchemaError(f"unknown column {name!r} (allowed: {_allowed_columns()})")
-
-    cols: dict[str, pa.ChunkedArray] = {}
-    cols["timestamp"] = _as_timestamp(table["timestamp"])
-    cols["sender"] = _as_dictionary("sender", table["sender"])
-    cols["receiver"] = _as_dictionary("receiver", table["receiver"])
-    cols["op"] = _canonical_op(table["op"])
-    cols["id"] = _as_uint64("id", table["id"])
-    for name in ("timestamp", "sender", "receiver", "op"):
-        nulls = _count_nulls(cols[name])
-        if nulls:
-            raise SchemaError(f"column {name!r} has {nulls} null values (every message needs one)")
+    _check_names(table.column_names)
+    cols = _core_columns(table)
     fields = list(TRACE_SCHEMA)
     for f in OPTIONAL_FIELDS:
         if f.name in table.column_names:
@@ -204,6 +185,35 @@ def validate_trace(table: pa.Table | pa.RecordBatch) -> pa.Table:
             fields.append(table.schema.field(name))
     schema = pa.schema(fields, metadata=table.schema.metadata)
     return pa.Table.from_arrays([cols[f.name] for f in fields], schema=schema)
+
+
+def _check_names(names: list[str]) -> None:
+    """Raise unless every core column is there and every column is allowed, once."""
+    for name in CORE_COLUMNS:
+        if name not in names:
+            raise SchemaError(f"missing column {name!r} (a trace needs {', '.join(CORE_COLUMNS)})")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise SchemaError(f"column {name!r} appears twice")
+        seen.add(name)
+        if name not in CORE_COLUMNS and name not in _OPTIONAL and not name.startswith(_FREE_PREFIXES):
+            raise SchemaError(f"unknown column {name!r} (allowed: {_allowed_columns()})")
+
+
+def _core_columns(table: pa.Table) -> dict[str, pa.ChunkedArray]:
+    """The core columns in canonical types; nulls refused where every message needs a value."""
+    cols: dict[str, pa.ChunkedArray] = {}
+    cols["timestamp"] = _as_timestamp(table["timestamp"])
+    cols["sender"] = _as_dictionary("sender", table["sender"])
+    cols["receiver"] = _as_dictionary("receiver", table["receiver"])
+    cols["op"] = _canonical_op(table["op"])
+    cols["id"] = _as_uint64("id", table["id"])
+    for name in ("timestamp", "sender", "receiver", "op"):
+        nulls = _count_nulls(cols[name])
+        if nulls:
+            raise SchemaError(f"column {name!r} has {nulls} null values (every message needs one)")
+    return cols
 
 
 def empty_trace(extra: Iterable[pa.Field] = ()) -> pa.Table:

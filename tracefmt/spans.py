@@ -544,7 +544,41 @@ def _depth(parent: np.ndarray) -> np.ndarray:
     return dist
 
 
+@dataclass(frozen=True)
+class _Forest:
+    """The spans kept (the first of each trace and span id), as arrays in file order."""
+
+    rows: np.ndarray  # index of each kept span into the ``_Spans`` lists
+    trace: np.ndarray  # trace code of each kept span
+    parent: np.ndarray  # parent among the kept spans; -1 for a root or a parent not in the file
+    service: np.ndarray  # service code
+    services: list[str]  # service names, by code
+    kind: np.ndarray  # _KIND_*
+    start: np.ndarray  # ns
+    end: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Rpcs:
+    """The RPCs: the spans that enter a service, each one call and one return."""
+
+    span: np.ndarray  # the kept span entering the service (its server side)
+    client: np.ndarray  # whether the hop has a client span
+    client_span: np.ndarray  # that client span, else -1
+    parent: np.ndarray  # the enclosing RPC; -1 for a request's first
+    root: np.ndarray  # the request's first RPC
+
+
 def _resolve(spans: _Spans, at: str) -> pa.Table:
+    """The message trace of the spans read: parents resolved, RPCs and requests found."""
+    forest = _kept_spans(spans)
+    rpcs = _find_rpcs(spans, forest)
+    return _rpc_table(spans, forest, rpcs, at)
+
+
+def _kept_spans(spans: _Spans) -> _Forest:
+    """Duplicates dropped (the first of a trace and span id is kept), parents resolved
+    to indices; counts duplicates, spans and orphans."""
     stats = spans.stats
     n_in = len(spans.span)
     trace_code, _ = _codes(spans.trace)
@@ -560,7 +594,6 @@ def _resolve(spans: _Spans, at: str) -> pa.Table:
     new_index[rows] = np.arange(rows.size)
     n = rows.size
     stats.spans = n
-    # Parent index among kept spans: -1 for roots and for parents not in the file.
     parent = np.full(n, -1, np.int64)
     named = np.zeros(n, bool)
     codes = trace_code.tolist()
@@ -572,32 +605,40 @@ def _resolve(spans: _Spans, at: str) -> pa.Table:
             parent[j] = new_index[at_i] if at_i >= 0 and at_i != i else -1
     stats.orphans = int((named & (parent < 0)).sum())
     service, services = _codes([spans.service[i] for i in rows.tolist()])
-    kind = np.asarray(spans.kind, np.int8)[rows]
-    start = np.asarray(spans.start_ns, np.int64)[rows]
-    end = np.asarray(spans.end_ns, np.int64)[rows]
-    safe_p = np.maximum(parent, 0)
-    has_parent = parent >= 0
-    p_kind = np.where(has_parent, kind[safe_p], _KIND_OTHER)
-    # A span enters its service when it is not a client span and either has no parent,
-    # has its parent in another service, or answers a client span (a call to itself).
-    entry = (kind != _KIND_CLIENT) & (
-        ~has_parent | (service[safe_p] != service) | ((kind == _KIND_SERVER) & (p_kind == _KIND_CLIENT))
+    return _Forest(
+        rows=rows,
+        trace=trace_code[rows],
+        parent=parent,
+        service=service,
+        services=services,
+        kind=np.asarray(spans.kind, np.int8)[rows],
+        start=np.asarray(spans.start_ns, np.int64)[rows],
+        end=np.asarray(spans.end_ns, np.int64)[rows],
     )
 
-    def cycle(exc: _CycleError, among: np.ndarray) -> ParseError:
-        i = int(rows[among[exc.index]])
-        reason = f"trace {spans.trace[i]} span {spans.span[i]} is its own ancestor (a cycle of references)"
-        return ParseError(spans.path, spans.line[i], reason)
 
+def _find_rpcs(spans: _Spans, f: _Forest) -> _Rpcs:
+    """The spans entering a service, their client sides, enclosing RPCs and requests;
+    counts RPCs, client sides, local spans and requests."""
+    stats = spans.stats
+    n = f.rows.size
+    has_parent = f.parent >= 0
+    safe_p = np.maximum(f.parent, 0)
+    p_kind = np.where(has_parent, f.kind[safe_p], _KIND_OTHER)
+    # A span enters its service when it is not a client span and either has no parent,
+    # has its parent in another service, or answers a client span (a call to itself).
+    entry = (f.kind != _KIND_CLIENT) & (
+        ~has_parent | (f.service[safe_p] != f.service) | ((f.kind == _KIND_SERVER) & (p_kind == _KIND_CLIENT))
+    )
     try:
-        nearest = _jump(parent, entry)  # nearest entry, self included
+        nearest = _jump(f.parent, entry)  # nearest entry, self included
     except _CycleError as exc:
-        raise cycle(exc, np.arange(n)) from None
+        raise _cycle_error(spans, f.rows, np.arange(n), exc) from None
     ent = np.flatnonzero(entry)
     m = ent.size
     stats.rpcs = m
     client = has_parent[ent] & (p_kind[ent] == _KIND_CLIENT)
-    client_span = np.where(client, parent[ent], -1)
+    client_span = np.where(client, f.parent[ent], -1)
     stats.client_sides = int(np.unique(client_span[client]).size)
     stats.local = n - m - stats.client_sides
     rpc_of_span = np.full(n, -1, np.int64)
@@ -607,56 +648,66 @@ def _resolve(spans: _Spans, at: str) -> pa.Table:
     try:
         root = _jump(rpc_parent, rpc_parent < 0)
     except _CycleError as exc:
-        raise cycle(exc, ent) from None
+        raise _cycle_error(spans, f.rows, ent, exc) from None
     stats.requests = int((rpc_parent < 0).sum())
+    return _Rpcs(span=ent, client=client, client_span=client_span, parent=rpc_parent, root=root)
 
-    t_call, t_ret = start[ent], end[ent]
+
+def _cycle_error(spans: _Spans, rows: np.ndarray, among: np.ndarray, exc: _CycleError) -> ParseError:
+    """The error for a span that is its own ancestor (``exc.index`` into ``among``)."""
+    i = int(rows[among[exc.index]])
+    reason = f"trace {spans.trace[i]} span {spans.span[i]} is its own ancestor (a cycle of references)"
+    return ParseError(spans.path, spans.line[i], reason)
+
+
+def _rpc_table(spans: _Spans, f: _Forest, r: _Rpcs, at: str) -> pa.Table:
+    """One call and one return per RPC, stamped at ``at``, in time order (ties in the
+    request's causal order), with the truth columns."""
+    ent, m = r.span, r.span.size
+    t_call, t_ret = f.start[ent], f.end[ent]
     if at == "caller":
-        cs = np.maximum(client_span, 0)
-        t_call = np.where(client, start[cs], t_call)
-        t_ret = np.where(client, end[cs], t_ret)
-        stats.caller_stamped = int(client.sum())
-    callee = service[ent]
-    names = services if ROOT_CALLER in services else [*services, ROOT_CALLER]
-    caller = np.where(has_parent[ent], service[safe_p[ent]], names.index(ROOT_CALLER))
-
+        cs = np.maximum(r.client_span, 0)
+        t_call = np.where(r.client, f.start[cs], t_call)
+        t_ret = np.where(r.client, f.end[cs], t_ret)
+        spans.stats.caller_stamped = int(r.client.sum())
+    callee = f.service[ent]
+    names = f.services if ROOT_CALLER in f.services else [*f.services, ROOT_CALLER]
+    caller = np.where(f.parent[ent] >= 0, f.service[np.maximum(f.parent, 0)[ent]], names.index(ROOT_CALLER))
     # Ids in order of the server side's start, so they say nothing about the requests.
-    by_start = np.lexsort((ent, trace_code[rows][ent], start[ent]))
+    by_start = np.lexsort((ent, f.trace[ent], f.start[ent]))
     call_id = np.empty(m, np.int64)
     call_id[by_start] = np.arange(1, m + 1)
-    seq, pattern = _order_and_shapes(rpc_parent, root, caller, callee, t_call, t_ret, names)
-
-    inst = call_id[root]
-    par_id = np.where(rpc_parent >= 0, call_id[np.maximum(rpc_parent, 0)], 0)
-    op_names = [spans.name[rows[e]] for e in ent.tolist()]
-    label, labels = _codes(op_names)
+    seq, pattern = _order_and_shapes(r.parent, r.root, caller, callee, t_call, t_ret, names)
+    inst = call_id[r.root]
+    par_id = np.where(r.parent >= 0, call_id[np.maximum(r.parent, 0)], 0)
+    label, labels = _codes([spans.name[f.rows[e]] for e in ent.tolist()])
     pat_code, pat_names = _codes(pattern)
     two = np.concatenate
     ts = two([t_call, t_ret])
     order = np.lexsort((two([seq[0], seq[1]]), two([inst, inst]), ts))
     uid = two([call_id, call_id]).astype(np.uint64)[order]
-    no_parent = two([rpc_parent < 0, rpc_parent < 0])[order]
-
-    def dictionary(codes: np.ndarray, values: list[str]) -> pa.DictionaryArray:
-        return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(values, pa.string()))
-
+    no_parent = two([r.parent < 0, r.parent < 0])[order]
     table = pa.table(
         {
             "timestamp": pa.array(ts[order], pa.int64()).cast(TS_TYPE),
-            "sender": dictionary(two([caller, callee])[order], names),
-            "receiver": dictionary(two([callee, caller])[order], names),
+            "sender": _dictionary(two([caller, callee])[order], names),
+            "receiver": _dictionary(two([callee, caller])[order], names),
             "op": pa.DictionaryArray.from_arrays(
                 pa.array(np.repeat(np.array([0, 1], np.int8), m)[order]), pa.array(OPS)
             ),
             "id": pa.array(uid, pa.uint64()),
-            "label": dictionary(two([label, label])[order], labels),
+            "label": _dictionary(two([label, label])[order], labels),
             "true_instance": pa.array(two([inst, inst])[order].astype(np.uint64)),
-            "true_pattern": dictionary(two([pat_code, pat_code])[order], pat_names),
+            "true_pattern": _dictionary(two([pat_code, pat_code])[order], pat_names),
             "true_call": pa.array(uid),
             "true_parent": pa.array(two([par_id, par_id])[order].astype(np.uint64), mask=no_parent),
         }
     )
     return validate_trace(table)
+
+
+def _dictionary(codes: np.ndarray, values: list[str]) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(values, pa.string()))
 
 
 def _order_and_shapes(
@@ -758,8 +809,7 @@ def read_jaeger(
         Stamp each RPC with its server span's times (default), or with its client
         span's where the hop has one.
     skip_bad : bool
-        Skip spans with missing or malformed fields (counted in ``stats``) instead of
-        raising.
+        Skip spans with missing or malformed fields (counted in ``stats``), not raise.
     stats : SpanStats, optional
         Filled in with what was read, merged and skipped.
 
@@ -781,16 +831,13 @@ def read_jaeger(
     --------
     >>> import io, json
     >>> def span(sid, parent, pid, kind, start, dur):
-    ...     refs = [{"refType": "CHILD_OF", "traceID": "t", "spanID": parent}] if parent else []
-    ...     return {"traceID": "t", "spanID": sid, "references": refs, "processID": pid,
-    ...             "operationName": sid, "startTime": start, "duration": dur,
+    ...     return {"traceID": "t", "spanID": sid, "processID": pid, "startTime": start, "duration": dur,
+    ...             "references": [{"refType": "CHILD_OF", "spanID": parent}] if parent else [],
     ...             "tags": [{"key": "span.kind", "value": kind}]}
-    >>> doc = {"data": [{"traceID": "t",
-    ...     "processes": {"p1": {"serviceName": "web"}, "p2": {"serviceName": "db"}},
-    ...     "spans": [span("a", None, "p1", "server", 100, 50),
-    ...               span("b", "a", "p1", "client", 110, 30),
-    ...               span("c", "b", "p2", "server", 115, 20)]}]}
-    >>> t = read_jaeger(io.StringIO(json.dumps(doc)))
+    >>> doc = json.dumps({"data": [{"processes": {"p1": {"serviceName": "web"}, "p2": {"serviceName": "db"}},
+    ...     "spans": [span("a", None, "p1", "server", 100, 50), span("b", "a", "p1", "client", 110, 30),
+    ...               span("c", "b", "p2", "server", 115, 20)]}]})
+    >>> t = read_jaeger(io.StringIO(doc))
     >>> for row in t.select(["op", "sender", "receiver", "id", "true_parent"]).to_pylist():
     ...     print(*row.values())
     call client web 1 None
@@ -799,7 +846,7 @@ def read_jaeger(
     return web client 1 None
     >>> t["timestamp"].cast("int64").to_pylist()[1:3]  # at the callee: db's span
     [115000, 135000]
-    >>> read_jaeger(io.StringIO(json.dumps(doc)), at="caller")["timestamp"].cast("int64").to_pylist()[1:3]
+    >>> read_jaeger(io.StringIO(doc), at="caller")["timestamp"].cast("int64").to_pylist()[1:3]
     [110000, 140000]
     """
     return _read(path_or_file, "jaeger", at, skip_bad, stats)

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+# tracefmt's own private tokenizer (the design keeps a package's internals in _private modules).
 from tracefmt import _tokens
 from tracefmt._files import atomic_output, existing_file
 from tracefmt.errors import ParseError, SchemaError, TraceFileError
@@ -115,25 +116,26 @@ def _iso_ns(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return ns, ok
 
 
-class _ChunkParser:
-    """Parses one chunk of whole lines into a trace table; pure, so chunks run in threads."""
+@dataclass(frozen=True)
+class _Fields:
+    """The five fields of every usable line of a chunk, compacted into one buffer.
 
-    def __init__(self, path: str, skip_bad: bool) -> None:
-        self.path = path
-        self.skip_bad = skip_bad
+    ``data`` holds the tokens' bytes (after ``_tokens.PAD`` bytes of padding), ``lo`` and
+    ``hi`` each token's byte range in it (five a row, in field order), ``strings`` the
+    same tokens as one Arrow string array; ``rows`` counts the lines.
+    """
 
-    def parse(self, buf: np.ndarray, first_line: int) -> tuple[pa.Table | None, TextStats]:
-        stats = TextStats()
-        tok = _tokens.tokenize(buf)
-        n_lines = tok.line_end.size
-        stats.lines = n_lines
-        line_of_token = np.repeat(np.arange(n_lines), tok.per_line)
-        bad = np.where((tok.per_line != _FIELDS) & (tok.per_line != 0), _R_FIELDS, 0)
-        if (buf >= 0x80).any():
-            self._check_utf8(buf, tok, line_of_token, bad)
-        # Lines that become rows: five fields, valid UTF-8.
-        usable = (tok.per_line == _FIELDS) & (bad == 0)
-        row_line = np.flatnonzero(usable)
+    data: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    strings: pa.StringArray
+    rows: int
+
+    @classmethod
+    def of(
+        cls, buf: np.ndarray, tok: _tokens.Tokens, usable: np.ndarray, line_of_token: np.ndarray
+    ) -> _Fields:
+        """The fields of the ``usable`` lines of ``buf``; the other lines' bytes are masked out."""
         keep_tok = usable[line_of_token]
         start, end = tok.start[keep_tok], tok.end[keep_tok]
         mask = tok.mask
@@ -143,40 +145,73 @@ class _ChunkParser:
             mask = mask & ~_tokens.mask_ranges(buf.size, line_start[drop], tok.line_end[drop])
         data, offsets = _tokens.compact(buf, mask, start, end)
         lo, hi = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
-        fields = [(lo[k::_FIELDS], hi[k::_FIELDS]) for k in range(_FIELDS)]
         binary = pa.Array.from_buffers(
             pa.binary(), lo.size, [None, pa.py_buffer(offsets), pa.py_buffer(data[_tokens.PAD :])]
         )
-        strings = binary.view(pa.string())
-        rows = row_line.size
+        return cls(data, lo, hi, binary.view(pa.string()), int(np.count_nonzero(usable)))
 
-        ts_ns, ts_ok = _tokens.parse_seconds_ns(data, *fields[0])
+    def bounds(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Byte ranges ``[lo, hi)`` of field ``k`` of every row."""
+        return self.lo[k::_FIELDS], self.hi[k::_FIELDS]
+
+    def column(self, k: int) -> pa.Array:
+        """Field ``k`` of every row as strings."""
+        return self.strings.take(pa.array(np.arange(k, self.rows * _FIELDS, _FIELDS)))
+
+    def timestamps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Nanoseconds of every row (seconds, else ISO-8601) and its fault (``_R_TS`` or 0)."""
+        ts_ns, ts_ok = _tokens.parse_seconds_ns(self.data, *self.bounds(0))
         if not ts_ok.all():
             redo = np.flatnonzero(~ts_ok)
-            values = strings.take(pa.array(redo * _FIELDS)).to_pylist()
+            values = self.strings.take(pa.array(redo * _FIELDS)).to_pylist()
             iso_ns, iso_ok = _iso_ns(values)
             ts_ns[redo], ts_ok[redo] = iso_ns, iso_ok
-        row_bad = np.where(ts_ok, 0, _R_TS)
+        return ts_ns, np.where(ts_ok, 0, _R_TS)
 
-        def column(k: int) -> pa.Array:
-            return strings.take(pa.array(np.arange(k, rows * _FIELDS, _FIELDS)))
-
-        op = pc.dictionary_encode(column(1))
+    def op_index(self) -> np.ndarray:
+        """The op of every row as its index in ``OPS``, -1 for an unknown op."""
+        op = pc.dictionary_encode(self.column(1))
         op_code = pc.index_in(op.dictionary, value_set=pa.array(OPS)).fill_null(-1)
-        op_idx = (
-            op_code.to_numpy(zero_copy_only=False)[op.indices.to_numpy(zero_copy_only=False)]
-            if rows
-            else np.zeros(0, np.int64)
-        )
-        row_bad = np.where((row_bad == 0) & (op_idx < 0), _R_OP, row_bad)
+        if not self.rows:
+            return np.zeros(0, np.int64)
+        return op_code.to_numpy(zero_copy_only=False)[op.indices.to_numpy(zero_copy_only=False)]
 
-        id_lo, id_hi = fields[4]
-        ids, numeric = _tokens.parse_uint(data, id_lo, id_hi)
-        dash = (id_hi - id_lo == 1) & (data[id_lo + _tokens.PAD] == ord("-"))
+    def ids(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every row's id (uint64), whether it is ``-`` (none) and whether it was hashed
+        (not a decimal integer: FNV-1a of its bytes)."""
+        id_lo, id_hi = self.bounds(4)
+        ids, numeric = _tokens.parse_uint(self.data, id_lo, id_hi)
+        dash = (id_hi - id_lo == 1) & (self.data[id_lo + _tokens.PAD] == ord("-"))
         hashed = ~numeric & ~dash
         if hashed.any():
-            ids[hashed] = _tokens.fnv1a64(data, id_lo[hashed], id_hi[hashed])
+            ids[hashed] = _tokens.fnv1a64(self.data, id_lo[hashed], id_hi[hashed])
+        return ids, dash, hashed
 
+
+class _ChunkParser:
+    """Parses one chunk of whole lines into a trace table; pure, so chunks run in threads."""
+
+    def __init__(self, path: str, skip_bad: bool) -> None:
+        self.path = path
+        self.skip_bad = skip_bad
+
+    def parse(self, buf: np.ndarray, first_line: int) -> tuple[pa.Table | None, TextStats]:
+        """The chunk's messages (None if it has none) and what reading it found."""
+        stats = TextStats()
+        tok = _tokens.tokenize(buf)
+        stats.lines = tok.line_end.size
+        line_of_token = np.repeat(np.arange(tok.line_end.size), tok.per_line)
+        bad = np.where((tok.per_line != _FIELDS) & (tok.per_line != 0), _R_FIELDS, 0)
+        if (buf >= 0x80).any():
+            self._check_utf8(buf, tok, line_of_token, bad)
+        # Lines that become rows: five fields, valid UTF-8.
+        usable = (tok.per_line == _FIELDS) & (bad == 0)
+        row_line = np.flatnonzero(usable)
+        fields = _Fields.of(buf, tok, usable, line_of_token)
+        ts_ns, row_bad = fields.timestamps()
+        op_idx = fields.op_index()
+        row_bad = np.where((row_bad == 0) & (op_idx < 0), _R_OP, row_bad)
+        ids, dash, hashed = fields.ids()
         # Line-level verdicts: a line is bad for the first reason found.
         bad[row_line] = np.where(bad[row_line] != 0, bad[row_line], row_bad)
         bad_lines = np.flatnonzero(bad)
@@ -184,13 +219,13 @@ class _ChunkParser:
             self._report(bad_lines, bad, tok, buf, first_line, stats)
         good_rows = bad[row_line] == 0
         stats.hashed_ids = int((hashed & good_rows).sum())
-        if not rows:
+        if not fields.rows:
             return None, stats
         table = pa.table(
             {
                 "timestamp": pa.array(ts_ns, pa.int64()).cast(TS_TYPE),
-                "sender": pc.dictionary_encode(column(2)),
-                "receiver": pc.dictionary_encode(column(3)),
+                "sender": pc.dictionary_encode(fields.column(2)),
+                "receiver": pc.dictionary_encode(fields.column(3)),
                 "op": pa.DictionaryArray.from_arrays(
                     pa.array(np.maximum(op_idx, 0).astype(np.int8)), pa.array(OPS)
                 ),
@@ -289,45 +324,55 @@ def iter_text_trace(
     parser = _ChunkParser(str(path), skip_bad)
     workers = min(os.cpu_count() or 1, 4)
     pending: deque[Future[tuple[pa.Table | None, TextStats]]] = deque()
-
-    def finish(future: Future[tuple[pa.Table | None, TextStats]]) -> pa.Table | None:
-        table, part = future.result()
-        stats.lines += part.lines
-        stats.messages += part.messages
-        stats.skipped += part.skipped
-        stats.hashed_ids += part.hashed_ids
-        stats.examples.extend(part.examples[: _MAX_EXAMPLES - len(stats.examples)])
-        return table
-
     # Chunks are parsed in threads (numpy releases the GIL) and yielded in file order,
     # with at most `workers + 1` chunks in memory.
     with _open_input(path) as stream, ThreadPoolExecutor(workers) as pool:
         if chunk_bytes is None:
             size = DEFAULT_CHUNK_BYTES if str(path).endswith(".gz") else Path(path).stat().st_size
             chunk_bytes = int(np.clip(size // (2 * workers) + 1, 1 << 20, DEFAULT_CHUNK_BYTES))
-        first_line = 0
-        carry = b""
-        while True:
-            try:
-                block = stream.read(chunk_bytes)
-            except (pa.ArrowException, OSError, EOFError) as exc:
-                raise TraceFileError(f"{path}: read failed after line {first_line} ({exc})") from None
-            last = not block
-            if first_line == 0 and not carry and block.startswith(b"\xef\xbb\xbf"):
-                block = block[3:]  # a UTF-8 byte-order mark, as some editors write
-            block = carry + block
-            cut = len(block) if last else block.rfind(b"\n") + 1
-            carry = block[cut:]
-            if cut:
-                chunk = block[:cut] if block.endswith(b"\n", 0, cut) else block[:cut] + b"\n"
+        for chunk, first_line in _chunks(stream, path, chunk_bytes):
+            if chunk is not None:
                 pending.append(pool.submit(parser.parse, np.frombuffer(chunk, np.uint8), first_line))
-                first_line += chunk.count(b"\n")
-            while pending and (last or len(pending) > workers):
-                table = finish(pending.popleft())
+            while pending and (chunk is None or len(pending) > workers):
+                table = _add_stats(stats, pending.popleft())
                 if table is not None:
                     yield table
-            if last:
-                break
+
+
+def _chunks(stream: pa.NativeFile, path: PathLike, chunk_bytes: int) -> Iterator[tuple[bytes | None, int]]:
+    """Blocks of whole lines (each ending in a newline) with the number of lines before
+    them; ``(None, lines)`` at the end of the file."""
+    first_line = 0
+    carry = b""
+    while True:
+        try:
+            block = stream.read(chunk_bytes)
+        except (pa.ArrowException, OSError, EOFError) as exc:
+            raise TraceFileError(f"{path}: read failed after line {first_line} ({exc})") from None
+        last = not block
+        if first_line == 0 and not carry and block.startswith(b"\xef\xbb\xbf"):
+            block = block[3:]  # a UTF-8 byte-order mark, as some editors write
+        block = carry + block
+        cut = len(block) if last else block.rfind(b"\n") + 1
+        carry = block[cut:]
+        if cut:
+            chunk = block[:cut] if block.endswith(b"\n", 0, cut) else block[:cut] + b"\n"
+            yield chunk, first_line
+            first_line += chunk.count(b"\n")
+        if last:
+            yield None, first_line
+            return
+
+
+def _add_stats(stats: TextStats, future: Future[tuple[pa.Table | None, TextStats]]) -> pa.Table | None:
+    """A parsed chunk's table, its counts added to ``stats``."""
+    table, part = future.result()
+    stats.lines += part.lines
+    stats.messages += part.messages
+    stats.skipped += part.skipped
+    stats.hashed_ids += part.hashed_ids
+    stats.examples.extend(part.examples[: _MAX_EXAMPLES - len(stats.examples)])
+    return table
 
 
 def read_text_trace(path: PathLike, *, skip_bad: bool = False, stats: TextStats | None = None) -> pa.Table:

@@ -20,7 +20,7 @@ from typing import Any
 from tracefmt import ParameterError, ParseError
 from tracefmt.display import printable
 from trend._files import read_text
-from trend.mdl import _bits, _renorm, _runs, check_direction, classify_mdl
+from trend.mdl import check_direction, classify_mdl, group_bits, renormalized, run_stats
 from trend.numbers import check_number, finite_json
 
 __all__ = ["Comparison", "compare_runs", "format_comparison", "parse_values", "read_compare_file"]
@@ -124,23 +124,23 @@ def compare_runs(
 def _weighed(test: str, p: list[float], c: list[float], verdict: str, unit: float) -> Comparison:
     """The comparison with the two groupings the decision weighs: jumpavg's statistics and
     bits of the parent and current groups apart, and of the one group of both."""
-    sizes, avg_arr, sd_arr, max_value = _runs([p, c])
+    sizes, avg_arr, sd_arr, max_value = run_stats([p, c])
     avgs, sds = avg_arr.tolist(), sd_arr.tolist()
     n_p, n_c = int(sizes[0]), int(sizes[1])
-    pa, ps = _renorm(n_p, avgs[0], sds[0])
-    ca, cs = _renorm(n_c, avgs[1], sds[1])
+    pa, ps = renormalized(n_p, avgs[0], sds[0])
+    ca, cs = renormalized(n_c, avgs[1], sds[1])
     # jumpavg counts the parent group's bits on its copy (one more pass of for_runs).
-    p_bits = _bits(n_p, *_renorm(n_p, pa, ps), max_value, unit, None)
-    c_bits = _bits(n_c, ca, cs, max_value, unit, _renorm(n_p, pa, ps)[0])
+    p_bits = group_bits(n_p, *renormalized(n_p, pa, ps), max_value, unit, None)
+    c_bits = group_bits(n_c, ca, cs, max_value, unit, renormalized(n_p, pa, ps)[0])
     # One group: the parent's statistics, then the current run merged in (for_runs).
-    a1, s1 = _renorm(n_p, pa, ps)
+    a1, s1 = renormalized(n_p, pa, ps)
     m2 = s1 * s1 * n_p + sds[1] * sds[1] * n_c
     delta = avgs[1] - a1
     n = n_p + n_c
     comb_avg = a1 + delta * n_c / n
     m2 += delta * delta * n_p * n_c / n
     comb_sd = math.sqrt(m2 / n)
-    comb_bits = _bits(n, comb_avg, comb_sd, max_value, unit, None)
+    comb_bits = group_bits(n, comb_avg, comb_sd, max_value, unit, None)
     if not all(math.isfinite(b) for b in (p_bits, c_bits, comb_bits)):  # never decide on NaN bits
         raise ParameterError(f"test {test!r}: the values overflow the description length at unit {unit:g}")
     return Comparison(

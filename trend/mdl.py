@@ -38,7 +38,10 @@ __all__ = [
     "MdlResult",
     "check_direction",
     "classify_mdl",
+    "group_bits",
+    "renormalized",
     "resolve_unit",
+    "run_stats",
 ]
 
 #: A series' direction: which way is better.
@@ -133,8 +136,34 @@ def check_direction(direction: str) -> None:
         raise ParameterError(f"unknown direction {direction!r} (must be one of {', '.join(DIRECTIONS)})")
 
 
-def _runs(values: Iterable[float | Iterable[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """Sizes, averages and deviations of the runs as ``AvgStdevStats.for_runs`` computes them."""
+def run_stats(values: Iterable[float | Iterable[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Sizes, averages and deviations of the runs as ``AvgStdevStats.for_runs`` computes them.
+
+    Parameters
+    ----------
+    values : iterable of float or of sequences of float
+        One item per run: a bare value, or the values of the run's trials.
+
+    Returns
+    -------
+    sizes, averages, stdevs : numpy.ndarray
+        Per run, float64: trials, their mean and population standard deviation (a bare
+        value enters as itself, with deviation 0).
+    max_value : float
+        The largest value of the series (the scale of every group's bits).
+
+    Raises
+    ------
+    ParameterError
+        An empty series, a run without values, NaN, infinity, a negative or
+        non-numeric value, or a series of zeros.
+
+    Examples
+    --------
+    >>> sizes, avgs, sds, top = run_stats([1.0, [2.0, 4.0]])
+    >>> sizes.tolist(), avgs.tolist(), sds.tolist(), top
+    ([1.0, 2.0], [1.0, 3.0], [0.0, 1.0], 4.0)
+    """
     items = list(values)
     if not items:
         raise ParameterError("empty series: MDL grouping needs at least one value")
@@ -184,15 +213,49 @@ def _runs(values: Iterable[float | Iterable[float]]) -> tuple[np.ndarray, np.nda
     return lengths.astype(np.float64), avg, stdev, max_value
 
 
-def _renorm(n: float, avg: float, stdev: float) -> tuple[float, float]:
-    """``AvgStdevStats.for_runs([stats])``: the statistics after one more pass (copies, new groups)."""
+def renormalized(n: float, avg: float, stdev: float) -> tuple[float, float]:
+    """``AvgStdevStats.for_runs([stats])``: the statistics after one more pass (copies, new groups).
+
+    ``jumpavg`` hands a group's statistics through ``for_runs`` again whenever it copies
+    or opens a group; the float operations can move the last bit, so bit totals equal
+    to ``jumpavg``'s need the same pass. ``n`` is the group's sample count.
+
+    Examples
+    --------
+    >>> renormalized(3, 2.0, 0.5)
+    (2.0, 0.5)
+    """
     return 0.0 + avg * n / n, math.sqrt((0.0 + stdev * stdev * n) / n)
 
 
-def _bits(n: int, avg: float, stdev: float, max_value: float, unit: float, prev_avg: float | None) -> float:
-    """``BitCountingGroup.bits`` of a group with these statistics, operation for operation."""
+def group_bits(
+    n: int, avg: float, stdev: float, max_value: float, unit: float, prev_avg: float | None
+) -> float:
+    """``BitCountingGroup.bits`` of a group with these statistics, operation for operation.
+
+    Parameters
+    ----------
+    n : int
+        Samples in the group.
+    avg, stdev : float
+        The group's statistics (as ``run_stats`` or ``renormalized`` give them).
+    max_value : float
+        The largest value of the whole series.
+    unit : float
+        The value that counts as one (``resolve_unit``).
+    prev_avg : float or None
+        The average of the group before, whose distance codes this group's average;
+        None for the first group.
+
+    Examples
+    --------
+    >>> round(group_bits(1, 10.0, 0.0, 10.0, 1.0, None), 6)
+    4.459432
+    >>> round(group_bits(3, 10.0, 0.5, 10.0, 1.0, 9.0), 6)
+    14.067687
+    """
     # The group hands its statistics through for_runs once more before counting.
-    avg, stdev = _renorm(n, avg, stdev)
+    avg, stdev = renormalized(n, avg, stdev)
     bits = 0.0
     max_v = max_value / unit
     avg = avg / unit
@@ -264,7 +327,7 @@ def classify_mdl(
     check_direction(direction)
     if isinstance(values, np.ndarray):
         values = values.tolist()
-    sizes, run_avg, run_sd, max_value = _runs(values)
+    sizes, run_avg, run_sd, max_value = run_stats(values)
     unit = resolve_unit(max_value, unit=unit, sbps=sbps)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow: caught as non-finite bits below
         starts, bits, stats, best = _program(sizes, run_avg, run_sd, max_value, unit)
@@ -402,12 +465,14 @@ class _Program:
             # The winner is the cheapest; keep every start that could be it.
             near = (np.flatnonzero(approx <= low + 2 * self.tol + 1e-9 * abs(low)) + self.lo).tolist()
         self.n[i] = m
-        self.a[i], self.s[i] = (xa, xs) if m == 1.0 and xs == 0.0 else _renorm(m, xa, xs)
+        self.a[i], self.s[i] = (xa, xs) if m == 1.0 and xs == 0.0 else renormalized(m, xa, xs)
         self._pick_winner(i, m, near)
         if i == 0:
             # jumpavg computes the first record's bits only when it copies it, after one
             # more pass of for_runs (no change for a bare value).
-            self.best[1] = _bits(int(m), *_renorm(m, self.a[0], self.s[0]), self.max_value, self.unit, None)
+            self.best[1] = group_bits(
+                int(m), *renormalized(m, self.a[0], self.s[0]), self.max_value, self.unit, None
+            )
         elif approx is not None and approx[0] > self.best[i + 1] + self.prune:
             # The oldest starts cost so much more than the best that no future run can
             # bring them back: drop the longest such prefix.
@@ -483,10 +548,10 @@ class _Program:
         """Exact bits for the new group and the near-cheapest, then jumpavg's scan: the new
         group first, then the earliest start; only a strictly smaller total wins."""
         a, s, cum, best, prev_raw = self.a, self.s, self.cum, self.best, self.prev_raw
-        win, win_g = i, _bits(int(m), a[i], s[i], self.max_value, self.unit, prev_raw[i])
+        win, win_g = i, group_bits(int(m), a[i], s[i], self.max_value, self.unit, prev_raw[i])
         win_total = best[i] + win_g
         for j in near:
-            g = _bits(
+            g = group_bits(
                 int(cum[i + 1] - cum[j]), float(a[j]), float(s[j]), self.max_value, self.unit, prev_raw[j]
             )
             if best[j] + g < win_total:
@@ -499,7 +564,7 @@ class _Program:
     def _open(self, j: int) -> None:
         """Fix what start ``j`` codes against: the group that ends the record before it,
         whose average the next new group codes as copied (one more pass of for_runs)."""
-        self.prev_raw[j] = _renorm(*self.win_stats[-1][:2], 0.0)[0]
+        self.prev_raw[j] = renormalized(*self.win_stats[-1][:2], 0.0)[0]
         nxt = self.prev_raw[j] / self.unit
         self.prev[j] = nxt
         norm = nxt * nxt
@@ -567,7 +632,7 @@ def _result(
         bits = win_bits[end]
         if g < len(ends) - 1:
             # Every group but the last was copied once into the grouping that follows it.
-            avg, sd = _renorm(nf, avg, sd)
+            avg, sd = renormalized(nf, avg, sd)
             if end == 0:
                 bits = best1
         comment = "normal"

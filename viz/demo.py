@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import time
@@ -29,7 +28,7 @@ from viz._files import write_atomic
 from viz.diff import PathsDiff, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import format_s, paths_dot
 from viz.export import write_export
-from viz.paths import collapse_replicas, select_patterns
+from viz.paths import collapse_replicas, replica_name, select_patterns
 from viz.render import dot_binary, write_graph
 from viz.report import build_report
 
@@ -143,24 +142,10 @@ def run_demo(
     ...
     tracefmt.errors.ParameterError: the demo needs at least 1000 messages per run, not 10
     """
-    if messages < 1000:
-        raise ParameterError(f"the demo needs at least 1000 messages per run, not {messages}")
-    if parallelism < 1.0:
-        raise ParameterError(f"parallelism must be at least 1, not {parallelism}")
-    if Path(out_dir).exists() and not Path(out_dir).is_dir():
-        raise ParameterError(f"{out_dir} is a file: the demo writes a directory (give --out a new name)")
-    dot_binary()  # fail now, not after the inference, when graphviz is missing
-    step = on_step or (lambda _text: None)
-    base_cfg, slow_cfg = configs or (_SAMPLES / "multitier.toml", _SAMPLES / "multitier-slow.toml")
-    for cfg in (base_cfg, slow_cfg):
-        if not Path(cfg).is_file():
-            raise TraceFileError(
-                f"{cfg}: the demo's workload is missing (it ships in a wirepath checkout's samples/synth/; "
-                "run from a checkout installed with pip install -e .)"
-            )
+    base_cfg, slow_cfg = _check_demo(out_dir, messages, parallelism, configs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    demo = _Demo(out, step)
+    demo = _Demo(out, on_step or (lambda _text: None))
     for name, cfg_path in (("base", base_cfg), ("slow", slow_cfg)):
         config = replace(
             synth.load_config(cfg_path),
@@ -170,21 +155,32 @@ def run_demo(
             seed=seed,
         )
         demo.run(name, _shown(cfg_path), config, convolution=convolution)
-    t0 = time.perf_counter()
-    step("comparing the runs and drawing")
-    diff = demo.compare(collapse, top)
-    conv_changes = demo.compare_convolution(collapse, top) if convolution else []
-    demo.report(collapse)
-    demo.seconds["diff_draw_report"] = time.perf_counter() - t0
-    return DemoResult(
-        sentence=diff.sentence(),
-        diff=diff,
-        top_patterns=select_patterns(collapse_replicas(demo.docs["slow"], collapse), top=top),
-        files=demo.files,
-        runs=demo.runs,
-        seconds=demo.seconds,
-        convolution=conv_changes,
-    )
+    return demo.finish(collapse, top, convolution=convolution)
+
+
+def _check_demo(
+    out_dir: str | os.PathLike[str],
+    messages: int,
+    parallelism: float,
+    configs: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None,
+) -> tuple[str | os.PathLike[str], str | os.PathLike[str]]:
+    """Refuse what would fail late (after minutes of inference), before any work; returns
+    the base and slow configurations."""
+    if messages < 1000:
+        raise ParameterError(f"the demo needs at least 1000 messages per run, not {messages}")
+    if parallelism < 1.0:
+        raise ParameterError(f"parallelism must be at least 1, not {parallelism}")
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ParameterError(f"{out_dir} is a file: the demo writes a directory (give --out a new name)")
+    dot_binary()  # fail now, not after the inference, when graphviz is missing
+    base_cfg, slow_cfg = configs or (_SAMPLES / "multitier.toml", _SAMPLES / "multitier-slow.toml")
+    for cfg in (base_cfg, slow_cfg):
+        if not Path(cfg).is_file():
+            raise TraceFileError(
+                f"{cfg}: the demo's workload is missing (it ships in a wirepath checkout's samples/synth/; "
+                "run from a checkout installed with pip install -e .)"
+            )
+    return base_cfg, slow_cfg
 
 
 @dataclass
@@ -243,6 +239,24 @@ class _Demo:
             }
         )
 
+    def finish(self, collapse: Sequence[str], top: int, *, convolution: bool) -> DemoResult:
+        """Once both runs are in: compare, draw and report them; what the demo found."""
+        t0 = time.perf_counter()
+        self.step("comparing the runs and drawing")
+        diff = self.compare(collapse, top)
+        conv_changes = self.compare_convolution(collapse, top) if convolution else []
+        self.report(collapse)
+        self.seconds["diff_draw_report"] = time.perf_counter() - t0
+        return DemoResult(
+            sentence=diff.sentence(),
+            diff=diff,
+            top_patterns=select_patterns(collapse_replicas(self.docs["slow"], collapse), top=top),
+            files=self.files,
+            runs=self.runs,
+            seconds=self.seconds,
+            convolution=conv_changes,
+        )
+
     def compare(self, collapse: Sequence[str], top: int) -> PathsDiff:
         """The runs' diff, written as JSON, each run's top patterns and the diff drawn."""
         out, docs = self.out, self.docs
@@ -271,7 +285,7 @@ class _Demo:
             hot = changes[0]["label"].split(" -> ")
 
             def through(path: dict[str, Any]) -> bool:
-                names = [next((g for g in collapse if fnmatch.fnmatchcase(n, g)), n) for n in path["nodes"]]
+                names = [replica_name(n, collapse) for n in path["nodes"]]
                 return any(names[k : k + 3] == hot for k in range(len(names) - 2))
 
             slow_conv = {**slow_conv, "paths": sorted(slow_conv["paths"], key=lambda p: not through(p))}

@@ -32,7 +32,7 @@ from typing import Any
 from tracefmt import ParameterError
 from tracefmt.display import printable
 from viz.dot import DotGraph, format_s
-from viz.paths import check_paths, collapse_replicas, mean_of, shape_of, visits
+from viz.paths import check_paths, collapse_replicas, mean_of, replica_name, shape_of, visits
 
 __all__ = ["PathsDiff", "convolution_diff_dot", "diff_convolution", "diff_dot", "diff_paths", "format_change"]
 
@@ -233,59 +233,82 @@ def diff_paths(
     >>> diff_paths(doc(0.001), doc(0.201)).sentence()
     'WS2 -> AP1: +0.20 s in 10 of 10 requests'
     """
-    for doc, where in ((base, "base"), (slow, "slow")):
-        check_paths(doc, where)
-        if doc["algorithm"] != "nesting":
-            raise ParameterError(
-                f"the {where} run is a {doc['algorithm']} paths file: diff compares nesting trees"
-            )
+    _check_runs(base, slow, "nesting", ": diff compares nesting trees")
     if min_count < 1:
         raise ParameterError(f"min_count must be at least 1, not {min_count}")
     base_c, slow_c = collapse_replicas(base, collapse), collapse_replicas(slow, collapse)
     by_id = {p["id"]: p for p in base_c["patterns"]}
     slow_ids = {p["id"] for p in slow_c["patterns"]}
-    # key -> [weight, weighted change, patterns, weighted squared standard error]
     pooled: dict[tuple[str, ...], list[float]] = {}
     matched = []
     for sp in slow_c["patterns"]:
         bp = by_id.get(sp["id"])
         if bp is None or min(int(bp["count"]), int(sp["count"])) < min_count:
             continue
-        n, n_base = int(sp["count"]), int(bp["count"])
-        seg_b, seg_s = _segments(bp["root"]), _segments(sp["root"])
-        rows = _visit_rows(bp, sp)
-        for row in rows:
-            row.update(self_base_s=0.0, self_slow_s=0.0)
-        for (key, owner, edge, vb, sb), (_, _, _, vs, ss) in zip(seg_b, seg_s, strict=True):
-            acc = pooled.setdefault(key, [0.0, 0.0, 0.0, 0.0])
-            acc[0] += n
-            acc[1] += n * (vs - vb)
-            acc[2] += 1
-            acc[3] += n * n * (sb * sb / n_base + ss * ss / n)
-            rows[owner]["self_base_s"] += vb
-            rows[owner]["self_slow_s"] += vs
-            if edge >= 0:
-                rows[edge].update(wait_base_s=vb, wait_slow_s=vs)
-        lat_b, lat_s = bp["root"].get("latency_s"), sp["root"].get("latency_s")
-        change = mean_of(lat_s) - mean_of(lat_b)
-        matched.append(
-            {
-                "id": sp["id"],
-                "shape": shape_of(sp),
-                "count_base": n_base,
-                "count_slow": n,
-                "mean_base_s": mean_of(lat_b),
-                "mean_slow_s": mean_of(lat_s),
-                "added_s": change * n,
-                "z": _z(change, _std(lat_b) ** 2 / n_base + _std(lat_s) ** 2 / n),
-                "visits": rows,
-                "root": sp["root"],
-                "base_root": bp["root"],
-            }
-        )
+        matched.append(_compare_pattern(bp, sp, pooled))
     # Changes told apart from noise first: a frequent pattern's noise adds up to more
     # time than a real change in a rarer one.
     matched.sort(key=lambda p: (_noise(p["z"]), -abs(p["added_s"]), p["id"]))
+    return PathsDiff(
+        patterns=matched,
+        changes=_pooled_changes(pooled),
+        new=[_brief(p) for p in slow_c["patterns"] if p["id"] not in by_id],
+        gone=[_brief(p) for p in base_c["patterns"] if p["id"] not in slow_ids],
+        requests=_instances(slow_c),
+        params={"collapse": list(collapse), "min_count": min_count},
+    )
+
+
+def _check_runs(base: dict[str, Any], slow: dict[str, Any], algorithm: str, refusal: str) -> None:
+    """Raise unless both documents are paths files of ``algorithm`` (``refusal`` ends
+    the error about the other kind)."""
+    for doc, where in ((base, "base"), (slow, "slow")):
+        check_paths(doc, where)
+        if doc["algorithm"] != algorithm:
+            raise ParameterError(f"the {where} run is a {doc['algorithm']} paths file{refusal}")
+
+
+def _compare_pattern(
+    bp: dict[str, Any], sp: dict[str, Any], pooled: dict[tuple[str, ...], list[float]]
+) -> dict[str, Any]:
+    """One pattern of both runs compared: its visits' latencies, self times and waits,
+    and its whole latency; its segments' changes are added to ``pooled`` (key ->
+    [weight, weighted change, patterns, weighted squared standard error])."""
+    n, n_base = int(sp["count"]), int(bp["count"])
+    rows = _visit_rows(bp, sp)
+    for row in rows:
+        row.update(self_base_s=0.0, self_slow_s=0.0)
+    seg_b, seg_s = _segments(bp["root"]), _segments(sp["root"])
+    for (key, owner, edge, vb, sb), (_, _, _, vs, ss) in zip(seg_b, seg_s, strict=True):
+        acc = pooled.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+        acc[0] += n
+        acc[1] += n * (vs - vb)
+        acc[2] += 1
+        acc[3] += n * n * (sb * sb / n_base + ss * ss / n)
+        rows[owner]["self_base_s"] += vb
+        rows[owner]["self_slow_s"] += vs
+        if edge >= 0:
+            rows[edge].update(wait_base_s=vb, wait_slow_s=vs)
+    lat_b, lat_s = bp["root"].get("latency_s"), sp["root"].get("latency_s")
+    change = mean_of(lat_s) - mean_of(lat_b)
+    return {
+        "id": sp["id"],
+        "shape": shape_of(sp),
+        "count_base": n_base,
+        "count_slow": n,
+        "mean_base_s": mean_of(lat_b),
+        "mean_slow_s": mean_of(lat_s),
+        "added_s": change * n,
+        "z": _z(change, _std(lat_b) ** 2 / n_base + _std(lat_s) ** 2 / n),
+        "visits": rows,
+        "root": sp["root"],
+        "base_root": bp["root"],
+    }
+
+
+def _pooled_changes(pooled: dict[tuple[str, ...], list[float]]) -> list[dict[str, Any]]:
+    """Segment changes pooled over patterns, told apart from noise first, then the
+    biggest ``|change| x requests``."""
     changes = []
     for key, (weight, weighted, n_patterns, variance) in pooled.items():
         label, where = _describe(key)
@@ -304,20 +327,11 @@ def diff_paths(
             }
         )
     changes.sort(key=lambda c: (_noise(c["z"]), -abs(c["impact_s"]), c["label"]))
+    return changes
 
-    def brief(p: dict[str, Any]) -> dict[str, Any]:
-        return {"id": p["id"], "shape": shape_of(p), "count": int(p["count"])}
 
-    new = [brief(p) for p in slow_c["patterns"] if p["id"] not in by_id]
-    gone = [brief(p) for p in base_c["patterns"] if p["id"] not in slow_ids]
-    return PathsDiff(
-        patterns=matched,
-        changes=changes,
-        new=new,
-        gone=gone,
-        requests=_instances(slow_c),
-        params={"collapse": list(collapse), "min_count": min_count},
-    )
+def _brief(p: dict[str, Any]) -> dict[str, Any]:
+    return {"id": p["id"], "shape": shape_of(p), "count": int(p["count"])}
 
 
 def _z(change: float, variance: float) -> float | None:
@@ -477,35 +491,8 @@ def diff_convolution(
     >>> c["label"], round(c["change_s"], 3), c["messages"]
     ('c -> WS2 -> AP1', 0.2, 8)
     """
-    import fnmatch
-
-    for doc, where in ((base, "base"), (slow, "slow")):
-        check_paths(doc, where)
-        if doc["algorithm"] != "convolution":
-            raise ParameterError(f"the {where} run is a {doc['algorithm']} paths file, not convolution")
-
-    def name(n: str) -> str:
-        return next((g for g in collapse if fnmatch.fnmatchcase(n, g)), n)
-
-    by_nodes = {tuple(p["nodes"]): p for p in base["paths"]}
-    pooled: dict[tuple[str, str, str], list[float]] = {}
-    seen: set[tuple[str, ...]] = set()
-    for sp in slow["paths"]:
-        bp = by_nodes.get(tuple(sp["nodes"]))
-        if bp is None:
-            continue
-        nodes = [name(n) for n in sp["nodes"]]
-        for k, (db, ds) in enumerate(zip(bp["delays_s"], sp["delays_s"], strict=True)):
-            # Paths share their first hops (one vertex of the output graph): count each once.
-            prefix = tuple(sp["nodes"][: k + 3])
-            if not db or not ds or prefix in seen:
-                continue
-            seen.add(prefix)
-            weight = float(sp["counts"][k + 1])
-            acc = pooled.setdefault((nodes[k], nodes[k + 1], nodes[k + 2]), [0.0, 0.0, 0.0])
-            acc[0] += weight
-            acc[1] += weight * float(db[0])
-            acc[2] += weight * float(ds[0])
+    _check_runs(base, slow, "convolution", ", not convolution")
+    pooled = _pooled_delays(base, slow, collapse)
     out = []
     for (a, b, c), (w, sum_b, sum_s) in pooled.items():
         if w <= 0:
@@ -523,3 +510,30 @@ def diff_convolution(
         )
     out.sort(key=lambda c: (-abs(c["change_s"]) * c["messages"], c["label"]))
     return out
+
+
+def _pooled_delays(
+    base: dict[str, Any], slow: dict[str, Any], collapse: Sequence[str]
+) -> dict[tuple[str, str, str], list[float]]:
+    """(from, at, to) -> [weight, weighted base delay, weighted slow delay] over the
+    paths of both runs, names collapsed, each shared hop prefix counted once."""
+    by_nodes = {tuple(p["nodes"]): p for p in base["paths"]}
+    pooled: dict[tuple[str, str, str], list[float]] = {}
+    seen: set[tuple[str, ...]] = set()
+    for sp in slow["paths"]:
+        bp = by_nodes.get(tuple(sp["nodes"]))
+        if bp is None:
+            continue
+        nodes = [replica_name(n, collapse) for n in sp["nodes"]]
+        for k, (db, ds) in enumerate(zip(bp["delays_s"], sp["delays_s"], strict=True)):
+            # Paths share their first hops (one vertex of the output graph): count each once.
+            prefix = tuple(sp["nodes"][: k + 3])
+            if not db or not ds or prefix in seen:
+                continue
+            seen.add(prefix)
+            weight = float(sp["counts"][k + 1])
+            acc = pooled.setdefault((nodes[k], nodes[k + 1], nodes[k + 2]), [0.0, 0.0, 0.0])
+            acc[0] += weight
+            acc[1] += weight * float(db[0])
+            acc[2] += weight * float(ds[0])
+    return pooled

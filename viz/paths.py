@@ -32,6 +32,7 @@ __all__ = [
     "load_paths",
     "mean_of",
     "pattern_shape",
+    "replica_name",
     "select_patterns",
     "self_times",
     "shape_of",
@@ -305,6 +306,17 @@ def confident_patterns(doc: dict[str, Any], min_confidence: float) -> tuple[dict
     return {**doc, "patterns": kept}, len(dropped), sum(int(p["count"]) for p in dropped)
 
 
+def replica_name(node: str, globs: Sequence[str]) -> str:
+    """The first of ``globs`` (shell-style) that ``node`` matches, else ``node`` itself.
+
+    Examples
+    --------
+    >>> replica_name("AP2", ["WS*", "AP*"]), replica_name("DB1", ["WS*", "AP*"])
+    ('AP*', 'DB1')
+    """
+    return next((g for g in globs if fnmatch.fnmatchcase(node, g)), node)
+
+
 def collapse_replicas(doc: dict[str, Any], globs: Sequence[str]) -> dict[str, Any]:
     """Merge patterns that differ only in which replica served them.
 
@@ -331,51 +343,52 @@ def collapse_replicas(doc: dict[str, Any], globs: Sequence[str]) -> dict[str, An
         return doc
     if doc.get("algorithm") != "nesting":
         raise ParameterError("collapsing replicas applies to nesting patterns (trees), not convolution paths")
-
-    def name(n: str) -> str:
-        for g in globs:
-            if fnmatch.fnmatchcase(n, g):
-                return g
-        return n
-
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for pat in doc.get("patterns", []):
-        renamed = _rename(pat["root"], name)
-        groups.setdefault(pattern_id(pattern_shape(renamed)), []).append({**pat, "root": renamed})
-    merged = []
-    for pid, members in groups.items():
-        if len(members) == 1:
-            merged.append({**members[0], "id": pid})
-            continue
-        counts = [int(m["count"]) for m in members]
-        # Same renamed shape, so the preorder positions of all members line up.
-        columns = zip(*(list(visits(m["root"])) for m in members), strict=True)
-        root = copy.deepcopy(members[0]["root"])
-        for (target, _, _), column in zip(visits(root), columns, strict=True):
-            target["latency_s"] = _merge_stats(
-                [(n, v.get("latency_s")) for n, (v, _, _) in zip(counts, column, strict=True)]
-            )
-            target["delay_s"] = _merge_stats(
-                [(n, v.get("delay_s")) for n, (v, _, _) in zip(counts, column, strict=True)]
-            )
-        confident = [m.get("confidence") for m in members]
-        weighted = None if None in confident else sum(n * c for n, c in zip(counts, confident, strict=True))
-        merged.append(
-            {
-                "id": pid,
-                "count": sum(counts),
-                # A merged instance is right as often as the members' instances are.
-                **({} if weighted is None else {"confidence": weighted / sum(counts)}),
-                "total_latency_s": sum(float(m["total_latency_s"]) for m in members),
-                "root": root,
-                "approx_percentiles": True,
-                "merged_ids": [m["id"] for m in members],
-            }
-        )
+    groups = _replica_groups(doc.get("patterns", []), globs)
+    merged = [
+        {**members[0], "id": pid} if len(members) == 1 else _merge_replicas(pid, members)
+        for pid, members in groups.items()
+    ]
     merged.sort(key=lambda p: (-p["total_latency_s"], p["id"]))
     out = {**doc, "patterns": merged}
     out["params"] = {**doc.get("params", {}), "collapse": list(globs)}
     return out
+
+
+def _replica_groups(patterns: list[dict[str, Any]], globs: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Patterns renamed through ``globs``, grouped by the id of their renamed shape."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for pat in patterns:
+        renamed = _rename(pat["root"], lambda n: replica_name(n, globs))
+        groups.setdefault(pattern_id(pattern_shape(renamed)), []).append({**pat, "root": renamed})
+    return groups
+
+
+def _merge_replicas(pid: str, members: list[dict[str, Any]]) -> dict[str, Any]:
+    """One pattern of several with the same renamed shape: counts and totals summed,
+    every visit's statistics pooled (``_merge_stats``)."""
+    counts = [int(m["count"]) for m in members]
+    # Same renamed shape, so the preorder positions of all members line up.
+    columns = zip(*(list(visits(m["root"])) for m in members), strict=True)
+    root = copy.deepcopy(members[0]["root"])
+    for (target, _, _), column in zip(visits(root), columns, strict=True):
+        target["latency_s"] = _merge_stats(
+            [(n, v.get("latency_s")) for n, (v, _, _) in zip(counts, column, strict=True)]
+        )
+        target["delay_s"] = _merge_stats(
+            [(n, v.get("delay_s")) for n, (v, _, _) in zip(counts, column, strict=True)]
+        )
+    confident = [m.get("confidence") for m in members]
+    weighted = None if None in confident else sum(n * c for n, c in zip(counts, confident, strict=True))
+    return {
+        "id": pid,
+        "count": sum(counts),
+        # A merged instance is right as often as the members' instances are.
+        **({} if weighted is None else {"confidence": weighted / sum(counts)}),
+        "total_latency_s": sum(float(m["total_latency_s"]) for m in members),
+        "root": root,
+        "approx_percentiles": True,
+        "merged_ids": [m["id"] for m in members],
+    }
 
 
 def shape_of(pattern: dict[str, Any]) -> str:

@@ -339,16 +339,10 @@ def build_report(
     True
     """
     check_paths(doc, "report")
+    diff, conv_changes = _against_base(doc, base, collapse)
     parts = [f"<h1>{_e(title)}</h1>"]
-    diff = None
-    conv_changes: list[dict[str, Any]] = []
-    if base is not None:
-        check_paths(base, "base")
-        if doc["algorithm"] == "nesting":
-            diff = diff_paths(base, doc, collapse=collapse)
-            parts.append(f'<p class="sentence">{_e(diff.sentence())}</p>')
-        else:
-            conv_changes = diff_convolution(base, doc, collapse=collapse)
+    if diff is not None:
+        parts.append(f'<p class="sentence">{_e(diff.sentence())}</p>')
     parts.append('<h2 id="summary">Trace</h2>')
     parts.append(_summary(doc, "this run"))
     if base is not None:
@@ -356,50 +350,104 @@ def build_report(
     if doc["algorithm"] == "nesting":
         shown = collapse_replicas(doc, collapse)
         chosen = select_patterns(shown, top=top, sort=sort, min_share=min_share)
-        whole = sum(float(p["total_latency_s"]) for p in shown["patterns"])
-        parts.append(
-            f'<h2 id="top">Top patterns</h2><p class="muted">{len(chosen)} of {len(shown["patterns"]):,} '
-            "patterns; click a column to sort. Latencies are of the whole request (the root visit).</p>"
-        )
-        parts.append(_pattern_table(chosen, whole))
-        if evaluation is not None and evaluation.get("confidence"):
-            parts.append(_reliability_section(evaluation["confidence"]))
-        if diff is not None:
-            parts.append(_diff_section(diff, render, top))
-        parts.append('<h2 id="graphs">Patterns</h2>')
-        parts.append(
-            '<p class="muted">Boxes: count, mean latency (self plus calls below), p99, and the time the node '
-            "spends itself, shaded by its share of the request; the thick red box holds the largest "
-            "share. Edges: mean delay from the parent's call.</p>"
-        )
-        for rank, p in enumerate(chosen, 1):
-            svg = inline_svg(render(pattern_dot(p, rank=rank), "svg"))
-            parts.append(
-                f'<h3 id="pattern-{_e(p["id"])}">#{rank} <code>{_e(p["id"])}</code></h3>'
-                f'<div class="svg">{svg}</div>'
-            )
+        parts += _nesting_sections(shown, chosen, diff, evaluation, render, top)
     else:
-        paths = doc["paths"][:top]
-        rows = "".join(
-            f"<tr>{_num(k, str(k))}<td>{_e(' -> '.join(p['nodes']))}</td>"
-            + _num(float(p["counts"][0]), f"{round(p['counts'][0]):,}")
-            + "</tr>"
-            for k, p in enumerate(paths, 1)
-        )
+        parts += _convolution_sections(doc, conv_changes, render, top)
+    parts.append(_params_section(doc, top, sort, min_share, collapse))
+    return _page(title, "\n".join(parts))
+
+
+def _against_base(
+    doc: dict[str, Any], base: dict[str, Any] | None, collapse: Sequence[str]
+) -> tuple[PathsDiff | None, list[dict[str, Any]] | None]:
+    """The comparison with the base run: a nesting run's diff, or a convolution run's
+    delay changes (None for the other, and for both without a base run)."""
+    if base is None:
+        return None, None
+    check_paths(base, "base")
+    if doc["algorithm"] == "nesting":
+        return diff_paths(base, doc, collapse=collapse), None
+    return None, diff_convolution(base, doc, collapse=collapse)
+
+
+def _nesting_sections(
+    shown: dict[str, Any],
+    chosen: list[dict[str, Any]],
+    diff: PathsDiff | None,
+    evaluation: dict[str, Any] | None,
+    render: Callable[[str, str], bytes],
+    top: int,
+) -> list[str]:
+    """A nesting run's sections: the top patterns' table, confidence against the truth,
+    the diff, and each chosen pattern's graph."""
+    whole = sum(float(p["total_latency_s"]) for p in shown["patterns"])
+    parts = [
+        f'<h2 id="top">Top patterns</h2><p class="muted">{len(chosen)} of {len(shown["patterns"]):,} '
+        "patterns; click a column to sort. Latencies are of the whole request (the root visit).</p>",
+        _pattern_table(chosen, whole),
+    ]
+    if evaluation is not None and evaluation.get("confidence"):
+        parts.append(_reliability_section(evaluation["confidence"]))
+    if diff is not None:
+        parts.append(_diff_section(diff, render, top))
+    parts.append('<h2 id="graphs">Patterns</h2>')
+    parts.append(
+        '<p class="muted">Boxes: count, mean latency (self plus calls below), p99, and the time the node '
+        "spends itself, shaded by its share of the request; the thick red box holds the largest "
+        "share. Edges: mean delay from the parent's call.</p>"
+    )
+    for rank, p in enumerate(chosen, 1):
+        svg = inline_svg(render(pattern_dot(p, rank=rank), "svg"))
         parts.append(
-            '<h2 id="top">Paths</h2><table class="sortable" id="patterns"><thead><tr>'
-            '<th data-col="0" data-type="num" class="num">#</th><th data-col="1" data-type="text">path</th>'
-            '<th data-col="2" data-type="num" class="num">messages (first hop)</th></tr></thead>'
-            f"<tbody>{rows}</tbody></table>"
+            f'<h3 id="pattern-{_e(p["id"])}">#{rank} <code>{_e(p["id"])}</code></h3>'
+            f'<div class="svg">{svg}</div>'
         )
-        parts.append(f'<div class="svg">{inline_svg(render(convolution_dot(doc, top=top), "svg"))}</div>')
-        if base is not None:
-            parts.append(_convolution_changes(conv_changes, top))
-    parts.append('<h2 id="params">Parameters</h2>')
+    return parts
+
+
+def _convolution_sections(
+    doc: dict[str, Any],
+    changes: list[dict[str, Any]] | None,
+    render: Callable[[str, str], bytes],
+    top: int,
+) -> list[str]:
+    """A convolution run's sections: its top paths as a table and a graph, and the
+    delays' changes against the base run (``changes``; None without a base run)."""
+    rows = "".join(
+        f"<tr>{_num(k, str(k))}<td>{_e(' -> '.join(p['nodes']))}</td>"
+        + _num(float(p["counts"][0]), f"{round(p['counts'][0]):,}")
+        + "</tr>"
+        for k, p in enumerate(doc["paths"][:top], 1)
+    )
+    parts = [
+        '<h2 id="top">Paths</h2><table class="sortable" id="patterns"><thead><tr>'
+        '<th data-col="0" data-type="num" class="num">#</th><th data-col="1" data-type="text">path</th>'
+        '<th data-col="2" data-type="num" class="num">messages (first hop)</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>",
+        f'<div class="svg">{inline_svg(render(convolution_dot(doc, top=top), "svg"))}</div>',
+    ]
+    if changes is not None:
+        parts.append(_convolution_changes(changes, top))
+    return parts
+
+
+def _params_section(
+    doc: dict[str, Any], top: int, sort: str, min_share: float, collapse: Sequence[str]
+) -> str:
+    """The inference's parameters and this report's."""
     params = [(k, json.dumps(v)) for k, v in sorted((doc.get("params") or {}).items())]
     view = [("top", top), ("sort", sort), ("min_share", min_share), ("collapse", ", ".join(collapse) or "-")]
-    parts.append("<h3>inference</h3>" + _kv_table(params) + "<h3>this report</h3>" + _kv_table(view))
-    body = "\n".join(parts)
+    return (
+        '<h2 id="params">Parameters</h2>\n'
+        + "<h3>inference</h3>"
+        + _kv_table(params)
+        + "<h3>this report</h3>"
+        + _kv_table(view)
+    )
+
+
+def _page(title: str, body: str) -> str:
+    """The whole HTML document around ``body``: head, style and the sorting script."""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head>\n<body>\n{body}\n"

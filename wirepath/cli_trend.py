@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 import capture
 import tracefmt
@@ -286,19 +284,9 @@ def _register_from_capture(sub: argparse._SubParsersAction) -> None:
 
 
 def _capture_timestamps(path: str, point: str | None) -> np.ndarray:
+    """Message times of a trace (at one capture point), or packet times of a capture."""
     if path.endswith((".parquet", ".pq")):
-        table = tracefmt.read_trace(path)
-        ts = table.column("timestamp").cast("int64").to_numpy()
-        if point is not None:
-            if "point" not in table.column_names:
-                raise tracefmt.ParameterError(f"{path} has no 'point' column; drop --point")
-            points = table.column("point").cast(pa.string())
-            at = pc.equal(points, point).to_numpy(zero_copy_only=False)
-            if not at.any():
-                known = ", ".join(sorted(str(x) for x in pc.unique(points).to_pylist()))
-                raise tracefmt.ParameterError(f"no messages at point {point!r} (points: {known})")
-            ts = ts[at]
-        return ts
+        return tracefmt.point_timestamps(tracefmt.read_trace(path), point, source=path)
     if point is not None:
         raise tracefmt.ParameterError("--point applies to a trace (.parquet), not to a packet capture")
     return capture.packet_timestamps(path)
