@@ -545,8 +545,77 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("`", "'").replace("\n", " ")
 
 
+def run_big_capture(scratch: Path, gb: float, cap_gb: float) -> dict[str, Any]:
+    """A capture of about ``gb`` GB converted whole: pieces of 2,000,000 messages (about
+    1.07 GB each, one ``synth --pcap`` run apiece, so no run renders more than one piece
+    in memory), each starting a second after the one before ends, given to one ``capture
+    pcap`` as the rotated files of one capture. The messages written are checked against
+    the pieces' own traces (every call answered, nothing lost)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    piece_messages, start_ns = 2_000_000, 1_704_067_200 * 10**9  # 2024-01-01T00:00:00Z
+    text = CONFIG.read_text()
+    pcaps, messages, generate = [], 0, []
+    while sum(f.stat().st_size for f in pcaps) < gb * 1e9:
+        k = len(pcaps)
+        start = _iso(start_ns)
+        cfg = scratch / f"piece{k}.toml"
+        cfg.write_text(text.replace("[trace]\n", f'[trace]\nstart = "{start}"\n', 1))
+        trace, pcap = scratch / f"piece{k}.parquet", scratch / f"piece{k}.pcap"
+        argv = [*BIN, "synth", str(cfg), "--seed", str(k + 1), "--messages", str(piece_messages)]
+        generate.append(measure([*argv, "--out", str(trace), "--pcap", str(pcap)], cap_gb, scratch))
+        ts = pq.read_table(trace, columns=["timestamp"])["timestamp"].cast("int64")
+        messages += len(ts)
+        start_ns = pc.max(ts).as_py() + 10**9
+        trace.unlink()
+        pcaps.append(pcap)
+        print(f"  piece {k}: {pcap.stat().st_size / 1e9:.2f} GB", file=sys.stderr, flush=True)
+    out = scratch / "big.parquet"
+    argv = [*BIN, "capture", "pcap", *map(str, pcaps), "--out", str(out)]
+    convert = measure(argv, cap_gb, scratch)
+    load_average = os.getloadavg()[1]  # other work on the machine slows the wall time
+    written = pq.read_metadata(out).num_rows if out.exists() else 0
+    size = sum(f.stat().st_size for f in pcaps)
+    for f in [*pcaps, out, *scratch.glob("piece*.toml"), *scratch.glob("piece*.names.toml")]:
+        f.unlink(missing_ok=True)
+    return {
+        "pieces": len(pcaps),
+        "pcap_bytes": size,
+        "messages": messages,
+        "written": written,
+        "generate_rss_mb": max(g["rss_mb"] for g in generate),
+        "generate_s": sum(g["wall_s"] for g in generate),
+        "convert": convert,
+        "load_average": load_average,
+        "rss_cap_gb": cap_gb,
+    }
+
+
+def _iso(ns: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _gb(mb: float) -> str:
     return f"{mb / 1024:.1f} GB"
+
+
+def _provenance(parts: dict[str, Any]) -> str:
+    """Which run each part's figures come from (a part skipped keeps its last figures)."""
+    runs = parts.get("_runs", {})
+    said = []
+    for name in ("hostile", "fuzz", "faults", "load", "big"):
+        if name in parts:
+            r = runs.get(name)
+            how = (
+                f"`{' '.join(['python benchmarks/reliability.py', *r['argv']])}` on {r['when']}"
+                if r
+                else "an earlier run"
+            )
+            said.append(f"{name}: {how}")
+    return "Each part's figures come from one run: " + "; ".join(said) + "."
 
 
 def render(args: argparse.Namespace, parts: dict[str, Any]) -> str:
@@ -556,8 +625,9 @@ def render(args: argparse.Namespace, parts: dict[str, Any]) -> str:
         "# Reliability: hostile input, faults and load",
         "",
         f"Written by `{cmd.strip()}` on {now} ({platform.node() and 'this machine'}: "
-        f"{os.cpu_count()} cores, {_mem_gb():.0f} GB RAM, Python {platform.python_version()}); "
-        "every figure below is from that run. `make reliability` reruns it.",
+        f"{os.cpu_count()} cores, {_mem_gb():.0f} GB RAM, Python {platform.python_version()}). "
+        + _provenance(parts)
+        + " `make reliability` reruns every part.",
         "",
     ]
     if "hostile" in parts:
@@ -627,12 +697,14 @@ def render(args: argparse.Namespace, parts: dict[str, Any]) -> str:
             doc.append(f"| `{name}` | {_md(case.rstrip(']'))} | {r['s']:.1f} | {verdict} |")
         doc.append("")
     if "load" in parts:
-        doc += _render_load(parts["load"], args)
+        doc += _render_load(parts["load"], args, parts.get("big"))
     doc += _security_notes()
     return "\n".join(doc) + "\n"
 
 
-def _render_load(load: dict[str, Any], args: argparse.Namespace) -> list[str]:
+def _render_load(
+    load: dict[str, Any], args: argparse.Namespace, big: dict[str, Any] | None = None
+) -> list[str]:
     doc = [
         "## Load held",
         "",
@@ -665,7 +737,8 @@ def _render_load(load: dict[str, Any], args: argparse.Namespace) -> list[str]:
             "",
             f"Converting: peak RSS {a:,.0f} MB + {b:,.0f} MB per GB of capture; at 10 GB that is "
             f"**{(a + 10 * b) / 1024:.1f} GB** and {(ta + 10 * tb) / 60:.1f} minutes (a straight line "
-            f"through {len(caps)} sizes, largest {max(xs):.2f} GB; 10 GB itself was not converted here). "
+            f"through {len(caps)} sizes, largest {max(xs):.2f} GB; "
+            + ("the measured 10 GB run is below). " if big else "10 GB itself was not converted here). ")
             + (
                 "Memory is nearly flat in the capture size: the reader streams."
                 if b < 100
@@ -676,9 +749,10 @@ def _render_load(load: dict[str, Any], args: argparse.Namespace) -> list[str]:
             f"{ga:,.0f} MB + "
             f"{gb:,.0f} MB per GB of capture, so a 10 GB capture needs about "
             f"{(ga + 10 * gb) / 1024:.1f} GB to "
-            "make: more than this machine has, so the 10 GB capture cannot be made in one `synth --pcap` "
-            "run here (and was not).",
+            "make: more than this machine has, so a 10 GB capture cannot be made in one `synth --pcap` "
+            "run here.",
         ]
+    doc += _render_big(big)
     r = load["synth_refused"]
     doc += [
         "",
@@ -839,6 +913,26 @@ def _mem_gb() -> float:
         return int(f.readline().split()[1]) / 1024 / 1024
 
 
+def _render_big(big: dict[str, Any] | None) -> list[str]:
+    if not big:
+        return []
+    v = big["convert"]
+    return [
+        "",
+        f"### {big['pcap_bytes'] / 1e9:.1f} GB converted whole",
+        "",
+        f"{big['pieces']} captures of 2,000,000 messages each, one after another in time (each made by "
+        f"its own `synth --pcap` run: {big['generate_s'] / 60:.1f} minutes in all, at most "
+        f"{big['generate_rss_mb']:,.0f} MB), given to one `wirepath capture pcap` as the rotated files "
+        f"of one capture: **{v['wall_s'] / 60:.1f} minutes, peak RSS {v['rss_mb']:,.0f} MB**, exit "
+        f"{v['rc']}, {big['pcap_bytes'] / 1e6 / v['wall_s']:.0f} MB/s (load average "
+        f"{big.get('load_average', float('nan')):.1f} on {os.cpu_count()} cores as it ended; processes "
+        f"stopped past {big.get('rss_cap_gb', 6):g} GB); {big['written']:,} messages "
+        f"written of the {big['messages']:,} the pieces hold"
+        + (" (every one)." if big["written"] == big["messages"] else " (**not every one**)."),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fuzz-seconds", type=float, default=120.0)
@@ -849,7 +943,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--rss-cap-gb", type=float, default=6.0)
     ap.add_argument(
-        "--skip", default="", help="parts to skip: hostile,fuzz,faults,load (their last figures are kept)"
+        "--big-capture-gb", type=float, default=10.0, help="the capture converted whole, GB (default 10)"
+    )
+    ap.add_argument(
+        "--skip",
+        default="",
+        help="parts to skip: hostile,fuzz,faults,load,big (their last figures are kept)",
     )
     ap.add_argument("--out", default=str(ROOT / "docs" / "reliability.md"))
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
@@ -861,7 +960,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = sys.argv[1:] if argv is None else argv
     skip = {s for s in args.skip.split(",") if s}
     if args.from_figures:
-        skip = {"hostile", "fuzz", "faults", "load"}
+        skip = {"hostile", "fuzz", "faults", "load", "big"}
     (ROOT / "build").mkdir(exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="reliability-", dir=ROOT / "build"))
     figures = Path(args.figures)
@@ -872,11 +971,14 @@ def main(argv: list[str] | None = None) -> int:
             ("fuzz", lambda: run_fuzz(args.fuzz_seconds)),
             ("faults", lambda: run_faults(scratch)),
             ("load", lambda: _load_part(scratch, args)),
+            ("big", lambda: _big_part(scratch, args)),
         ):
             if name in skip:
                 continue
             print(f"{name} ...", file=sys.stderr)
             parts[name] = work()
+            when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+            parts.setdefault("_runs", {})[name] = {"when": when, "argv": args.argv}
             figures.write_text(json.dumps(parts, indent=1))  # kept should a later part fail
         Path(args.out).write_text(render(args, parts), encoding="utf-8")
         print(f"wrote {args.out} (figures: {figures})", file=sys.stderr)
@@ -897,6 +999,11 @@ def _load_part(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
     pcaps = [int(s) for s in args.pcap_sizes.split(",")]
     synths = [float(s) for s in args.synth_sizes.split(",")]
     return run_load(scratch / "load", sizes, synths, pcaps, args.rss_cap_gb)
+
+
+def _big_part(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
+    (scratch / "big").mkdir()
+    return run_big_capture(scratch / "big", args.big_capture_gb, args.rss_cap_gb)
 
 
 if __name__ == "__main__":
