@@ -119,8 +119,8 @@ def main() -> None:
     t0 = time.perf_counter()
     report = synth.generate_trace(config, work / "multitier.parquet", truth_path=work / "truth.json")
     end_to_end = time.perf_counter() - t0
-    loops = gen._calibrate(config)
-    engine = gen._Engine(config, loops, seed=config.seed)
+    engine = gen._engine(config)  # the calibrated engine generate_trace runs
+    loops = engine.loops
     t0 = time.perf_counter()
     generated = sum(t.num_rows for t in engine.run())
     gen_only = time.perf_counter() - t0
