@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import struct
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from testkit.pcap import write_pcap
 
 import capture
 import tracefmt
@@ -101,15 +101,6 @@ def keep_alive(conversations: int, *, requests: int = 3) -> list[tuple[int, byte
         start = T0 + (c // 2) * 30_000  # 30 us between pairs; a conversation lasts 110 us
         out += [(start + 10_000 * i, f) for i, f in enumerate(pk)]
     return sorted(out, key=lambda p: p[0])
-
-
-def write_pcap(path: Path, packets: list[tuple[int, bytes]]) -> Path:
-    """A nanosecond pcap of Ethernet frames."""
-    with path.open("wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 1))
-        for ts, frame in packets:
-            f.write(struct.pack("<IIII", *divmod(ts, 1_000_000_000), len(frame), len(frame)) + frame)
-    return path
 
 
 @pytest.fixture(scope="module")

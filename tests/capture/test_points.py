@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-import struct
 from pathlib import Path
 
 import dpkt
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testkit import pcap
 
 import tracefmt
 from capture.convert import convert_pcaps, cross_point_duplicates, packet_keys, payload_hashes
@@ -85,12 +85,8 @@ def http_conversation(
 
 
 def write_pcap(path: Path, pkts: list[tuple[int, bytes]]) -> Path:
-    """A nanosecond pcap of raw IP packets (written by hand: dpkt takes float seconds, off by ~100 ns)."""
-    out = [struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 101)]
-    for ts, frame in sorted(pkts, key=lambda p: p[0]):
-        out.append(struct.pack("<IIII", ts // 10**9, ts % 10**9, len(frame), len(frame)) + frame)
-    path.write_bytes(b"".join(out))
-    return path
+    """A nanosecond pcap of raw IP packets."""
+    return pcap.write_pcap(path, pkts, pcap.RAW_IP)
 
 
 def seen(trace: Path) -> list[tuple[str, str]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import dpkt
@@ -16,6 +15,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testkit.pcap import epoch_ns, tshark_rows
 
 import capture
 import tracefmt
@@ -158,19 +158,6 @@ def _write_connection(
     return path
 
 
-def _tshark(pcap: Path, display: str, *fields: str, options: tuple[str, ...] = ()) -> list[list[str]]:
-    cmd = ["tshark", "-n", "-r", str(pcap), *options, "-Y", display, "-T", "fields", "-E", "separator=|"]
-    for f in fields:
-        cmd += ["-e", f]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return [line.split("|") for line in out.splitlines()]
-
-
-def _ns(epoch: str) -> int:
-    sec, _, frac = epoch.partition(".")
-    return int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
-
-
 def _convert(pcap: Path) -> tuple[list[tuple[int, str, str, str | None]], capture.CaptureReport]:
     """The trace's messages as (timestamp ns, op, proto, label), and the capture report."""
     report = capture.convert_pcaps([pcap], pcap.with_suffix(".parquet"))
@@ -212,14 +199,14 @@ def test_a_query_whose_text_starts_with_nul_is_one_call(
     pcap = _write_connection(tmp_path / "pg.pcap", 5432, turns, lost=lost)
     named = {"Startup message": "startup", "Termination": "terminate"}
     want = []
-    for t, sport, types, query in _tshark(
+    for t, sport, types, query in tshark_rows(
         pcap, "pgsql", "frame.time_epoch", "tcp.srcport", "pgsql.type", "pgsql.query"
     ):
         if sport == "5432":
-            want.append((_ns(t), "return", "postgresql"))
+            want.append((epoch_ns(t), "return", "postgresql"))
             continue
         label = named.get(types, (query.split() or [""])[0].upper())
-        want.append((_ns(t), "send" if types == "Termination" else "call", "postgresql", label))
+        want.append((epoch_ns(t), "send" if types == "Termination" else "call", "postgresql", label))
     got, _ = _convert(pcap)
     assert len(want) == len(turns) - len(lost)
     assert [g if g[1] != "return" else g[:3] for g in got] == want
@@ -250,7 +237,7 @@ def test_a_mysql_ssl_request_cut_by_a_gap_is_still_a_message(tmp_path: Path, cut
     (which nothing answers in MySQL: the TLS handshake follows)."""
     turns = [(False, _MYSQL_GREETING), (True, _MYSQL_SSL_REQUEST[:cut]), (True, _MYSQL_SSL_REQUEST[cut:])]
     pcap = _write_connection(tmp_path / "my.pcap", 3306, turns, lost=(2,) if cut < 36 else ())
-    rows = _tshark(
+    rows = tshark_rows(
         pcap, "mysql", "frame.time_epoch", "_ws.col.Info", options=("-o", "tcp.desegment_tcp_streams:FALSE")
     )
     kinds = {
@@ -258,7 +245,7 @@ def test_a_mysql_ssl_request_cut_by_a_gap_is_still_a_message(tmp_path: Path, cut
         "SSL Handshake": ("send", "SSLRequest"),
         "Login Request": ("call", "login"),
     }
-    want = [(_ns(t), *next(v for k, v in kinds.items() if k in info)) for t, info in rows]
+    want = [(epoch_ns(t), *next(v for k, v in kinds.items() if k in info)) for t, info in rows]
     got, _ = _convert(pcap)
     assert len(want) == 2
     assert [(t, op, label) for t, op, proto, label in got] == want
@@ -302,12 +289,12 @@ def test_a_thrift_call_with_a_field_of_no_known_type_is_kept_and_the_rest_counte
         (False, _thrift(2, b"sub", 3, i32_field)),
     ]
     pcap = _write_connection(tmp_path / "thrift.pcap", 9090, turns)
-    rows = _tshark(
+    rows = tshark_rows(
         pcap, "thrift", "frame.time_epoch", "thrift.mtype", "thrift.method", "thrift.seq_id",
         options=("-d", "tcp.port==9090,thrift"),
     )  # fmt: skip
     ops = {"0x01": "call", "0x02": "return", "0x03": "return"}
-    truth = [(_ns(t), ops[m], "thrift", name, int(seq)) for t, m, name, seq in rows]
+    truth = [(epoch_ns(t), ops[m], "thrift", name, int(seq)) for t, m, name, seq in rows]
     assert [r[3:] for r in truth] == [("add", 1), ("add", 1), ("bad", 2), ("bad", 2), ("sub", 3), ("sub", 3)]
     got, _ = _convert(pcap)
     # Every other message is in the trace: the client's call after the malformed one lies

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testkit.pcap import epoch_ns
 
 import capture
 from capture.source import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW, FakeSource, PacketBatch
@@ -316,13 +317,8 @@ def _tshark_times_and_links(path: Path) -> list[tuple[int, int]]:
         ["tshark", "-r", str(path), "-T", "fields", "-e", "frame.time_epoch", "-e", "frame.encap_type"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    return [(_ns(t), _WTAP_ENCAP[e]) for t, e in (line.split("\t") for line in out.splitlines())]
+    return [(epoch_ns(t), _WTAP_ENCAP[e]) for t, e in (line.split("\t") for line in out.splitlines())]
 
 
 def _times_and_links(src: capture.PcapSource) -> list[tuple[int, int]]:
     return [(t, lt) for b in src for t, lt in zip(b.ts_ns.tolist(), b.linktype.tolist(), strict=True)]
-
-
-def _ns(epoch: str) -> int:
-    sec, _, frac = epoch.partition(".")
-    return int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])

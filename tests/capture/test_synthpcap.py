@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from testkit.pcap import epoch_ns, tshark_rows
 
 import synth
 import tracefmt
@@ -42,12 +43,9 @@ def _trace(rows: list[tuple[int, str, str, str, int | None]], **extra: list) -> 
 
 
 def _tshark(pcap: Path, display: str, *fields: str) -> list[list[str]]:
-    cmd = ["tshark", "-n", "-r", str(pcap), "-Y", display, "-T", "fields", "-E", "separator=|"]
-    cmd += ["-o", "tcp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE"]
-    for f in fields:
-        cmd += ["-e", f]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return [line.split("|") for line in out.splitlines()]
+    """tshark's fields, with the IP and TCP checksums verified."""
+    checks = ("-o", "tcp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE")
+    return tshark_rows(pcap, display, *fields, options=checks)
 
 
 @pytest.fixture(scope="module")
@@ -72,17 +70,12 @@ def _messages(t: pa.Table) -> list[tuple]:
     return sorted(zip(*(c.to_pylist() for c in cols), strict=True))
 
 
-def _ns(epoch: str) -> int:
-    sec, _, frac = epoch.partition(".")
-    return int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
-
-
 @needs_tshark
 def test_every_call_is_an_http_request_at_its_timestamp(multitier: tuple) -> None:
     trace, pcap, names = multitier
     rows = _tshark(pcap, "http.request", "frame.time_epoch", "ip.src", "ip.dst", "tcp.checksum.status")
     calls = trace.filter(tracefmt.op_codes(trace) == tracefmt.OP_CALL)
-    seen = sorted((_ns(t), names[s], names[d]) for t, s, d, _ in rows)
+    seen = sorted((epoch_ns(t), names[s], names[d]) for t, s, d, _ in rows)
     want = sorted(
         zip(
             calls["timestamp"].cast(pa.int64()).to_pylist(),
@@ -113,7 +106,7 @@ def test_every_return_is_the_response_to_its_call(multitier: tuple) -> None:
         if o == tracefmt.OP_RETURN
     )
     # Wireshark matches each response with its request and reports the time between them.
-    seen = sorted((_ns(t), names[s], names[d], round(float(dt) * 1e9)) for t, s, d, dt in rows)
+    seen = sorted((epoch_ns(t), names[s], names[d], round(float(dt) * 1e9)) for t, s, d, dt in rows)
     assert [w[:3] for w in want] == [s[:3] for s in seen]
     assert np.allclose([w[3] for w in want], [s[3] for s in seen], atol=1000)
 
@@ -161,7 +154,7 @@ def test_part_of_a_trace_renders_as_the_pcap_of_that_part(
     names = tracefmt.load_names(report.names_file)
     want = _messages(trace)
     seen = [
-        (_ns(t), names[s], names[d], op)
+        (epoch_ns(t), names[s], names[d], op)
         for display, op in (("http.request", "call"), ("http.response", "return"), ("udp", "send"))
         for t, s, d in _tshark(pcap, display, "frame.time_epoch", "ip.src", "ip.dst")
     ]

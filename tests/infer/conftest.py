@@ -1,8 +1,8 @@
 """Shared helpers and traces for the infer tests.
 
-Helpers are handed out as session-scoped fixtures (``--import-mode=importlib`` makes
-importing a helper module from the tests unreliable, and hypothesis refuses
-function-scoped fixtures in ``@given`` tests).
+Helpers of the infer tests are handed out as session-scoped fixtures (hypothesis refuses
+function-scoped fixtures in ``@given`` tests); helpers every test package uses are in
+``tests/testkit``.
 
 Everything a test compares against is recomputed here from hand-built traces or from
 synth's ground-truth columns (``true_call``, ``true_parent``, ``true_instance``,
@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from testkit.tables import ints, strings
 
 import synth
 from tracefmt import validate_trace
@@ -43,15 +44,6 @@ def make_trace(rows: Sequence[Row], *, validate: bool = True) -> pa.Table:
         }
     )
     return validate_trace(table) if validate else table
-
-
-def _strings(col: pa.ChunkedArray) -> np.ndarray:
-    return np.asarray(col.cast(pa.string()).to_pylist(), dtype=object)
-
-
-def _ints(col: pa.ChunkedArray) -> np.ndarray:
-    """A uint64 column as int64, nulls as -1."""
-    return col.cast(pa.int64()).fill_null(-1).to_numpy()
 
 
 @dataclass
@@ -115,16 +107,16 @@ class TrueCalls:
 
 def true_calls(table: pa.Table) -> TrueCalls:
     """Pair every call message with its return by ``true_call`` (one each)."""
-    op = _strings(table["op"])
-    call = _ints(table["true_call"])
+    op = strings(table["op"])
+    call = ints(table["true_call"])
     ci = np.flatnonzero(op == "call")
     ri = np.flatnonzero(op == "return")
     ci = ci[np.argsort(call[ci], kind="stable")]
     ri = ri[np.argsort(call[ri], kind="stable")]
     assert np.array_equal(call[ci], call[ri]), "calls and returns do not pair one to one"
     ts = table["timestamp"].cast(pa.int64()).to_numpy()
-    sender, receiver = _strings(table["sender"]), _strings(table["receiver"])
-    parent = _ints(table["true_parent"])
+    sender, receiver = strings(table["sender"]), strings(table["receiver"])
+    parent = ints(table["true_parent"])
     tc = TrueCalls(
         uid=call[ci],
         caller=sender[ci],
@@ -132,8 +124,8 @@ def true_calls(table: pa.Table) -> TrueCalls:
         t_call=ts[ci],
         t_ret=ts[ri],
         parent=parent[ci],
-        inst=_ints(table["true_instance"])[ci],
-        pattern=_strings(table["true_pattern"])[ci],
+        inst=ints(table["true_instance"])[ci],
+        pattern=strings(table["true_pattern"])[ci],
         row=ci,
         ret_row=ri,
         children={},
@@ -218,8 +210,8 @@ class Helpers:
     np_stats = staticmethod(np_stats)
     preorder_visits = staticmethod(preorder_visits)
     shape_of_json = staticmethod(shape_of_json)
-    ints = staticmethod(_ints)
-    strings = staticmethod(_strings)
+    ints = staticmethod(ints)
+    strings = staticmethod(strings)
 
     @staticmethod
     def generate(text: str) -> tuple[pa.Table, dict[str, Any]]:

@@ -1,7 +1,7 @@
 """Shared helpers and traces for the synth tests.
 
-Helpers are handed out as session-scoped fixtures (``--import-mode=importlib`` makes
-importing a helper module from the tests unreliable). Everything a test checks is
+Helpers of the synth tests are handed out as session-scoped fixtures; helpers every test
+package uses are in ``tests/testkit``. Everything a test checks is
 recomputed here from the trace's own columns, in plain numpy/Python, never taken from
 the generator's internals.
 """
@@ -16,18 +16,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from testkit.tables import ints, strings
 
 import synth
 from tracefmt.patterns import Shape, path_id, pattern_id, shape_text
-
-
-def _strings(col: pa.ChunkedArray) -> np.ndarray:
-    return np.asarray(col.cast(pa.string()).to_pylist(), dtype=object)
-
-
-def _ints(col: pa.ChunkedArray) -> np.ndarray:
-    """A uint64 column as int64, nulls as -1."""
-    return col.cast(pa.int64()).fill_null(-1).to_numpy()
 
 
 @dataclass
@@ -57,15 +49,15 @@ class Msgs:
 def msgs_of(table: pa.Table) -> Msgs:
     return Msgs(
         ts=table["timestamp"].cast(pa.int64()).to_numpy(),
-        sender=_strings(table["sender"]),
-        receiver=_strings(table["receiver"]),
-        op=_strings(table["op"]),
-        id=_ints(table["id"]),
-        inst=_ints(table["true_instance"]),
-        pattern=_strings(table["true_pattern"]),
-        call=_ints(table["true_call"]),
-        parent=_ints(table["true_parent"]),
-        point=_strings(table["point"]) if "point" in table.column_names else None,
+        sender=strings(table["sender"]),
+        receiver=strings(table["receiver"]),
+        op=strings(table["op"]),
+        id=ints(table["id"]),
+        inst=ints(table["true_instance"]),
+        pattern=strings(table["true_pattern"]),
+        call=ints(table["true_call"]),
+        parent=ints(table["true_parent"]),
+        point=strings(table["point"]) if "point" in table.column_names else None,
     )
 
 

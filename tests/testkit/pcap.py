@@ -1,0 +1,41 @@
+"""Captures written by hand, and what tshark (the reference dissector) reads in them."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+from pathlib import Path
+
+#: pcap link types the tests write.
+ETHERNET = 1
+RAW_IP = 101
+
+
+def write_pcap(path: Path, packets: list[tuple[int, bytes]], linktype: int = ETHERNET) -> Path:
+    """A nanosecond pcap of ``(timestamp ns, frame)`` packets in time order (written by
+    hand: dpkt takes float seconds, off by ~100 ns)."""
+    out = [struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, linktype)]
+    for ts, frame in sorted(packets, key=lambda p: p[0]):
+        out.append(struct.pack("<IIII", *divmod(ts, 1_000_000_000), len(frame), len(frame)) + frame)
+    path.write_bytes(b"".join(out))
+    return path
+
+
+def tshark_rows(pcap: Path, display: str, *fields: str, options: tuple[str, ...] = ()) -> list[list[str]]:
+    """``fields`` of every packet tshark shows for the display filter ``display``, one list
+    per packet (``options``: more tshark arguments, e.g. ``-d`` decode-as rules)."""
+    cmd = ["tshark", "-n", "-r", str(pcap), *options, "-Y", display, "-T", "fields", "-E", "separator=|"]
+    for f in fields:
+        cmd += ["-e", f]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return [line.split("|") for line in out.splitlines()]
+
+
+def epoch_ns(epoch: str) -> int:
+    """tshark's ``frame.time_epoch`` text as integer nanoseconds (no float rounding).
+
+    >>> epoch_ns("1700000000.000000123")
+    1700000000000000123
+    """
+    sec, _, frac = epoch.partition(".")
+    return int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
