@@ -4,9 +4,11 @@
 for the 2003 scoreboard; every setting in ``NestingParams``) returns a
 ``NestingResult`` whose ``to_json()`` is the paths file of ``results.md`` and whose
 ``instances_table()`` lists every call pair with its inferred parent, instance, pattern
-and confidence. ``infer_convolution(trace,
-quantum_s=..., max_lag_s=...)`` (free-form messages) returns a ``ConvolutionResult`` with
-linear paths and the output graph.
+and confidence. ``infer_convolution(trace, quantum_s=...)`` (free-form messages; every
+setting in ``ConvolutionParams``) returns a ``ConvolutionResult`` with linear paths and
+the output graph. ``evaluate_paths`` scores a paths file against a synthetic trace's
+truth; ``nesting_lines``, ``convolution_lines`` and ``evaluation_lines`` summarize runs
+and reports as text.
 """
 
 from __future__ import annotations
@@ -17,13 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from infer.calibration import Calibration, reliability, reliability_lines
     from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
-    from infer.convolution import (
-        ConvolutionParams,
-        ConvolutionResult,
-        DelaySpike,
-        LinearPath,
-        infer_convolution,
-    )
+    from infer.convolution import ConvolutionResult, DelaySpike, LinearPath, infer_convolution
     from infer.evaluate import (
         evaluate_convolution,
         evaluate_paths,
@@ -39,8 +35,9 @@ if TYPE_CHECKING:
         nesting_stages,
         read_instances,
     )
-    from infer.params import BOARDS, PRESETS, NestingParams
+    from infer.params import AUTO_LAG_QUANTA, BOARDS, PRESETS, ConvolutionParams, NestingParams
     from infer.patterns import Pattern, build_patterns, group_stats
+    from infer.summary import convolution_lines, evaluation_lines, nesting_lines, pattern_line
     from tracefmt.patterns import latency_stats
 
 #: Where each public name lives: the package imports a module on first use, so that
@@ -53,7 +50,6 @@ _HOME = {
     "NodeCodes": "infer.callpairs",
     "match_calls": "infer.callpairs",
     "node_codes": "infer.callpairs",
-    "ConvolutionParams": "infer.convolution",
     "ConvolutionResult": "infer.convolution",
     "DelaySpike": "infer.convolution",
     "LinearPath": "infer.convolution",
@@ -69,12 +65,18 @@ _HOME = {
     "infer_nesting": "infer.nesting",
     "nesting_stages": "infer.nesting",
     "read_instances": "infer.nesting",
+    "AUTO_LAG_QUANTA": "infer.params",
     "BOARDS": "infer.params",
     "PRESETS": "infer.params",
+    "ConvolutionParams": "infer.params",
     "NestingParams": "infer.params",
     "Pattern": "infer.patterns",
     "build_patterns": "infer.patterns",
     "group_stats": "infer.patterns",
+    "convolution_lines": "infer.summary",
+    "evaluation_lines": "infer.summary",
+    "nesting_lines": "infer.summary",
+    "pattern_line": "infer.summary",
     "latency_stats": "tracefmt.patterns",
 }
 
@@ -93,6 +95,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AUTO_LAG_QUANTA",
     "BOARDS",
     "PRESETS",
     "Calibration",
@@ -108,15 +111,19 @@ __all__ = [
     "Stage",
     "build_patterns",
     "confident_instances",
+    "convolution_lines",
     "evaluate_convolution",
     "evaluate_paths",
+    "evaluation_lines",
     "group_stats",
     "infer_convolution",
     "infer_nesting",
     "latency_stats",
     "match_calls",
+    "nesting_lines",
     "nesting_stages",
     "node_codes",
+    "pattern_line",
     "read_instances",
     "reliability",
     "reliability_lines",

@@ -179,6 +179,7 @@ def _chain(
     )  # fmt: skip
 
 
+# Long on purpose: a compiled loop kernel, whose steps as functions cost a call each inside numba.
 @_compiled()
 def spliced_likelihood(
     owner: np.ndarray,
@@ -269,6 +270,7 @@ def spliced_likelihood(
     return out
 
 
+# Long on purpose: a compiled loop kernel, whose steps as functions cost a call each inside numba.
 @_compiled()
 def run_move_gains(
     source: np.ndarray,

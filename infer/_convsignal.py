@@ -128,9 +128,7 @@ def find_spikes(
     z = np.asarray(z, np.float64)
     if z.size == 0:
         return []
-    above = np.concatenate([[False], z > sep_sigma, [False]])
-    edges = np.flatnonzero(above[1:] != above[:-1])
-    starts, ends = edges[0::2], edges[1::2]  # runs [start, end)
+    starts, ends = _runs_above(z, sep_sigma)
     if starts.size == 0:
         return []
     top = np.array([s + int(np.argmax(z[s:e])) for s, e in zip(starts, ends, strict=True)])
@@ -142,10 +140,23 @@ def find_spikes(
     heights = z[top[keep]]
     if peaks.size == 0:
         return []
-    # Extents: runs above floor_sigma, split between neighbouring peaks at their lowest point.
-    floor_run = np.concatenate([[False], z > floor_sigma, [False]])
-    f_edges = np.flatnonzero(floor_run[1:] != floor_run[:-1])
-    f_starts, f_ends = f_edges[0::2], f_edges[1::2]
+    lo, hi = _extents(z, peaks, floor_sigma)
+    return [
+        Spike(int(p), int(a), int(b), float(h)) for p, a, b, h in zip(peaks, lo, hi, heights, strict=True)
+    ]
+
+
+def _runs_above(z: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """The runs of ``z`` above ``level``: their starts and ends (exclusive)."""
+    above = np.concatenate([[False], z > level, [False]])
+    edges = np.flatnonzero(above[1:] != above[:-1])
+    return edges[0::2], edges[1::2]
+
+
+def _extents(z: np.ndarray, peaks: np.ndarray, floor_sigma: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each peak's extent (first and last lag): its run above ``floor_sigma``, split
+    between neighbouring peaks at their lowest point."""
+    f_starts, f_ends = _runs_above(z, floor_sigma)
     run = np.searchsorted(f_starts, peaks, side="right") - 1
     lo = f_starts[run].copy()
     hi = f_ends[run] - 1
@@ -154,9 +165,7 @@ def find_spikes(
             cut = peaks[k - 1] + int(np.argmin(z[peaks[k - 1] : peaks[k] + 1]))
             hi[k - 1] = max(cut - 1, peaks[k - 1])
             lo[k] = max(cut, peaks[k - 1] + 1)
-    return [
-        Spike(int(p), int(a), int(b), float(h)) for p, a, b, h in zip(peaks, lo, hi, heights, strict=True)
-    ]
+    return lo, hi
 
 
 class Correlator:

@@ -550,13 +550,25 @@ def skew_tolerance(
     n = len(pairs)
     if n == 0:
         return 0.0, 0.0
-    tc, tr = pairs.t_call, pairs.t_return
     n_nodes = int(max(pairs.caller.max(), pairs.callee.max())) + 1
     called = np.zeros(n_nodes, bool)
     called[pairs.callee] = True
     kids = np.flatnonzero(called[pairs.caller])
     if kids.size == 0:
         return 0.0, 0.0
+    stray = _stray_widenings(pairs, kids, n_nodes)
+    stray = stray[np.isfinite(stray)]
+    fraction = stray.size / kids.size
+    if fraction <= share:
+        return 0.0, fraction
+    return min(factor * float(np.percentile(stray, 95)) / 1e9, cap_s), fraction
+
+
+def _stray_widenings(pairs: CallPairs, kids: np.ndarray, n_nodes: int) -> np.ndarray:
+    """For each of ``kids`` (calls made by nodes that are called) lying outside every
+    call into its node, the widening in ns it needs to fit the nearest one (inf where
+    there is none to fit)."""
+    tc, tr = pairs.t_call, pairs.t_return
     into = np.lexsort((tc, pairs.callee))
     starts = np.searchsorted(pairs.callee[into], np.arange(n_nodes + 1))
     kids = kids[np.argsort(pairs.caller[kids], kind="stable")]
@@ -576,9 +588,4 @@ def skew_tolerance(
         follows = before + 1 < q.size
         early = np.where(follows, np.maximum(tc[q[nxt]] - tc[c], tr[c] - tr[q[nxt]]), np.inf)
         need.append(np.maximum(np.minimum(late, early), 0))
-    stray = np.concatenate(need) if need else np.zeros(0)
-    stray = stray[np.isfinite(stray)]
-    fraction = stray.size / kids.size
-    if fraction <= share:
-        return 0.0, fraction
-    return min(factor * float(np.percentile(stray, 95)) / 1e9, cap_s), fraction
+    return np.concatenate(need) if need else np.zeros(0)

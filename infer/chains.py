@@ -427,64 +427,82 @@ def _round(
 
     With a ``runner`` of more than one worker, the chunks are scored by its tasks
     (``shared_pairs``: ``pairs`` as the runner shares them)."""
-    n = len(pairs)
-    tally = _Tally(n)
+    tally = _scored(pairs, chunks, parent, model, runner, shared_pairs)
+    parts = [_best_moves(tally, parent)]
+    if tally.swaps:
+        parts.append(_swap_moves(tally, parent))
+    parts.append(_run_moves(pairs, parent, model, tally.away.parent, chunks.tol_ns))
+    return _Proposals.join(parts), tally.here, tally.away.total
+
+
+def _scored(
+    pairs: CallPairs,
+    chunks: CandidateChunks,
+    parent: np.ndarray,
+    model: ChainModel,
+    runner: Runner | None,
+    shared_pairs: Any,
+) -> _Tally:
+    """Every chunk's candidates scored and tallied, here or by ``runner``'s tasks."""
+    tally = _Tally(len(pairs))
     if runner is None or chunks.ranges is None or runner.width <= 1:
         for ch in chunks:
             _score_chunk(pairs, ch, parent, model, chunks.tol_ns, tally)
-    else:
-        # The chunks' scoring on the cluster's workers, folded here in chunk order: the
-        # same sums in the same order as above, so the same answer to the last bit.
-        groups = [chunks.ranges[a:b] for a, b in split_evenly(len(chunks.ranges), 4 * runner.width)]
-        for scored in runner.map(
-            _score_ranges, groups, pairs=shared_pairs, parent=parent, model=model, tol_ns=chunks.tol_ns
-        ):
-            for chunk_tally in scored:
-                chunk_tally.fold_into(tally, pairs.t_call)
-    best, away, here, swaps = tally.best, tally.away, tally.here, tally.swaps
-    parts = []
+        return tally
+    # The chunks' scoring on the cluster's workers, folded here in chunk order: the
+    # same sums in the same order as above, so the same answer to the last bit.
+    groups = [chunks.ranges[a:b] for a, b in split_evenly(len(chunks.ranges), 4 * runner.width)]
+    for scored in runner.map(
+        _score_ranges, groups, pairs=shared_pairs, parent=parent, model=model, tol_ns=chunks.tol_ns
+    ):
+        for chunk_tally in scored:
+            chunk_tally.fold_into(tally, pairs.t_call)
+    return tally
+
+
+def _best_moves(tally: _Tally, parent: np.ndarray) -> _Proposals:
+    """Each child's move to its best parent, where that is not the one it has."""
+    best, here = tally.best, tally.here
     # Roots stay roots: the only ones with candidates are calls cut out of a loop.
     kid = np.flatnonzero((parent >= 0) & (best.parent >= 0) & (best.parent != parent))
-    gain = best.score[kid] - here[kid]
-    parts.append(
-        _Proposals(
-            gain,
-            parent[kid],
-            best.parent[kid],
-            kid,
-            np.full(kid.size, -1),
-            best.score[kid],
-            np.zeros(kid.size),
-            np.ones(kid.size, np.int64),
-        )
+    return _Proposals(
+        best.score[kid] - here[kid],
+        parent[kid],
+        best.parent[kid],
+        kid,
+        np.full(kid.size, -1),
+        best.score[kid],
+        np.zeros(kid.size),
+        np.ones(kid.size, np.int64),
     )
-    if swaps:
-        child, dest, other, score = (np.concatenate(a) for a in zip(*swaps, strict=True))
-        key = child * n + dest
-        order = np.argsort(key, kind="stable")
-        key = key[order]
-        # The same swap seen from the other side: ``other`` into the child's parent,
-        # with the child as its occupant.
-        want = other * n + parent[child]
-        at = np.minimum(np.searchsorted(key, want), max(key.size - 1, 0))
-        back = order[at]
-        ok = (key[at] == want) & (other[back] == child) & (parent[child] >= 0) & (child < other)
-        gain = (score - here[other]) + (score[back] - here[child])
-        i = np.flatnonzero(ok)
-        parts.append(
-            _Proposals(
-                gain[i],
-                parent[child[i]],
-                dest[i],
-                child[i],
-                other[i],
-                score[i],
-                score[back[i]],
-                np.ones(i.size, np.int64),
-            )
-        )
-    parts.append(_run_moves(pairs, parent, model, away.parent, chunks.tol_ns))
-    return _Proposals.join(parts), here, away.total
+
+
+def _swap_moves(tally: _Tally, parent: np.ndarray) -> _Proposals:
+    """The swaps of two calls to one node that sit in each other's place, each once
+    (from its lower child), whatever its gain."""
+    n, here = parent.size, tally.here
+    child, dest, other, score = (np.concatenate(a) for a in zip(*tally.swaps, strict=True))
+    key = child * n + dest
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    # The same swap seen from the other side: ``other`` into the child's parent,
+    # with the child as its occupant.
+    want = other * n + parent[child]
+    at = np.minimum(np.searchsorted(key, want), max(key.size - 1, 0))
+    back = order[at]
+    ok = (key[at] == want) & (other[back] == child) & (parent[child] >= 0) & (child < other)
+    gain = (score - here[other]) + (score[back] - here[child])
+    i = np.flatnonzero(ok)
+    return _Proposals(
+        gain[i],
+        parent[child[i]],
+        dest[i],
+        child[i],
+        other[i],
+        score[i],
+        score[back[i]],
+        np.ones(i.size, np.int64),
+    )
 
 
 #: The longest run of calls made at once that moves as one.

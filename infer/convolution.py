@@ -40,10 +40,9 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 import threading
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -52,6 +51,7 @@ from scipy.special import gammainc, ndtr
 
 from infer._convsignal import Correlator, find_spikes, local_background, moving_mean
 from infer.callpairs import node_codes
+from infer.params import AUTO_LAG_QUANTA, MIN_LAGS, ConvolutionParams
 from tracefmt import OP_CALL, OP_RETURN, ParameterError, SchemaError, op_codes, sort_trace, validate_trace
 from tracefmt.cluster import InProcess
 from tracefmt.patterns import path_id
@@ -62,78 +62,17 @@ if TYPE_CHECKING:
 
     from tracefmt.cluster import Runner
 
-__all__ = ["ConvolutionParams", "ConvolutionResult", "DelaySpike", "LinearPath", "infer_convolution"]
+__all__ = [
+    "AUTO_LAG_QUANTA",
+    "ConvolutionParams",
+    "ConvolutionResult",
+    "DelaySpike",
+    "LinearPath",
+    "infer_convolution",
+]
 
-_MIN_LAGS = 10  # the spike statistics need a few lags of background
 _RING = 12  # half-width of the local background, in spike widths
 _NEG_MARGIN = 8  # quanta of negative lags examined beyond the band (plausibility)
-
-
-@dataclass(frozen=True)
-class ConvolutionParams:
-    """Every parameter of ``infer_convolution`` (all recorded in the paths file)."""
-
-    quantum_s: float
-    max_lag_s: float
-    n_sigma: float = 4.0
-    sep_sigma: float = 3.0
-    band_s: float = 0.0
-    root: tuple[str, ...] | None = None
-    min_count: float = 1.0
-    short_paths: bool = True
-    max_repeats: int = 0
-    stop_at_root: bool = True
-    plausible: bool = True
-    max_depth: int = 32
-    count_estimate: str = "raw"
-    delay_estimate: str = "centroid"
-    root_share: float = 0.5
-    max_vertices: int = 100_000
-    method: str = "auto"
-
-    def check(self) -> None:
-        """Raise ``ParameterError`` naming the first bad parameter."""
-        for name in ("quantum_s", "max_lag_s", "n_sigma", "sep_sigma", "band_s", "min_count", "root_share"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value):
-                raise ParameterError(f"{name} must be a finite number, not {value!r}")
-        if not self.quantum_s > 0:
-            raise ParameterError(f"quantum_s must be > 0, not {self.quantum_s}")
-        if self.max_lag_s / self.quantum_s < _MIN_LAGS:
-            raise ParameterError(
-                f"max_lag_s = {self.max_lag_s:g} s spans {int(self.max_lag_s / self.quantum_s)} lags of "
-                f"quantum {self.quantum_s:g} s; the spike statistics need at least {_MIN_LAGS} "
-                f"(max_lag_s >= {_MIN_LAGS * self.quantum_s:g})"
-            )
-        if not 0 <= self.sep_sigma <= self.n_sigma:
-            raise ParameterError(
-                f"need 0 <= sep_sigma <= n_sigma, not sep_sigma={self.sep_sigma}, n_sigma={self.n_sigma}"
-            )
-        for name in ("band_s", "min_count"):
-            if getattr(self, name) < 0:
-                raise ParameterError(f"{name} must be >= 0, not {getattr(self, name)}")
-        if self.band_s > self.max_lag_s:
-            # A band wider than the lags searched smooths nothing more, and its kernel of
-            # band / quantum bins would take memory without bound.
-            raise ParameterError(
-                f"band_s = {self.band_s:g} s must be at most max_lag_s = {self.max_lag_s:g} s"
-            )
-        if not 0 < self.root_share <= 1:
-            raise ParameterError(f"root_share must be in (0, 1], not {self.root_share}")
-        for name, least in (("max_repeats", 0), ("max_depth", 1), ("max_vertices", 1)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ParameterError(f"{name} must be an integer >= {least}, not {value!r}")
-        if self.count_estimate not in ("raw", "sqrt"):
-            raise ParameterError(f"unknown count_estimate {self.count_estimate!r} (must be raw or sqrt)")
-        if self.method not in ("auto", "fft", "direct"):
-            raise ParameterError(f"unknown method {self.method!r} (must be auto, fft or direct)")
-        if self.delay_estimate not in ("centroid", "lag"):
-            raise ParameterError(f"unknown delay_estimate {self.delay_estimate!r} (must be centroid or lag)")
-
-    @property
-    def band_quanta(self) -> int:
-        return round(self.band_s / self.quantum_s)
 
 
 @dataclass(frozen=True)
@@ -338,11 +277,32 @@ def _pair_spikes(
     ``_Pairs.explained``), counting what the spike tests drop into ``tally``; ``direct``
     forces the correlation method (``None``: the correlator chooses)."""
     sq, raw = corr.correlate(e_in, e_out, direct)
-    neg, half = corr.neg, p.band_quanta
-    core, ring = 2 * half + 1, _RING * (half + 1)
+    ring, core = _ring(p)
     _causal_lag0(corr, e_in, e_out, sq, raw, ring, core)
     window = _window_excess(corr, raw)
-    smooth = moving_mean(sq, half)
+    z = _standard_scores(sq, corr.neg, p)
+    if z is None:
+        return (), window
+    peaks = _plausible_peaks(z, sq, corr, p, tally)
+    if not peaks:
+        return (), window
+    out = _counted_spikes(peaks, corr, p, (e_in, e_out), sq, raw, tally)
+    tally["spikes"] += len(out)
+    return tuple(sorted(out, key=lambda s: (-s.count, s.lag))), window
+
+
+def _ring(p: ConvolutionParams) -> tuple[int, int]:
+    """The local background's half-width and the core it leaves out around each lag
+    (a spike's width), in lags."""
+    half = p.band_quanta
+    return _RING * (half + 1), 2 * half + 1
+
+
+def _standard_scores(sq: np.ndarray, neg: int, p: ConvolutionParams) -> np.ndarray | None:
+    """Each lag's band-smoothed correlation in standard deviations above the background
+    (None when the background does not vary)."""
+    ring, core = _ring(p)
+    smooth = moving_mean(sq, p.band_quanta)
     # Deviation from a local background (a ring of lags around each lag), so slow swings
     # of the load, which correlate every pair of busy edges, do not pass for spikes.
     resid = smooth - local_background(smooth, ring, core)
@@ -355,11 +315,20 @@ def _pair_spikes(
     mad = 1.4826 * float(np.median(np.abs(body - med)))
     if mad > 0:
         quiet = body[(body - med) / mad <= p.sep_sigma]
-        if quiet.size >= _MIN_LAGS:
+        if quiet.size >= MIN_LAGS:
             mean, std = float(quiet.mean()), float(quiet.std())
     if not std > 0:
-        return (), window
-    z = (resid - mean) / std
+        return None
+    return (resid - mean) / std
+
+
+def _plausible_peaks(
+    z: np.ndarray, sq: np.ndarray, corr: Correlator, p: ConvolutionParams, tally: dict[str, Any]
+) -> list[tuple[int, int, int, float]]:
+    """The spikes of the scores ``z`` as ``(lag, first lag, last lag, z)``, without those
+    at negative lags or at ``max_lag`` when ``plausible`` (counted into ``tally``)."""
+    neg, half = corr.neg, p.band_quanta
+    ring, core = _ring(p)
     # The band's moving mean flattens a peak's top: locate peaks on the unsmoothed residual.
     exact = sq - local_background(sq, ring, core) if half else z
     # Search from a few negative lags when judging plausibility, else from lag 0.
@@ -380,8 +349,21 @@ def _pair_spikes(
         lo = max(s.lo - shift, lag - reach, 0)
         hi = min(s.hi - shift, lag + reach, last)
         keep.append((lag, lo, hi, s.z))
-    if not keep:
-        return (), window
+    return keep
+
+
+def _counted_spikes(
+    peaks: list[tuple[int, int, int, float]],
+    corr: Correlator,
+    p: ConvolutionParams,
+    pair: tuple[int, int],
+    sq: np.ndarray,
+    raw: np.ndarray,
+    tally: dict[str, Any],
+) -> list[DelaySpike]:
+    """The peaks whose message pairs stand out, with their message counts and delays."""
+    neg = corr.neg
+    ring, core = _ring(p)
     # Counts from the raw-count correlation: above its background it rises by exactly
     # the number of message pairs at each lag (undoing the overlap scaling).
     unscale = corr.overlap[neg:] / corr.n_slots
@@ -396,7 +378,7 @@ def _pair_spikes(
     tail = float(ndtr(-p.n_sigma))  # the normal's upper tail
     floor = float(raw_pairs.mean())
     out = []
-    for lag, lo, hi, zval in keep:
+    for lag, lo, hi, zval in peaks:
         seen = float(raw_pairs[lo : hi + 1].sum())
         expected = float(np.maximum(raw_bg[lo : hi + 1], floor).sum())
         if _poisson_at_least(round(seen), expected) > tail:
@@ -404,18 +386,32 @@ def _pair_spikes(
             continue
         w = np.maximum(excess[lo : hi + 1], 0.0)
         count = float(w.sum())
-        below = lo == 0 and count > 0 and not w[1:].any()
-        sub = _below_quantum(corr, e_in, e_out, float(raw_bg[0]), p.quantum_s) if below else None
-        if p.delay_estimate == "centroid" and sub is not None:
-            delay = sub
-        elif p.delay_estimate == "centroid" and count > 0:
-            delay = float((np.arange(lo, hi + 1) * w).sum() / count) * p.quantum_s
-        else:
-            delay = lag * p.quantum_s
+        delay = _spike_delay(corr, p, pair, lag, lo, w, raw_bg)
         tally["spikes_within_quantum"] += lag == 0
         out.append(DelaySpike(delay, lag, count, zval))
-    tally["spikes"] += len(out)
-    return tuple(sorted(out, key=lambda s: (-s.count, s.lag))), window
+    return out
+
+
+def _spike_delay(
+    corr: Correlator,
+    p: ConvolutionParams,
+    pair: tuple[int, int],
+    lag: int,
+    lo: int,
+    w: np.ndarray,
+    raw_bg: np.ndarray,
+) -> float:
+    """A spike's delay: its centroid over the excess ``w`` at lags ``lo ...`` (read off
+    the messages' own times when all of it is at lag 0), or its peak lag times the
+    quantum (``delay_estimate="lag"``, or no excess)."""
+    count = float(w.sum())
+    below = lo == 0 and count > 0 and not w[1:].any()
+    sub = _below_quantum(corr, *pair, float(raw_bg[0]), p.quantum_s) if below else None
+    if p.delay_estimate == "centroid" and sub is not None:
+        return sub
+    if p.delay_estimate == "centroid" and count > 0:
+        return float((np.arange(lo, lo + w.size) * w).sum() / count) * p.quantum_s
+    return lag * p.quantum_s
 
 
 _SUB_BINS = 20  # bins of a quantum when a delay shorter than it is read off message times
@@ -428,10 +424,10 @@ def _poisson_at_least(k: int, mean: float) -> float:
 
 def _window_excess(corr: Correlator, raw: np.ndarray) -> float:
     """Message pairs above the background at lags ``0 .. max_lag // 20`` (at least
-    ``_MIN_LAGS``), the background being the median over the far half of the lags, where
+    ``MIN_LAGS``), the background being the median over the far half of the lags, where
     causal delays no longer reach."""
     pairs = raw[corr.neg :] * (corr.overlap[corr.neg :] / corr.n_slots)
-    width = max(corr.max_lag // 20, _MIN_LAGS)
+    width = max(corr.max_lag // 20, MIN_LAGS)
     background = float(np.median(pairs[pairs.size // 2 :]))
     return float((pairs[: width + 1] - background).sum())
 
@@ -496,25 +492,10 @@ def _edge_fraction(spikes: tuple[DelaySpike, ...], n_in: int, n_out: int) -> flo
 
 def infer_convolution(
     trace: pa.Table,
+    params: ConvolutionParams | None = None,
     *,
-    quantum_s: float,
-    max_lag_s: float,
-    n_sigma: float = 4.0,
-    sep_sigma: float = 3.0,
-    band_s: float = 0.0,
-    root: str | list[str] | tuple[str, ...] | None = None,
-    min_count: float = 1.0,
-    short_paths: bool = True,
-    max_repeats: int = 0,
-    stop_at_root: bool = True,
-    plausible: bool = True,
-    max_depth: int = 32,
-    count_estimate: str = "raw",
-    delay_estimate: str = "centroid",
-    root_share: float = 0.5,
-    max_vertices: int = 100_000,
-    method: str = "auto",
     runner: Runner | None = None,
+    **overrides: Any,
 ) -> ConvolutionResult:
     """Infer causal paths of a message trace with the convolution algorithm.
 
@@ -522,60 +503,17 @@ def infer_convolution(
     ----------
     trace : pyarrow.Table
         A message trace (``tracefmt``); only timestamp, sender and receiver are read.
-    quantum_s : float
-        Time resolution ``mu``: signals hold one value per quantum.
-    max_lag_s : float
-        Longest causal delay looked for (at least 10 quanta).
-    n_sigma, sep_sigma : float
-        A spike is at least ``n_sigma`` standard deviations above the mean; two spikes are
-        separated by a point at most ``sep_sigma`` above it (the paper: 4 and 3). Mean and
-        deviation are those of lags 0 .. max_lag without the runs above ``sep_sigma``. The
-        spike's pairs of messages must also be as unlikely under the background's Poisson
-        rate as ``n_sigma`` deviations of a normal variable.
-    band_s : float
-        Delay band ``v``: spikes are sought in the correlation summed over
-        ``[d - band, d + band]``, so delays that vary by about the band still peak.
-    root : str or list of str, optional
-        Node(s) the paths start from. By default the nodes that start activity: senders
-        of edges whose messages the edges into the sender explain less than
-        ``root_share`` of (every edge of a node that receives nothing).
-    min_count : float
-        Drop hops (and paths) with fewer estimated messages.
-    short_paths : bool
-        Drop a delay from vertex v to node C when a longer path from v returns to the
-        same node and reaches C after the same total delay (within the quanta and band):
-        the short path is that longer path seen with its middle left out.
-    max_repeats : int
-        How often a path may repeat a transition (edge in, edge out); a path ends where it
-        would repeat more (cuts cycles).
-    stop_at_root : bool
-        A path ends when it comes back to its root: what the root sends next belongs to
-        its next request (a client's think time), not to this path.
-    plausible : bool
-        Drop peaks at negative lags whose tail reaches lag 0 (an effect taken for a cause)
-        and peaks at ``max_lag`` (cut off, not located).
-    max_depth : int
-        Most hops in a path.
-    count_estimate : {"raw", "sqrt"}
-        Estimate message counts from the correlation of raw counts (exact above the
-        background) or from the square-rooted one (the paper's peak height; low when
-        quanta hold several messages).
-    delay_estimate : {"centroid", "lag"}
-        Report a spike's delay as its centroid (sub-quantum) or as its peak lag times the
-        quantum (the paper's way).
-    root_share : float
-        See ``root``.
-    max_vertices : int
-        Stop growing the graph beyond this many vertices (noted in the result).
-    method : {"auto", "fft", "direct"}
-        How each edge pair is correlated: FFT (O(S log S)), or by enumerating the pairs
-        of occupied quanta within the lag window (exact as well; far cheaper when edges
-        are sparse against S), or per pair whichever is estimated cheaper.
+    params : ConvolutionParams, optional
+        The settings; ``ConvolutionParams`` documents every field.
     runner : tracefmt.cluster.Runner, optional
         Where the edge pairs are correlated. ``None`` (or the in-process runner): here,
         each when the paths first ask for it. A cluster's runner: every pair the run
         can ask for, by tasks of a few pairs of one node each, the signals shipped to
         each worker once; the result is the same to the last bit.
+    **overrides
+        Fields of ``ConvolutionParams`` (replacing those of ``params``): ``quantum_s``
+        (the time resolution) is needed without ``params``; ``max_lag_s``, the longest
+        delay looked for, is ``AUTO_LAG_QUANTA`` (1,000) quanta unless given.
 
     Returns
     -------
@@ -601,26 +539,10 @@ def infer_convolution(
     >>> [(p.nodes, p.delays_s) for p in r.paths]
     [(('a', 'b', 'c'), ((2.0,),))]
     """
-    roots_given = (root,) if isinstance(root, str) else (tuple(root) if root is not None else None)
-    params = ConvolutionParams(
-        quantum_s=quantum_s,
-        max_lag_s=max_lag_s,
-        n_sigma=n_sigma,
-        sep_sigma=sep_sigma,
-        band_s=band_s,
-        root=roots_given,
-        min_count=min_count,
-        short_paths=short_paths,
-        max_repeats=max_repeats,
-        stop_at_root=stop_at_root,
-        plausible=plausible,
-        max_depth=max_depth,
-        count_estimate=count_estimate,
-        delay_estimate=delay_estimate,
-        root_share=root_share,
-        max_vertices=max_vertices,
-        method=method,
-    )
+    if params is None:
+        params = ConvolutionParams(**overrides)
+    elif overrides:
+        params = replace(params, **overrides)
     params.check()
     trace = sort_trace(validate_trace(trace))
     notes: list[str] = []
@@ -640,6 +562,27 @@ def infer_convolution(
     graph = _vertex_graph(verts, graph_in)
     paths = _linear_paths(verts, root_vertex.values(), graph_in.names)
     paths.sort(key=lambda p: (-p.count, p.id))
+    _close_stats(stats, corr, graph, paths, params, notes)
+    return ConvolutionResult(
+        graph=graph,
+        paths=paths,
+        roots=[graph_in.names[a] for a in sorted(root_vertex)],
+        params=params,
+        stats=stats,
+        notes=notes,
+        trace_info={"messages": trace.num_rows, "start_ns": t0, "end_ns": t1},
+    )
+
+
+def _close_stats(
+    stats: dict[str, Any],
+    corr: Correlator,
+    graph: nx.DiGraph,
+    paths: list[LinearPath],
+    params: ConvolutionParams,
+    notes: list[str],
+) -> None:
+    """The run's last counters, and the notes on delays within a quantum or no path."""
     stats["vertices"] = graph.number_of_nodes()
     stats["paths"] = len(paths)
     stats["ffts"] = corr.ffts
@@ -653,15 +596,6 @@ def infer_convolution(
         )
     if not paths and not notes:
         notes.append("no path found: no hop kept min_count estimated messages")
-    return ConvolutionResult(
-        graph=graph,
-        paths=paths,
-        roots=[graph_in.names[a] for a in sorted(root_vertex)],
-        params=params,
-        stats=stats,
-        notes=notes,
-        trace_info={"messages": trace.num_rows, "start_ns": t0, "end_ns": t1},
-    )
 
 
 @dataclass(frozen=True)
@@ -725,11 +659,11 @@ def _correlator(
     max_lag = int(params.max_lag_s / quantum_s)
     if max_lag > n_slots // 2:
         # Beyond half the trace two signals overlap too little for a fair background.
-        if n_slots // 2 < _MIN_LAGS:
+        if n_slots // 2 < MIN_LAGS:
             raise ParameterError(
                 f"the trace spans only {n_slots} quanta of {quantum_s:g} s; the spike statistics need "
-                f"lags up to at least {_MIN_LAGS} quanta within half the trace: use a quantum of at most "
-                f"{span_s / (2 * _MIN_LAGS + 2):.3g} s"
+                f"lags up to at least {MIN_LAGS} quanta within half the trace: use a quantum of at most "
+                f"{span_s / (2 * MIN_LAGS + 2):.3g} s"
             )
         notes.append(
             f"max_lag cut from {params.max_lag_s:g} s to half the trace ({n_slots // 2 * quantum_s:g} s): "

@@ -9,7 +9,6 @@ paths (:func:`evaluate_convolution`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,9 +172,26 @@ def evaluate_paths(
             "inferred": len(inf_ids),
             "false_negatives": len(set(true_ids) - set(inf_ids)),
             "false_positives": len(set(inf_ids) - set(true_ids)),
-        }
+        },
+        "top_n": _pattern_top_n([p.id for p in truth], inferred, ns, tolerances),
+        "delay_error": _pattern_delay_error(true_ids, inf_ids),
     }
-    true_by_count = [p.id for p in truth]
+    report["instances"], report["messages"], report["calls"], verdicts = _instance_scores(
+        trace, pairs.call_row, inst, instances
+    )
+    if verdicts is not None and "confidence" in instances.column_names:
+        report["confidence"] = _confidence_scores(instances, *verdicts)
+    return report
+
+
+def _pattern_top_n(
+    true_by_count: list[str],
+    inferred: list[dict[str, Any]],
+    ns: tuple[int, ...],
+    tolerances: tuple[float, ...],
+) -> list[dict[str, Any]]:
+    """The N most frequent true patterns missing from the inferred ones within count
+    tolerance ``t`` of the N-th."""
     inf_counts = sorted(((p["count"], p["id"]) for p in inferred), key=lambda cp: (-cp[0], cp[1]))
     top = []
     for n in ns:
@@ -190,7 +206,14 @@ def evaluate_paths(
                 chosen = {i for _, i in inf_counts}
             missing = len(wanted - chosen)
             top.append({"n": n, "missing": missing, "missing_rate": missing / n, "tolerance": tol})
-    report["top_n"] = top
+    return top
+
+
+def _pattern_delay_error(
+    true_ids: dict[str, Pattern], inf_ids: dict[str, dict[str, Any]]
+) -> dict[str, float | None]:
+    """Relative error of the mean latency and delay of every visit of the patterns
+    found, against the truth's: median and 90th percentile."""
     errors = []
     for pid, inf in inf_ids.items():
         if pid not in true_ids:
@@ -201,17 +224,9 @@ def evaluate_paths(
             for g, w in zip(got, want, strict=True):
                 if w > 0:
                     errors.append(abs(g - w) / w)
-    report["delay_error"] = (
-        {"median_rel": float(np.median(errors)), "p90_rel": float(np.percentile(errors, 90))}
-        if errors
-        else {"median_rel": None, "p90_rel": None}
-    )
-    report["instances"], report["messages"], report["calls"], verdicts = _instance_scores(
-        trace, pairs.call_row, inst, instances
-    )
-    if verdicts is not None and "confidence" in instances.column_names:
-        report["confidence"] = _confidence_scores(instances, *verdicts)
-    return report
+    if not errors:
+        return {"median_rel": None, "p90_rel": None}
+    return {"median_rel": float(np.median(errors)), "p90_rel": float(np.percentile(errors, 90))}
 
 
 def _confidence_scores(
@@ -274,19 +289,56 @@ def _instance_scores(
     true_instances = int(true_ids.size)
     true_messages = 2 * n_pairs
     if instances is None:
-        return (
-            {
-                "true": true_instances,
-                "inferred": None,
-                "false_negatives": None,
-                "false_positives": None,
-                "fully_right": None,
-                "fully_right_rate": None,
-            },
-            {"true": true_messages, "false_negatives": None, "false_positives": None},
-            {"true": n_pairs, "right_parent": None, "right_parent_rate": None},
-            None,
-        )
+        return (*_unscored(true_instances, n_pairs), None)
+    link_ok, group, my_true_inst = _link_verdicts(trace, instances)
+    size, exact, t_min = _exact_instances(group, my_true_inst, link_ok, true_ids, true_size)
+    n_groups = size.size
+    recovered = int(np.unique(t_min[exact]).size)
+    # Per true call: inferred, and right. A true instance is fully right when all are.
+    right = np.isin(true_rows, instances["call_row"].to_numpy()[link_ok])
+    wrong_in = np.bincount(np.searchsorted(true_ids, inst), weights=~right, minlength=true_instances)
+    fully_right = int((wrong_in == 0).sum())
+    inst_report = {
+        "true": true_instances,
+        "inferred": n_groups,
+        "false_negatives": true_instances - recovered,
+        "false_positives": int(n_groups - exact.sum()),
+        "fully_right": fully_right,
+        "fully_right_rate": fully_right / true_instances if true_instances else None,
+    }
+    msg_report = {
+        "true": true_messages,
+        "false_negatives": true_messages - int(2 * size[exact].sum()),
+        "false_positives": int(2 * size[~exact].sum()),
+    }
+    n_right = int(right.sum())
+    call_report = {
+        "true": n_pairs,
+        "right_parent": n_right,
+        "right_parent_rate": n_right / n_pairs if n_pairs else None,
+    }
+    return inst_report, msg_report, call_report, (link_ok, group, exact)
+
+
+def _unscored(true_instances: int, n_pairs: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The instance, message and call scores without inferred instances: the truth's side."""
+    return (
+        {
+            "true": true_instances,
+            "inferred": None,
+            "false_negatives": None,
+            "false_positives": None,
+            "fully_right": None,
+            "fully_right_rate": None,
+        },
+        {"true": 2 * n_pairs, "false_negatives": None, "false_positives": None},
+        {"true": n_pairs, "right_parent": None, "right_parent_rate": None},
+    )
+
+
+def _link_verdicts(trace: pa.Table, instances: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per inferred call: whether it is right (its true parent, and closed by its own
+    return), its instance's number (0, 1, ...) and its true instance."""
     uid = trace["true_call"].to_numpy().astype(np.int64)
     # The null fill reads back as -1 (ids of captures use all 64 bits and may read back
     # negative; only the id 2**64 - 1 itself would pass for "no parent").
@@ -296,14 +348,22 @@ def _instance_scores(
     _same_trace(trace, instances)
     inf_inst = instances["instance"].to_numpy()
     inf_parent = instances["parent"].fill_null(-1).to_numpy()
-    my_true_inst = tinst[call_row]
     parent_uid = np.where(inf_parent >= 0, uid[call_row][np.maximum(inf_parent, 0)], -1)
-    # Right parent, and the call closed by its own return.
     link_ok = (parent_uid == tpar[call_row]) & (uid[instances["return_row"].to_numpy()] == uid[call_row])
-    # An inferred instance is exact when all its calls come from one true instance, it
-    # has all of that instance's calls, and every parent link is the true one.
     _, group = np.unique(inf_inst, return_inverse=True)
-    group = group.ravel()
+    return link_ok, group.ravel(), tinst[call_row]
+
+
+def _exact_instances(
+    group: np.ndarray,
+    my_true_inst: np.ndarray,
+    link_ok: np.ndarray,
+    true_ids: np.ndarray,
+    true_size: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per inferred instance (``group`` of each call): its calls, whether it is exact
+    (all its calls come from one true instance, it has all of that instance's calls,
+    and every parent link is the true one), and the lowest true instance of its calls."""
     n_groups = int(group.max()) + 1 if group.size else 0
     size = np.bincount(group, minlength=n_groups)
     t_min = np.full(n_groups, np.iinfo(np.int64).max)
@@ -315,32 +375,7 @@ def _instance_scores(
     known = (true_ids.size > 0) & (true_ids[at] == t_min) if true_ids.size else np.zeros(n_groups, bool)
     full = known & (np.where(known, true_size[at], -1) == size)
     exact = (t_min == t_max) & full & (links == size)
-    recovered = int(np.unique(t_min[exact]).size)
-    # Per true call: inferred, and right. A true instance is fully right when all are.
-    right = np.isin(true_rows, call_row[link_ok])
-    wrong_in = np.bincount(np.searchsorted(true_ids, inst), weights=~right, minlength=true_instances)
-    fully_right = int((wrong_in == 0).sum())
-    inst_report = {
-        "true": true_instances,
-        "inferred": n_groups,
-        "false_negatives": true_instances - recovered,
-        "false_positives": int(n_groups - exact.sum()),
-        "fully_right": fully_right,
-        "fully_right_rate": fully_right / true_instances if true_instances else None,
-    }
-    good_msgs = int(2 * size[exact].sum())
-    msg_report = {
-        "true": true_messages,
-        "false_negatives": true_messages - good_msgs,
-        "false_positives": int(2 * size[~exact].sum()),
-    }
-    n_right = int(right.sum())
-    call_report = {
-        "true": n_pairs,
-        "right_parent": n_right,
-        "right_parent_rate": n_right / n_pairs if n_pairs else None,
-    }
-    return inst_report, msg_report, call_report, (link_ok, group, exact)
+    return size, exact, t_min
 
 
 # --- convolution paths files -------------------------------------------------------------
@@ -378,6 +413,15 @@ class LinearTruth:
     def prefix_counts(self) -> dict[tuple[str, ...], int]:
         """Messages on every hop in context (``prefixes``)."""
         return self.prefixes
+
+    def found_in(self, nodes: tuple[str, ...], paths: list[dict[str, Any]], tolerance_s: float) -> bool:
+        """Whether one of ``paths`` (of a paths file) starts with the true path ``nodes``
+        and reports, on every hop, a delay within ``tolerance_s`` of the hop's true median."""
+        n = len(nodes)
+        return any(
+            tuple(p["nodes"][:n]) == nodes and _hops_match(p["delays_s"], self.patterns[nodes], tolerance_s)
+            for p in paths
+        )
 
 
 #: A message whose cause is not in the trace.
@@ -431,15 +475,28 @@ def true_causes(trace: pa.Table) -> np.ndarray:
     tpar = trace["true_parent"].fill_null(np.uint64(2**64 - 1)).to_numpy().astype(np.int64)
     keep = _first_point(trace)
     cause = np.full(n, _LOST, np.int64)
-    # One-way messages: the parent named.
-    send = np.flatnonzero((ops == OP_SEND) & keep)
+    _send_causes(cause, np.flatnonzero((ops == OP_SEND) & keep), uid, tpar)
+    _rpc_causes(cause, np.flatnonzero((ops != OP_SEND) & keep), ops, uid, tpar)
+    # A cause comes earlier in the trace; truth columns that say otherwise (a loop of
+    # parents) leave the message without one.
+    cause[cause >= np.arange(n)] = _LOST
+    return cause
+
+
+def _send_causes(cause: np.ndarray, send: np.ndarray, uid: np.ndarray, tpar: np.ndarray) -> None:
+    """Set the cause of the one-way messages ``send`` (rows): the parent named."""
     by_uid = send[np.argsort(uid[send], kind="stable")]
     at = np.minimum(np.searchsorted(uid[by_uid], tpar[send]), max(by_uid.size - 1, 0))
     if by_uid.size:
         found = uid[by_uid][at] == tpar[send]
         cause[send] = np.where(found, by_uid[at], np.where(tpar[send] == -1, -1, _LOST))
-    # Calls and returns: the latest message into the visit they leave.
-    rpc = np.flatnonzero((ops != OP_SEND) & keep)
+
+
+def _rpc_causes(
+    cause: np.ndarray, rpc: np.ndarray, ops: np.ndarray, uid: np.ndarray, tpar: np.ndarray
+) -> None:
+    """Set the cause of the calls and returns ``rpc`` (rows): the latest message into
+    the visit they leave."""
     is_call = ops[rpc] == OP_CALL
     root_call = is_call & (tpar[rpc] == -1)
     cause[rpc[root_call]] = -1
@@ -460,10 +517,6 @@ def true_causes(trace: pa.Table) -> np.ndarray:
     src = last_in[leaving]
     ok = (src >= 0) & (visit[np.maximum(src, 0)] == visit[leaving])
     cause[rows[leaving]] = np.where(ok, rows[np.maximum(src, 0)], _LOST)
-    # A cause comes earlier in the trace; truth columns that say otherwise (a loop of
-    # parents) leave the message without one.
-    cause[cause >= np.arange(n)] = _LOST
-    return cause
 
 
 def true_linear_paths(trace: pa.Table) -> LinearTruth:
@@ -588,19 +641,11 @@ def evaluate_convolution(
     inferred = [p for p in paths.get("paths", []) if len(p.get("nodes", [])) >= 2]
     inferred = sorted(inferred, key=lambda p: (-float(p["count"]), p["nodes"]))
     true_seqs = {s for s in truth.patterns if truth.count(s) >= min_true_count}
-
-    def found_in(seq: tuple[str, ...], candidates: list[dict[str, Any]]) -> bool:
-        n = len(seq)
-        return any(
-            tuple(p["nodes"][:n]) == seq and _hops_match(p["delays_s"], truth.patterns[seq], tol)
-            for p in candidates
-        )
-
-    found = {seq for seq in true_seqs if found_in(seq, inferred)}
+    found = {seq for seq in true_seqs if truth.found_in(seq, inferred, tol)}
     ranked = [s for s in truth.by_count() if s in true_seqs]
     return {
         "patterns": _path_scores(truth, true_seqs, found, inferred),
-        "top_n": _top_n_scores(ranked, inferred, found_in, ns, tolerances),
+        "top_n": _top_n_scores(ranked, inferred, truth, tol, ns, tolerances),
         **_hop_in_context_scores(truth, inferred),
         "hops": _hop_scores(truth, true_seqs, inferred, tol),
         "instances": {
@@ -637,12 +682,14 @@ def _path_scores(
 def _top_n_scores(
     ranked: list[tuple[str, ...]],
     inferred: list[dict],
-    found_in: Callable[[tuple[str, ...], list[dict]], bool],
+    truth: LinearTruth,
+    tol: float,
     ns: tuple[int, ...],
     tolerances: tuple[float, ...],
 ) -> list[dict[str, Any]]:
     """The N most frequent true paths missing from the inferred ones within count
-    tolerance ``t`` of the N-th (the paper's Figure 17 measure)."""
+    tolerance ``t`` of the N-th (the paper's Figure 17 measure); found as
+    :meth:`LinearTruth.found_in` says, within ``tol``."""
     top = []
     for n in ns:
         if n > len(ranked):
@@ -652,7 +699,7 @@ def _top_n_scores(
             if len(inferred) >= n:
                 cut = float(inferred[n - 1]["count"]) * (1.0 - t)
                 chosen = [p for p in inferred if float(p["count"]) >= cut]
-            missing = sum(not found_in(seq, chosen) for seq in ranked[:n])
+            missing = sum(not truth.found_in(seq, chosen, tol) for seq in ranked[:n])
             top.append({"n": n, "missing": missing, "missing_rate": missing / n, "tolerance": t})
     return top
 

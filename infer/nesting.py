@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from infer.calibration import Calibration, sigmoid, twin_calibration
-from infer.callpairs import CallPairs, match_calls, node_codes
+from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
 from infer.candidates import (
     NODE_BITS,
     BestSoFar,
@@ -528,6 +528,61 @@ class Stage:
         }
 
 
+@dataclass(frozen=True)
+class _Scoring:
+    """What every stage scores with: the call pairs, their candidates in chunks, the
+    scoreboard of the first pass, each pair's number of candidates (``counts``) and the
+    clock-skew tolerance the candidates were found with."""
+
+    pairs: CallPairs
+    n_nodes: int
+    params: NestingParams
+    chunks: CandidateChunks
+    board: Scoreboard
+    counts: np.ndarray
+    tolerance_s: float
+
+    @classmethod
+    def learn(
+        cls, pairs: CallPairs, n_nodes: int, params: NestingParams, counts: np.ndarray | None
+    ) -> _Scoring:
+        """The candidates and the scoreboard of pass 1, where each child's candidates
+        share one unit of weight (``counts`` filled in place when given)."""
+        n = len(pairs)
+        tolerance_s = params.tolerance_s
+        if params.auto_tolerance:
+            tolerance_s = max(tolerance_s, skew_tolerance(pairs)[0])
+        tol_ns = round(tolerance_s * 1e9)
+        board = Scoreboard(params, n_nodes)
+        chunks = CandidateChunks(
+            pairs, tol_ns, board, siblings=params.x > 0 or params.siblings > 0 or params.chains > 0
+        )
+        if counts is None:
+            counts = np.zeros(n, np.int64)
+        counts[:] = 0
+        for ch in chunks:
+            counts += np.bincount(ch.c, minlength=n)
+        for ch in chunks:
+            board.add(ch.cells, 1.0 / counts[ch.c])
+        board.finish()
+        return cls(pairs, n_nodes, params, chunks, board, counts, tolerance_s)
+
+    def stage(
+        self, name: str, k: int, best: BestSoFar, before: np.ndarray | None
+    ) -> tuple[Stage, ChainModel]:
+        """The stage a scoreboard round ends with (loops cut), and the chain model learnt
+        from its assignment (what the first chain round judges by)."""
+        n = len(self.pairs)
+        parent, share = best.result(self.counts)
+        parent = _without_loops(self.pairs, parent)
+        moved = n if before is None else int(np.count_nonzero(parent != before))
+        model = ChainModel.learn(self.pairs, parent, self.params, self.n_nodes)
+        ll = model.own_log_likelihood / max(n, 1)
+        with np.errstate(divide="ignore"):
+            log_odds = np.where(parent >= 0, np.log(share) - np.log1p(-share), np.inf)
+        return Stage(name, k, parent, sigmoid(log_odds), moved, ll, self.tolerance_s, log_odds), model
+
+
 def nesting_stages(
     pairs: CallPairs,
     n_nodes: int,
@@ -573,67 +628,57 @@ def nesting_stages(
     """
     params = params or NestingParams()
     params.check()
-    n = len(pairs)
-    tolerance_s = params.tolerance_s
-    if params.auto_tolerance:
-        tolerance_s = max(tolerance_s, skew_tolerance(pairs)[0])
-    tol_ns = round(tolerance_s * 1e9)
-    board = Scoreboard(params, n_nodes)
-    chunks = CandidateChunks(
-        pairs, tol_ns, board, siblings=params.x > 0 or params.siblings > 0 or params.chains > 0
+    scoring = _Scoring.learn(pairs, n_nodes, params, counts)
+    # No name holds the first pass's choices: they go once the stage is made.
+    last, model = scoring.stage(
+        "first pass", 1, _first_pass(pairs, scoring.chunks, scoring.board, params, n_nodes), None
     )
-    if counts is None:
-        counts = np.zeros(n, np.int64)
-    counts[:] = 0
-    # Pass 1: each child's candidates share one unit of weight on the scoreboard.
-    for ch in chunks:
-        counts += np.bincount(ch.c, minlength=n)
-    for ch in chunks:
-        board.add(ch.cells, 1.0 / counts[ch.c])
-    board.finish()
-
-    learnt: list[ChainModel] = []  # the chain model of the last stage, for chain round 1
-
-    def stage(name: str, k: int, best: BestSoFar, before: np.ndarray | None) -> Stage:
-        parent, share = best.result(counts)
-        parent = _without_loops(pairs, parent)
-        moved = n if before is None else int(np.count_nonzero(parent != before))
-        learnt[:] = [ChainModel.learn(pairs, parent, params, n_nodes)]
-        ll = learnt[0].own_log_likelihood / max(n, 1)
-        with np.errstate(divide="ignore"):
-            log_odds = np.where(parent >= 0, np.log(share) - np.log1p(-share), np.inf)
-        return Stage(name, k, parent, sigmoid(log_odds), moved, ll, tolerance_s, log_odds)
-
-    last = stage("first pass", 1, _first_pass(pairs, chunks, board, params, n_nodes), None)
     yield last
     # Refinement rounds: the penalties count the children each parent actually got in
     # the round before, not every child it could have had.
     plain = params.rounds if (params.x or params.y or params.z) else 0
     for k in range(plain + params.siblings):
         sibling = k >= plain
-        best = _refine(pairs, chunks, board, params, n_nodes, last.parent, sibling)
+        best = _refine(pairs, scoring.chunks, scoring.board, params, n_nodes, last.parent, sibling)
         name, number = ("sibling round", k - plain + 1) if sibling else ("penalty round", k + 1)
-        last = stage(name, number, best, last.parent)
+        last, model = scoring.stage(name, number, best, last.parent)
         yield last
     if params.chains:
-        for k, (parent, log_odds, moved, gain) in enumerate(
-            chain_stages(pairs, chunks, last.parent, params, n_nodes, first_model=learnt[0], runner=runner), 1
-        ):
-            # A round's moves raise the likelihood under the model learnt from the stage
-            # before by exactly their gains (``infer.chains``).
-            parent = _without_loops(pairs, parent)
-            log_odds = np.where(parent >= 0, log_odds, np.inf)
-            last = Stage(
-                "chain round",
-                k,
-                parent,
-                sigmoid(log_odds),
-                moved,
-                last.log_likelihood + gain / max(n, 1),
-                tolerance_s,
-                log_odds,
-            )
-            yield last
+        rounds = _chain_rounds(scoring, last, model, runner)
+        del last  # each stage holds arrays the size of the trace: only the newest is kept
+        yield from rounds
+
+
+def _chain_rounds(
+    scoring: _Scoring, last: Stage, model: ChainModel, runner: Runner | None
+) -> Iterator[Stage]:
+    """The chain rounds after the scoreboard stage ``last``, whose chain model is ``model``."""
+    n = len(scoring.pairs)
+    rounds = chain_stages(
+        scoring.pairs,
+        scoring.chunks,
+        last.parent,
+        scoring.params,
+        scoring.n_nodes,
+        first_model=model,
+        runner=runner,
+    )
+    for k, (parent, log_odds, moved, gain) in enumerate(rounds, 1):
+        # A round's moves raise the likelihood under the model learnt from the stage
+        # before by exactly their gains (``infer.chains``).
+        parent = _without_loops(scoring.pairs, parent)
+        log_odds = np.where(parent >= 0, log_odds, np.inf)
+        last = Stage(
+            "chain round",
+            k,
+            parent,
+            sigmoid(log_odds),
+            moved,
+            last.log_likelihood + gain / max(n, 1),
+            scoring.tolerance_s,
+            log_odds,
+        )
+        yield last
 
 
 def _first_pass(
@@ -736,8 +781,31 @@ def infer_nesting(
     >>> infer_nesting(t, "paper", x=1.0).params.x
     1.0
     """
-    from infer.patterns import build_patterns
+    params = _resolved(params, overrides)
+    for note in params.ineffective():
+        warnings.warn(note, UserWarning, stacklevel=2)
+    if sort not in ("total", "count"):
+        raise ParameterError(f"unknown sort {sort!r} (must be total or count)")
+    trace = sort_trace(validate_trace(trace))
+    nodes, pairs, info = _call_pairs(trace, params)
+    # The trace is not needed past its call pairs: its columns are freed (when the caller
+    # holds no reference) before the candidates take their memory.
+    del trace
+    counts = np.zeros(len(pairs), np.int64)
+    final = _last_stage(pairs, len(nodes.names), params, counts, runner, info)
+    calibration = Calibration.identity()
+    if params.calibrate:
+        # Twins are inferred as the trace was, with the tolerance it was given.
+        same = params.with_overrides(tolerance_s=final.tolerance_s, auto_tolerance=False)
+        calibration = twin_calibration(pairs, final.parent, _answer(len(nodes.names), same, runner))
+    assert final.log_odds is not None
+    confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)
+    return _result(nodes.names, pairs, final.parent, confidence, counts, params, info, sort, calibration)
 
+
+def _resolved(params: NestingParams | str | None, overrides: dict[str, Any]) -> NestingParams:
+    """The settings ``infer_nesting`` is given (a preset's name, params or None, then
+    single fields), checked."""
     if params is None or isinstance(params, str):
         params = NestingParams.preset(params or PRESETS[0], **overrides)
     elif isinstance(params, NestingParams):
@@ -745,11 +813,11 @@ def infer_nesting(
     else:
         raise ParameterError(f"params must be a NestingParams or a preset name, not {type(params).__name__}")
     params.check()
-    for note in params.ineffective():
-        warnings.warn(note, UserWarning, stacklevel=2)
-    if sort not in ("total", "count"):
-        raise ParameterError(f"unknown sort {sort!r} (must be total or count)")
-    trace = sort_trace(validate_trace(trace))
+    return params
+
+
+def _call_pairs(trace: pa.Table, params: NestingParams) -> tuple[NodeCodes, CallPairs, dict[str, Any]]:
+    """The nodes of a sorted, valid trace, its call pairs, and its messages and time span."""
     nodes = node_codes(trace)
     if len(nodes.names) >= 1 << NODE_BITS:
         raise ParameterError(f"{len(nodes.names)} nodes: nesting handles up to {1 << NODE_BITS}")
@@ -760,39 +828,52 @@ def infer_nesting(
             "for one-way messages use: wirepath infer convolution)"
         )
     ts = trace["timestamp"].cast(pa.int64())
-    info: dict[str, Any] = {"messages": trace.num_rows, "start_ns": ts[0].as_py(), "end_ns": ts[-1].as_py()}
-    # The trace is not needed past its call pairs: its columns are freed (when the caller
-    # holds no reference) before the candidates take their memory.
-    del trace, ts
-    counts = np.zeros(len(pairs), np.int64)
+    return nodes, pairs, {"messages": trace.num_rows, "start_ns": ts[0].as_py(), "end_ns": ts[-1].as_py()}
+
+
+def _last_stage(
+    pairs: CallPairs,
+    n_nodes: int,
+    params: NestingParams,
+    counts: np.ndarray,
+    runner: Runner | None,
+    info: dict[str, Any],
+) -> Stage:
+    """The last stage of ``nesting_stages``; ``info`` gets every stage's summary, the
+    tolerance used and the chain rounds run."""
     # Only the last stage's assignment is kept: each holds arrays the size of the trace.
     stats, final = [], None
-    for final in nesting_stages(pairs, len(nodes.names), params, counts=counts, runner=runner):
+    for final in nesting_stages(pairs, n_nodes, params, counts=counts, runner=runner):
         stats.append(final.to_json())
     assert final is not None
     info["stages"] = stats
     info["tolerance_s"] = final.tolerance_s
     if params.chains:
         info["chain_rounds_run"] = sum(s["stage"] == "chain round" for s in stats)
-    calibration = Calibration.identity()
-    if params.calibrate:
-        # Twins are inferred as the trace was, with the tolerance it was given.
-        same = params.with_overrides(tolerance_s=final.tolerance_s, auto_tolerance=False)
-        calibration = twin_calibration(pairs, final.parent, _answer(len(nodes.names), same, runner))
-    assert final.log_odds is not None
-    confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)
+    return final
+
+
+def _result(
+    names: list[str],
+    pairs: CallPairs,
+    parent: np.ndarray,
+    confidence: np.ndarray,
+    counts: np.ndarray,
+    params: NestingParams,
+    info: dict[str, Any],
+    sort: str,
+    calibration: Calibration,
+) -> NestingResult:
+    """The result of a parent assignment: its instances and patterns built."""
+    from infer.patterns import build_patterns
+
     patterns, instance, pattern_index = build_patterns(
-        pairs,
-        final.parent,
-        nodes.names,
-        sort=sort,
-        confidence=confidence,
-        instance_map=calibration.apply_instances,
+        pairs, parent, names, sort=sort, confidence=confidence, instance_map=calibration.apply_instances
     )
     return NestingResult(
-        nodes=nodes.names,
+        nodes=names,
         pairs=pairs,
-        parent=final.parent,
+        parent=parent,
         confidence=confidence,
         candidates=counts,
         patterns=patterns,

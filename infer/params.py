@@ -1,10 +1,12 @@
-"""Every setting of the nesting algorithm in one place, and its named presets.
+"""Every setting of the inference algorithms in one place, and the named presets of nesting.
 
 ``NestingParams()`` is the default: the most accurate setting measured (the joint
 scoreboard with densities, penalty and sibling rounds, then chain rounds).
 ``NestingParams.paper()`` is the 2003 scoreboard, for reproducing the paper;
-``NestingParams.fast()`` runs at most two chain rounds. The command line's defaults and
-``infer_nesting``'s keywords are derived from this class, never repeated.
+``NestingParams.fast()`` runs at most two chain rounds. ``ConvolutionParams`` holds the
+convolution algorithm's. The command line's defaults and the keywords of
+``infer_nesting`` and ``infer_convolution`` are derived from these classes, never
+repeated.
 """
 
 from __future__ import annotations
@@ -15,7 +17,17 @@ from typing import Any
 
 from tracefmt import ParameterError
 
-__all__ = ["BOARDS", "PRESETS", "NestingParams"]
+__all__ = [
+    "AUTO_LAG_QUANTA",
+    "BOARDS",
+    "COUNT_ESTIMATES",
+    "DELAY_ESTIMATES",
+    "METHODS",
+    "MIN_LAGS",
+    "PRESETS",
+    "ConvolutionParams",
+    "NestingParams",
+]
 
 BOARDS = ("joint", "delay")
 #: Preset names, the default first.
@@ -231,3 +243,160 @@ class NestingParams:
     def n_bins(self) -> int:
         """Delay bins on each side of zero (bin 0 holds everything below ``bin_min_s``)."""
         return math.ceil(math.log(self.bin_max_s / self.bin_min_s) / math.log(self.bin_base)) + 2
+
+
+#: ``ConvolutionParams.max_lag_s`` when not given: this many quanta.
+AUTO_LAG_QUANTA = 1000
+#: Fewest lags the spike statistics of the convolution algorithm need as background.
+MIN_LAGS = 10
+#: How a spike's messages are counted, how its delay is read, and how edge pairs are
+#: correlated: the choices of ``ConvolutionParams``, each default first.
+COUNT_ESTIMATES = ("raw", "sqrt")
+DELAY_ESTIMATES = ("centroid", "lag")
+METHODS = ("auto", "fft", "direct")
+
+
+def _choices(values: tuple[str, ...]) -> str:
+    """``"a, b or c"``."""
+    return f"{', '.join(values[:-1])} or {values[-1]}"
+
+
+@dataclass(frozen=True)
+class ConvolutionParams:
+    """Every parameter of ``infer_convolution`` (all recorded in the paths file).
+
+    Attributes
+    ----------
+    quantum_s : float
+        Time resolution ``mu``: signals hold one value per quantum.
+    max_lag_s : float, optional
+        Longest causal delay looked for (at least ``MIN_LAGS`` quanta); by default
+        ``AUTO_LAG_QUANTA`` quanta, set when the params are made.
+    n_sigma, sep_sigma : float
+        A spike is at least ``n_sigma`` standard deviations above the mean; two spikes are
+        separated by a point at most ``sep_sigma`` above it (the paper: 4 and 3). Mean and
+        deviation are those of lags 0 .. max_lag without the runs above ``sep_sigma``. The
+        spike's pairs of messages must also be as unlikely under the background's Poisson
+        rate as ``n_sigma`` deviations of a normal variable.
+    band_s : float
+        Delay band ``v``: spikes are sought in the correlation summed over
+        ``[d - band, d + band]``, so delays that vary by about the band still peak.
+    root : tuple of str, optional
+        Node(s) the paths start from (one name may be given as a string). By default the
+        nodes that start activity: senders of edges whose messages the edges into the
+        sender explain less than ``root_share`` of (every edge of a node that receives
+        nothing).
+    min_count : float
+        Drop hops (and paths) with fewer estimated messages.
+    short_paths : bool
+        Drop a delay from vertex v to node C when a longer path from v returns to the
+        same node and reaches C after the same total delay (within the quanta and band):
+        the short path is that longer path seen with its middle left out.
+    max_repeats : int
+        How often a path may repeat a transition (edge in, edge out); a path ends where it
+        would repeat more (cuts cycles).
+    stop_at_root : bool
+        A path ends when it comes back to its root: what the root sends next belongs to
+        its next request (a client's think time), not to this path.
+    plausible : bool
+        Drop peaks at negative lags whose tail reaches lag 0 (an effect taken for a cause)
+        and peaks at ``max_lag`` (cut off, not located).
+    max_depth : int
+        Most hops in a path.
+    count_estimate : {"raw", "sqrt"}
+        Estimate message counts from the correlation of raw counts (exact above the
+        background) or from the square-rooted one (the paper's peak height; low when
+        quanta hold several messages).
+    delay_estimate : {"centroid", "lag"}
+        Report a spike's delay as its centroid (sub-quantum) or as its peak lag times the
+        quantum (the paper's way).
+    root_share : float
+        See ``root``.
+    max_vertices : int
+        Stop growing the graph beyond this many vertices (noted in the result).
+    method : {"auto", "fft", "direct"}
+        How each edge pair is correlated: FFT (O(S log S)), or by enumerating the pairs
+        of occupied quanta within the lag window (exact as well; far cheaper when edges
+        are sparse against S), or per pair whichever is estimated cheaper.
+
+    Examples
+    --------
+    >>> p = ConvolutionParams(quantum_s=0.001, root="client")
+    >>> p.max_lag_s, p.root, p.n_sigma
+    (1.0, ('client',), 4.0)
+    """
+
+    quantum_s: float
+    max_lag_s: float | None = None  # a number once made (``__post_init__``)
+    n_sigma: float = 4.0
+    sep_sigma: float = 3.0
+    band_s: float = 0.0
+    root: tuple[str, ...] | None = None
+    min_count: float = 1.0
+    short_paths: bool = True
+    max_repeats: int = 0
+    stop_at_root: bool = True
+    plausible: bool = True
+    max_depth: int = 32
+    count_estimate: str = COUNT_ESTIMATES[0]
+    delay_estimate: str = DELAY_ESTIMATES[0]
+    root_share: float = 0.5
+    max_vertices: int = 100_000
+    method: str = METHODS[0]
+
+    def __post_init__(self) -> None:
+        # The lags and roots are settled here, so that the paths file records those used.
+        if self.max_lag_s is None and isinstance(self.quantum_s, int | float):
+            object.__setattr__(self, "max_lag_s", AUTO_LAG_QUANTA * self.quantum_s)
+        if isinstance(self.root, str):
+            object.__setattr__(self, "root", (self.root,))
+        elif self.root is not None and not isinstance(self.root, tuple):
+            object.__setattr__(self, "root", tuple(self.root))
+
+    def check(self) -> None:
+        """Raise ``ParameterError`` naming the first bad parameter."""
+        for name in ("quantum_s", "max_lag_s", "n_sigma", "sep_sigma", "band_s", "min_count", "root_share"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value):
+                raise ParameterError(f"{name} must be a finite number, not {value!r}")
+        if not self.quantum_s > 0:
+            raise ParameterError(f"quantum_s must be > 0, not {self.quantum_s}")
+        if self.max_lag_s / self.quantum_s < MIN_LAGS:
+            raise ParameterError(
+                f"max_lag_s = {self.max_lag_s:g} s spans {int(self.max_lag_s / self.quantum_s)} lags of "
+                f"quantum {self.quantum_s:g} s; the spike statistics need at least {MIN_LAGS} "
+                f"(max_lag_s >= {MIN_LAGS * self.quantum_s:g})"
+            )
+        if not 0 <= self.sep_sigma <= self.n_sigma:
+            raise ParameterError(
+                f"need 0 <= sep_sigma <= n_sigma, not sep_sigma={self.sep_sigma}, n_sigma={self.n_sigma}"
+            )
+        for name in ("band_s", "min_count"):
+            if getattr(self, name) < 0:
+                raise ParameterError(f"{name} must be >= 0, not {getattr(self, name)}")
+        if self.band_s > self.max_lag_s:
+            # A band wider than the lags searched smooths nothing more, and its kernel of
+            # band / quantum bins would take memory without bound.
+            raise ParameterError(
+                f"band_s = {self.band_s:g} s must be at most max_lag_s = {self.max_lag_s:g} s"
+            )
+        if not 0 < self.root_share <= 1:
+            raise ParameterError(f"root_share must be in (0, 1], not {self.root_share}")
+        for name, least in (("max_repeats", 0), ("max_depth", 1), ("max_vertices", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ParameterError(f"{name} must be an integer >= {least}, not {value!r}")
+        if self.count_estimate not in COUNT_ESTIMATES:
+            raise ParameterError(
+                f"unknown count_estimate {self.count_estimate!r} (must be {_choices(COUNT_ESTIMATES)})"
+            )
+        if self.method not in METHODS:
+            raise ParameterError(f"unknown method {self.method!r} (must be {_choices(METHODS)})")
+        if self.delay_estimate not in DELAY_ESTIMATES:
+            raise ParameterError(
+                f"unknown delay_estimate {self.delay_estimate!r} (must be {_choices(DELAY_ESTIMATES)})"
+            )
+
+    @property
+    def band_quanta(self) -> int:
+        return round(self.band_s / self.quantum_s)

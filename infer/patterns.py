@@ -192,6 +192,213 @@ def log_confidence_by(labels: np.ndarray, confidence: np.ndarray, size: int) -> 
         return np.bincount(labels, weights=np.log(confidence), minlength=size)
 
 
+@dataclass(frozen=True)
+class _Children:
+    """Every pair with a parent, sorted by (parent, call time), with its concurrent group
+    (``sibling_groups``) and depth; ``n_children`` is per pair."""
+
+    kids: np.ndarray
+    parent: np.ndarray  # each kid's parent
+    depth: np.ndarray
+    starts: np.ndarray  # first child of its parent
+    new_group: np.ndarray
+    group_number: np.ndarray
+    n_children: np.ndarray
+
+    @classmethod
+    def of(cls, pairs: CallPairs, parent: np.ndarray, depth: np.ndarray) -> _Children:
+        # Pairs are in call-time order already, so a stable sort by parent gives
+        # (parent, call time, index).
+        kids = np.flatnonzero(parent >= 0)
+        kids = kids[np.argsort(parent[kids], kind="stable")]
+        kid_parent = parent[kids]
+        starts = np.ones(kids.size, bool)
+        starts[1:] = kid_parent[1:] != kid_parent[:-1]
+        new_group, group_number = sibling_groups(kid_parent, pairs.t_call[kids], pairs.t_return[kids])
+        n_children = np.bincount(kid_parent, minlength=parent.size)
+        return cls(kids, kid_parent, depth[kids], starts, new_group, group_number, n_children)
+
+
+def _subtree_hashes(
+    pairs: CallPairs, parent: np.ndarray, ch: _Children, max_depth: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair's subtree hash and size, deepest level first.
+
+    Within a concurrent group the children's hashes are summed (any order gives the
+    same sum); each group's mixed sum is weighted by the group's position.
+    """
+    kids, kid_parent, n_children = ch.kids, ch.parent, ch.n_children
+    h = mix64(pairs.caller.astype(np.uint64) * np.uint64(1_000_003) + pairs.callee.astype(np.uint64))
+    size = np.ones(parent.size, np.int64)
+    # Powers of an odd constant mod 2**64 (exact Python ints; one per group position).
+    power = np.array(
+        [pow(int(_P), k, 1 << 64) for k in range(int(ch.group_number.max(initial=0)) + 2)], np.uint64
+    )
+    for d in range(max_depth, 0, -1):
+        level = np.flatnonzero(ch.depth == d)
+        c = kids[level]
+        done = mix64(h[c] ^ mix64(n_children[c].astype(np.uint64)))
+        # Siblings are adjacent (kids are sorted by parent), and so are the members of a group.
+        par = kid_parent[level]
+        if par.size:
+            cut = np.concatenate([[True], par[1:] != par[:-1]])
+            grun = np.flatnonzero(cut | ch.new_group[level])
+            members = np.diff(np.append(grun, par.size)).astype(np.uint64)
+            sums = np.add.reduceat(done, grun)
+            weighted = (
+                mix64(sums ^ mix64(members + np.uint64(1 << 32))) * power[ch.group_number[level[grun]] + 1]
+            )
+            gpar = par[grun]
+            prun = np.flatnonzero(np.concatenate([[True], gpar[1:] != gpar[:-1]]))
+            h[gpar[prun]] += np.add.reduceat(weighted, prun)
+            run = np.flatnonzero(cut)
+            size[par[run]] += np.add.reduceat(size[c], run)
+        h[c] = done
+    roots = np.flatnonzero(parent < 0)
+    h[roots] = mix64(h[roots] ^ mix64(n_children[roots].astype(np.uint64)))
+    return h, size
+
+
+def _shapes(
+    pairs: CallPairs, names: list[str], ch: _Children, h: np.ndarray, root: np.ndarray, rep_root: np.ndarray
+) -> tuple[list[tuple[Shape, str]], dict[int, tuple[Shape, str]]]:
+    """The shape and text of each representative instance (roots ``rep_root``), and of
+    every distinct subtree met on the way, by subtree hash.
+
+    Shapes are built in Python for one representative instance per pattern only, from
+    plain lists of those instances' calls (local numbers). Equal subtree hashes, equal
+    shapes: each shape and its text is built once. Children of a concurrent group are
+    put in the order of their texts.
+    """
+    n = root.size
+    in_rep = np.zeros(n, bool)
+    in_rep[rep_root] = True
+    in_rep = in_rep[root]
+    sub = np.flatnonzero(in_rep)
+    local = np.full(n, -1, np.int64)
+    local[sub] = np.arange(sub.size)
+    n_kids = ch.n_children[sub]
+    first = np.concatenate([[0], np.cumsum(n_kids)[:-1]]).tolist()
+    n_kids = n_kids.tolist()
+    rep_kid = in_rep[ch.kids]
+    sub_kids = local[ch.kids[rep_kid]].tolist()  # kids are sorted by parent, as sub is
+    sub_group = ch.group_number[rep_kid].tolist()
+    key_of = h[sub].tolist()
+    name = np.asarray(names, dtype=object)
+    caller_of, callee_of = name[pairs.caller[sub]].tolist(), name[pairs.callee[sub]].tolist()
+    memo: dict[int, tuple[Shape, str]] = {}
+
+    def shape(i: int) -> tuple[Shape, str]:
+        key = key_of[i]
+        if key not in memo:
+            lo = first[i]
+            built = [(sub_group[j], *shape(c)) for j, c in enumerate(sub_kids[lo : lo + n_kids[i]], lo)]
+            built.sort(key=lambda b: (b[0], b[2]))
+            numbers = [b[0] for b in built]
+            groups = tuple(numbers) if len(set(numbers)) < len(numbers) else ()
+            a, b = caller_of[i], callee_of[i]
+            memo[key] = (
+                Shape(a, b, tuple(k[1] for k in built), groups),
+                join_text(a, b, [k[2] for k in built], groups),
+            )
+        return memo[key]
+
+    rep_local = local[rep_root].tolist()
+    with _collector_paused():
+        shapes = [shape(i) for i in rep_local]
+    return shapes, memo
+
+
+def _preorder_positions(
+    ch: _Children, h: np.ndarray, size: np.ndarray, memo: dict[int, tuple[Shape, str]], max_depth: int
+) -> np.ndarray:
+    """Preorder position of every call within its instance, its shape's visit order.
+
+    Every subtree of every instance has a representative's twin (``memo``): the
+    subtrees are ranked by text, so that children sit in their shape's order, (group,
+    text, call time).
+    """
+    texts = sorted((t, k) for k, (_, t) in memo.items())
+    known = np.array([k for _, k in texts], np.uint64)
+    # ``known`` is in text order; sorted by hash for the search, each keeps its text rank.
+    text_rank = np.argsort(known)
+    known = known[text_rank]
+    kid_rank = text_rank[np.minimum(np.searchsorted(known, h[ch.kids]), known.size - 1)]
+    canon = np.lexsort((ch.kids, kid_rank, ch.group_number, ch.parent))
+    kids, kid_parent, kid_depth = ch.kids[canon], ch.parent[canon], ch.depth[canon]
+    # The canonical order keeps each parent's children together where they were, so
+    # ``starts`` still marks the first of each.
+    order_pos = np.zeros(h.size, np.int64)
+    csize = size[kids]
+    cum = np.cumsum(csize)
+    group_cum_start = (cum - csize)[ch.starts][np.cumsum(ch.starts) - 1]
+    sib_before = cum - csize - group_cum_start
+    for d in range(1, max_depth + 1):
+        level = kid_depth == d
+        order_pos[kids[level]] = order_pos[kid_parent[level]] + 1 + sib_before[level]
+    return order_pos
+
+
+def _visit_tables(
+    pairs: CallPairs, parent: np.ndarray, group: np.ndarray, n_groups: int, first_group: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per (pattern, visit position) ``group``: the latency and delay statistics, one
+    row each in ``STAT_NAMES`` order (no delay at the roots, ``first_group``)."""
+    lat_stats = group_stats(group, pairs.t_return - pairs.t_call, n_groups, scale=1e-9)
+    kid = np.flatnonzero(parent >= 0)
+    delay_stats = group_stats(group[kid], pairs.t_call[kid] - pairs.t_call[parent[kid]], n_groups, scale=1e-9)
+    lat_rows = np.column_stack([lat_stats[k] for k in STAT_NAMES])
+    delay_rows = np.column_stack([delay_stats[k] for k in STAT_NAMES])
+    delay_rows[first_group] = np.nan  # the roots
+    return lat_rows, delay_rows
+
+
+def _sorted_patterns(patterns: list[Pattern], sort: str) -> tuple[list[Pattern], np.ndarray]:
+    """``patterns`` by total latency (or, with ``sort="count"``, by count), ties by id,
+    and each pattern's new index."""
+    if sort == "count":
+        order = sorted(range(len(patterns)), key=lambda i: (-patterns[i].count, patterns[i].id))
+    else:
+        order = sorted(range(len(patterns)), key=lambda i: (-patterns[i].total_latency_s, patterns[i].id))
+    remap = np.empty(len(patterns), np.int64)
+    remap[order] = np.arange(len(order))
+    return [patterns[i] for i in order], remap
+
+
+def _instance_patterns(h: np.ndarray, roots: np.ndarray, root: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each distinct root hash is a pattern: per root its pattern, per pair its
+    instance's, and each pattern's first root (its representative)."""
+    pat_of_root = np.unique(h[roots], return_inverse=True)[1].ravel()
+    by_root = np.empty(root.size, np.int64)
+    by_root[roots] = pat_of_root
+    rep_root = roots[np.unique(pat_of_root, return_index=True)[1]]
+    return pat_of_root, by_root[root], rep_root
+
+
+def _pattern_list(
+    shapes: list[tuple[Shape, str]],
+    count: np.ndarray,
+    total: np.ndarray,
+    confidence: np.ndarray | None,
+    rows: tuple[np.ndarray, np.ndarray],
+    first_group: np.ndarray,
+    visits: np.ndarray,
+) -> list[Pattern]:
+    """One ``Pattern`` per shape, with its rows of the visit tables (``rows``: latency
+    and delay)."""
+    lat_rows, delay_rows = rows
+    patterns: list[Pattern] = []
+    with _collector_paused():
+        for u, (g0, nv) in enumerate(zip(first_group.tolist(), visits.tolist(), strict=True)):
+            s, text = shapes[u]
+            at = slice(g0, g0 + nv)
+            conf = None if confidence is None else float(confidence[u])
+            patterns.append(
+                Pattern(text_id(text), s, int(count[u]), float(total[u]), lat_rows[at], delay_rows[at], conf)
+            )
+    return patterns
+
+
 def build_patterns(
     pairs: CallPairs,
     parent: np.ndarray,
@@ -214,157 +421,27 @@ def build_patterns(
     if n == 0:
         return [], np.zeros(0, np.int64), np.zeros(0, np.int64)
     depth, root = depths(parent)
-    # Children in call order: pairs are in call-time order already, so a stable sort by
-    # parent gives (parent, call time, index).
-    kids = np.flatnonzero(parent >= 0)
-    kids = kids[np.argsort(parent[kids], kind="stable")]
-    kid_parent = parent[kids]
-    starts = np.ones(kids.size, bool)
-    starts[1:] = kid_parent[1:] != kid_parent[:-1]
-    new_group, group_number = sibling_groups(kid_parent, pairs.t_call[kids], pairs.t_return[kids])
-    n_children = np.bincount(kid_parent, minlength=n)
-
-    # Subtree hashes and sizes, deepest level first. Within a concurrent group the
-    # children's hashes are summed (any order gives the same sum); each group's mixed
-    # sum is weighted by the group's position.
-    h = mix64(pairs.caller.astype(np.uint64) * np.uint64(1_000_003) + pairs.callee.astype(np.uint64))
-    size = np.ones(n, np.int64)
-    kid_depth = depth[kids]
     max_depth = int(depth.max())
-    # Powers of an odd constant mod 2**64 (exact Python ints; one per group position).
-    power = np.array(
-        [pow(int(_P), k, 1 << 64) for k in range(int(group_number.max(initial=0)) + 2)], np.uint64
-    )
-    for d in range(max_depth, 0, -1):
-        level = np.flatnonzero(kid_depth == d)
-        c = kids[level]
-        done = mix64(h[c] ^ mix64(n_children[c].astype(np.uint64)))
-        # Siblings are adjacent (kids are sorted by parent), and so are the members of a group.
-        par = kid_parent[level]
-        if par.size:
-            cut = np.concatenate([[True], par[1:] != par[:-1]])
-            grun = np.flatnonzero(cut | new_group[level])
-            members = np.diff(np.append(grun, par.size)).astype(np.uint64)
-            sums = np.add.reduceat(done, grun)
-            weighted = (
-                mix64(sums ^ mix64(members + np.uint64(1 << 32))) * power[group_number[level[grun]] + 1]
-            )
-            gpar = par[grun]
-            prun = np.flatnonzero(np.concatenate([[True], gpar[1:] != gpar[:-1]]))
-            h[gpar[prun]] += np.add.reduceat(weighted, prun)
-            run = np.flatnonzero(cut)
-            size[par[run]] += np.add.reduceat(size[c], run)
-        h[c] = done
+    ch = _Children.of(pairs, parent, depth)
+    h, size = _subtree_hashes(pairs, parent, ch, max_depth)
     roots = np.flatnonzero(parent < 0)
-    h[roots] = mix64(h[roots] ^ mix64(n_children[roots].astype(np.uint64)))
-
-    uniq, pat_of_root = np.unique(h[roots], return_inverse=True)
-    pat_of_root = pat_of_root.ravel()
-    by_root = np.empty(n, np.int64)
-    by_root[roots] = pat_of_root
-    pattern_index = by_root[root]
-    rep_root = roots[np.unique(pat_of_root, return_index=True)[1]]
-
-    # Shapes are built in Python for one representative instance per pattern only,
-    # from plain lists of those instances' calls (local numbers).
-    in_rep = np.zeros(n, bool)
-    in_rep[rep_root] = True
-    in_rep = in_rep[root]
-    sub = np.flatnonzero(in_rep)
-    local = np.full(n, -1, np.int64)
-    local[sub] = np.arange(sub.size)
-    n_kids = n_children[sub]
-    first = np.concatenate([[0], np.cumsum(n_kids)[:-1]]).tolist()
-    n_kids = n_kids.tolist()
-    rep_kid = in_rep[kids]
-    sub_kids = local[kids[rep_kid]].tolist()  # kids are sorted by parent, as sub is
-    sub_group = group_number[rep_kid].tolist()
-    key_of = h[sub].tolist()
-    name = np.asarray(names, dtype=object)
-    caller_of, callee_of = name[pairs.caller[sub]].tolist(), name[pairs.callee[sub]].tolist()
-
-    # Equal subtree hashes, equal shapes: build each shape and its text once. Children
-    # of a concurrent group are put in the order of their texts.
-    memo: dict[int, tuple[Shape, str]] = {}
-
-    def shape(i: int) -> tuple[Shape, str]:
-        key = key_of[i]
-        if key not in memo:
-            lo = first[i]
-            built = [(sub_group[j], *shape(c)) for j, c in enumerate(sub_kids[lo : lo + n_kids[i]], lo)]
-            built.sort(key=lambda b: (b[0], b[2]))
-            numbers = [b[0] for b in built]
-            groups = tuple(numbers) if len(set(numbers)) < len(numbers) else ()
-            a, b = caller_of[i], callee_of[i]
-            memo[key] = (
-                Shape(a, b, tuple(k[1] for k in built), groups),
-                join_text(a, b, [k[2] for k in built], groups),
-            )
-        return memo[key]
-
-    rep_local = local[rep_root].tolist()
-    with _collector_paused():
-        shapes = [shape(i) for i in rep_local]
-
-    # Every subtree of every instance has a representative's twin: rank the subtrees by
-    # text, so that children sit in their shape's order, (group, text, call time).
-    texts = sorted((t, k) for k, (_, t) in memo.items())
-    known = np.array([k for _, k in texts], np.uint64)
-    # ``known`` is in text order; sorted by hash for the search, each keeps its text rank.
-    text_rank = np.argsort(known)
-    known = known[text_rank]
-    kid_rank = text_rank[np.minimum(np.searchsorted(known, h[kids]), known.size - 1)]
-    canon = np.lexsort((kids, kid_rank, group_number, kid_parent))
-    kids, kid_parent, kid_depth = kids[canon], kid_parent[canon], kid_depth[canon]
-
-    # Preorder position of every call within its instance, top level first.
-    order_pos = np.zeros(n, np.int64)
-    csize = size[kids]
-    cum = np.cumsum(csize)
-    group_cum_start = (cum - csize)[starts][np.cumsum(starts) - 1]
-    sib_before = cum - csize - group_cum_start
-    for d in range(1, max_depth + 1):
-        level = kid_depth == d
-        order_pos[kids[level]] = order_pos[kid_parent[level]] + 1 + sib_before[level]
-
-    lat_ns = pairs.t_return - pairs.t_call
-    lat = lat_ns / 1e9
+    pat_of_root, pattern_index, rep_root = _instance_patterns(h, roots, root)
+    shapes, memo = _shapes(pairs, names, ch, h, root, rep_root)
     # One group per (pattern, visit position), numbered in that order: a pattern's
     # groups follow those of the patterns before it, one per visit.
     visits = size[rep_root]
     first_group = np.concatenate([[0], np.cumsum(visits)[:-1]])
-    group = first_group[pattern_index] + order_pos
-    n_groups = int(visits.sum())
-    lat_stats = group_stats(group, lat_ns, n_groups, scale=1e-9)
-    kid = np.flatnonzero(parent >= 0)
-    delay_stats = group_stats(group[kid], pairs.t_call[kid] - pairs.t_call[parent[kid]], n_groups, scale=1e-9)
-
-    count = np.bincount(pat_of_root, minlength=uniq.size)
-    total = np.bincount(pat_of_root, weights=lat[roots], minlength=uniq.size)
+    group = first_group[pattern_index] + _preorder_positions(ch, h, size, memo, max_depth)
+    rows = _visit_tables(pairs, parent, group, int(visits.sum()), first_group)
+    n_patterns = rep_root.size
+    count = np.bincount(pat_of_root, minlength=n_patterns)
+    lat = (pairs.t_return - pairs.t_call) / 1e9
+    total = np.bincount(pat_of_root, weights=lat[roots], minlength=n_patterns)
     pattern_confidence = None
     if confidence is not None:
         right_whole = (instance_map or np.exp)(log_confidence_by(root, confidence, n)[roots])
-        pattern_confidence = np.bincount(pat_of_root, weights=right_whole, minlength=uniq.size)
+        pattern_confidence = np.bincount(pat_of_root, weights=right_whole, minlength=n_patterns)
         pattern_confidence /= np.maximum(count, 1)
-
-    lat_rows = np.column_stack([lat_stats[k] for k in STAT_NAMES])
-    delay_rows = np.column_stack([delay_stats[k] for k in STAT_NAMES])
-    delay_rows[first_group] = np.nan  # the roots
-    patterns: list[Pattern] = []
-    with _collector_paused():
-        for u, (g0, nv) in enumerate(zip(first_group.tolist(), visits.tolist(), strict=True)):
-            s, text = shapes[u]
-            rows = slice(g0, g0 + nv)
-            conf = None if pattern_confidence is None else float(pattern_confidence[u])
-            patterns.append(
-                Pattern(
-                    text_id(text), s, int(count[u]), float(total[u]), lat_rows[rows], delay_rows[rows], conf
-                )
-            )
-    if sort == "count":
-        order = sorted(range(len(patterns)), key=lambda i: (-patterns[i].count, patterns[i].id))
-    else:
-        order = sorted(range(len(patterns)), key=lambda i: (-patterns[i].total_latency_s, patterns[i].id))
-    remap = np.empty(len(patterns), np.int64)
-    remap[order] = np.arange(len(order))
-    return [patterns[i] for i in order], root, remap[pattern_index]
+    patterns = _pattern_list(shapes, count, total, pattern_confidence, rows, first_group, visits)
+    patterns, remap = _sorted_patterns(patterns, sort)
+    return patterns, root, remap[pattern_index]

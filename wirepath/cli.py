@@ -19,7 +19,7 @@ import infer
 import synth
 import tracefmt
 from tracefmt import WirepathError
-from viz.paths import tree_lines
+from viz.paths import load_paths, tree_lines
 from wirepath import __version__, cli_capture, cli_convolution, cli_trend, cli_viz
 from wirepath._cli import Parser as _Parser
 from wirepath._cli import UsageError as _UsageError
@@ -255,12 +255,6 @@ def _default_names(pcap: str) -> Path:
     return default_names_path(pcap)
 
 
-def _confidence_text(pattern: dict[str, Any]) -> str:
-    """``" (92% exactly right)"`` for a pattern with a confidence, else nothing."""
-    conf = pattern.get("confidence")
-    return "" if conf is None else f" ({conf:.1%} exactly right)"
-
-
 def _nesting_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The single settings given on the command line (None: the preset's)."""
     given = {
@@ -299,122 +293,28 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
             )
     whole = result
     if args.min_confidence:
-        result, left_instances, left_links = result.confident(args.min_confidence)
+        result = result.confident(args.min_confidence)[0]
     window = tracefmt.parse_duration_ns(args.window) / 1e9 if args.window else None
     doc = result.to_json(top=args.top, min_count=args.min_count, window_s=window)
     out = Path(args.out)
     tracefmt.write_atomic(out, json.dumps(doc, indent=1) + "\n")
     if args.instances:
         result.write_instances(args.instances)
-    st = doc["stats"]
-    lines = [
-        f"{len(whole.pairs):,} call pairs ({st['unmatched_calls']:,} calls and {st['unmatched_returns']:,} "
-        f"returns unmatched, {st['sends_ignored']:,} sends ignored); mean parallelism "
-        f"{whole.mean_parallelism:.1f}",
-        f"{st['instances']:,} path instances in {st['patterns']:,} patterns; wrote {out}"
-        + (f" and {args.instances}" if args.instances else ""),
-    ]
-    if args.min_confidence:
-        lines.insert(
-            1,
-            f"left out {left_instances:,} instances ({st['min_confidence']['call_pairs_left_out']:,} call "
-            f"pairs) holding {left_links:,} links of confidence below {args.min_confidence:g}",
-        )
-    if st.get("tolerance_s", 0) > result.params.tolerance_s:
-        lines.insert(
-            1,
-            f"clock skew: calls outside every call into their node; tolerance "
-            f"{st['tolerance_s'] * 1e3:.3g} ms estimated (--no-auto-tolerance to keep "
-            f"{result.params.tolerance_s * 1e3:g} ms)",
-        )
-    for w in doc.get("windows", []):
-        head = w["patterns"][0] if w["patterns"] else None
-        top_text = f"; top {head['id']} x{head['count']:,}" if head else ""
-        lines.append(
-            f"window {w['start']}: {w['instances']:,} instances, {len(w['patterns'])} patterns{top_text}"
-        )
+    lines = infer.nesting_lines(whole, doc, wrote=[out, *([args.instances] if args.instances else [])])
     for k, pat in enumerate(doc["patterns"][: args.show], 1):
-        lines.append(
-            f"#{k} {pat['id']}  {pat['count']:,} instances{_confidence_text(pat)}, "
-            f"total {pat['total_latency_s']:.3f} s"
-        )
+        lines.append(infer.pattern_line(k, pat))
         lines += tree_lines(pat)
     _emit(args, doc, "\n".join(lines))
     return 0
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    paths_file = Path(args.paths)
-    try:
-        paths = json.loads(paths_file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise tracefmt.TraceFileError(f"{paths_file}: no such file") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise tracefmt.TraceFileError(f"{paths_file}: not a JSON paths file ({exc})") from None
+    paths = load_paths(args.paths)
     trace = tracefmt.read_trace(args.trace)
     instances = infer.read_instances(args.instances) if args.instances else None
     report = infer.evaluate_paths(paths, trace, instances=instances)
-    _emit(args, report, "\n".join(_eval_lines(report)))
+    _emit(args, report, "\n".join(infer.evaluation_lines(report)))
     return 0
-
-
-def _eval_lines(report: dict[str, Any]) -> list[str]:
-    """The summary of ``eval``: false negatives and positives, top-N missing rates, latency error."""
-    p, i = report["patterns"], report["instances"]
-    lines = [
-        f"patterns   true {p['true']:,}, inferred {p['inferred']:,}: "
-        f"{p['false_negatives']:,} false negatives, {p['false_positives']:,} false positives",
-    ]
-    if i["inferred"] is not None:
-        lines += _eval_instance_lines(report)
-    elif "edges" in report:  # a convolution paths file: hops in context, estimated messages
-        lines += _eval_hop_lines(report)
-    else:
-        lines.append("instances  (give --instances I.parquet from 'infer --instances' to score them)")
-    for row in report["top_n"]:
-        if row["tolerance"] == 0.0:
-            tol = [r for r in report["top_n"] if r["n"] == row["n"]]
-            rates = ", ".join(f"{r['missing_rate']:.0%} at {r['tolerance']:.0%}" for r in tol)
-            lines.append(f"top {row['n']:<3}    missing {rates}")
-    d = report["delay_error"]
-    if d["median_rel"] is not None:
-        lines.append(f"latency    relative error median {d['median_rel']:.2%}, p90 {d['p90_rel']:.2%}")
-    return lines
-
-
-def _eval_instance_lines(report: dict[str, Any]) -> list[str]:
-    """Instances, messages, requests fully right and calls with the right parent (nesting)."""
-    i, m, c = report["instances"], report["messages"], report["calls"]
-    lines = [
-        f"instances  true {i['true']:,}, inferred {i['inferred']:,}: "
-        f"{i['false_negatives']:,} false negatives, {i['false_positives']:,} false positives",
-        f"messages   true {m['true']:,}: {m['false_negatives']:,} false negatives, "
-        f"{m['false_positives']:,} false positives",
-    ]
-    if i["true"] and c["true"]:
-        lines.append(
-            f"requests   fully right {i['fully_right']:,} of {i['true']:,} "
-            f"({i['fully_right_rate']:.1%}): every call got its true parent"
-        )
-        rate = c["right_parent_rate"]
-        lines.append(f"calls      right parent {c['right_parent']:,} of {c['true']:,} ({rate:.1%})")
-    if report.get("confidence"):
-        lines.extend(infer.reliability_lines(report["confidence"]))
-    return lines
-
-
-def _eval_hop_lines(report: dict[str, Any]) -> list[str]:
-    """Edges, estimated messages and hops found with their delays (convolution)."""
-    e, m, h = report["edges"], report["messages"], report["hops"]
-    within = tracefmt.format_duration_ns(round(h["tolerance_s"] * 1e9))
-    return [
-        f"edges      true {e['true']:,}, inferred {e['inferred']:,}: "
-        f"{e['false_negatives']:,} false negatives, {e['false_positives']:,} false positives",
-        f"messages   true {m['true']:,}: {m['false_negatives']:,} false negatives, "
-        f"{m['false_positives']:,} false positives (estimated counts)",
-        f"hops       true {h['true']:,}: found {h['found']:,}, a delay within {within} "
-        f"of the true median at {h['near']:,}",
-    ]
 
 
 def _nesting_arguments(p: argparse.ArgumentParser) -> None:

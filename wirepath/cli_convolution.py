@@ -5,60 +5,50 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import infer
 import tracefmt
+from infer.params import COUNT_ESTIMATES, DELAY_ESTIMATES, METHODS
 from viz.paths import format_path
 from wirepath._cli import Parser, add_cluster_options, count, emit, runner
 
 __all__ = ["register"]
 
-_AUTO_LAGS = 1000  # --max-lag auto: this many quanta
+
+def _convolution_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line (the others: ``infer.ConvolutionParams``')."""
+    given = {
+        "max_lag_s": None if args.max_lag == "auto" else tracefmt.parse_duration_ns(args.max_lag) / 1e9,
+        "n_sigma": args.n_sigma,
+        "sep_sigma": args.sep_sigma,
+        "band_s": None if args.band is None else tracefmt.parse_duration_ns(args.band) / 1e9,
+        "root": args.root,
+        "min_count": args.min_count,
+        "short_paths": False if args.keep_short_paths else None,
+        "max_repeats": args.max_repeats,
+        "stop_at_root": False if args.through_root else None,
+        "plausible": False if args.keep_implausible else None,
+        "max_depth": args.max_depth,
+        "count_estimate": args.count_estimate,
+        "delay_estimate": args.delay_estimate,
+        "method": args.method,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _cmd_infer_convolution(args: argparse.Namespace) -> int:
     tracefmt.distinct_outputs([args.trace], [args.out])
     trace = tracefmt.read_any_trace(args.trace)
     quantum_s = tracefmt.parse_duration_ns(args.quantum) / 1e9
-    if args.max_lag == "auto":
-        max_lag_s = _AUTO_LAGS * quantum_s
-    else:
-        max_lag_s = tracefmt.parse_duration_ns(args.max_lag) / 1e9
-    band_s = tracefmt.parse_duration_ns(args.band) / 1e9
+    settings = _convolution_overrides(args)
     # The trace is read and the flags parsed before a cluster is started for nothing.
     with runner(args) as run:
-        result = infer.infer_convolution(
-            trace,
-            quantum_s=quantum_s,
-            max_lag_s=max_lag_s,
-            n_sigma=args.n_sigma,
-            sep_sigma=args.sep_sigma,
-            band_s=band_s,
-            root=args.root or None,
-            min_count=args.min_count,
-            short_paths=not args.keep_short_paths,
-            max_repeats=args.max_repeats,
-            stop_at_root=not args.through_root,
-            plausible=not args.keep_implausible,
-            max_depth=args.max_depth,
-            count_estimate=args.count_estimate,
-            delay_estimate=args.delay_estimate,
-            method=args.method,
-            runner=run,
-        )
+        result = infer.infer_convolution(trace, quantum_s=quantum_s, runner=run, **settings)
     doc = result.to_json(top=args.top)
     out = Path(args.out)
     tracefmt.write_atomic(out, json.dumps(doc, indent=1) + "\n")
-    st = doc["stats"]
-    lines = [
-        f"{st['messages']:,} messages on {st['edges']} edges; {st['quanta']:,} quanta of "
-        f"{tracefmt.format_duration_ns(round(quantum_s * 1e9))}, lags up to "
-        f"{tracefmt.format_duration_ns(round(max_lag_s * 1e9))}; {st['pairs_correlated']} edge pairs "
-        f"correlated, {st['spikes']} spikes",
-        f"roots: {', '.join(doc['roots']) or '(none)'}; {len(doc['paths'])} paths "
-        f"({st['vertices']} vertices); wrote {out}",
-    ]
-    lines += [f"note: {n}" for n in doc["notes"]]
+    lines = infer.convolution_lines(doc, wrote=[out])
     for k, p in enumerate(doc["paths"][: args.show], 1):
         lines.append(f"#{k:<3} {p['count']:>10,.0f}  {format_path(p)}")
     emit(args, doc, "\n".join(lines))
@@ -92,41 +82,42 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
         "--max-lag",
         default="auto",
         metavar="DURATION",
-        help=f"longest delay looked for (default auto: {_AUTO_LAGS} quanta)",
+        help=f"longest delay looked for (default auto: {infer.AUTO_LAG_QUANTA} quanta)",
     )
     p.add_argument(
         "--root", action="append", metavar="NODE", help="start paths here; repeatable (default: found)"
     )
+    d = infer.ConvolutionParams
     p.add_argument(
-        "--band", default="0", metavar="DURATION", help="delay band for variable delays (default 0)"
+        "--band", metavar="DURATION", help=f"delay band for variable delays (default {d.band_s:g})"
     )
-    _spike_arguments(p)
-    _path_arguments(p)
-    _estimate_arguments(p)
+    _spike_arguments(p, d)
+    _path_arguments(p, d)
+    _estimate_arguments(p, d)
     p.add_argument("--top", type=count(1), metavar="N", help="keep the first N paths in the file")
     p.add_argument("--show", type=count(0), default=10, metavar="N", help="paths to print (default 10)")
     p.add_argument("--json", action="store_true", help="print the paths file on stdout")
     add_cluster_options(p)
 
 
-def _spike_arguments(p: argparse.ArgumentParser) -> None:
-    """Which peaks of a cross-correlation are spikes, and which paths are kept."""
-    p.add_argument("--n-sigma", type=float, default=4.0, help="spike height in std devs (default 4)")
-    p.add_argument("--sep-sigma", type=float, default=3.0, help="dip between spikes in std devs (default 3)")
+def _spike_arguments(p: argparse.ArgumentParser, d: type[infer.ConvolutionParams]) -> None:
+    """Which peaks of a cross-correlation are spikes, and which paths are kept (defaults:
+    ``infer.ConvolutionParams``, ``d``)."""
+    p.add_argument("--n-sigma", type=float, help=f"spike height in std devs (default {d.n_sigma:g})")
     p.add_argument(
-        "--min-count", type=float, default=1.0, metavar="N", help="drop paths with fewer estimated messages"
+        "--sep-sigma", type=float, help=f"dip between spikes in std devs (default {d.sep_sigma:g})"
     )
+    p.add_argument("--min-count", type=float, metavar="N", help="drop paths with fewer estimated messages")
 
 
-def _path_arguments(p: argparse.ArgumentParser) -> None:
+def _path_arguments(p: argparse.ArgumentParser, d: type[infer.ConvolutionParams]) -> None:
     """How far and through what paths grow from their roots."""
     p.add_argument("--keep-short-paths", action="store_true", help="keep delays a longer path explains")
     p.add_argument(
         "--max-repeats",
         type=count(0),
-        default=0,
         metavar="N",
-        help="times a path may repeat a transition (0)",
+        help=f"times a path may repeat a transition ({d.max_repeats})",
     )
     p.add_argument(
         "--through-root", action="store_true", help="let paths go on after coming back to their root"
@@ -134,26 +125,26 @@ def _path_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--keep-implausible", action="store_true", help="keep negative-lag tails and peaks at --max-lag"
     )
-    p.add_argument("--max-depth", type=int, default=32, metavar="HOPS", help="most hops in a path (32)")
+    p.add_argument("--max-depth", type=int, metavar="HOPS", help=f"most hops in a path ({d.max_depth})")
 
 
-def _estimate_arguments(p: argparse.ArgumentParser) -> None:
+def _estimate_arguments(p: argparse.ArgumentParser, d: type[infer.ConvolutionParams]) -> None:
     """How counts and delays are estimated, and how the correlation is computed."""
     p.add_argument(
         "--count-estimate",
-        choices=["raw", "sqrt"],
-        default="raw",
-        help="message counts from the raw-count correlation (default) or the square-rooted peak",
+        choices=COUNT_ESTIMATES,
+        help="message counts from the raw-count correlation (raw) or the square-rooted peak (sqrt; "
+        f"default {d.count_estimate})",
     )
     p.add_argument(
         "--delay-estimate",
-        choices=["centroid", "lag"],
-        default="centroid",
-        help="delays as spike centroids (default) or peak lag x quantum (the paper)",
+        choices=DELAY_ESTIMATES,
+        help="delays as spike centroids (centroid) or peak lag x quantum (lag, the paper; "
+        f"default {d.delay_estimate})",
     )
     p.add_argument(
         "--method",
-        choices=["auto", "fft", "direct"],
-        default="auto",
-        help="correlate by FFT, by pairs of occupied quanta, or whichever is cheaper (default)",
+        choices=METHODS,
+        help="correlate by FFT (fft), by pairs of occupied quanta (direct), or whichever is cheaper "
+        f"(auto; default {d.method})",
     )
