@@ -65,8 +65,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     lines = [f"wrote {report.messages:,} messages to {report.target}"]
     if partition is not None:
         lines[0] += f" in {report.parts:,} parts of at most {partition.describe()}"
-    if report.spans is not None:
-        lines += _span_summary(report.spans)
+    lines += report.span_lines()
     if report.skipped:
         what = "spans" if report.spans is not None else "lines"
         lines.append(f"skipped {report.skipped:,} bad {what}; first ones:")
@@ -75,31 +74,6 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         lines.append(f"{report.hashed_ids:,} non-numeric ids mapped to 64-bit hashes")
     _emit(args, report.to_json(), "\n".join(lines))
     return 0
-
-
-def _span_summary(st: dict[str, Any]) -> list[str]:
-    """What a span file held and what became of it, for ``convert``."""
-    if st["at"] == "caller":
-        stamped = f"the client span's times ({st['caller_stamped']:,} RPCs), else the server span's"
-    else:
-        stamped = "the server span's times, each on its callee's clock"
-    lines = [
-        f"from {st['spans']:,} {st['format']} spans in {st['traces']:,} traces: {st['rpcs']:,} RPCs "
-        f"in {st['requests']:,} requests, with truth columns",
-        f"stamped at the {st['at']}: {stamped}",
-    ]
-    merged = []
-    if st["client_sides"]:
-        merged.append(f"{st['client_sides']:,} client spans merged with their server side")
-    if st["local"]:
-        merged.append(f"{st['local']:,} spans within a service (not RPCs)")
-    if merged:
-        lines.append("; ".join(merged))
-    if st["orphans"]:
-        lines.append(f"{st['orphans']:,} spans whose parent is not in the file became roots")
-    if st["duplicates"]:
-        lines.append(f"skipped {st['duplicates']:,} duplicate spans (same trace and span id)")
-    return lines
 
 
 def _parse_offsets(pairs: Sequence[str], inputs: Sequence[str]) -> dict[str, int]:
@@ -225,22 +199,7 @@ def _synth_lines(
     pcap: SynthPcapReport | None,
 ) -> list[str]:
     """The summary of ``synth``: what was written, lost and duplicated, and where."""
-    lines = [
-        f"wrote {report.messages:,} messages ({report.instances:,} instances, {report.patterns} patterns) "
-        f"to {report.output}",
-        f"span {report.duration_s:,.3f} s; mean parallelism {report.mean_parallelism:.1f} "
-        + (f"(requested {report.requested_parallelism:g}; " if report.requested_parallelism else "(")
-        + f"client loops {report.loops})",
-    ]
-    if config.faults.loss_rate_pps:
-        lines.append(
-            f"lost {report.lost:,} messages at the capture point "
-            f"({config.faults.loss_rate_pps:g} pkt/s, queue {config.faults.loss_queue})"
-        )
-    if report.duplicated:
-        lines.append(f"duplicated {report.duplicated:,} messages (second capture point)")
-    if args.truth:
-        lines.append(f"truth: {args.truth}")
+    lines = report.summary_lines(config.faults, truth_path=args.truth)
     if pcap is not None:
         lines.append(
             f"packets: {pcap.packets:,} ({pcap.connections:,} TCP connections, {pcap.datagrams:,} UDP "
