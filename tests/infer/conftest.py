@@ -2,7 +2,7 @@
 
 Helpers of the infer tests are handed out as session-scoped fixtures (hypothesis refuses
 function-scoped fixtures in ``@given`` tests); helpers every test package uses are in
-``tests/testkit``.
+``tests/_lib/testkit``.
 
 Everything a test compares against is recomputed here from hand-built traces or from
 synth's ground-truth columns (``true_call``, ``true_parent``, ``true_instance``,

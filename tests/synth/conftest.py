@@ -1,7 +1,7 @@
 """Shared helpers and traces for the synth tests.
 
 Helpers of the synth tests are handed out as session-scoped fixtures; helpers every test
-package uses are in ``tests/testkit``. Everything a test checks is
+package uses are in ``tests/_lib/testkit``. Everything a test checks is
 recomputed here from the trace's own columns, in plain numpy/Python, never taken from
 the generator's internals.
 """
