@@ -2,8 +2,9 @@
 
 One or more pcap/pcapng files become one Parquet trace with ``bytes``, ``flow``,
 ``proto``, ``label`` and ``point`` filled. Files are read in chunks and messages are
-written as soon as no open connection can still produce an older one, so memory is
-bounded by the open connections.
+written as soon as no open connection can still produce an older one (a connection
+that stays open holds back only its unfinished turn), so memory is bounded by the
+open connections' unfinished turns.
 
 With ``point_from_file`` each file is a capture point. A first pass converts each
 point on its own, only to estimate the clock offset of every point against the first
@@ -196,8 +197,10 @@ class StreamConverter:
     One decoder and one TCP assembler serve every input, so a connection that spans two
     files (a tcpdump rotation) is reassembled as one. A message is written once it is
     final: older than every message the open connections can still produce (the
-    assembler's watermark), so the trace stays in time order and memory holds only the
-    open connections and the messages not yet final. :func:`convert_pcaps` of a list of
+    assembler's watermark: the start of the oldest unfinished turn), so the trace stays
+    in time order and memory holds only the unfinished turns and the messages not yet
+    final. Several capture points merged on one clock (:func:`convert_pcaps` with
+    ``point_from_file``) go through it too, each message with its point. :func:`convert_pcaps` of a list of
     files and the live agent's conversion while it records are this one class.
 
     Parameters
@@ -227,6 +230,10 @@ class StreamConverter:
         Called with the messages written so far.
     on_read : callable, optional
         Called with the packets and bytes of every batch read (the batch's counts).
+    point_names : sequence of str, optional
+        The names of several capture points merged into one packet stream: each
+        message's ``point`` is then one of them, given per message by the merge
+        (``point`` is not used).
     shard : (int, int), optional
         ``(k, n)``: reassemble only the flows of shard ``k`` of ``n``
         (``capture.flows.flow_shards``); every packet is still decoded, and the
@@ -261,6 +268,7 @@ class StreamConverter:
         on_read: Callable[[int, int], None] | None = None,
         partition: Partitioning | str | None = None,
         shard: tuple[int, int] | None = None,
+        point_names: Sequence[str] | None = None,
     ) -> None:
         partition = Partitioning.of(partition)
         if partition is None:  # a dataset is a directory, named as one likes
@@ -277,7 +285,12 @@ class StreamConverter:
         self.on_read = on_read
         self._decoder = Decoder()
         self._asm = FlowAssembler(keep_payload=keep_payload)
-        self._held: list[Messages] = []
+        # Runs of messages in trace order not final yet, each with its messages' points
+        # (indices into ``point_names``) when there are several.
+        self._held: list[tuple[Messages, np.ndarray | None]] = []
+        self._point_dict = pa.array(point_names, pa.string()) if point_names is not None else None
+        # With several points: each message's point (an index into point_names), set by the merge.
+        self._points_of: Callable[[Messages], np.ndarray] | None = None
         # Row groups of 128k messages: the writer holds a row group in memory before writing it.
         self._writer = TraceWriter(out, provenance={}, row_group_size=1 << 17, partition=partition)
         self._parts = _Parts(Path(parts_dir), part_every_s) if parts_dir is not None else None
@@ -295,6 +308,12 @@ class StreamConverter:
         """Messages written so far."""
         return self._writer.rows
 
+    @property
+    def held(self) -> int:
+        """Messages decoded but not written yet: not final while an open connection can
+        still give an older one (its unfinished turn)."""
+        return sum(len(h) for h, _ in self._held)
+
     def add_source(self, src: PacketSource) -> None:
         """Read every batch of ``src`` (a file, a rotation of a recording) and its counters."""
         self.report.sources.append(src.name)
@@ -308,20 +327,28 @@ class StreamConverter:
             self.on_read(len(batch.ts_ns), int(batch.caplen.sum()) + 16 * len(batch.ts_ns))
         segs = self._decoder.decode(batch)
         self.report.decoded += len(segs)
-        self._emit(self._asm.feed(_shard_of(segs, self._shard), context=segs), final=False)
+        self._add_segments(segs)
 
-    def _emit(self, msgs: Messages, *, final: bool) -> None:
+    def _add_segments(self, segs: Segments, *, final: bool = False) -> None:
+        """Reassemble decoded segments (``final``: the last, every connection ends) and
+        write the messages now final."""
+        msgs = self._asm.feed(_shard_of(segs, self._shard), final=final, context=segs)
+        points = self._points_of(msgs) if self._points_of is not None and len(msgs) else None
+        self._emit(msgs, points, final=final)
+
+    def _emit(self, msgs: Messages, points: np.ndarray | None, *, final: bool) -> None:
         if len(msgs):
-            self._hold(Messages.concat([msgs]))
+            self._hold(msgs, points)
         wm = None if final else self._asm.watermark_ns
         if wm is None:
-            ready, self._held = Messages.concat(self._held), []
+            ready, pts = _joined(self._held)
+            self._held = []
         else:  # what no still-open connection can precede (the trace stays time-sorted)
-            cuts = [int(np.searchsorted(h.ts_ns, wm, side="left")) for h in self._held]
-            ready = Messages.concat([h.take(slice(0, k)) for h, k in zip(self._held, cuts, strict=True) if k])
-            self._held = [h.take(slice(k, None)) for h, k in zip(self._held, cuts, strict=True) if k < len(h)]
+            cuts = [int(np.searchsorted(h.ts_ns, wm, side="left")) for h, _ in self._held]
+            ready, pts = _joined([_head(h, k) for h, k in zip(self._held, cuts, strict=True) if k])
+            self._held = [_tail(h, k) for h, k in zip(self._held, cuts, strict=True) if k < len(h[0])]
         if len(ready) or (final and not self._writer.rows):  # an empty trace still has every column
-            table = messages_table(ready, self.namer, point=self.point, keep_payload=self.keep_payload)
+            table = self._table(ready, pts)
             self._writer.write(table)
             if self._parts is not None:
                 self._parts.add(table)
@@ -330,22 +357,31 @@ class StreamConverter:
         if self._parts is not None and not final:
             self._parts.flush_if_due()
 
-    def _hold(self, msgs: Messages) -> None:
+    def _table(self, msgs: Messages, points: np.ndarray | None) -> pa.Table:
+        """The trace table of ``msgs``, with each one's point when there are several."""
+        t = messages_table(msgs, self.namer, point=self.point, keep_payload=self.keep_payload)
+        if self._point_dict is None:
+            return t
+        idx = pa.array(points if points is not None else np.zeros(len(msgs), np.int64), pa.int32())
+        col = pa.DictionaryArray.from_arrays(idx, self._point_dict).cast(NODE_TYPE)
+        return t.set_column(t.schema.get_field_index("point"), "point", col)
+
+    def _hold(self, msgs: Messages, points: np.ndarray | None) -> None:
         """Keep ``msgs`` (in time order) until the watermark passes them. Held runs are
         merged while the newest is at least half the size of the one before, so that
         while an open connection holds the watermark back each message is merged
         O(log n) times, not once per batch."""
-        self._held.append(msgs)
-        while len(self._held) > 1 and 2 * len(self._held[-1]) >= len(self._held[-2]):
+        self._held.append((msgs, points))
+        while len(self._held) > 1 and 2 * len(self._held[-1][0]) >= len(self._held[-2][0]):
             last = self._held.pop()
-            self._held[-1] = Messages.concat([self._held[-1], last])
+            self._held[-1] = _joined([self._held[-1], last])
 
     def finish(self, *, provenance: Mapping[str, Any] | None = None) -> CaptureReport:
         """Close every open connection, write the rest and publish the trace (and last part).
 
         ``provenance`` adds entries to the trace's provenance besides ``capture``.
         """
-        self._emit(self._asm.feed(empty_segments(), final=True), final=True)
+        self._add_segments(empty_segments(), final=True)
         report = self.report
         report.messages = self._writer.rows
         _add_decode_stats(report, self._decoder)
@@ -417,6 +453,26 @@ class _Parts:
         if self._writer is not None:
             self._writer.abort()
         self._tables = []
+
+
+def _joined(runs: Sequence[tuple[Messages, np.ndarray | None]]) -> tuple[Messages, np.ndarray | None]:
+    """Held runs as one, in trace order, with their points (None when they have none)."""
+    runs = [r for r in runs if len(r[0])]
+    if len(runs) <= 1:
+        return runs[0] if runs else (Messages.concat([]), None)
+    msgs = Messages.concat([m for m, _ in runs])
+    if runs[0][1] is None:
+        return msgs, None
+    order = trace_order(np.concatenate([m.ts_ns for m, _ in runs]), np.concatenate([m.flow for m, _ in runs]))
+    return msgs, np.concatenate([p for _, p in runs])[order]  # type: ignore[misc]
+
+
+def _head(run: tuple[Messages, np.ndarray | None], k: int) -> tuple[Messages, np.ndarray | None]:
+    return run[0].take(slice(0, k)), None if run[1] is None else run[1][:k]
+
+
+def _tail(run: tuple[Messages, np.ndarray | None], k: int) -> tuple[Messages, np.ndarray | None]:
+    return run[0].take(slice(k, None)), None if run[1] is None else run[1][k:]
 
 
 def _shard_of(segs: Segments, shard: tuple[int, int] | None) -> Segments:
@@ -596,31 +652,50 @@ def convert_pcaps(
     t0 = time.perf_counter()
     namer = Namer(names, node_by=node_by)
     sources = [_as_source(p, chunk_bytes) for p in paths]
+    several = point_from_file and len(sources) > 1
+    point = Path(sources[0].name).stem if point_from_file and not several else None
     nshards = _shard_count(paths, runner, shards)
     if nshards is not None:
         # Where the workers find each file (all are paths), and the name the report gives it.
         inputs = [(os.path.abspath(p), s.name) for p, s in zip(files, sources, strict=True)]
         run = runner if runner is not None else InProcess()
-        if not point_from_file or len(sources) == 1:
-            point = Path(sources[0].name).stem if point_from_file else None
-            return _convert_sharded(
-                inputs, out, namer, run, nshards, point=point, keep_payload=keep_payload,
-                chunk_bytes=chunk_bytes, partition=partition, on_progress=on_progress, on_read=on_read, t0=t0,
+        if several:
+            return _convert_points_sharded(
+                inputs, out, namer, run, nshards, keep_payload=keep_payload, chunk_bytes=chunk_bytes,
+                dedup_window_ns=dedup_window_ns, partition=partition, on_progress=on_progress,
+                on_read=on_read, t0=t0,
             )  # fmt: skip
-        return _convert_points_sharded(
-            inputs, out, namer, run, nshards, keep_payload=keep_payload, chunk_bytes=chunk_bytes,
-            dedup_window_ns=dedup_window_ns, partition=partition, on_progress=on_progress, on_read=on_read,
-            t0=t0,
+        return _convert_sharded(
+            inputs, out, namer, run, nshards, point=point, keep_payload=keep_payload, chunk_bytes=chunk_bytes,
+            partition=partition, on_progress=on_progress, on_read=on_read, t0=t0,
         )  # fmt: skip
-    report = CaptureReport(output=str(out), sources=[s.name for s in sources])
-    if not point_from_file or len(sources) == 1:
-        point = Path(sources[0].name).stem if point_from_file else None
-        report = _convert_one(
-            sources, out, namer, point=point, on_progress=on_progress, on_read=_running(on_read),
-            keep_payload=keep_payload, partition=partition,
+    if several:
+        return _convert_points_here(
+            sources, out, namer, dedup_window_ns=dedup_window_ns, on_progress=on_progress, on_read=on_read,
+            keep_payload=keep_payload, partition=partition, t0=t0,
         )  # fmt: skip
-        report.seconds = time.perf_counter() - t0
-        return report
+    report = _convert_one(
+        sources, out, namer, point=point, on_progress=on_progress, on_read=_running(on_read),
+        keep_payload=keep_payload, partition=partition,
+    )  # fmt: skip
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _convert_points_here(
+    sources: Sequence[PacketSource],
+    out: PathLike,
+    namer: Namer,
+    *,
+    dedup_window_ns: int,
+    on_progress: Callable[[int], None] | None,
+    on_read: Callable[[int, int], None] | None,
+    keep_payload: bool,
+    partition: Partitioning | None,
+    t0: float,
+) -> CaptureReport:
+    """Several capture points in this process: a first pass per point for the clock
+    offsets, then the points' packets merged on one clock (:func:`_convert_points`)."""
     report = CaptureReport(output=str(out), sources=[s.name for s in sources])
     points = _point_names(report.sources)
     reader = _running(on_read)  # the first pass reads every file; the progress follows it
@@ -834,6 +909,135 @@ def _where_key(ts: np.ndarray, src_hi: np.ndarray, src_lo: np.ndarray, sport: np
     return mix64(ts.astype(u) ^ mix64(src_hi ^ mix64(src_lo ^ mix64(dst_hi ^ mix64(dst_lo ^ mix64(ports))))))
 
 
+class _PointMerge:
+    """The packets of several capture points on one clock (offsets applied), each packet
+    kept once.
+
+    Sources are read in step: the one whose clock is furthest behind is read next, and
+    packets older than every source's latest minus the window are final, so memory is
+    bounded by the window and a batch per source. Each round of final packets is
+    deduplicated against the sightings of the window before it (``cross_point_duplicates``);
+    a message's point is the one whose copy of its first packet was kept
+    (:meth:`points_of`).
+    """
+
+    def __init__(self, sources: Sequence[PacketSource], offsets: Sequence[int], window_ns: int) -> None:
+        n = len(sources)
+        self.sources, self.offsets, self.window_ns = sources, offsets, window_ns
+        self.decoders = [Decoder() for _ in sources]
+        self.dups = [0] * n
+        self.decoded = 0
+        self._its = [iter(s) for s in sources]
+        self._bufs = [empty_segments() for _ in sources]
+        self._latest = [np.iinfo(np.int64).min] * n
+        self._done = [False] * n
+        # Recent sightings (packet key, time, point), for the next round's duplicates.
+        self._seen = (np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        # Kept packets by where-key (time and endpoints), sorted: their point, their time.
+        self._kept = (np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    def rounds(self) -> Iterator[Segments]:
+        """The packets kept, round by round, in time order."""
+        while True:
+            self._read()
+            final = all(self._done)
+            taken = self._take(final)
+            if taken is not None:
+                yield self._deduplicate(*taken)
+            if final:
+                return
+
+    def _read(self) -> None:
+        """The next batch of the source furthest behind, decoded onto the common clock."""
+        live = [i for i, d in enumerate(self._done) if not d]
+        if not live:
+            return
+        i = min(live, key=lambda j: self._latest[j])
+        batch = next(self._its[i], None)
+        if batch is None:
+            self._done[i] = True
+            return
+        segs = self.decoders[i].decode(batch)
+        self.decoded += len(segs)
+        if len(batch):
+            self._latest[i] = max(self._latest[i], int(batch.ts_ns.max()) + self.offsets[i])
+        if len(segs):
+            segs = dataclasses.replace(segs, ts_ns=segs.ts_ns + self.offsets[i])
+            self._bufs[i] = Segments.concat([self._bufs[i], segs])
+
+    def _take(self, final: bool) -> tuple[Segments, np.ndarray] | None:
+        """The packets now final (all when ``final``), in time order, with their points."""
+        live = [j for j, d in enumerate(self._done) if not d]
+        cut = None if final else min(self._latest[j] for j in live) - self.window_ns
+        parts, pts = [], []
+        for j, b in enumerate(self._bufs):
+            take = np.ones(len(b), bool) if cut is None else b.ts_ns < cut
+            if take.any():
+                parts.append(b.take(np.flatnonzero(take)))
+                pts.append(np.full(int(take.sum()), j, np.int64))
+                self._bufs[j] = b.take(np.flatnonzero(~take))
+        if not parts and not final:
+            return None
+        segs = Segments.concat(parts) if parts else empty_segments()
+        pt = np.concatenate(pts) if pts else np.zeros(0, np.int64)
+        order = np.argsort(segs.ts_ns, kind="stable")
+        return segs.take(order), pt[order]
+
+    def _deduplicate(self, segs: Segments, pt: np.ndarray) -> Segments:
+        """``segs`` less the packets another point's copy of was kept (counted per point)."""
+        key = packet_keys(segs)
+        s_key, s_ts, s_pt = self._seen
+        dup = cross_point_duplicates(
+            np.r_[s_key, key], np.r_[s_ts, segs.ts_ns], np.r_[s_pt, pt], self.window_ns
+        )[len(s_key) :]
+        for j, c in enumerate(np.bincount(pt[dup], minlength=len(self.dups)).tolist()):
+            self.dups[j] += c
+        # Sightings within a window of the newest one decide about the next round's packets.
+        horizon = int(segs.ts_ns.max()) - 2 * self.window_ns if len(segs) else 0
+        recent, old = segs.ts_ns >= horizon, s_ts >= horizon
+        self._seen = (np.r_[s_key[old], key[recent]], np.r_[s_ts[old], segs.ts_ns[recent]],
+                      np.r_[s_pt[old], pt[recent]])  # fmt: skip
+        kept = segs.take(np.flatnonzero(~dup))
+        wk = _where_key(
+            kept.ts_ns, kept.src_hi, kept.src_lo, kept.sport, kept.dst_hi, kept.dst_lo, kept.dport
+        )
+        k_key, k_pt, k_ts = self._kept
+        k_key, k_pt, k_ts = np.r_[k_key, wk], np.r_[k_pt, pt[~dup]], np.r_[k_ts, kept.ts_ns]
+        o = np.argsort(k_key, kind="stable")
+        self._kept = (k_key[o], k_pt[o], k_ts[o])
+        return kept
+
+    def points_of(self, msgs: Messages) -> np.ndarray:
+        """Each message's point: the one whose copy of its first packet was kept (0 if none)."""
+        k_key, k_pt, _ = self._kept
+        if not len(k_key):
+            return np.zeros(len(msgs), np.int64)
+        mk = _where_key(
+            msgs.ts_ns, msgs.src_hi, msgs.src_lo, msgs.sport, msgs.dst_hi, msgs.dst_lo, msgs.dport
+        )
+        pos = np.minimum(np.searchsorted(k_key, mk), len(k_key) - 1)
+        return np.where(k_key[pos] == mk, k_pt[pos], 0)
+
+    def forget_before(self, watermark_ns: int | None) -> None:
+        """Drop the kept packets older than ``watermark_ns`` (all when None): later
+        messages start no earlier than the watermark."""
+        k_key, k_pt, k_ts = self._kept
+        keep = k_ts >= watermark_ns if watermark_ns is not None else np.zeros(len(k_ts), bool)
+        self._kept = (k_key[keep], k_pt[keep], k_ts[keep])
+
+    def add_stats(self, report: CaptureReport) -> None:
+        """The readers', decoders' and duplicate counters into ``report``."""
+        report.decoded += self.decoded
+        for src in self.sources:
+            _add_source_stats(report, src)
+        for d in self.decoders:
+            _add_decode_stats(report, d)
+        report.duplicates_removed = sum(self.dups)
+        for p, d, src in zip(report.points, self.dups, self.sources, strict=True):
+            p["duplicates"] = d
+            p["packets"] = src.stats.packets
+
+
 def _convert_points(
     sources: Sequence[PacketSource],
     names: list[str],
@@ -849,133 +1053,27 @@ def _convert_points(
     partition: Partitioning | None = None,
     shard: tuple[int, int] | None = None,
 ) -> list[int]:
-    """Merge the points' packets (offsets applied), drop cross-point duplicates, build messages once.
+    """Merge the points' packets (offsets applied), drop cross-point duplicates, build
+    messages once (:class:`_PointMerge`, then the one :class:`StreamConverter` path).
 
-    Sources are read in step: the one whose clock is furthest behind is read next, and
-    packets older than every source's latest minus the window are final, so memory is
-    bounded by the window and a batch per source. Returns duplicates removed per point.
-    With ``shard`` (as ``StreamConverter``'s), every packet is read, merged and
+    Fills ``report`` (which names the points) and returns the duplicates removed per
+    point. With ``shard`` (as ``StreamConverter``'s), every packet is read, merged and
     deduplicated (a packet's duplicates are in its flow, so this is the same in every
     shard) and only the shard's flows are reassembled.
     """
-    npts = len(sources)
-    its = [iter(s) for s in sources]
-    decoders = [Decoder() for _ in sources]
-    bufs = [empty_segments() for _ in sources]
-    latest = [np.iinfo(np.int64).min] * npts
-    done = [False] * npts
-    dups = [0] * npts
-    ctx_key = np.zeros(0, np.uint64)
-    ctx_ts = np.zeros(0, np.int64)
-    ctx_pt = np.zeros(0, np.int64)
-    lk_key = np.zeros(0, np.uint64)
-    lk_pt = np.zeros(0, np.int64)
-    lk_ts = np.zeros(0, np.int64)
-    asm = FlowAssembler(keep_payload=keep_payload)
-    held: list[tuple[Messages, np.ndarray]] = []
-    point_dict = pa.array(names, pa.string())
-    with TraceWriter(out, provenance={}, row_group_size=1 << 17, partition=partition) as writer:
-
-        def write(msgs: Messages, pts: np.ndarray, *, always: bool = False) -> None:
-            if len(msgs) or (always and not writer.rows):
-                t = messages_table(msgs, namer, keep_payload=keep_payload)
-                col = pa.DictionaryArray.from_arrays(pa.array(pts, pa.int32()), point_dict).cast(NODE_TYPE)
-                writer.write(t.set_column(t.schema.get_field_index("point"), "point", col))
-                if on_progress is not None:
-                    on_progress(writer.rows)
-
-        while True:
-            live = [i for i in range(npts) if not done[i]]
-            if live:
-                i = min(live, key=lambda j: latest[j])  # the source furthest behind
-                batch = next(its[i], None)
-                if batch is None:
-                    done[i] = True
-                else:
-                    segs = decoders[i].decode(batch)
-                    report.decoded += len(segs)
-                    if len(batch):
-                        latest[i] = max(latest[i], int(batch.ts_ns.max()) + offsets[i])
-                    if len(segs):
-                        segs = dataclasses.replace(segs, ts_ns=segs.ts_ns + offsets[i])
-                        bufs[i] = Segments.concat([bufs[i], segs])
-            final = all(done)
-            live = [j for j in range(npts) if not done[j]]
-            cut = None if final else min(latest[j] for j in live) - dedup_window_ns
-            parts, pts = [], []
-            for j in range(npts):
-                b = bufs[j]
-                take = np.ones(len(b), bool) if cut is None else b.ts_ns < cut
-                if take.any():
-                    parts.append(b.take(np.flatnonzero(take)))
-                    pts.append(np.full(int(take.sum()), j, np.int64))
-                    bufs[j] = b.take(np.flatnonzero(~take))
-            if not parts and not final:
-                continue
-            segs = Segments.concat(parts) if parts else empty_segments()
-            pt = np.concatenate(pts) if pts else np.zeros(0, np.int64)
-            order = np.argsort(segs.ts_ns, kind="stable")
-            segs, pt = segs.take(order), pt[order]
-            key = packet_keys(segs)
-            nctx = len(ctx_key)
-            dup = cross_point_duplicates(
-                np.r_[ctx_key, key], np.r_[ctx_ts, segs.ts_ns], np.r_[ctx_pt, pt], dedup_window_ns
-            )[nctx:]
-            for j, c in enumerate(np.bincount(pt[dup], minlength=npts).tolist()):
-                dups[j] += c
-            # Sightings within a window of the newest one decide about the next chunk's rows.
-            recent = segs.ts_ns >= (int(segs.ts_ns.max()) - 2 * dedup_window_ns if len(segs) else 0)
-            old = ctx_ts >= (int(segs.ts_ns.max()) - 2 * dedup_window_ns if len(segs) else 0)
-            ctx_key = np.r_[ctx_key[old], key[recent]]
-            ctx_ts = np.r_[ctx_ts[old], segs.ts_ns[recent]]
-            ctx_pt = np.r_[ctx_pt[old], pt[recent]]
-            kept = segs.take(np.flatnonzero(~dup))
-            kpt = pt[~dup]
-            wk = _where_key(
-                kept.ts_ns, kept.src_hi, kept.src_lo, kept.sport, kept.dst_hi, kept.dst_lo, kept.dport
-            )
-            lk_key, lk_pt, lk_ts = np.r_[lk_key, wk], np.r_[lk_pt, kpt], np.r_[lk_ts, kept.ts_ns]
-            lo = np.argsort(lk_key, kind="stable")
-            lk_key, lk_pt, lk_ts = lk_key[lo], lk_pt[lo], lk_ts[lo]
-            msgs = asm.feed(_shard_of(kept, shard), final=final, context=kept)
-            if len(msgs):
-                mk = _where_key(msgs.ts_ns, msgs.src_hi, msgs.src_lo, msgs.sport, msgs.dst_hi, msgs.dst_lo,
-                                msgs.dport)  # fmt: skip
-                pos = np.minimum(np.searchsorted(lk_key, mk), max(len(lk_key) - 1, 0))
-                # A message's point is the one whose copy of its first packet was kept.
-                mpt = lk_pt[pos] if len(lk_key) else np.zeros(len(msgs), np.int64)
-                held.append((msgs, np.where(lk_key[pos] == mk, mpt, 0) if len(lk_key) else mpt))
-            wm = asm.watermark_ns
-            allm = Messages.concat([h[0] for h in held])
-            allp = np.concatenate([h[1] for h in held]) if held else np.zeros(0, np.int64)
-            if held:  # in the order concat put the messages in
-                cat_ts = np.concatenate([h[0].ts_ns for h in held])
-                allp = allp[trace_order(cat_ts, np.concatenate([h[0].flow for h in held]))]
-            if final or wm is None:
-                write(allm, allp, always=final)
-                held = []
-            else:
-                c = int(np.searchsorted(allm.ts_ns, wm, side="left"))
-                write(allm.take(slice(0, c)), allp[:c])
-                held = [(allm.take(slice(c, None)), allp[c:])]
-            # Later messages start no earlier than the watermark: older lookups are not needed.
-            keep_lk = lk_ts >= wm if wm is not None else np.zeros(len(lk_ts), bool)
-            lk_key, lk_pt, lk_ts = lk_key[keep_lk], lk_pt[keep_lk], lk_ts[keep_lk]
-            if final:
-                break
-        report.messages = writer.rows
-        for src in sources:
-            _add_source_stats(report, src)
-        for d in decoders:
-            _add_decode_stats(report, d)
-        _add_flow_stats(report, asm.stats)
-        report.duplicates_removed = sum(dups)
-        for p, d, src in zip(report.points, dups, sources, strict=True):
-            p["duplicates"] = d
-            p["packets"] = src.stats.packets
-        report.seconds = time.perf_counter() - t0
-        writer.provenance = {"capture": _provenance(report)}
-    return dups
+    merge = _PointMerge(sources, offsets, dedup_window_ns)
+    with StreamConverter(
+        out, namer=namer, keep_payload=keep_payload, on_progress=on_progress, partition=partition,
+        shard=shard, point_names=names,
+    ) as conv:  # fmt: skip
+        conv.report, conv._t0 = report, t0  # the report of both passes, their time
+        conv._points_of = merge.points_of
+        for kept in merge.rounds():
+            conv._add_segments(kept)
+            merge.forget_before(conv._asm.watermark_ns)
+        merge.add_stats(report)
+        conv.finish()
+    return merge.dups
 
 
 # ---- on a cluster: the flows split among tasks -------------------------------------------------

@@ -5,8 +5,12 @@ hashes the two endpoints in canonical order; within a flow, a new SYN (a sequenc
 number not seen before) starts a new connection, so a reused port pair is two
 connections. A connection is processed once it is over (FIN both ways, RST, idle for
 ``idle_timeout_ns``, a newer connection on the same ports, or the end of input);
-until then its segments are carried to the next batch, so memory is bounded by the
-open connections, not by the file.
+until then its segments are carried to the next batch, less its finished turns: those
+no later packet can change are released at once (:meth:`FlowAssembler._release` says
+when a turn is final), so a connection that stays open (a pooled HTTP, Redis or
+PostgreSQL connection) holds back only its unfinished turn, and memory is bounded by
+the open connections' unfinished turns, not by the file. The messages are the same
+however the packets are batched.
 
 Per direction, segments are ordered by sequence number: a segment wholly inside bytes
 already seen is a retransmission (dropped, counted), a partial overlap is trimmed, a
@@ -33,6 +37,8 @@ as ``context``, and together they give what one assembler gives.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import heapq
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -64,6 +70,11 @@ _FIN, _SYN, _RST, _ACK = 0x01, 0x02, 0x04, 0x10
 # connection on the same ports without a SYN in the capture is taken for late copies
 # only if both its directions start that close behind the old ends (about 1 in 2^32).
 _LATE_WINDOW = 1 << 16
+# Where a direction's bytes start counting when neither a SYN nor released turns say: at
+# its first byte in sequence order.
+_FROM_FIRST = np.iinfo(np.int64).min
+# An open connection this old (capture time) is worth a try at releasing its finished turns.
+_LONG_LIVED_NS = 1_000_000_000
 
 
 def _seq_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -229,8 +240,10 @@ class _Kept:
     """Kept data segments of some connections, in stream order: each one's segment
     index ``di``, connection ``kp`` and direction ``kd`` (0 from the client), payload
     length ``klen`` and captured length ``kcap``, whether it starts a run of
-    contiguous bytes (``run_start``), and where its bytes start in the joined stream
-    (``sstart``)."""
+    contiguous bytes (``run_start``: a direction's first segment here, and one after
+    a hole or a cut-short segment), whether bytes before it are missing or cut short
+    (``gap``: never at a connection's first byte), and where its bytes start in the
+    joined stream (``sstart``)."""
 
     di: np.ndarray
     kp: np.ndarray
@@ -239,10 +252,214 @@ class _Kept:
     run_start: np.ndarray
     sstart: np.ndarray
     kcap: np.ndarray
+    gap: np.ndarray
 
     def take(self, idx: np.ndarray) -> _Kept:
         """The segments ``idx`` of these."""
         return _Kept(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
+
+
+@dataclass
+class _Open:
+    """What the released turns of a connection still open leave to its later ones.
+
+    Directions are 0 (from the client) and 1 (back); ways ``a`` and ``b`` those of the
+    flow key's two endpoints (:func:`_flow_keys`)."""
+
+    flow_id: int
+    client_is_a: bool
+    proto: str
+    base: tuple[int, int]  # each direction's sequence origin
+    end: tuple[int, int]  # the bytes released each direction, from its origin
+    trunc: tuple[bool, bool]  # the last released segment of a direction was cut short
+    calls: int  # calls numbered so far
+    ctx: dict  # the protocol parser's state
+    syn_seq: int  # the SYN's sequence number, -1 without one
+    fin: tuple[bool, bool]  # a FIN seen from a, from b
+    way_end: tuple[int, int]  # where each way's sequence space ends so far (a, b; -1 unknown)
+    # A protocol parser read its turns (HTTP turns checked in bulk did not all check
+    # out), so it reads the later ones too, as it would read the whole connection; and
+    # paired them by key and time (a protocol id or a gap), so it pairs the later ones so.
+    parser: bool = False
+    by_key: bool = False
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """TCP segments by connection (a flow key's segments from one SYN to the next), each
+    connection's in the order they came, with what its released turns left (``opened``)."""
+
+    s: Segments
+    key: np.ndarray
+    from_a: np.ndarray
+    piece: np.ndarray  # connection of each segment
+    starts: np.ndarray  # first segment of each connection
+    opened: np.ndarray  # object: an _Open or None per connection
+    cont: np.ndarray  # per connection: it continues released turns
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+    def take(self, sel: np.ndarray) -> _Pieces:
+        """The segments ``sel`` (ascending) and their connections."""
+        p = self.piece[sel]
+        new = np.r_[True, p[1:] != p[:-1]] if len(p) else np.zeros(0, bool)
+        starts = np.flatnonzero(new)
+        old = p[starts]
+        return _Pieces(self.s.take(sel), self.key[sel], self.from_a[sel], np.cumsum(new) - 1, starts,
+                       self.opened[old], self.cont[old])  # fmt: skip
+
+    def carried(self, name: str, default: Any, dtype: Any) -> np.ndarray:
+        """Per connection, ``name`` of what its released turns left, else ``default``."""
+        if not self.cont.any():
+            return np.full((self.count, 2) if isinstance(default, tuple) else self.count, default, dtype)
+        vals = [default if o is None else getattr(o, name) for o in self.opened.tolist()]
+        out = np.array(vals, dtype)
+        return out.reshape(len(vals), 2) if isinstance(default, tuple) else out
+
+
+@dataclass(frozen=True)
+class _ConnectionBatch:
+    """Connections ready to be cut into messages: their kept data segments (``kept``,
+    in stream order) and captured bytes (``stream``, each direction's back to back),
+    and per connection its id, its orientation, its first segment in ``s``, and what
+    its released turns left: whether there are some (``cont``), the calls they
+    numbered, the parser's state (``ctxs``), whether a parser read them (``parser``)
+    and paired them by key and time (``by_key``)."""
+
+    s: Segments
+    kept: _Kept
+    stream: bytes
+    from_a: np.ndarray  # per segment of ``s``
+    flow_ids: np.ndarray
+    client_is_a: np.ndarray
+    starts: np.ndarray
+    cont: np.ndarray
+    calls: np.ndarray
+    ctxs: list[dict]
+    parser: np.ndarray
+    by_key: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+
+@dataclass(frozen=True)
+class _Reassembly:
+    """Per connection of a :meth:`FlowAssembler._reassemble`: the counters, whether a
+    hole or a segment out of order leaves its bytes open to a later packet (``loose``),
+    and per direction (``2 * connection + direction``) its sequence origin, where its
+    bytes end, and whether the last segment was cut short."""
+
+    retransmitted: np.ndarray
+    gaps: np.ndarray
+    out_of_order: np.ndarray
+    loose: np.ndarray
+    base: np.ndarray
+    end: np.ndarray
+    trunc: np.ndarray
+
+
+@dataclass(frozen=True)
+class _ParsedRows:
+    """Messages the protocol parsers found, a row each: connection ``piece``, direction
+    ``dirs`` (0 from the client), stream offset ``off`` and ``length``, the parser's
+    ``label`` and ``key`` (a call id, ``NO_REPLY`` or None), and whether it is the
+    first after a hole in its direction (``after_gap``)."""
+
+    piece: np.ndarray
+    dirs: np.ndarray
+    off: np.ndarray
+    length: np.ndarray
+    label: np.ndarray  # object
+    key: list[int | None]
+    after_gap: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.piece)
+
+    @staticmethod
+    def of(rows: list[tuple[int, int, int, int, str | None, int | None, bool]]) -> _ParsedRows:
+        """From ``(piece, direction, offset, length, label, key, after_gap)`` tuples."""
+        label = np.full(len(rows), None, object)
+        label[:] = [r[4] for r in rows]
+        return _ParsedRows(
+            piece=np.array([r[0] for r in rows], np.int64), dirs=np.array([r[1] for r in rows], np.int64),
+            off=np.array([r[2] for r in rows], np.int64), length=np.array([r[3] for r in rows], np.int64),
+            label=label, key=[r[5] for r in rows], after_gap=np.array([r[6] for r in rows], bool),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    """Per parsed message what pairing decides: ``op``, ``mid`` (its id), ``has`` (whether
+    it has one), and ``labels`` (a return takes its call's)."""
+
+    op: np.ndarray
+    mid: np.ndarray
+    has: np.ndarray
+    labels: np.ndarray
+
+    @staticmethod
+    def empty(rows: _ParsedRows) -> _Pairs:
+        m = len(rows)
+        return _Pairs(np.zeros(m, np.int8), np.zeros(m, np.uint64), np.zeros(m, bool), rows.label.copy())
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """What the protocol parsers gave a batch: the messages and their rows, and per
+    connection whether it fell back to the turn-taking rule, whether its turns can go on
+    from here (``clean``: every byte used, a message each way, every call answered),
+    whether they were paired by key and time, and the bytes after the last message of
+    its runs."""
+
+    msgs: Messages
+    rows: _ParsedRows
+    fallback: np.ndarray
+    clean: np.ndarray
+    by_key: np.ndarray
+    unparsed: np.ndarray
+
+    @staticmethod
+    def nothing(count: int) -> _Parsed:
+        no = np.zeros(count, bool)
+        return _Parsed(_empty_messages(), _ParsedRows.of([]), no, no, no, np.zeros(count, np.int64))
+
+
+@dataclass(frozen=True)
+class _Paths:
+    """Per connection of a batch, after the protocol paths: its protocol, whether its turns
+    can go on from a cut (``clean``), whether a parser read it (``parsed``) and paired
+    its messages by key and time (``by_key``), the bytes no parser used; and the
+    parsers' rows."""
+
+    protos: np.ndarray
+    clean: np.ndarray
+    parsed: np.ndarray
+    by_key: np.ndarray
+    unparsed: np.ndarray
+    rows: _ParsedRows
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """Per connection of a :meth:`FlowAssembler._messages`: its id, protocol, counters,
+    whether it had data (``counted``: data and no turn released before, so it is
+    counted in ``flows_by_proto`` now), and, when asked, where its turns may be cut
+    (``cut``) or whether they may be released and what they leave (``opened``)."""
+
+    flow_ids: np.ndarray
+    protos: np.ndarray
+    counted: np.ndarray
+    retransmitted: np.ndarray
+    gaps: np.ndarray
+    out_of_order: np.ndarray
+    unparsed: np.ndarray
+    cut: np.ndarray | None = None
+    opened: list[_Open | None] | None = None
 
 
 def _tls_segments(
@@ -412,6 +629,11 @@ class FlowAssembler:
         # does never depends on how many others closed.
         self._closed: dict[int, tuple[int, int, int]] = {}
         self._closed_times: list[tuple[int, int]] = []  # heap of (close time, flow key)
+        # Connections still open whose first turns were released: flow key -> what those
+        # left (see _release); and open ones whose turns could not be released yet: flow
+        # key -> the segments they must hold before the next try.
+        self._open: dict[int, _Open] = {}
+        self._retry: dict[int, int] = {}
 
     @property
     def watermark_ns(self) -> int | None:
@@ -521,98 +743,133 @@ class FlowAssembler:
 
     # ---- TCP --------------------------------------------------------------------------------
     def _tcp(self, s: Segments, final: bool) -> Messages:
-        n = len(s)
-        key, from_a = _flow_keys(s)
-        order = np.argsort(key, kind="stable")  # stable: time order kept within a flow
-        s = s.take(order)
-        key, from_a = key[order], from_a[order]
-        flags = s.flags
-        flow_start = np.r_[True, key[1:] != key[:-1]]
-        synonly = ((flags & _SYN) != 0) & ((flags & _ACK) == 0)
-        # A SYN with a new sequence number on the same ports starts a new connection.
-        si = np.flatnonzero(synonly)
-        new_conn = np.zeros(n, bool)
-        if len(si):
-            same_as_prev = np.r_[False, (key[si[1:]] == key[si[:-1]]) & (s.seq[si[1:]] == s.seq[si[:-1]])]
-            new_conn[si[~same_as_prev]] = True
-        piece_start = flow_start | new_conn
-        starts = np.flatnonzero(piece_start)
-        piece = np.cumsum(piece_start) - 1
-        npieces = len(starts)
-        ends = np.r_[starts[1:], n]
-        late = self._late_copies(s, key, from_a, flags, starts, ends)
-        if late is not None:
+        pc = self._pieces(s)
+        if pc is None:
+            return _empty_messages()
+        done, closed = self._over(pc, final)
+        out = []
+        if done.any():
+            out.append(self._close(pc.take(np.flatnonzero(done[pc.piece])), closed[done]))
+        if not done.all():
+            out.append(self._release(pc.take(np.flatnonzero(~done[pc.piece]))))
+        return Messages.concat(out)
+
+    def _pieces(self, s: Segments) -> _Pieces | None:
+        """``s`` by connection, each with what its released turns left; segments that only
+        repeat a connection closed in an earlier batch are left out (counted). None when
+        nothing is left."""
+        while True:
+            key, from_a = _flow_keys(s)
+            order = np.argsort(key, kind="stable")  # stable: time order kept within a flow
+            s, key, from_a = s.take(order), key[order], from_a[order]
+            flow_start = np.r_[True, key[1:] != key[:-1]]
+            starts = np.flatnonzero(flow_start | self._new_connections(s, key))
+            late = self._late_copies(s, key, from_a, s.flags, starts, np.r_[starts[1:], len(s)])
+            if late is None:
+                break
             self.stats.after_close += int(late.sum())
             if late.all():
-                return _empty_messages()
-            return self._tcp(s.take(np.flatnonzero(~late)), final)
+                return None
+            s = s.take(np.flatnonzero(~late))
+        piece = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(s)]))
+        opened = np.full(len(starts), None, object)
+        cont = np.zeros(len(starts), bool)
+        if self._open:
+            # A connection with released turns has segments carried, so it comes first on its flow.
+            heads = np.flatnonzero(flow_start[starts])
+            found = [self._open.get(k) for k in key[starts[heads]].tolist()]
+            cont[heads] = [o is not None for o in found]
+            opened[heads[cont[heads]]] = [o for o in found if o is not None]
+        return _Pieces(s, key, from_a, piece, starts, opened, cont)
+
+    def _new_connections(self, s: Segments, key: np.ndarray) -> np.ndarray:
+        """The SYNs that start a new connection on their flow (``s`` grouped by ``key``): a
+        sequence number other than that of the SYN before it, here or, for a flow's first
+        here, the one its connection with released turns began with."""
+        si = np.flatnonzero(((s.flags & _SYN) != 0) & ((s.flags & _ACK) == 0))
+        new_conn = np.zeros(len(s), bool)
+        if not len(si):
+            return new_conn
+        seq = s.seq[si].astype(np.int64)
+        first = np.r_[True, key[si[1:]] != key[si[:-1]]]
+        same = np.r_[False, ~first[1:] & (seq[1:] == seq[:-1])]
+        if self._open:
+            f = np.flatnonzero(first)
+            began = [getattr(self._open.get(k), "syn_seq", -1) for k in key[si[f]].tolist()]
+            same[f] = np.array(began, np.int64) == seq[f]
+        new_conn[si[~same]] = True
+        return new_conn
+
+    def _over(self, pc: _Pieces, final: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Which connections are over (processed now: FIN both ways, RST, idle, a newer
+        connection on the same ports, too many segments held, the end of input), and which
+        of them closed (FIN both ways or RST)."""
+        s, starts = pc.s, pc.starts
+        ends = np.r_[starts[1:], len(s)]
         last_ts = np.maximum.reduceat(s.ts_ns, starts)
         # The capture clock, learnt from every flow: what is idle does not depend on
         # which flows this assembler holds.
         now = int(s.ts_ns.max()) if self._clock is None else max(self._clock, int(s.ts_ns.max()))
+        fin_a, fin_b = _fins(pc)
+        rst = np.logical_or.reduceat((s.flags & _RST) != 0, starts)
+        has_next = np.r_[pc.key[starts[1:]] == pc.key[starts[:-1]], False]
+        closed = (fin_a & fin_b) | rst
+        idle = last_ts < now - self.idle_timeout_ns
+        return final | has_next | closed | idle | ((ends - starts) > self.max_carry), closed
 
-        fin_a = np.logical_or.reduceat(((flags & _FIN) != 0) & from_a, starts)
-        fin_b = np.logical_or.reduceat(((flags & _FIN) != 0) & ~from_a, starts)
-        rst = np.logical_or.reduceat((flags & _RST) != 0, starts)
-        has_next = np.r_[~flow_start[starts[1:]], False]
-        done = (
-            final
-            | has_next
-            | (fin_a & fin_b)
-            | rst
-            | (last_ts < now - self.idle_timeout_ns)
-            | ((ends - starts) > self.max_carry)
-        )
-        if not done.all():
-            keep = ~done[piece]
-            self._pending = s.take(np.flatnonzero(keep))  # flows stay in time order
-            sel = np.flatnonzero(~keep)
-            if not len(sel):
-                return _empty_messages()
-            s = s.take(sel)
-            key, from_a, flags, synonly = key[sel], from_a[sel], flags[sel], synonly[sel]
-            piece_start = np.r_[True, (piece[sel][1:] != piece[sel][:-1])]
-            starts = np.flatnonzero(piece_start)
-            piece = np.cumsum(piece_start) - 1
-            npieces = len(starts)
-            n = len(s)
-        self.stats.connections += npieces
-        # The pieces processed now are the done ones, in order.
-        self._remember_closed(s, key, from_a, flags, starts, piece, ((fin_a & fin_b) | rst)[done])
-        return self._messages(s, key, from_a, flags, synonly, starts, piece, npieces)
+    def _close(self, pc: _Pieces, closed: np.ndarray) -> Messages:
+        """The messages of connections that are over."""
+        self.stats.connections += pc.count
+        self._remember_closed(pc, closed)
+        if self._open or self._retry:
+            for k in pc.key[pc.starts].tolist():
+                self._open.pop(k, None)
+                self._retry.pop(k, None)
+        msgs, out = self._messages(pc)
+        self._count(msgs, out, np.ones(pc.count, bool))
+        return msgs
 
-    def _remember_closed(
-        self,
-        s: Segments,
-        key: np.ndarray,
-        from_a: np.ndarray,
-        flags: np.ndarray,
-        starts: np.ndarray,
-        piece: np.ndarray,
-        closed: np.ndarray,
-    ) -> None:
+    def _count(self, msgs: Messages, out: _Outcome, mask: np.ndarray) -> None:
+        """Add to the counters those of connections ``mask`` and messages ``msgs``."""
+        st = self.stats
+        st.retransmitted += int(out.retransmitted[mask].sum())
+        st.gaps += int(out.gaps[mask].sum())
+        st.out_of_order += int(out.out_of_order[mask].sum())
+        st.unparsed_bytes += int(out.unparsed[mask].sum())
+        st.flows_by_proto.update(out.protos[mask & out.counted].tolist())
+        for code, k in zip(*np.unique(msgs.proto, return_counts=True), strict=True):
+            st.messages_by_proto[PROTOCOLS[int(code)]] += int(k)
+
+    def _remember_closed(self, pc: _Pieces, closed: np.ndarray) -> None:
         """Note the next sequence number each way of the connections that closed."""
         if not closed.any():
             return
-        n = len(s)
-        g = piece * 2 + (~from_a).astype(np.int64)  # way 0: from a, 1: from b
-        seq_end = _seq_end(s, flags)
-        # The furthest end of each way, wrap-aware: relative to the way's first segment.
-        first = np.full(2 * len(starts), -1, np.int64)
-        first[g[::-1]] = np.arange(n)[::-1]
-        ref = seq_end[np.maximum(first, 0)]
-        rel = _seq_diff(seq_end, ref[g])
-        furthest = np.full(2 * len(starts), np.iinfo(np.int64).min)
-        np.maximum.at(furthest, g, rel)
-        way_end = np.where(first >= 0, (ref + furthest) & 0xFFFFFFFF, -1).reshape(-1, 2)
-        last_ts = s.ts_ns[np.r_[starts[1:], n] - 1]
         p = np.flatnonzero(closed)
-        keys, times = key[starts[p]].tolist(), last_ts[p].tolist()
+        way_end = self._way_ends(pc)[p]
+        last_ts = pc.s.ts_ns[np.r_[pc.starts[1:], len(pc.s)] - 1]
+        keys, times = pc.key[pc.starts[p]].tolist(), last_ts[p].tolist()
         self._closed.update(
-            zip(keys, zip(way_end[p, 0].tolist(), way_end[p, 1].tolist(), times, strict=True), strict=True)
+            zip(keys, zip(way_end[:, 0].tolist(), way_end[:, 1].tolist(), times, strict=True), strict=True)
         )
         for t, k in zip(times, keys, strict=True):  # a push per closed connection
             heapq.heappush(self._closed_times, (t, k))
+
+    @staticmethod
+    def _way_ends(pc: _Pieces) -> np.ndarray:
+        """Per connection (a row) and way (from a, from b): where its sequence space ends so
+        far, -1 unknown; the furthest end, wrap-aware: relative to the way's first segment,
+        or to where its released turns left it."""
+        s = pc.s
+        n = len(s)
+        g = pc.piece * 2 + (~pc.from_a).astype(np.int64)  # way 0: from a, 1: from b
+        seq_end = _seq_end(s, s.flags)
+        first = np.full(2 * pc.count, -1, np.int64)
+        first[g[::-1]] = np.arange(n)[::-1]
+        left = pc.carried("way_end", (-1, -1), np.int64).reshape(-1)
+        ref = np.where(left >= 0, left, np.where(first >= 0, seq_end[np.maximum(first, 0)], -1))
+        furthest = np.where(left >= 0, 0, np.iinfo(np.int64).min)
+        np.maximum.at(furthest, g, _seq_diff(seq_end, ref[g]))
+        return np.where(ref >= 0, (ref + furthest) & 0xFFFFFFFF, -1).reshape(-1, 2)
 
     def _late_copies(
         self,
@@ -651,12 +908,197 @@ class FlowAssembler:
                 late[a:b] = True
         return late if late.any() else None
 
+    # ---- releasing the finished turns of open connections -------------------------------------
+    def _release(self, pc: _Pieces) -> Messages:
+        """Connections still open: their finished turns now, the rest carried to the next batch.
+
+        A turn is final when no later packet of its connection can change its message (or
+        messages): the segments that follow can only start later turns, and the protocol,
+        orientation, numbering and bytes it was cut with are those the whole connection
+        would give. Turns are cut before a call turn that follows a return turn (so a
+        request and its response are final once the next request begins), and only when
+        all of these hold for the connection's segments before the cut:
+
+        - the client is known for good: a SYN or SYN-ACK was seen, or the ports and
+          listening endpoints decide it and no endpoint learnt later could change that
+          (:meth:`_client_is_a`);
+        - the protocol is known for good: the client opened with a request line, or each
+          way has sent the 256 bytes :func:`capture.protocols.detect_tcp` looks at;
+        - no hole and no segment out of order in either direction: a late segment could
+          fill the hole and join or re-cut bytes already taken (a copy of bytes before
+          the cut that arrives after it is a retransmission: dropped, or trimmed at the
+          cut; a one-pass conversion would re-cut the same way unless that copy straddles
+          two segments it has, which TCP does not send once the bytes were answered);
+        - every data segment before the cut is older than every one after it, so the
+          messages before it come first in the trace; and, for HTTP turns checked in bulk,
+          no two messages before it share a timestamp (messages of one connection and
+          time are in the order their path made them, and a later turn that does not
+          check out sends the whole connection to the parser, which orders them otherwise;
+          a parser, once it read a connection's turns, reads the rest of it);
+        - the protocol path is one that can go on from the cut: the turn-taking rule;
+          HTTP turns checked in bulk (each exactly one message); a protocol parser that
+          used every byte before the cut in both directions, found a message starting
+          right at the cut each way (the parser saw bytes past it, so a message that
+          runs to the end of what it was given cannot end there by accident), gave a
+          message each way and answered every call (no queued call, no keyed call
+          waiting). TLS connections are held until they end (a record can span the cut,
+          and the last record of a direction is read as an alert);
+        - the messages of the segments before the cut are exactly those the connection's
+          segments so far give before it (checked: the released messages never differ
+          from what the one-pass conversion writes for them).
+
+        What the released turns leave (:class:`_Open`: id, orientation, protocol, where
+        each direction's bytes end, calls numbered, the parser's state, FINs, SYN, way
+        ends) carries the connection on from the cut.
+        """
+        keep = np.ones(len(pc.s), bool)
+        cand = self._candidates(pc)
+        out = _empty_messages()
+        if cand.any():
+            sel = np.flatnonzero(cand[pc.piece])
+            out, used = self._release_turns(pc.take(sel))
+            keep[sel[used]] = False
+        self._pending = pc.s.take(np.flatnonzero(keep))  # flows stay in time order
+        return out
+
+    def _candidates(self, pc: _Pieces) -> np.ndarray:
+        """Open connections worth a try: open since an earlier batch or for a second of
+        capture time at least (most connections are short exchanges that end soon, and a
+        try costs a pass over the connection), data went one way, back and again (a call
+        turn after a return turn), and they hold enough more segments than at a try that
+        failed (a quarter more, at least two: the tries cost a bounded multiple of the
+        segments held, and a try that failed for want of an answer is made again soon)."""
+        s = pc.s
+        di = np.flatnonzero(s.pay_len > 0)
+        p, fa = pc.piece[di], pc.from_a[di]
+        turn = np.flatnonzero((p[1:] == p[:-1]) & (fa[1:] != fa[:-1])) + 1
+        cand = np.bincount(p[turn], minlength=pc.count) >= 2
+        began = s.ts_ns[pc.starts]
+        old = began <= (self._clock if self._clock is not None else int(s.ts_ns.max())) - _LONG_LIVED_NS
+        if self._clock_before is not None:
+            old |= began <= self._clock_before
+        cand &= pc.cont | old
+        # Until its protocol is settled (see _protocols) a try is wasted: each way has sent
+        # the 256 bytes looked at before the turn before last (where a cut can be), or the
+        # first data starts with a request method.
+        last = np.zeros(pc.count, np.int64)
+        np.maximum.at(last, p[turn], turn)
+        before_last = np.zeros(pc.count, np.int64)
+        np.maximum.at(before_last, p[turn], np.where(turn < last[p[turn]], turn, 0))
+        way = p * 2 + (~fa).astype(np.int64)
+        early = np.arange(len(di)) < before_last[p]
+        sent = np.bincount(way[early], weights=s.pay_len[di][early], minlength=2 * pc.count).reshape(-1, 2)
+        cand &= pc.cont | (sent >= 256).all(axis=1) | _opens_with_request(s, di, way, pc.count)
+        if self._retry and cand.any():
+            sizes = np.diff(np.r_[pc.starts, len(pc.s)])
+            cand &= sizes >= np.array([self._retry.get(k, 0) for k in pc.key[pc.starts].tolist()], np.int64)
+        return cand
+
+    def _release_turns(self, tp: _Pieces) -> tuple[Messages, np.ndarray]:
+        """The final turns of open connections ``tp`` (see :meth:`_release`): their messages,
+        and which segments they used (no longer carried)."""
+        whole, trial = self._messages(tp, cuts=True)
+        cut = trial.cut if trial.cut is not None else np.full(tp.count, -1)
+        before = (cut[tp.piece] >= 0) & (np.arange(len(tp.s)) < cut[tp.piece])
+        ok = np.zeros(tp.count, bool)
+        msgs = _empty_messages()
+        if before.any():
+            data = tp.s.pay_len > 0
+            newest = np.full(tp.count, np.iinfo(np.int64).min)
+            np.maximum.at(newest, tp.piece[before & data], tp.s.ts_ns[before & data])
+            oldest_after = np.full(tp.count, np.iinfo(np.int64).max)
+            np.minimum.at(oldest_after, tp.piece[~before & data], tp.s.ts_ns[~before & data])
+            hp = np.flatnonzero(cut >= 0)
+            msgs, pre = self._messages(tp.take(np.flatnonzero(before)), release=True)
+            opened = pre.opened if pre.opened is not None else [None] * len(hp)
+            good = np.array([o is not None for o in opened], bool) & (newest < oldest_after)[hp]
+            # What the segments so far give before the cut, by the trial with all of them.
+            at = _index_of(trial.flow_ids, whole.flow)
+            so_far = whole.take(np.flatnonzero(whole.ts_ns <= newest[at]))
+            good &= _same_messages(msgs, so_far, pre.flow_ids)
+            # Messages of one connection with one timestamp are in the order its protocol
+            # path made them; HTTP turns checked in bulk can still go to the parser (which
+            # orders them otherwise) when a later turn does not check out: held.
+            tie = (msgs.ts_ns[1:] == msgs.ts_ns[:-1]) & (msgs.flow[1:] == msgs.flow[:-1])
+            bulk = np.array([o is not None and o.proto == "http" and not o.parser for o in opened], bool)
+            tied = _index_of(pre.flow_ids, msgs.flow[1:][tie])
+            good[tied[bulk[tied]]] = False
+            ok[hp[good]] = True
+            msgs = msgs.take(np.flatnonzero(np.isin(msgs.flow, pre.flow_ids[good])))
+            self._count(msgs, pre, good)
+            for j in np.flatnonzero(good).tolist():
+                k = int(tp.key[tp.starts[hp[j]]])
+                self._open[k] = opened[j]  # type: ignore[assignment]
+                self._retry.pop(k, None)
+        sizes = np.diff(np.r_[tp.starts, len(tp.s)])
+        for p in np.flatnonzero(~ok).tolist():  # tried again once holding this many
+            self._retry[int(tp.key[tp.starts[p]])] = int(sizes[p]) + max(2, int(sizes[p]) // 4)
+        return msgs, before & ok[tp.piece]
+
+    # ---- a batch of connections to messages ---------------------------------------------------
+    def _messages(
+        self, pc: _Pieces, *, cuts: bool = False, release: bool = False
+    ) -> tuple[Messages, _Outcome]:
+        """The messages of connections ``pc``, as if they ended with these segments, and per
+        connection its counters; with ``cuts`` where its turns may be cut
+        (:meth:`_cut_points`), with ``release`` what its turns leave when they may be
+        released (:meth:`_left_open`)."""
+        flow_ids, client_is_a, settled = self._identify(pc)
+        kept, stream, re = self._reassemble(pc, client_is_a)
+        none = np.zeros(pc.count, bool)
+        if kept is None:
+            return _empty_messages(), _Outcome(
+                flow_ids, np.full(pc.count, "tcp", object), none, re.retransmitted, re.gaps,
+                re.out_of_order, np.zeros(pc.count, np.int64), cut=np.full(pc.count, -1) if cuts else None,
+                opened=[None] * pc.count if release else None,
+            )  # fmt: skip
+        ctxs = [copy.deepcopy(o.ctx) if o is not None else {} for o in pc.opened.tolist()]
+        cb = _ConnectionBatch(pc.s, kept, stream, pc.from_a, flow_ids, client_is_a, pc.starts, pc.cont,
+                              pc.carried("calls", 0, np.int64), ctxs, pc.carried("parser", False, bool),
+                              pc.carried("by_key", False, bool))  # fmt: skip
+        protos, known = self._protocols(cb, pc.carried("proto", "tcp", object))
+        msgs, paths = self._extract(cb, protos)
+        counted = none.copy()
+        counted[kept.kp] = True
+        out = _Outcome(flow_ids, paths.protos, counted & ~pc.cont, re.retransmitted, re.gaps, re.out_of_order,
+                       paths.unparsed)  # fmt: skip
+        if cuts:
+            out = dataclasses.replace(out, cut=self._cut_points(cb, paths))
+        if release:
+            final = settled & known & paths.clean & ~re.loose
+            out = dataclasses.replace(out, opened=self._left_open(pc, cb, re, msgs, paths, final))
+        return msgs, out
+
+    def _identify(self, pc: _Pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per connection: its id, whether the client is endpoint a, and whether that is
+        settled (no later packet can change it)."""
+        s, starts = pc.s, pc.starts
+        synonly = ((s.flags & _SYN) != 0) & ((s.flags & _ACK) == 0)
+        # Connection ids from the ports, addresses and the client's initial sequence number,
+        # so two capture points that saw the same connection give it the same id.
+        f_syn = _first_in_group(starts, synonly, len(s))
+        # Without a SYN, the first packet's sequence number: two records of one port pair
+        # (split by idleness) must not share ids.
+        isn = np.where(f_syn >= 0, s.seq[np.maximum(f_syn, 0)], s.seq[starts]).astype(np.uint64)
+        isn |= np.where(f_syn >= 0, 0, 1 << 32).astype(np.uint64)
+        flow_ids = mix64(pc.key[starts] ^ mix64(isn)) >> np.uint64(24)
+        client_is_a, settled = self._client_is_a(s, pc.from_a, synonly, starts)
+        if pc.cont.any():  # fixed when the first turns were released
+            c = pc.cont
+            flow_ids[c] = pc.carried("flow_id", 0, np.uint64)[c]
+            client_is_a[c] = pc.carried("client_is_a", False, bool)[c]
+            settled |= c
+        return flow_ids, client_is_a, settled
+
     def _client_is_a(
-        self, s: Segments, from_a: np.ndarray, flags: np.ndarray, synonly: np.ndarray, starts: np.ndarray
-    ) -> np.ndarray:
+        self, s: Segments, from_a: np.ndarray, synonly: np.ndarray, starts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per connection, whether the client is endpoint a, and whether that is settled:
+        from a SYN or SYN-ACK, or from ports and listening endpoints that an endpoint
+        learnt later (the listening set only grows) cannot overturn."""
         n = len(s)
         f_syn = _first_in_group(starts, synonly, n)
-        synack = ((flags & _SYN) != 0) & ((flags & _ACK) != 0)
+        synack = ((s.flags & _SYN) != 0) & ((s.flags & _ACK) != 0)
         f_sa = _first_in_group(starts, synack, n)
         first = starts
         a_port = np.where(from_a, s.sport, s.dport)[first]
@@ -679,177 +1121,165 @@ class FlowAssembler:
             from_a[np.maximum(f_syn, 0)],
             np.where(f_sa >= 0, ~from_a[np.maximum(f_sa, 0)], by_port),
         )
-        return client_is_a
+        # Both known stay known; one known gives what the ports give once both are.
+        lasting = (a_known & b_known) | (
+            (a_known != b_known) & (a_port != b_port) & ((a_port > b_port) == b_known)
+        )
+        return client_is_a, (f_syn >= 0) | (f_sa >= 0) | lasting
 
-    def _messages(
-        self,
-        s: Segments,
-        key: np.ndarray,
-        from_a: np.ndarray,
-        flags: np.ndarray,
-        synonly: np.ndarray,
-        starts: np.ndarray,
-        piece: np.ndarray,
-        npieces: int,
-    ) -> Messages:
-        n = len(s)
-        # Connection ids from the ports, addresses and the client's initial sequence number,
-        # so two capture points that saw the same connection give it the same id.
-        f_syn = _first_in_group(starts, synonly, n)
-        # Without a SYN, the first packet's sequence number: two records of one port pair
-        # (split by idleness) must not share ids.
-        isn = np.where(f_syn >= 0, s.seq[np.maximum(f_syn, 0)], s.seq[starts]).astype(np.uint64)
-        isn |= np.where(f_syn >= 0, 0, 1 << 32).astype(np.uint64)
-        flow_ids = mix64(key[starts] ^ mix64(isn)) >> np.uint64(24)
-        client_is_a = self._client_is_a(s, from_a, flags, synonly, starts)
-        d = (from_a != client_is_a[piece]).astype(np.int64)  # 0 client->server, 1 back
-        tidx = np.arange(n)
-        g = piece * 2 + d
-        # Initial sequence number per direction: from the SYN (or SYN-ACK) when seen.
-        syn_any = (flags & _SYN) != 0
-        has_data = s.pay_len > 0
-        ng = 2 * npieces
-        base = np.zeros(ng, np.int64)
-        from_syn = np.zeros(ng, bool)
-        si = np.flatnonzero(syn_any)
-        # The last SYN of a direction wins (a retransmitted SYN carries the same number).
-        base[g[si]] = s.seq[si].astype(np.int64) + 1
-        from_syn[g[si]] = True
-        di = np.flatnonzero(has_data)
+    def _reassemble(self, pc: _Pieces, client_is_a: np.ndarray) -> tuple[_Kept | None, bytes, _Reassembly]:
+        """Each direction's data in sequence order, earliest copy first: bytes seen before
+        dropped (a retransmission) or trimmed (an overlap), holes marked; a connection
+        with released turns goes on from where they ended. None (and no bytes) when no
+        data is kept."""
+        s, count = pc.s, pc.count
+        g = pc.piece * 2 + (pc.from_a != client_is_a[pc.piece]).astype(np.int64)  # 0 client->server
+        di = np.flatnonzero(s.pay_len > 0)
+        base, start = self._origins(pc, g, di)
+        z = np.zeros(count, np.int64)
+        left_trunc = pc.carried("trunc", (False, False), bool).reshape(-1)
         if not len(di):
-            return _empty_messages()
+            return None, b"", _Reassembly(z, z, z, z > 0, base, start, left_trunc)
         gd = g[di]
-        first_data = np.full(ng, -1, np.int64)
-        first_data[gd[::-1]] = di[::-1]  # first data segment (time order) of each group
-        no_syn = ~from_syn & (first_data >= 0)
-        base[no_syn] = s.seq[first_data[no_syn]].astype(np.int64)
         rel = _seq_diff(s.seq[di].astype(np.int64), base[gd])
-        plen = s.pay_len[di]
         # Order each direction's data by sequence number, earliest copy first.
-        o = np.lexsort((tidx[di], rel, gd))
-        di, gd, rel, plen = di[o], gd[o], rel[o], plen[o]
-        end = rel + plen
-        m = len(di)
+        o = np.lexsort((di, rel, gd))
+        di, gd, rel = di[o], gd[o], rel[o]
+        end = rel + s.pay_len[di]
         gstart = np.r_[True, gd[1:] != gd[:-1]]
         big = np.int64(1) << np.int64(34)
         shift = np.int64(1) << np.int64(32)
-        acc = np.maximum.accumulate(gd * big + end + shift)
-        prev_max = np.empty(m, np.int64)
+        first = np.where(start[gd] == _FROM_FIRST, rel, start[gd])
+        # Bytes before where a direction starts counting (released ones) count as seen.
+        reach = np.where(gstart, np.maximum(end, first), end)
+        acc = np.maximum.accumulate(gd * big + reach + shift)
+        prev_max = np.empty(len(di), np.int64)
         prev_max[1:] = acc[:-1] - gd[1:] * big - shift
-        first_ref = np.where(from_syn[gd], 0, rel)
-        prev_max[gstart] = first_ref[gstart]
+        prev_max[gstart] = first[gstart]
         dup = end <= prev_max
         gap = rel > prev_max
-        self.stats.retransmitted += int(dup.sum())
-        self.stats.gaps += int(gap.sum())
-        ooo = np.r_[False, (di[1:] < di[:-1]) & ~gstart[1:]]
-        self.stats.out_of_order += int((ooo & ~dup).sum())
-        keep = ~dup
+        ooo = np.r_[False, (di[1:] < di[:-1]) & ~gstart[1:]] & ~dup
+        kp = gd // 2
+        counts = [np.bincount(kp[m], minlength=count) for m in (dup, gap, ooo)]
+        keep = np.flatnonzero(~dup)
         di, gd, rel, end, gap, prev_max = di[keep], gd[keep], rel[keep], end[keep], gap[keep], prev_max[keep]
+        ends = np.where(np.repeat(pc.cont, 2), start, np.iinfo(np.int64).min)
+        np.maximum.at(ends, gd, end)
+        re = _Reassembly(*counts, loose=(counts[1] + counts[2]) > 0, base=base, end=ends, trunc=left_trunc)
         if not len(di):
-            return _empty_messages()  # every byte was seen before (e.g. data on a SYN, repeated)
+            return None, b"", re  # every byte was seen before (e.g. data on a SYN, repeated)
         kstart = np.maximum(rel, prev_max)
         skip = kstart - rel
         klen = end - kstart
         kcap = np.clip(s.pay_cap[di] - skip, 0, klen)
-        trunc_before = np.r_[False, kcap[:-1] < klen[:-1]] & np.r_[False, gd[1:] == gd[:-1]]
-        run_start = np.r_[True, gd[1:] != gd[:-1]] | gap | trunc_before
+        same_dir = np.r_[False, gd[1:] == gd[:-1]]
+        trunc_before = np.r_[False, kcap[:-1] < klen[:-1]] & same_dir
+        gstart = ~same_dir
+        last = np.r_[~same_dir[1:], True]
+        re.trunc[gd[last]] = kcap[last] < klen[last]
+        # A direction's first segment here starts a run; bytes before it are missing only
+        # after a hole, or, for a connection with released turns, a hole or cut-short
+        # segment where they ended.
+        cont = np.repeat(pc.cont, 2)[gd]
+        lost = ((gap | trunc_before) & ~gstart) | (gstart & cont & (gap | left_trunc[gd]))
         # The captured bytes of each direction in sequence order, all directions back to back.
         sstart = np.zeros(len(di), np.int64)
         np.cumsum(kcap[:-1], out=sstart[1:])
         stream = join_spans(s.data, s.pay_off[di] + skip, kcap).tobytes()
+        kept = _Kept(di, gd // 2, gd % 2, klen, gstart | gap | trunc_before, sstart, kcap, lost)
+        return kept, stream, re
 
-        kp = gd // 2
-        kd = gd % 2
-        # Protocol of each connection from the first bytes of each direction.
+    @staticmethod
+    def _origins(pc: _Pieces, g: np.ndarray, di: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per direction (``2 * connection + direction``): the sequence number its bytes
+        count from (after its SYN, else its first data segment's; for a connection with
+        released turns, as they counted), and where its bytes start counting: 0 after a
+        SYN, where released turns ended, else ``_FROM_FIRST`` (its first byte in sequence)."""
+        s = pc.s
+        ng = 2 * pc.count
+        base = np.zeros(ng, np.int64)
+        start = np.full(ng, _FROM_FIRST, np.int64)
+        syn = np.flatnonzero((s.flags & _SYN) != 0)
+        # The last SYN of a direction wins (a retransmitted SYN carries the same number).
+        base[g[syn]] = s.seq[syn].astype(np.int64) + 1
+        start[g[syn]] = 0
+        first_data = np.full(ng, -1, np.int64)
+        first_data[g[di][::-1]] = di[::-1]  # first data segment (time order) of each direction
+        no_syn = (start == _FROM_FIRST) & (first_data >= 0)
+        base[no_syn] = s.seq[first_data[no_syn]].astype(np.int64)
+        cont = np.repeat(pc.cont, 2)
+        if cont.any():
+            base[cont] = pc.carried("base", (0, 0), np.int64).reshape(-1)[cont]
+            start[cont] = pc.carried("end", (0, 0), np.int64).reshape(-1)[cont]
+        return base, start
+
+    def _protocols(self, cb: _ConnectionBatch, carried: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each connection's protocol from the first bytes of each direction (and its ports),
+        and whether that is settled: the client opened with a request line, or each way
+        gave the 256 bytes looked at; a connection with released turns keeps its own."""
+        k, stream, s, pf = cb.kept, cb.stream, cb.s, cb.starts
+        gd = k.kp * 2 + k.kd
+        ng = 2 * cb.count
         gfirst = np.full(ng, -1, np.int64)
         gfirst[gd[::-1]] = np.arange(len(gd))[::-1]
-        protos = np.full(npieces, "tcp", object)
-        pf = starts  # first segment of each piece, for its ports
-        cport = np.where(from_a[pf] == client_is_a, s.sport[pf], s.dport[pf])
-        sport_ = np.where(from_a[pf] == client_is_a, s.dport[pf], s.sport[pf])
+        client_first = cb.from_a[pf] == cb.client_is_a
+        cport = np.where(client_first, s.sport[pf], s.dport[pf])
+        sport_ = np.where(client_first, s.dport[pf], s.sport[pf])
         # Where each direction's bytes end in the stream, so a look never crosses into the next.
         gend = np.zeros(ng, np.int64)
-        gend[gd] = sstart + kcap  # the last segment of a group (in stream order) wins
-        look = np.minimum(sstart[np.maximum(gfirst, 0)] + 256, gend)
+        gend[gd] = k.sstart + k.kcap  # the last segment of a group (in stream order) wins
+        head = k.sstart[np.maximum(gfirst, 0)]
+        look = np.minimum(head + 256, gend)
+        full = ((gfirst >= 0) & (gend - head >= 256)).reshape(-1, 2).all(axis=1)
         # A client that opens with a request line is HTTP, whatever else is said (the
         # first test of detect_tcp, for all connections at once); the others get a look.
         c_first = gfirst[0::2]
         http_open = (c_first >= 0) & starts_with_method(
-            stream, sstart[np.maximum(c_first, 0)], look[0::2], REQUEST_METHODS
+            stream, k.sstart[np.maximum(c_first, 0)], look[0::2], REQUEST_METHODS
         )
+        protos = np.full(cb.count, "tcp", object)
         protos[http_open] = "http"
-        for p in np.flatnonzero(~http_open).tolist():  # per connection: a look at its first bytes
+        for p in np.flatnonzero(~http_open & ~cb.cont).tolist():  # per connection: a look at its first bytes
             c, v = gfirst[2 * p], gfirst[2 * p + 1]
-            cb = stream[sstart[c] : look[2 * p]] if c >= 0 else b""
-            sb = stream[sstart[v] : look[2 * p + 1]] if v >= 0 else b""
-            protos[p] = detect_tcp(cb, sb, int(cport[p]), int(sport_[p]))
+            cbytes = stream[k.sstart[c] : look[2 * p]] if c >= 0 else b""
+            sbytes = stream[k.sstart[v] : look[2 * p + 1]] if v >= 0 else b""
+            protos[p] = detect_tcp(cbytes, sbytes, int(cport[p]), int(sport_[p]))
+        protos[cb.cont] = carried[cb.cont]
+        return protos, cb.cont | http_open | full
 
+    def _extract(self, cb: _ConnectionBatch, protos: np.ndarray) -> tuple[Messages, _Paths]:
+        """Messages by each connection's protocol path: TLS; HTTP turns checked in bulk
+        (unless a parser read the connection's released turns); the protocol parsers; the
+        turn-taking rule (also for parsed connections whose data turned out not to be
+        that protocol)."""
+        kp = cb.kept.kp
         parsed = (protos != "tcp") & (protos != "tls")
         tls = protos == "tls"
+        clean = protos == "tcp"  # the turn-taking rule goes on from any cut before a call turn
         out: list[Messages] = []
-        generic = ~parsed[kp] & ~tls[kp]
-        kept = _Kept(di, kp, kd, klen, run_start, sstart, kcap)
         if tls.any():
-            out.append(self._tls(s, kept.take(np.flatnonzero(tls[kp])), flow_ids, stream))
-        extra_generic: list[int] = []
-        http = protos == "http"
+            out.append(self._tls(cb, cb.kept.take(np.flatnonzero(tls[kp]))))
+        http = (protos == "http") & ~cb.parser
         if http.any() and not self.keep_payload:
-            fast, handled = self._http_turns(s, di, kp, kd, klen, kcap, run_start, sstart, stream, http,
-                                             flow_ids)  # fmt: skip
-            if len(fast):
-                out.append(fast)
-                parsed &= ~handled
-                self.stats.flows_by_proto["http"] += int(handled.sum())
-                counted_fast = handled
-            else:
-                counted_fast = np.zeros(npieces, bool)
-        else:
-            counted_fast = np.zeros(npieces, bool)
+            fast, handled = self._http_turns(cb, http)
+            out.append(fast)
+            parsed &= ~handled
+            clean |= handled
+        res = _Parsed.nothing(cb.count)
         if parsed.any():
-            pm, fallback = self._parsed_messages(
-                s,
-                di,
-                kp,
-                kd,
-                run_start,
-                sstart,
-                kcap,
-                klen,
-                stream,
-                protos,
-                parsed,
-                flow_ids,
-                client_is_a,
-                from_a,
-                starts,
-            )
-            out.append(pm)
-            extra_generic = fallback
-        if extra_generic:
-            generic |= np.isin(kp, extra_generic)
-            for p in extra_generic:
-                protos[p] = "tcp"
-        for p in np.flatnonzero(np.isin(np.arange(npieces), np.unique(kp)) & ~counted_fast).tolist():
-            self.stats.flows_by_proto[protos[p]] += 1
+            res = self._parsed_messages(cb, protos, parsed)
+            out.append(res.msgs)
+            protos = np.where(res.fallback, "tcp", protos)
+            clean |= res.clean
+        generic = protos == "tcp"
         if generic.any():
-            out.append(self._turns(s, kept.take(np.flatnonzero(generic)), flow_ids, stream))
-        return Messages.concat(out)
+            out.append(self._turns(cb, cb.kept.take(np.flatnonzero(generic[kp]))))
+        paths = _Paths(
+            protos, clean & ~res.fallback, parsed & ~res.fallback, res.by_key, res.unparsed, res.rows
+        )
+        return Messages.concat(out), paths
 
-    def _http_turns(
-        self,
-        s: Segments,
-        di: np.ndarray,
-        kp: np.ndarray,
-        kd: np.ndarray,
-        klen: np.ndarray,
-        kcap: np.ndarray,
-        run_start: np.ndarray,
-        sstart: np.ndarray,
-        stream: bytes,
-        http: np.ndarray,
-        flow_ids: np.ndarray,
-    ) -> tuple[Messages, np.ndarray]:
+    def _http_turns(self, cb: _ConnectionBatch, http: np.ndarray) -> tuple[Messages, np.ndarray]:
         """HTTP connections where every turn is exactly one message, found without the parser.
 
         The common case (one request, then its response, no pipelining, no chunking, no
@@ -857,64 +1287,48 @@ class FlowAssembler:
         connection with any turn that does not check out is left to the full parser.
         Returns the messages and the connections handled.
         """
-        npieces = len(http)
-        gstart = np.r_[True, (kp[1:] != kp[:-1]) | (kd[1:] != kd[:-1])]
+        k = cb.kept
         elig = http.copy()
-        elig[np.unique(kp[run_start & ~gstart])] = False  # gaps: the parser's business
-        sel = np.flatnonzero(elig[kp])
+        elig[k.kp[k.gap]] = False  # gaps: the parser's business
+        sel = np.flatnonzero(elig[k.kp])
         if not len(sel):
-            return _empty_messages(), np.zeros(npieces, bool)
-        o = sel[np.lexsort((di[sel], kp[sel]))]  # time order within each connection
-        op_, od = kp[o], kd[o]
-        pstart = np.r_[True, op_[1:] != op_[:-1]]
-        tix = np.flatnonzero(pstart | np.r_[True, od[1:] != od[:-1]])
-        lo = np.minimum.reduceat(sstart[o], tix)
-        hi = np.maximum.reduceat(sstart[o] + kcap[o], tix)
-        whole = (np.add.reduceat(kcap[o], tix) == hi - lo) & (np.add.reduceat(klen[o], tix) == hi - lo)
+            return _empty_messages(), np.zeros(cb.count, bool)
+        o = sel[np.lexsort((k.di[sel], k.kp[sel]))]  # time order within each connection
+        op_, od = k.kp[o], k.kd[o]
+        tix = np.flatnonzero(np.r_[True, (op_[1:] != op_[:-1]) | (od[1:] != od[:-1])])
+        lo = np.minimum.reduceat(k.sstart[o], tix)
+        hi = np.maximum.reduceat(k.sstart[o] + k.kcap[o], tix)
+        span = hi - lo
+        whole = (np.add.reduceat(k.kcap[o], tix) == span) & (np.add.reduceat(k.klen[o], tix) == span)
         tp, td = op_[tix], od[tix]
-        nt = len(tix)
         ok = whole.copy()
-        labels = np.full(nt, None, object)
+        labels = np.full(len(tix), None, object)
         w = np.flatnonzero(whole)
-        ok[w], labels[w] = check_turns(stream, lo[w], hi[w], td[w] == 0)
-        bad = np.zeros(npieces, bool)
+        ok[w], labels[w] = check_turns(cb.stream, lo[w], hi[w], td[w] == 0)
+        bad = np.zeros(cb.count, bool)
         bad[tp[~ok]] = True
         handled = elig & ~bad
         keep = handled[tp]
         if not keep.any():
             return _empty_messages(), handled
-        tix, tp, td, lo, hi, labels = tix[keep], tp[keep], td[keep], lo[keep], hi[keep], labels[keep]
+        tix, tp, td, span, labels = tix[keep], tp[keep], td[keep], span[keep], labels[keep]
         pst = np.r_[True, tp[1:] != tp[:-1]]
         is_call = td == 0
-        ccount = np.cumsum(is_call)
-        base = np.maximum.accumulate(np.where(pst, ccount - is_call, 0))
-        call_no = ccount - base
-        has_id = call_no > 0
-        mid = (flow_ids[tp] << np.uint64(24)) | (call_no.astype(np.uint64) & np.uint64(0xFFFFFF))
+        call_no = _call_numbers(is_call, pst) + cb.calls[tp]
+        mid = (cb.flow_ids[tp] << np.uint64(24)) | (call_no.astype(np.uint64) & np.uint64(0xFFFFFF))
         # A return is labelled like the call it answers (the last call turn before it).
         idx = np.arange(len(tp))
         last_call = np.maximum.accumulate(np.where(is_call, idx, -1))
         first_of_piece = np.maximum.accumulate(np.where(pst, idx, 0))
         ans = (~is_call) & (last_call >= first_of_piece)
         labels[ans] = labels[last_call[ans]]
-        seg = di[o[tix]]
-        self.stats.messages_by_proto["http"] += len(tix)
-        return (
-            _at_segments(
-                s,
-                seg,
-                op=np.where(is_call, 0, 1).astype(np.int8),
-                id=np.where(has_id, mid, 0).astype(np.uint64),
-                has_id=has_id,
-                nbytes=hi - lo,
-                flow=flow_ids[tp],
-                proto=np.full(len(tix), _PROTO_CODE["http"], np.int8),
-                label=labels,
-                payload=np.full(len(tix), None, object),
-                server_is_dst=is_call,
-            ),
-            handled,
-        )
+        msgs = _at_segments(
+            cb.s, k.di[o[tix]], op=np.where(is_call, 0, 1).astype(np.int8),
+            id=np.where(call_no > 0, mid, 0).astype(np.uint64), has_id=call_no > 0, nbytes=span,
+            flow=cb.flow_ids[tp], proto=np.full(len(tix), _PROTO_CODE["http"], np.int8), label=labels,
+            payload=np.full(len(tix), None, object), server_is_dst=is_call,
+        )  # fmt: skip
+        return msgs, handled
 
     def _turn_payloads(
         self, stream: bytes, sstart: np.ndarray, kcap: np.ndarray, ts: np.ndarray
@@ -930,10 +1344,8 @@ class FlowAssembler:
 
     def _turns(
         self,
-        s: Segments,
+        cb: _ConnectionBatch,
         kept: _Kept,
-        flow_ids: np.ndarray,
-        stream: bytes,
         *,
         proto: str = "tcp",
         labels: dict[int, str | None] | None = None,
@@ -942,43 +1354,32 @@ class FlowAssembler:
         """The turn-taking rule over kept data segments of generic connections (vectorized).
 
         ``proto`` names the connections' protocol, ``labels`` gives each connection's label
-        (by piece), and calls are numbered from ``first_call`` within each connection."""
+        (by piece), and calls are numbered from ``first_call`` within each connection, after
+        those its released turns numbered."""
         k = kept.take(np.lexsort((kept.di, kept.kp)))  # time order within each connection
-        di, kp, kd, klen, gap, sstart, kcap = k.di, k.kp, k.kd, k.klen, k.run_start, k.sstart, k.kcap
+        kp, kd = k.kp, k.kd
         pstart = np.r_[True, kp[1:] != kp[:-1]]
-        turn = pstart | np.r_[True, kd[1:] != kd[:-1]] | gap
-        ts = np.flatnonzero(turn)
-        nb = np.add.reduceat(klen, ts)
-        tkp, tkd = kp[ts], kd[ts]
-        is_call = tkd == 0
-        tp_start = pstart[ts]
-        # Number calls within each connection; a return takes its preceding call's number.
-        ccount = np.cumsum(is_call)
-        base = np.maximum.accumulate(np.where(tp_start, ccount - is_call, 0))
-        call_no = ccount - base
+        # A turn ends where the other side speaks or bytes are missing; a direction's first
+        # segment here starts one, unless it goes on from released turns.
+        brk = k.gap | (k.run_start & ~cb.cont[kp])
+        ts = np.flatnonzero(pstart | np.r_[True, kd[1:] != kd[:-1]] | brk)
+        tkp = kp[ts]
+        is_call = kd[ts] == 0
+        call_no = _call_numbers(is_call, pstart[ts]) + cb.calls[tkp]
         has_id = call_no > 0
         call_no = call_no + (first_call - 1)
-        mid = (flow_ids[tkp] << np.uint64(24)) | (call_no.astype(np.uint64) & np.uint64(0xFFFFFF))
-        seg = di[ts]
-        self.stats.messages_by_proto[proto] += len(ts)
+        mid = (cb.flow_ids[tkp] << np.uint64(24)) | (call_no.astype(np.uint64) & np.uint64(0xFFFFFF))
         label = np.full(len(ts), None, object)
         if labels:
             label[:] = [labels.get(int(p)) for p in tkp.tolist()]
         return _at_segments(
-            s,
-            seg,
-            op=np.where(is_call, 0, 1).astype(np.int8),
-            id=np.where(has_id, mid, 0).astype(np.uint64),
-            has_id=has_id,
-            nbytes=nb,
-            flow=flow_ids[tkp],
-            proto=np.full(len(ts), _PROTO_CODE[proto], np.int8),
-            label=label,
-            payload=self._turn_payloads(stream, sstart, kcap, ts),
-            server_is_dst=is_call,
-        )
+            cb.s, k.di[ts], op=np.where(is_call, 0, 1).astype(np.int8),
+            id=np.where(has_id, mid, 0).astype(np.uint64), has_id=has_id, nbytes=np.add.reduceat(k.klen, ts),
+            flow=cb.flow_ids[tkp], proto=np.full(len(ts), _PROTO_CODE[proto], np.int8), label=label,
+            payload=self._turn_payloads(cb.stream, k.sstart, k.kcap, ts), server_is_dst=is_call,
+        )  # fmt: skip
 
-    def _tls(self, s: Segments, kept: _Kept, flow_ids: np.ndarray, stream: bytes) -> Messages:
+    def _tls(self, cb: _ConnectionBatch, kept: _Kept) -> Messages:
         """TLS connections: the handshake as one call (from the ClientHello) and its
         return (from the server's first flight), labelled ``TLS <server name>``; the
         encrypted records after it by the turn-taking rule, labelled with the server
@@ -988,268 +1389,385 @@ class FlowAssembler:
         segment before it, either way (the client's Finished, TLS 1.3's session tickets
         sent ahead of the first request), belongs to the handshake's call or return.
         """
-        di, kp, kd, klen = kept.di, kept.kp, kept.kd, kept.klen
-        first_type, alert, names = _tls_segments(kp, kd, kept.run_start, kept.sstart, kept.kcap, stream)
-        ts = s.ts_ns[di]
-        npieces = int(kp.max()) + 1
-        data_from = np.full(npieces, np.iinfo(np.int64).max, np.int64)
+        di, kp, kd = kept.di, kept.kp, kept.kd
+        first_type, alert, names = _tls_segments(kp, kd, kept.run_start, kept.sstart, kept.kcap, cb.stream)
+        ts = cb.s.ts_ns[di]
+        data_from = np.full(cb.count, np.iinfo(np.int64).max, np.int64)
         first_data = (kd == 0) & (first_type == 23)
         np.minimum.at(data_from, kp[first_data], ts[first_data])
         handshake = (ts < data_from[kp]) & ~alert
         turns = ~handshake & ~alert
-        parts = [
-            self._tls_handshakes(
-                s, di[handshake], kp[handshake], kd[handshake], klen[handshake], flow_ids, names
-            )
-        ]
+        parts = [self._tls_handshakes(cb, kept.take(np.flatnonzero(handshake)), names)]
         if turns.any():
-            t = np.flatnonzero(turns)
             parts.append(
-                self._turns(s, kept.take(t), flow_ids, stream, proto="tls", labels=names, first_call=2)
+                self._turns(cb, kept.take(np.flatnonzero(turns)), proto="tls", labels=names, first_call=2)
             )
         return Messages.concat(parts)
 
-    def _tls_handshakes(
-        self,
-        s: Segments,
-        di: np.ndarray,
-        kp: np.ndarray,
-        kd: np.ndarray,
-        klen: np.ndarray,
-        flow_ids: np.ndarray,
-        names: dict[int, str],
-    ) -> Messages:
+    @staticmethod
+    def _tls_handshakes(cb: _ConnectionBatch, kept: _Kept, names: dict[int, str]) -> Messages:
         """One call per connection at its first handshake segment from the client, one
         return at the server's first; each with the bytes of its side of the handshake."""
+        di, kp, kd = kept.di, kept.kp, kept.kd
         if not len(di):
             return _empty_messages()
-        ts = s.ts_ns[di]
+        ts = cb.s.ts_ns[di]
         side = kp * 2 + kd
         order = np.lexsort((ts, side))
         first = order[np.r_[True, side[order][1:] != side[order][:-1]]]
-        nbytes = np.bincount(side, weights=klen, minlength=int(side.max()) + 1)[side[first]].astype(np.int64)
+        nbytes = np.bincount(side, weights=kept.klen, minlength=int(side.max()) + 1)[side[first]]
         pk, call = kp[first], kd[first] == 0
-        self.stats.messages_by_proto["tls"] += len(first)
+        label = np.array([f"TLS {names[p]}" if p in names else "TLS" for p in pk.tolist()] + [None], object)
         return _at_segments(
-            s,
-            di[first],
-            op=np.where(call, 0, 1).astype(np.int8),
-            id=(flow_ids[pk] << np.uint64(24)) | np.uint64(1),
-            has_id=np.ones(len(first), bool),
-            nbytes=nbytes,
-            flow=flow_ids[pk],
-            proto=np.full(len(first), _PROTO_CODE["tls"], np.int8),
-            label=np.array(
-                [f"TLS {names[p]}" if p in names else "TLS" for p in pk.tolist()] + [None], object
-            )[:-1],
-            payload=np.full(len(first), None, object),
-            server_is_dst=call,
-        )
+            cb.s, di[first], op=np.where(call, 0, 1).astype(np.int8),
+            id=(cb.flow_ids[pk] << np.uint64(24)) | np.uint64(1), has_id=np.ones(len(first), bool),
+            nbytes=nbytes.astype(np.int64), flow=cb.flow_ids[pk],
+            proto=np.full(len(first), _PROTO_CODE["tls"], np.int8), label=label[:-1],
+            payload=np.full(len(first), None, object), server_is_dst=call,
+        )  # fmt: skip
+
+    # ---- protocol parsers ---------------------------------------------------------------------
+    def _parsed_messages(self, cb: _ConnectionBatch, protos: np.ndarray, parsed: np.ndarray) -> _Parsed:
+        """Protocol parsers over each direction's runs of connections ``parsed``; pairing of
+        calls and returns."""
+        rows, unparsed, fallback = self._parse_runs(cb, protos, parsed)
+        clean = parsed & ~fallback & (unparsed == 0)
+        if not len(rows):
+            no = np.zeros(cb.count, bool)
+            return _Parsed(_empty_messages(), rows, fallback, no, cb.by_key & parsed, unparsed)
+        k = cb.kept
+        seg_of = np.clip(np.searchsorted(k.sstart, rows.off, side="right") - 1, 0, len(k.di) - 1)
+        ts = cb.s.ts_ns[k.di[seg_of]]
+        pairs = _Pairs.empty(rows)
+        # Connections without protocol ids and without gaps pair call k with return k,
+        # vectorized; the others go through the ordered loop (and so do those whose
+        # released turns did: the whole connection would).
+        keyed = np.array([k is not None for k in rows.key], bool)
+        by_key = cb.by_key.copy()
+        by_key[rows.piece[keyed | rows.after_gap]] = True
+        hard = by_key[rows.piece]
+        clean &= _pair_in_order(cb, rows, np.flatnonzero(~hard), ts, pairs)
+        clean &= self._pair_by_key(cb, rows, np.flatnonzero(hard), ts, pairs)
+        # A message each way, so the connection cannot turn out to be another protocol.
+        each_way = np.bincount(rows.piece * 2 + rows.dirs, minlength=2 * cb.count).reshape(-1, 2)
+        clean &= (each_way > 0).all(axis=1)
+        msgs = self._parsed_table(cb, rows, ts, pairs, protos)
+        return _Parsed(msgs, rows, fallback, clean, by_key & parsed, unparsed)
 
     @staticmethod
-    def _pair_in_order(
-        rows: np.ndarray,
-        ts: np.ndarray,
-        pieces: np.ndarray,
-        dirs: np.ndarray,
-        flow_ids: np.ndarray,
-        op: np.ndarray,
-        mid: np.ndarray,
-        has: np.ndarray,
-        labels: np.ndarray,
-    ) -> None:
-        """Call k of a connection pairs with its return k (rows grouped by piece, direction, offset)."""
-        p, d = pieces[rows], dirs[rows]
-        grp = p * 2 + d
-        start = np.r_[True, grp[1:] != grp[:-1]]
-        first = np.maximum.accumulate(np.where(start, np.arange(len(rows)), 0))
-        k = np.arange(len(rows)) - first  # ordinal within (piece, direction)
-        # Returns seen before a connection's first call (capture began mid-exchange) answer
-        # nothing: count the return ordinals from the first return after that call.
-        t = ts[rows]
-        first_call = np.full(int(p.max()) + 1, np.iinfo(np.int64).max, np.int64)
-        np.minimum.at(first_call, p[d == 0], t[d == 0])
-        early = (d == 1) & (t < first_call[p])
-        n_early = np.zeros(len(first_call), np.int64)
-        np.add.at(n_early, p[early], 1)
-        k = np.where(d == 1, k - n_early[p], k)
-        fid = flow_ids[p]
-        ids = (fid << np.uint64(24)) | ((k + 1).astype(np.uint64) & np.uint64(0xFFFFFF))
-        is_call = d == 0
-        op[rows] = np.where(is_call, 0, 1)
-        # The call with the same ordinal in the same piece, if there is one.
-        call_rows = rows[is_call]
-        call_key = p[is_call] * (1 << 32) + k[is_call]
-        ret_key = np.where(early[~is_call], -1, p[~is_call] * (1 << 32) + k[~is_call])
-        srt = np.argsort(call_key)
-        pos = np.searchsorted(call_key[srt], ret_key)
-        pos_c = np.minimum(pos, max(len(srt) - 1, 0))
-        found = (
-            (pos < len(srt)) & (call_key[srt][pos_c] == ret_key) if len(srt) else np.zeros(len(ret_key), bool)
-        )
-        mid[rows] = ids
-        has[rows[is_call]] = True
-        ret_rows = rows[~is_call]
-        has[ret_rows] = found
-        if len(srt):
-            labels[ret_rows[found]] = labels[call_rows[srt][pos_c[found]]]
-        mid[ret_rows[~found]] = 0
-
-    def _parsed_messages(
-        self,
-        s: Segments,
-        di: np.ndarray,
-        kp: np.ndarray,
-        kd: np.ndarray,
-        run_start: np.ndarray,
-        sstart: np.ndarray,
-        kcap: np.ndarray,
-        klen: np.ndarray,
-        stream: bytes,
-        protos: np.ndarray,
-        parsed: np.ndarray,
-        flow_ids: np.ndarray,
-        client_is_a: np.ndarray,
-        from_a: np.ndarray,
-        starts: np.ndarray,
-    ) -> tuple[Messages, list[int]]:
-        """Protocol parsers over each direction's runs; pairing of calls and returns."""
-        sel = np.flatnonzero(parsed[kp] & run_start)
-        # run r spans kept segments [rs[r], re[r]) in stream bytes [sstart[rs], sstart[re-1]+kcap)
-        rs_all = np.flatnonzero(run_start)
-        re_all = np.r_[rs_all[1:], len(run_start)]
-        run_end_of = dict(zip(rs_all.tolist(), re_all.tolist(), strict=True))
+    def _parse_runs(
+        cb: _ConnectionBatch, protos: np.ndarray, parsed: np.ndarray
+    ) -> tuple[_ParsedRows, np.ndarray, np.ndarray]:
+        """The parsers over each run of contiguous bytes: the messages found (those of
+        connections that fall back to the turn-taking rule left out), the bytes after the
+        last message of a run per connection, and the connections that fall back: a
+        direction with data gave no message at all, so it is not that protocol (unless
+        released turns already said it is)."""
+        k, stream = cb.kept, cb.stream
+        sel = np.flatnonzero(parsed[k.kp] & k.run_start)
+        # run r spans kept segments [r, its end) in stream bytes [sstart[r], sstart[end-1]+kcap)
+        rs = np.flatnonzero(k.run_start)
+        run_end = np.r_[rs[1:], len(k.run_start)][np.searchsorted(rs, sel)]
+        lo, hi = k.sstart[sel], k.sstart[run_end - 1] + k.kcap[run_end - 1]
         rows: list[tuple[int, int, int, int, str | None, int | None, bool]] = []
-        # (piece, dir, global offset, length, label, key, first message after a gap)
-        ctxs: dict[int, dict] = {}
-        fallback: set[int] = set()
-        seen_dir: dict[tuple[int, int], int] = {}
-        for r in sel.tolist():
-            p, dr = int(kp[r]), int(kd[r])
-            re_ = run_end_of[r]
-            a = int(sstart[r])
-            b = int(sstart[re_ - 1] + kcap[re_ - 1])
-            ctx = ctxs.setdefault(p, {})
-            msgs = parse_stream(protos[p], stream[a:b], dr, ctx)
-            after_gap = (p, dr) in seen_dir
-            seen_dir[(p, dr)] = seen_dir.get((p, dr), 0) + len(msgs)
+        found = np.zeros(2 * cb.count, np.int64)
+        unparsed = np.zeros(cb.count, np.int64)
+        for r, a, b in zip(sel.tolist(), lo.tolist(), hi.tolist(), strict=True):
+            p, dr = int(k.kp[r]), int(k.kd[r])
+            msgs = parse_stream(protos[p], stream[a:b], dr, cb.ctxs[p])
+            after_gap = bool(k.gap[r])
             used = 0
-            for i, (off, ln, lab, k) in enumerate(msgs):
-                rows.append((p, dr, a + off, ln, lab, k, after_gap and i == 0))
+            for i, (off, ln, lab, key) in enumerate(msgs):
+                rows.append((p, dr, a + off, ln, lab, key, after_gap and i == 0))
                 used = max(used, off + ln)
-            self.stats.unparsed_bytes += max(0, (b - a) - used)
-        # A connection where a direction with data gave no message at all is not that protocol.
-        dirs_with_data = set(zip(kp[sel].tolist(), kd[sel].tolist(), strict=True))
-        for p, dr in dirs_with_data:
-            if seen_dir.get((p, dr), 0) == 0:
-                fallback.add(p)
-        rows = [r for r in rows if r[0] not in fallback]
-        if not rows:
-            return _empty_messages(), sorted(fallback)
-        off = np.array([r[2] for r in rows], np.int64)
-        seg_of = np.searchsorted(sstart, off, side="right") - 1
-        seg_of = np.clip(seg_of, 0, len(di) - 1)
-        srow = di[seg_of]
-        ts = s.ts_ns[srow]
-        m = len(rows)
-        op = np.zeros(m, np.int8)
-        mid = np.zeros(m, np.uint64)
-        has = np.zeros(m, bool)
-        labels = np.full(m, None, object)
-        pieces = np.array([r[0] for r in rows], np.int64)
-        dirs = np.array([r[1] for r in rows], np.int8)
-        keyed_row = np.array([r[5] is not None for r in rows], bool)
-        gap_row = np.array([r[6] for r in rows], bool)
-        labels[:] = [r[4] for r in rows]
-        # Connections without protocol ids and without gaps pair call k with return k,
-        # vectorized; the others go through the ordered loop below.
-        hard_pieces = np.unique(pieces[keyed_row | gap_row])
-        hard = np.isin(pieces, hard_pieces)
-        easy = np.flatnonzero(~hard)
-        if len(easy):
-            self._pair_in_order(easy, ts, pieces, dirs, flow_ids, op, mid, has, labels)
-        # Pair per connection in time order: explicit keys match directly; the rest in order.
-        hard_idx = np.flatnonzero(hard)
-        order = hard_idx[np.lexsort((off[hard_idx], ts[hard_idx], pieces[hard_idx]))]
-        cur_p = -1
-        queue: list[int] = []
-        keyed: dict[int, int] = {}
-        calls = 0
+            found[2 * p + dr] += len(msgs)
+            unparsed[p] += max(0, (b - a) - used)
+        with_data = np.zeros(2 * cb.count, bool)
+        with_data[k.kp[sel] * 2 + k.kd[sel]] = True
+        fallback = (with_data & (found == 0)).reshape(-1, 2).any(axis=1) & ~cb.cont
+        rows = [r for r in rows if not fallback[r[0]]]
+        return _ParsedRows.of(rows), unparsed, fallback
+
+    @staticmethod
+    def _pair_by_key(
+        cb: _ConnectionBatch, rows: _ParsedRows, idx: np.ndarray, ts: np.ndarray, pairs: _Pairs
+    ) -> np.ndarray:
+        """Rows ``idx`` (connections with protocol ids or gaps), paired per connection in
+        time order: explicit keys match directly; the rest in order. Per connection,
+        whether every call was answered (True for the connections not paired here)."""
+        answered = np.ones(cb.count, bool)
+        order = idx[np.lexsort((rows.off[idx], ts[idx], rows.piece[idx]))]
+        piece, dirs, gaps = rows.piece.tolist(), rows.dirs.tolist(), rows.after_gap.tolist()
+        op, mid, has, labels = pairs.op, pairs.mid, pairs.has, pairs.labels
+        cur_p, queue, keyed, calls, fid = -1, [], {}, 0, 0
         for i in order.tolist():
-            p, dr, _, _, lab, k, after_gap = rows[i]
+            p, dr, k = piece[i], dirs[i], rows.key[i]
             if p != cur_p:
-                cur_p, queue, keyed, calls = p, [], {}, 0
-            fid = int(flow_ids[p])
+                if cur_p >= 0:
+                    answered[cur_p] = not queue and not keyed
+                cur_p, queue, keyed, calls, fid = p, [], {}, int(cb.calls[p]), int(cb.flow_ids[p])
             if k == NO_REPLY:
                 # A message that gets no answer by protocol (a MySQL COM_STMT_CLOSE or its
                 # server's greeting, a PostgreSQL Terminate): a send, from its sender.
                 op[i] = 2
-                labels[i] = lab
                 continue
+            has[i] = True
             if dr == 0:
-                op[i] = 0
                 calls += 1
-                labels[i] = lab
-                if k is not None:
-                    mid[i] = (fid << 24) | (k & 0xFFFFFF)
-                    keyed[k] = i
-                else:
-                    mid[i] = (fid << 24) | (calls & 0xFFFFFF)
+                mid[i] = (fid << 24) | ((calls if k is None else k) & 0xFFFFFF)
+                if k is None:
                     queue.append(i)
-                has[i] = True
-            else:
-                op[i] = 1
-                j = None
-                if k is not None:
-                    j = keyed.pop(k, None)
-                    mid[i] = (fid << 24) | (k & 0xFFFFFF)
-                    has[i] = True
                 else:
-                    if after_gap and len(queue) > 1:
-                        # Responses were lost in the gap: answer the newest call, not the oldest.
-                        queue = queue[-1:]
-                    if queue:
-                        j = queue.pop(0)
-                        mid[i] = mid[j]
-                        has[i] = True
+                    keyed[k] = i
+                continue
+            op[i] = 1
+            if k is not None:
+                j = keyed.pop(k, None)
+                mid[i] = (fid << 24) | (k & 0xFFFFFF)
+            else:
+                if gaps[i] and len(queue) > 1:
+                    # Responses were lost in the gap: answer the newest call, not the oldest.
+                    queue = queue[-1:]
+                j = queue.pop(0) if queue else None
+                has[i] = j is not None
                 if j is not None:
-                    labels[i] = labels[j]
-                elif lab is not None and labels[i] is None:
-                    labels[i] = lab
-        from_client = dirs == 0  # calls and the sends of commands that get no answer
-        sender_is_a = np.where(from_client, client_is_a[pieces], ~client_is_a[pieces])
-        # Addresses from the piece's first segment, oriented by direction.
-        f = starts[pieces]
-        a_hi = np.where(from_a[f], s.src_hi[f], s.dst_hi[f])
-        a_lo = np.where(from_a[f], s.src_lo[f], s.dst_lo[f])
-        a_pt = np.where(from_a[f], s.sport[f], s.dport[f])
-        b_hi = np.where(from_a[f], s.dst_hi[f], s.src_hi[f])
-        b_lo = np.where(from_a[f], s.dst_lo[f], s.src_lo[f])
-        b_pt = np.where(from_a[f], s.dport[f], s.sport[f])
+                    mid[i] = mid[j]
+            if j is not None:
+                labels[i] = labels[j]
+        if cur_p >= 0:
+            answered[cur_p] = not queue and not keyed
+        return answered
+
+    def _parsed_table(
+        self, cb: _ConnectionBatch, rows: _ParsedRows, ts: np.ndarray, pairs: _Pairs, protos: np.ndarray
+    ) -> Messages:
+        """The parsed messages as columns: addresses from the connection's first segment,
+        oriented by direction."""
+        s, p = cb.s, rows.piece
+        from_client = rows.dirs == 0  # calls and the sends of commands that get no answer
+        sender_is_a = np.where(from_client, cb.client_is_a[p], ~cb.client_is_a[p])
+        f = cb.starts[p]
+        fa = cb.from_a[f]
+        ends = ((s.src_hi, s.dst_hi), (s.src_lo, s.dst_lo), (s.sport, s.dport))
+        a_hi, a_lo, a_pt = (np.where(fa, x[f], y[f]) for x, y in ends)
+        b_hi, b_lo, b_pt = (np.where(fa, y[f], x[f]) for x, y in ends)
         piece_codes = np.array([_PROTO_CODE[pr] for pr in protos], np.int8)
-        proto_codes = piece_codes[pieces]
-        for pc_, cnt in zip(*np.unique(proto_codes, return_counts=True), strict=True):
-            self.stats.messages_by_proto[PROTOCOLS[int(pc_)]] += int(cnt)
-        return (
-            Messages(
-                ts_ns=ts,
-                src_hi=np.where(sender_is_a, a_hi, b_hi),
-                src_lo=np.where(sender_is_a, a_lo, b_lo),
-                sport=np.where(sender_is_a, a_pt, b_pt),
-                dst_hi=np.where(sender_is_a, b_hi, a_hi),
-                dst_lo=np.where(sender_is_a, b_lo, a_lo),
-                dport=np.where(sender_is_a, b_pt, a_pt),
-                op=op,
-                id=mid,
-                has_id=has,
-                nbytes=np.array([r[3] for r in rows], np.int64),
-                flow=flow_ids[pieces],
-                proto=proto_codes,
-                label=labels,
-                payload=np.array([stream[r[2] : r[2] + r[3]] for r in rows] + [None], object)[:-1]
-                if self.keep_payload
-                else np.full(m, None, object),
-                server_is_dst=from_client,
-            ),
-            sorted(fallback),
+        m = len(rows)
+        payload = np.full(m, None, object)
+        if self.keep_payload:
+            payload[:] = [
+                cb.stream[a : a + n] for a, n in zip(rows.off.tolist(), rows.length.tolist(), strict=True)
+            ]
+        return Messages(
+            ts_ns=ts,
+            src_hi=np.where(sender_is_a, a_hi, b_hi),
+            src_lo=np.where(sender_is_a, a_lo, b_lo),
+            sport=np.where(sender_is_a, a_pt, b_pt),
+            dst_hi=np.where(sender_is_a, b_hi, a_hi),
+            dst_lo=np.where(sender_is_a, b_lo, a_lo),
+            dport=np.where(sender_is_a, b_pt, a_pt),
+            op=pairs.op,
+            id=pairs.mid,
+            has_id=pairs.has,
+            nbytes=rows.length,
+            flow=cb.flow_ids[p],
+            proto=piece_codes[p],
+            label=pairs.labels,
+            payload=payload,
+            server_is_dst=from_client,
         )
+
+    # ---- where turns may be cut, and what released turns leave ---------------------------------
+    def _cut_points(self, cb: _ConnectionBatch, paths: _Paths) -> np.ndarray:
+        """Per connection, the segment (an index into ``cb.s``) its turns may be cut before,
+        or -1: the first segment of its last call turn that follows a return turn; for a
+        connection read by a protocol parser, the last such one where a message starts
+        right at the cut both ways, else the one before it (:meth:`_release`)."""
+        k = cb.kept
+        o = np.lexsort((k.di, k.kp))  # time order within each connection
+        kp, kd = k.kp[o], k.kd[o]
+        at = np.flatnonzero(np.r_[False, (kp[1:] == kp[:-1]) & (kd[1:] == 0) & (kd[:-1] == 1)])
+        last = np.full(cb.count, -1, np.int64)
+        np.maximum.at(last, kp[at], at)
+        second = np.full(cb.count, -1, np.int64)
+        rest = at[at != last[kp[at]]]
+        np.maximum.at(second, kp[rest], rest)
+        cut = np.full(cb.count, -1, np.int64)
+        for cand in (second, last):  # the last one wins where it is confirmed
+            ok = (cand >= 0) & _confirmed(cb, paths, o, cand)
+            cut[ok] = k.di[o[cand[ok]]]
+        return cut
+
+    def _left_open(
+        self,
+        pc: _Pieces,
+        cb: _ConnectionBatch,
+        re: _Reassembly,
+        msgs: Messages,
+        paths: _Paths,
+        final: np.ndarray,
+    ) -> list[_Open | None]:
+        """What the turns of connections ``final`` leave to their later ones (None for the others)."""
+        out: list[_Open | None] = [None] * pc.count
+        protos = paths.protos
+        final = final & ~(protos == "tls")
+        parser = paths.parsed | cb.parser
+        by_key = paths.by_key | cb.by_key
+        if not final.any():
+            return out
+        calls = cb.calls + np.bincount(_index_of(cb.flow_ids, msgs.flow[msgs.op == 0]), minlength=pc.count)
+        s = pc.s
+        f_syn = _first_in_group(pc.starts, ((s.flags & _SYN) != 0) & ((s.flags & _ACK) == 0), len(s))
+        syn_seq = np.where(f_syn >= 0, s.seq[np.maximum(f_syn, 0)].astype(np.int64), -1)
+        syn_seq = np.where(pc.cont, pc.carried("syn_seq", -1, np.int64), syn_seq)
+        fin_a, fin_b = _fins(pc)
+        way_end = self._way_ends(pc)
+        base, end, trunc = re.base.reshape(-1, 2), re.end.reshape(-1, 2), re.trunc.reshape(-1, 2)
+        for p in np.flatnonzero(final).tolist():
+            out[p] = _Open(
+                flow_id=int(cb.flow_ids[p]), client_is_a=bool(cb.client_is_a[p]), proto=str(protos[p]),
+                base=(int(base[p, 0]), int(base[p, 1])), end=(int(end[p, 0]), int(end[p, 1])),
+                trunc=(bool(trunc[p, 0]), bool(trunc[p, 1])), calls=int(calls[p]), ctx=cb.ctxs[p],
+                syn_seq=int(syn_seq[p]), fin=(bool(fin_a[p]), bool(fin_b[p])),
+                way_end=(int(way_end[p, 0]), int(way_end[p, 1])), parser=bool(parser[p]),
+                by_key=bool(by_key[p]),
+            )  # fmt: skip
+        return out
+
+
+def _index_of(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Where each of ``values`` is in ``ids`` (distinct; every value is one of them)."""
+    o = np.argsort(ids, kind="stable")
+    return o[np.minimum(np.searchsorted(ids[o], values), max(len(ids) - 1, 0))]
+
+
+def _same_messages(a: Messages, b: Messages, flows: np.ndarray) -> np.ndarray:
+    """Per flow of ``flows``: whether ``a`` and ``b`` hold the same messages of it."""
+
+    def of_flows(m: Messages) -> tuple[Messages, np.ndarray]:
+        m = m.take(np.flatnonzero(np.isin(m.flow, flows)))
+        m = m.take(np.lexsort((m.nbytes, m.id, m.op, m.ts_ns, m.flow)))
+        return m, _index_of(flows, m.flow)
+
+    (a, fa), (b, fb) = of_flows(a), of_flows(b)
+    same = np.bincount(fa, minlength=len(flows)) == np.bincount(fb, minlength=len(flows))
+    a, b = a.take(np.flatnonzero(same[fa])), b.take(np.flatnonzero(same[fb]))
+    differ = np.zeros(len(a), bool)
+    for name in _MSG_FIELDS:
+        if name != "payload":
+            differ |= np.asarray(getattr(a, name) != getattr(b, name), bool)
+    same[_index_of(flows, a.flow[differ])] = False
+    return same
+
+
+def _call_numbers(is_call: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Per turn (grouped by connection, ``first`` starting each), the number of call turns
+    up to it in its connection: a return has its call's number, 0 before any call."""
+    ccount = np.cumsum(is_call)
+    return ccount - np.maximum.accumulate(np.where(first, ccount - is_call, 0))
+
+
+def _pair_in_order(
+    cb: _ConnectionBatch, rows: _ParsedRows, idx: np.ndarray, ts: np.ndarray, pairs: _Pairs
+) -> np.ndarray:
+    """Rows ``idx`` (connections without protocol ids or gaps; grouped by connection,
+    direction, offset): call k of a connection pairs with its return k. Per connection,
+    whether every call was answered (True for the connections not paired here)."""
+    if not len(idx):
+        return np.ones(cb.count, bool)
+    p, d = rows.piece[idx], rows.dirs[idx]
+    grp = p * 2 + d
+    start = np.r_[True, grp[1:] != grp[:-1]]
+    k = np.arange(len(idx)) - np.maximum.accumulate(np.where(start, np.arange(len(idx)), 0))
+    # Returns seen before a connection's first call (capture began mid-exchange) answer
+    # nothing: count the return ordinals from the first return after that call. After
+    # released turns with calls none is early.
+    t = ts[idx]
+    first_call = np.full(cb.count, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first_call, p[d == 0], t[d == 0])
+    first_call[cb.calls > 0] = np.iinfo(np.int64).min
+    early = (d == 1) & (t < first_call[p])
+    k = np.where(d == 1, k - np.bincount(p[early], minlength=cb.count)[p], k) + cb.calls[p]
+    ids = (cb.flow_ids[p] << np.uint64(24)) | ((k + 1).astype(np.uint64) & np.uint64(0xFFFFFF))
+    is_call = d == 0
+    pairs.op[idx] = np.where(is_call, 0, 1)
+    # The call with the same ordinal in the same connection, if there is one.
+    call_rows, ret_rows = idx[is_call], idx[~is_call]
+    call_key = p[is_call] * (1 << 32) + k[is_call]
+    ret_key = np.where(early[~is_call], -1, p[~is_call] * (1 << 32) + k[~is_call])
+    srt = np.argsort(call_key)
+    pos = np.minimum(np.searchsorted(call_key[srt], ret_key), max(len(srt) - 1, 0))
+    found = call_key[srt][pos] == ret_key if len(srt) else np.zeros(len(ret_key), bool)
+    pairs.mid[idx] = ids
+    pairs.has[call_rows] = True
+    pairs.has[ret_rows] = found
+    if len(srt):
+        pairs.labels[ret_rows[found]] = pairs.labels[call_rows[srt][pos[found]]]
+    pairs.mid[ret_rows[~found]] = 0
+    calls = np.bincount(p[is_call], minlength=cb.count)
+    answered = calls == np.bincount(p[~is_call & ~early], minlength=cb.count)
+    return answered & _in_order_is_by_time(p, d, early, t, rows.off[idx], cb.count)
+
+
+def _in_order_is_by_time(
+    p: np.ndarray, d: np.ndarray, early: np.ndarray, t: np.ndarray, off: np.ndarray, count: int
+) -> np.ndarray:
+    """Per connection, whether pairing call k with return k gives what pairing in time
+    order gives (each return answers the oldest call not answered yet): every return
+    (not before the first call) comes after more calls than returns. So a connection
+    whose later turns are paired in time order (a protocol id or a gap comes) pairs its
+    released ones the same."""
+    o = np.lexsort((off, t, p))
+    po, call, ret = p[o], (d == 0)[o], ((d == 1) & ~early)[o]
+    start = np.r_[True, po[1:] != po[:-1]]
+    base = np.maximum.accumulate(np.where(start, np.arange(len(o)), 0))
+    calls_before = np.cumsum(call) - call
+    rets_before = np.cumsum(ret) - ret
+    waiting = (calls_before - calls_before[base]) - (rets_before - rets_before[base])
+    unanswered = np.zeros(count, bool)
+    unanswered[po[ret & (waiting <= 0)]] = True
+    return ~unanswered
+
+
+def _confirmed(cb: _ConnectionBatch, paths: _Paths, o: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """Per connection, whether cutting before kept segment ``o[cand]`` (``o``: the kept
+    segments in time order per connection) leaves its parsed messages whole: each way, a
+    message starts where the bytes before the cut end (True where no parser reads it)."""
+    need = paths.parsed & (cand >= 0)
+    if not need.any():
+        return ~need
+    k = cb.kept
+    kp = k.kp[o]
+    before = need[kp] & (np.arange(len(o)) < cand[kp])
+    reach = np.full(2 * cb.count, -1, np.int64)
+    np.maximum.at(reach, kp[before] * 2 + k.kd[o][before], (k.sstart + k.kcap)[o][before])
+    rows = paths.rows
+    starts = ((rows.piece * 2 + rows.dirs).astype(np.int64) << 40) | rows.off
+    hit = np.isin((np.arange(2 * cb.count, dtype=np.int64) << 40) | reach, starts) & (reach >= 0)
+    return ~need | hit.reshape(-1, 2).all(axis=1)
+
+
+def _opens_with_request(s: Segments, di: np.ndarray, way: np.ndarray, count: int) -> np.ndarray:
+    """Per connection, whether its first data either way (segments ``di``, of way ``way``:
+    ``2 * connection + direction``) starts with a request method and a space."""
+    first = np.full(2 * count, -1, np.int64)
+    first[way[::-1]] = di[::-1]
+    f = first[first >= 0]
+    out = np.zeros(2 * count, bool)
+    if not len(f) or not len(s.data):  # no data, or none of it captured
+        return out.reshape(-1, 2).any(axis=1)
+    head = s.data[np.minimum(s.pay_off[f][:, None] + np.arange(16), len(s.data) - 1)]
+    at = np.arange(len(f)) * 16
+    out[first >= 0] = starts_with_method(
+        head.tobytes(), at, at + np.minimum(s.pay_cap[f], 16), REQUEST_METHODS
+    )
+    return out.reshape(-1, 2).any(axis=1)
+
+
+def _fins(pc: _Pieces) -> tuple[np.ndarray, np.ndarray]:
+    """Per connection, whether a FIN was seen from endpoint a, from b (here or with the
+    turns it released)."""
+    fin = (pc.s.flags & _FIN) != 0
+    before = pc.carried("fin", (False, False), bool)
+    return (np.logical_or.reduceat(fin & pc.from_a, pc.starts) | before[:, 0],
+            np.logical_or.reduceat(fin & ~pc.from_a, pc.starts) | before[:, 1])  # fmt: skip

@@ -319,7 +319,7 @@ def test_http_fast_path_equals_the_parser(
     from capture.flows import FlowAssembler, _empty_messages
 
     monkeypatch.setattr(
-        FlowAssembler, "_http_turns", lambda self, *a: (_empty_messages(), np.zeros(len(a[9]), bool))
+        FlowAssembler, "_http_turns", lambda self, cb, http: (_empty_messages(), np.zeros(len(http), bool))
     )
     slow = tmp_path / "slow.parquet"
     capture.convert_pcaps([path], slow)

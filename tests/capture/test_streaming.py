@@ -285,3 +285,143 @@ def test_the_parts_directory_is_read_as_the_trace(tmp_path: Path, capsys: pytest
     assert main(["info", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {tmp_path}: a directory without trace parts (part-*.parquet files)"]
+
+
+# ---- pooled traffic: connections open for the whole recording ----------------------------------
+_MAC = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00"
+_MS = 1_000_000
+_T0 = 1_700_000_000 * 10**9
+
+
+class _Conn:
+    """Packets of one TCP connection (client seq from ``isn``, server from 50,000)."""
+
+    def __init__(self, out: list, cli: int, srv: int, cport: int, sport: int, isn: int = 1000) -> None:
+        self.out, self.ends, self.ports, self.seq = out, (cli, srv), (cport, sport), [isn, 50_000]
+
+    def send(self, t: int, client: bool, flags: int, data: bytes = b"") -> None:
+        me, peer = (0, 1) if client else (1, 0)
+        tcp = struct.pack(">HHIIBBHHH", self.ports[me], self.ports[peer], self.seq[me] & 0xFFFFFFFF,
+                          self.seq[peer] & 0xFFFFFFFF, 0x50, flags, 65535, 0, 0)  # fmt: skip
+        ip = struct.pack(">BBHHHBBHII", 0x45, 0, 40 + len(tcp) - 20 + len(data), 0, 0x4000, 64, 6, 0,
+                         self.ends[me], self.ends[peer])  # fmt: skip
+        self.out.append((t, _MAC + ip + tcp + data))
+        self.seq[me] += len(data) + (1 if flags & 0x03 else 0)
+
+    def open(self, t: int) -> None:
+        self.send(t, True, 0x02)
+        self.send(t + _MS // 10, False, 0x12)
+        self.send(t + _MS // 5, True, 0x10)
+
+    def turn(self, t: int, request: bytes, response: bytes) -> None:
+        self.send(t, True, 0x18, request)
+        self.send(t + _MS // 2, False, 0x18, response)
+        self.send(t + _MS * 6 // 10, True, 0x10)
+
+    def close(self, t: int) -> None:
+        self.send(t, True, 0x11)
+        self.send(t + _MS // 10, False, 0x11)
+        self.send(t + _MS // 5, True, 0x10)
+
+
+# Connections opened when the recording starts and never closed: (client, server, port,
+# period in ms, the i-th request and response).
+_POOL = [
+    (0x0A000101, 0x0A000201, 8080, 50, lambda i: (b"GET /pool/%d HTTP/1.1\r\nHost: a\r\n\r\n" % i,
+                                                  b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")),
+    (0x0A000102, 0x0A000202, 6379, 70, lambda i: (b"*2\r\n$3\r\nGET\r\n$9\r\nkey:%05d\r\n" % i,
+                                                  b"$40\r\n" + b"v" * 40 + b"\r\n")),
+    (0x0A000103, 0x0A000203, 7777, 90, lambda i: (bytes([1, 2, 3, i % 251]) * 10, bytes([9, 8, 7]) * 20)),
+]  # fmt: skip
+
+
+def pooled_capture(path: Path, seconds: float) -> None:
+    """A pcap of pooled traffic: an HTTP/1.1, a Redis and a binary-protocol connection
+    opened at the start and open to the end, each making a call every 50, 70 and 90 ms,
+    and a short HTTP connection (handshake, one call, close) every 20 ms."""
+    out: list[tuple[int, bytes]] = []
+    end = _T0 + int(seconds * 1e9)
+    for cli, srv, port, every, message in _POOL:
+        c = _Conn(out, cli, srv, 40000, port)
+        c.open(_T0)
+        for i, t in enumerate(range(_T0 + _MS, end, every * _MS)):
+            c.turn(t, *message(i))
+    for i, t in enumerate(range(_T0 + 3 * _MS, end - 2 * _MS, 20 * _MS)):
+        c = _Conn(out, 0x0A000109, 0x0A000209, 20000 + i, 80, isn=7000 + i)
+        c.open(t)
+        c.turn(t + _MS * 3 // 10, b"GET /short/%d HTTP/1.1\r\nHost: b\r\n\r\n" % i,
+               b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # fmt: skip
+        c.close(t + _MS)
+    out.sort(key=lambda p: p[0])
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 1))
+        f.writelines(struct.pack("<IIII", t // 10**9, t % 10**9, len(b), len(b)) + b for t, b in out)
+
+
+def _published(parts: Path) -> list[tuple]:
+    """The rows of the parts published so far, in order."""
+    return [r for p in sorted(parts.glob("part-*.parquet")) for r in _rows(p)]
+
+
+def test_pooled_connections_are_published_while_they_stay_open(tmp_path: Path) -> None:
+    """Connections that stay open for the whole recording hold back neither their own
+    finished calls nor anybody else's: parts come out as the rotations come in, each a
+    prefix of the one-pass trace, about as late as a call lasts, not at the stop."""
+    whole = tmp_path / "pool.pcap"
+    pooled_capture(whole, seconds=8)
+    ref_report = capture.convert_pcaps([whole], tmp_path / "ref.parquet")
+    ref = _rows(tmp_path / "ref.parquet")
+    ref_ts = np.array([r[0] for r in ref])
+    assert ref_report.connections == 3 + 400
+    assert ref_report.messages == len(ref)
+    pieces = split_capture(whole, tmp_path, 8)
+    out, parts = tmp_path / "t.parquet", tmp_path / "t"
+    seen = []
+    with StreamConverter(out, parts_dir=parts, part_every_s=0.0) as conv:
+        for piece in pieces:
+            conv.add_source(read_packets(piece))
+            newest = max(int(b.ts_ns.max()) for b in read_packets(piece))
+            seen.append((newest, _published(parts)))
+        conv.finish()
+    for k, (newest, rows) in enumerate(seen):
+        assert rows == ref[: len(rows)]  # the one-pass trace, in order, as far as published
+        if k:
+            assert len(rows) > len(seen[k - 1][1])
+        # Every message older than half a second is out (calls come every 20-90 ms; the
+        # protocols of the open connections are known after their first second).
+        if newest - _T0 > 2 * 10**9:
+            assert len(rows) >= np.searchsorted(ref_ts, newest - 5 * 10**8)
+    before_stop = seen[-2][1]
+    labels = [r[-2] or "" for r in before_stop]
+    protos = {r[-3] for r in before_stop}
+    assert any(lab.startswith("GET /pool/") for lab in labels)
+    assert any(lab.startswith("GET /short/") for lab in labels)
+    assert {"redis", "tcp"} <= protos
+    assert _rows(out) == ref
+    capture.convert_pcaps(pieces, tmp_path / "pieces.parquet")
+    assert _rows(tmp_path / "pieces.parquet") == ref
+
+
+def test_held_messages_stay_bounded_while_connections_stay_open(tmp_path: Path) -> None:
+    """Messages not yet final are those of the last tenths of a second, however long the
+    open connections last (about 190 messages a second here)."""
+    whole = tmp_path / "pool.pcap"
+    pooled_capture(whole, seconds=20)
+    held = []
+    with StreamConverter(tmp_path / "t.parquet") as conv:
+        for batch in read_packets(whole, chunk_bytes=1 << 15):  # about half a second each
+            conv.add_batch(batch)
+            held.append(conv.held)
+        report = conv.finish()
+    assert report.messages > 3500
+    assert len(held) >= 25
+    # After the first second (the open connections' protocols are known by then), at
+    # most a tenth of a second's worth; before it, at most that second's.
+    assert max(held[2:]) <= 20
+    assert max(held) <= 200
+    assert _rows(tmp_path / "t.parquet") == _rows_of_one_pass(whole, tmp_path)
+
+
+def _rows_of_one_pass(path: Path, tmp_path: Path) -> list[tuple]:
+    capture.convert_pcaps([path], tmp_path / "one.parquet")
+    return _rows(tmp_path / "one.parquet")
