@@ -99,6 +99,9 @@ class CaptureReport:
     after_close: int = 0
     gaps: int = 0
     out_of_order: int = 0
+    #: Bytes of a connection's protocol data after the last message its parser could read
+    #: (a malformed or unforeseen message ends the run: counted, never dropped unsaid).
+    unparsed_bytes: int = 0
     connections: int = 0
     drops: int = 0
     fragments_reassembled: int = 0
@@ -125,7 +128,8 @@ class CaptureReport:
             f"retransmitted {self.retransmitted:,}, gaps {self.gaps:,}, out of order {self.out_of_order:,}, "
             f"after their connection closed {self.after_close:,}",
             f"skipped: non-IP {self.non_ip:,}, malformed {self.malformed:,}, truncated {self.truncated:,}, "
-            f"other transport {self.other_transport:,}; kernel drops {self.drops:,}",
+            f"other transport {self.other_transport:,}; kernel drops {self.drops:,}"
+            + (f"; protocol bytes not parsed {self.unparsed_bytes:,}" if self.unparsed_bytes else ""),
         ]
         for p in self.points:
             dups = (
@@ -520,6 +524,7 @@ def _add_flow_stats(report: CaptureReport, st: FlowStats | CaptureReport) -> Non
     report.after_close += st.after_close
     report.gaps += st.gaps
     report.out_of_order += st.out_of_order
+    report.unparsed_bytes += st.unparsed_bytes
     report.connections += st.connections
     for k, v in st.flows_by_proto.items():
         report.flows_by_proto[k] = report.flows_by_proto.get(k, 0) + v
@@ -1080,7 +1085,7 @@ def _convert_points(
 # The counters an assembler keeps (``_add_flow_stats``): summed over the shards. The
 # others (reader, decoder, duplicates) count every packet, which every shard reads:
 # taken from the first shard. The messages are counted as the shards are merged.
-_FLOW_COUNTERS = ("retransmitted", "after_close", "gaps", "out_of_order", "connections")
+_FLOW_COUNTERS = ("retransmitted", "after_close", "gaps", "out_of_order", "unparsed_bytes", "connections")
 _MERGE_ROWS = 1 << 16  # rows read from a shard file at a time while merging
 
 

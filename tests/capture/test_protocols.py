@@ -296,14 +296,18 @@ def test_a_thrift_call_with_a_field_of_no_known_type_is_kept_and_the_rest_counte
     ops = {"0x01": "call", "0x02": "return", "0x03": "return"}
     truth = [(epoch_ns(t), ops[m], "thrift", name, int(seq)) for t, m, name, seq in rows]
     assert [r[3:] for r in truth] == [("add", 1), ("add", 1), ("bad", 2), ("bad", 2), ("sub", 3), ("sub", 3)]
-    got, _ = _convert(pcap)
+    got, report = _convert(pcap)
     # Every other message is in the trace: the client's call after the malformed one lies
     # in the bytes that one leaves unparsed.
     assert truth.pop(4)[1:4] == ("call", "thrift", "sub")
     assert [g if g[1] == "call" else g[:3] for g in got] == [
         r[:4] if r[1] == "call" else r[:3] for r in truth
     ]
-    assert _flow_stats(pcap).unparsed_bytes == len(bad_body) + len(turns[4][1])
+    unparsed = len(bad_body) + len(turns[4][1])
+    assert _flow_stats(pcap).unparsed_bytes == unparsed
+    # ... and the capture's report says so.
+    assert report.unparsed_bytes == unparsed
+    assert f"protocol bytes not parsed {unparsed:,}" in report.summary()
 
 
 def test_a_failing_parser_keeps_the_messages_it_found_before(monkeypatch: pytest.MonkeyPatch) -> None:
