@@ -10,9 +10,7 @@ call to child call), kept apart for each pattern.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +18,7 @@ import numpy as np
 
 from infer.callpairs import CallPairs
 from tracefmt.hashing import mix64
+from tracefmt.memory import collector_paused
 from tracefmt.patterns import Shape, join_text, shape_text, sibling_groups, text_id
 
 __all__ = ["Pattern", "build_patterns", "group_stats"]
@@ -139,19 +138,6 @@ class Pattern:
             "total_latency_s": self.total_latency_s,
             "root": visit(self.shape, None),
         }
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many small acyclic objects: its
-    full passes over them cost a fifth of the pattern building on large traces."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -304,7 +290,7 @@ def _shapes(
         return memo[key]
 
     rep_local = local[rep_root].tolist()
-    with _collector_paused():
+    with collector_paused():
         shapes = [shape(i) for i in rep_local]
     return shapes, memo
 
@@ -388,7 +374,7 @@ def _pattern_list(
     and delay)."""
     lat_rows, delay_rows = rows
     patterns: list[Pattern] = []
-    with _collector_paused():
+    with collector_paused():
         for u, (g0, nv) in enumerate(zip(first_group.tolist(), visits.tolist(), strict=True)):
             s, text = shapes[u]
             at = slice(g0, g0 + nv)

@@ -23,12 +23,10 @@ pair, are held whole); its bytes are those of the whole document dumped at once.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import json
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -37,6 +35,7 @@ import pyarrow.compute as pc
 
 from tracefmt import ParameterError, SchemaError, atomic_output
 from tracefmt.hashing import mix64
+from tracefmt.memory import collector_paused
 
 __all__ = ["EXPORT_FORMATS", "export_traces", "write_export"]
 
@@ -493,19 +492,6 @@ def _document(instances: pa.Table, fmt: str, max_traces: int | None) -> tuple[An
     return {"otlp": _otlp, "zipkin": _zipkin, "jaeger": _jaeger}[fmt](spans), spans
 
 
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Many small dicts and lists, none in a cycle: the cyclic collector would rescan
-    them again and again while they are built (3-5x the build time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def export_traces(instances: pa.Table, fmt: str, *, max_traces: int | None = None) -> Any:
     """Inferred path instances as traces in ``fmt`` (a JSON-ready object, whole in
     memory; :func:`write_export` writes a file without holding it).
@@ -529,7 +515,7 @@ def export_traces(instances: pa.Table, fmt: str, *, max_traces: int | None = Non
     >>> [(s["kind"], s["localEndpoint"]["serviceName"], s["duration"]) for s in spans]
     [('CLIENT', 'c', 30), ('SERVER', 'w', 30), ('SERVER', 'd', 10)]
     """
-    with _no_cyclic_gc():
+    with collector_paused():
         doc, _ = _document(instances, fmt, max_traces)
         return _whole(doc)
 
@@ -555,7 +541,7 @@ def write_export(
     >>> write_export(infer_nesting(t).instances_table(), "jaeger", out)
     {'traces': 1, 'spans': 3}
     """
-    with _no_cyclic_gc():
+    with collector_paused():
         doc, spans = _document(instances, fmt, max_traces)
         with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
             _dump(doc, out.write)
