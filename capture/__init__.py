@@ -4,22 +4,50 @@ The public names are re-exported here, the live agent's (``capture.live``) and t
 rendering of synthetic traces as packets (``capture.synthpcap``) among them.
 """
 
-from capture.convert import CaptureReport, StreamConverter, convert_pcaps, estimate_offset_ns
-from capture.decode import Decoder, DecodeStats, Segments
-from capture.flows import FlowAssembler, FlowStats, Messages
-from capture.live import LiveCapture, LiveReport, LiveStats, Recording, capture_live
-from capture.naming import Namer, format_address
-from capture.protocols import PROTOCOLS, detect_tcp, parse_dns_datagram, parse_stream
-from capture.source import (
-    FakeSource,
-    PacketBatch,
-    PacketSource,
-    PcapSource,
-    ReadStats,
-    packet_timestamps,
-    read_packets,
-)
-from capture.synthpcap import SynthPcapReport, render_pcap, render_trace_file
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tracefmt.lazy import lazy_package
+
+if TYPE_CHECKING:
+    from capture.convert import CaptureReport, StreamConverter, convert_pcaps, estimate_offset_ns
+    from capture.decode import Decoder, DecodeStats, Segments
+    from capture.flows import FlowAssembler, FlowStats, Messages
+    from capture.live import LiveCapture, LiveReport, LiveStats, Recording, capture_live
+    from capture.naming import Namer, format_address
+    from capture.protocols import PROTOCOLS, detect_tcp, parse_dns_datagram, parse_stream
+    from capture.source import (
+        FakeSource,
+        PacketBatch,
+        PacketSource,
+        PcapSource,
+        ReadStats,
+        packet_timestamps,
+        read_packets,
+    )
+    from capture.synthpcap import SynthPcapReport, render_pcap, render_trace_file
+
+#: Where each public name lives: a module is imported when one of its names is first used.
+_EXPORTS = {
+    "capture.convert": ["CaptureReport", "StreamConverter", "convert_pcaps", "estimate_offset_ns"],
+    "capture.decode": ["Decoder", "DecodeStats", "Segments"],
+    "capture.flows": ["FlowAssembler", "FlowStats", "Messages"],
+    "capture.live": ["LiveCapture", "LiveReport", "LiveStats", "Recording", "capture_live"],
+    "capture.naming": ["Namer", "format_address"],
+    "capture.protocols": ["PROTOCOLS", "detect_tcp", "parse_dns_datagram", "parse_stream"],
+    "capture.source": [
+        "FakeSource",
+        "PacketBatch",
+        "PacketSource",
+        "PcapSource",
+        "ReadStats",
+        "packet_timestamps",
+        "read_packets",
+    ],
+    "capture.synthpcap": ["SynthPcapReport", "render_pcap", "render_trace_file"],
+}
+__getattr__, __dir__ = lazy_package(__name__, _EXPORTS)
 
 __all__ = [
     "PROTOCOLS",

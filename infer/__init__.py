@@ -13,8 +13,9 @@ and reports as text.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tracefmt.lazy import lazy_package
 
 if TYPE_CHECKING:
     from infer.calibration import Calibration, reliability, reliability_lines
@@ -40,58 +41,33 @@ if TYPE_CHECKING:
     from infer.summary import convolution_lines, evaluation_lines, nesting_lines, pattern_line
     from tracefmt.patterns import latency_stats
 
-#: Where each public name lives: the package imports a module on first use, so that
-#: ``import infer`` (every command line does) does not load SciPy's statistics.
-_HOME = {
-    "Calibration": "infer.calibration",
-    "reliability": "infer.calibration",
-    "reliability_lines": "infer.calibration",
-    "CallPairs": "infer.callpairs",
-    "NodeCodes": "infer.callpairs",
-    "match_calls": "infer.callpairs",
-    "node_codes": "infer.callpairs",
-    "ConvolutionResult": "infer.convolution",
-    "DelaySpike": "infer.convolution",
-    "LinearPath": "infer.convolution",
-    "infer_convolution": "infer.convolution",
-    "evaluate_convolution": "infer.evaluate",
-    "evaluate_paths": "infer.evaluate",
-    "true_linear_paths": "infer.evaluate",
-    "true_pairs": "infer.evaluate",
-    "true_patterns": "infer.evaluate",
-    "NestingResult": "infer.nesting",
-    "Stage": "infer.nesting",
-    "confident_instances": "infer.nesting",
-    "infer_nesting": "infer.nesting",
-    "nesting_stages": "infer.nesting",
-    "read_instances": "infer.nesting",
-    "AUTO_LAG_QUANTA": "infer.params",
-    "BOARDS": "infer.params",
-    "PRESETS": "infer.params",
-    "ConvolutionParams": "infer.params",
-    "NestingParams": "infer.params",
-    "Pattern": "infer.patterns",
-    "build_patterns": "infer.patterns",
-    "group_stats": "infer.patterns",
-    "convolution_lines": "infer.summary",
-    "evaluation_lines": "infer.summary",
-    "nesting_lines": "infer.summary",
-    "pattern_line": "infer.summary",
-    "latency_stats": "tracefmt.patterns",
+#: Where each public name lives: a module is imported when one of its names is first used,
+#: so that ``import infer`` (every command line does) does not load SciPy's statistics.
+_EXPORTS = {
+    "infer.calibration": ["Calibration", "reliability", "reliability_lines"],
+    "infer.callpairs": ["CallPairs", "NodeCodes", "match_calls", "node_codes"],
+    "infer.convolution": ["ConvolutionResult", "DelaySpike", "LinearPath", "infer_convolution"],
+    "infer.evaluate": [
+        "evaluate_convolution",
+        "evaluate_paths",
+        "true_linear_paths",
+        "true_pairs",
+        "true_patterns",
+    ],
+    "infer.nesting": [
+        "NestingResult",
+        "Stage",
+        "confident_instances",
+        "infer_nesting",
+        "nesting_stages",
+        "read_instances",
+    ],
+    "infer.params": ["AUTO_LAG_QUANTA", "BOARDS", "PRESETS", "ConvolutionParams", "NestingParams"],
+    "infer.patterns": ["Pattern", "build_patterns", "group_stats"],
+    "infer.summary": ["convolution_lines", "evaluation_lines", "nesting_lines", "pattern_line"],
+    "tracefmt.patterns": ["latency_stats"],
 }
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'infer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOME})
+__getattr__, __dir__ = lazy_package(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -5,24 +5,61 @@ Series live in the store's ``results/`` (:mod:`trend.series`); everything else t
 numbers or :class:`Series`.
 """
 
-from trend.analysis import METHODS, SeriesTrend, alert_text, analyze_all, analyze_series, trend_compliance
-from trend.compare import Comparison, compare_runs, format_comparison, parse_values, read_compare_file
-from trend.dashboard import DashboardReport, graph_figure, write_dashboard
-from trend.mdl import DIRECTIONS, MAX_SBPS, MdlGroup, MdlResult, classify_mdl, resolve_unit
-from trend.numbers import check_number, finite_json
-from trend.series import (
-    IMPORT_COLUMNS,
-    RESULTS_SCHEMA,
-    Series,
-    load_series,
-    parse_time_ns,
-    read_result_rows,
-    results_table,
-    write_results,
-)
-from trend.sources import MAX_TRIALS, mrr_from_timestamps, mrr_results, paths_results, trial_windows
-from trend.tmm import TmmResult, classify_tmm
-from trend.wda import WdaResult, WdaRun, analyze_wda, load_wda_config, read_wda_runs
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tracefmt.lazy import lazy_package
+
+if TYPE_CHECKING:
+    from trend.analysis import METHODS, SeriesTrend, alert_text, analyze_all, analyze_series, trend_compliance
+    from trend.compare import Comparison, compare_runs, format_comparison, parse_values, read_compare_file
+    from trend.dashboard import DashboardReport, graph_figure, write_dashboard
+    from trend.mdl import DIRECTIONS, MAX_SBPS, MdlGroup, MdlResult, classify_mdl, resolve_unit
+    from trend.numbers import check_number, finite_json
+    from trend.series import (
+        IMPORT_COLUMNS,
+        RESULTS_SCHEMA,
+        Series,
+        load_series,
+        parse_time_ns,
+        read_result_rows,
+        results_table,
+        write_results,
+    )
+    from trend.sources import MAX_TRIALS, mrr_from_timestamps, mrr_results, paths_results, trial_windows
+    from trend.tmm import TmmResult, classify_tmm
+    from trend.wda import WdaResult, WdaRun, analyze_wda, load_wda_config, read_wda_runs
+
+#: Where each public name lives: a module is imported when one of its names is first used.
+_EXPORTS = {
+    "trend.analysis": [
+        "METHODS",
+        "SeriesTrend",
+        "alert_text",
+        "analyze_all",
+        "analyze_series",
+        "trend_compliance",
+    ],
+    "trend.compare": ["Comparison", "compare_runs", "format_comparison", "parse_values", "read_compare_file"],
+    "trend.dashboard": ["DashboardReport", "graph_figure", "write_dashboard"],
+    "trend.mdl": ["DIRECTIONS", "MAX_SBPS", "MdlGroup", "MdlResult", "classify_mdl", "resolve_unit"],
+    "trend.numbers": ["check_number", "finite_json"],
+    "trend.series": [
+        "IMPORT_COLUMNS",
+        "RESULTS_SCHEMA",
+        "Series",
+        "load_series",
+        "parse_time_ns",
+        "read_result_rows",
+        "results_table",
+        "write_results",
+    ],
+    "trend.sources": ["MAX_TRIALS", "mrr_from_timestamps", "mrr_results", "paths_results", "trial_windows"],
+    "trend.tmm": ["TmmResult", "classify_tmm"],
+    "trend.wda": ["WdaResult", "WdaRun", "analyze_wda", "load_wda_config", "read_wda_runs"],
+}
+__getattr__, __dir__ = lazy_package(__name__, _EXPORTS)
 
 __all__ = [
     "DIRECTIONS",

@@ -6,24 +6,68 @@
 ``viz.demo`` runs the whole job on the paper's multi-tier system.
 """
 
-from viz.demo import DemoResult, run_demo
-from viz.diff import PathsDiff, convolution_diff_dot, diff_convolution, diff_dot, diff_paths, format_change
-from viz.dot import convolution_dot, dot_quote, format_s, paths_dot, pattern_dot
-from viz.export import EXPORT_FORMATS, export_traces, write_export
-from viz.paths import (
-    SORTS,
-    check_paths,
-    collapse_replicas,
-    load_paths,
-    pattern_shape,
-    replica_name,
-    select_patterns,
-    self_times,
-    shape_of,
-    visits,
-)
-from viz.render import FORMATS, dot_binary, render_dot, write_graph
-from viz.report import build_report, inline_svg
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tracefmt.lazy import lazy_package
+
+if TYPE_CHECKING:
+    from viz.demo import DemoResult, run_demo
+    from viz.diff import (
+        PathsDiff,
+        convolution_diff_dot,
+        diff_convolution,
+        diff_dot,
+        diff_paths,
+        format_change,
+    )
+    from viz.dot import convolution_dot, dot_quote, format_s, paths_dot, pattern_dot
+    from viz.export import EXPORT_FORMATS, export_traces, write_export
+    from viz.paths import (
+        SORTS,
+        check_paths,
+        collapse_replicas,
+        load_paths,
+        pattern_shape,
+        replica_name,
+        select_patterns,
+        self_times,
+        shape_of,
+        visits,
+    )
+    from viz.render import FORMATS, dot_binary, render_dot, write_graph
+    from viz.report import build_report, inline_svg
+
+#: Where each public name lives: a module is imported when one of its names is first used.
+_EXPORTS = {
+    "viz.demo": ["DemoResult", "run_demo"],
+    "viz.diff": [
+        "PathsDiff",
+        "convolution_diff_dot",
+        "diff_convolution",
+        "diff_dot",
+        "diff_paths",
+        "format_change",
+    ],
+    "viz.dot": ["convolution_dot", "dot_quote", "format_s", "paths_dot", "pattern_dot"],
+    "viz.export": ["EXPORT_FORMATS", "export_traces", "write_export"],
+    "viz.paths": [
+        "SORTS",
+        "check_paths",
+        "collapse_replicas",
+        "load_paths",
+        "pattern_shape",
+        "replica_name",
+        "select_patterns",
+        "self_times",
+        "shape_of",
+        "visits",
+    ],
+    "viz.render": ["FORMATS", "dot_binary", "render_dot", "write_graph"],
+    "viz.report": ["build_report", "inline_svg"],
+}
+__getattr__, __dir__ = lazy_package(__name__, _EXPORTS)
 
 __all__ = [
     "EXPORT_FORMATS",

@@ -1,7 +1,5 @@
 """``python -m wirepath``."""
 
-import sys
+from wirepath.cli import run
 
-from wirepath.cli import main
-
-sys.exit(main())
+run()

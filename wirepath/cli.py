@@ -13,7 +13,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import infer
 import synth
@@ -23,7 +23,7 @@ from viz.paths import load_paths, tree_lines
 from wirepath import __version__, cli_capture, cli_convolution, cli_trend, cli_viz
 from wirepath._cli import Parser as _Parser
 from wirepath._cli import UsageError as _UsageError
-from wirepath._cli import add_cluster_options, add_verb, count, probability, runner
+from wirepath._cli import add_cluster_options, add_verb, count, hold_back_pandas, probability, runner
 from wirepath._cli import emit as _emit
 from wirepath._cli import end_progress as _end_progress
 from wirepath._cli import progress as _progress
@@ -614,8 +614,10 @@ def _register_eval(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--instances", metavar="FILE.parquet", help="instances from 'infer --instances'")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status.
+def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int:
+    """Run the command line; returns the exit status. ``own_process``: the process is
+    this command's alone (the console command), so pyarrow may be spared its import of
+    pandas (:func:`wirepath._cli.hold_back_pandas`) when no Dask cluster runs.
 
     Examples
     --------
@@ -626,6 +628,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
+        if own_process and not (getattr(args, "scheduler", None) or getattr(args, "workers", None)):
+            hold_back_pandas()
         # SIGTERM (a service manager stopping the run) ends it as Ctrl-C does: the
         # half-written outputs are removed, every verb alike.
         with tracefmt.sigterm_as_interrupt():
@@ -655,3 +659,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"error: {tracefmt.write_error(exc, exc.filename or 'output')}", file=sys.stderr)
         return 1
+
+
+def run() -> NoReturn:
+    """The ``wirepath`` console command: :func:`main` in a process of its own."""
+    sys.exit(main(own_process=True))

@@ -109,7 +109,11 @@ def tables(runs: dict[str, Any]) -> dict[str, pa.Table]:
 def test_the_streamed_file_is_the_whole_document(
     tables: dict[str, pa.Table], name: str, fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The first 400 requests whole (every shape of the full table; a tenth of its size).
     table = tables[name]
+    if table.num_rows:
+        first = np.unique(table["instance"].to_numpy())[:400]
+        table = table.filter(pa.array(np.isin(table["instance"].to_numpy(), first)))
     for max_traces in (None, 1, 29):
         monkeypatch.setattr(export, "BATCH_SPANS", 10**9)  # one batch: the document built whole
         want = _whole_json(table, fmt, max_traces)

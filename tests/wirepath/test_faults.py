@@ -375,7 +375,8 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert main(["convert", t, str(d / "t.txt")]) == 0
     s = str(d / "s.parquet")
     assert main(["synth", str(CONFIG), "--messages", "200000", "--out", s, "--pcap", str(d / "s.pcap")]) == 0
-    argv = ["infer", "nesting", s, "--no-calibrate", "--out", str(d / "p.json"), "--instances"]
+    # The paper's preset: a third of the default's time, the same files to read.
+    argv = ["infer", "nesting", s, "--preset", "paper", "--out", str(d / "p.json"), "--instances"]
     assert main([*argv, str(d / "i.parquet")]) == 0
     shutil.copy(CONFIG, d / "cfg.toml")
     return d
@@ -529,7 +530,8 @@ WATCHED = {
             "infer",
             "nesting",
             "{big}/s.parquet",
-            "--no-calibrate",
+            "--preset",
+            "paper",
             "--out",
             "{out}/p.json",
             "--instances",
