@@ -33,7 +33,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 import capture  # noqa: E402
 import tracefmt  # noqa: E402
 from capture.protocols import PROTOCOLS, parse_dns_datagram, parse_stream  # noqa: E402
-from viz.paths import load_paths  # noqa: E402
+from tracefmt import read_paths  # noqa: E402
 
 ROOT = HERE.parent
 CORPUS = ROOT / "tests" / "fuzz_corpus"
@@ -91,7 +91,7 @@ def _paths_target(data: bytes) -> None:
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "p.json"
         src.write_bytes(data)
-        doc = load_paths(src)
+        doc = read_paths(src)
         if doc.get("algorithm") == "nesting":
             from viz.dot import paths_dot
 

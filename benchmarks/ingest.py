@@ -174,10 +174,14 @@ def _run_python(name: str, pcap: Path, out: Path, limit: int) -> dict:
     return _timed([sys.executable, "-c", _RUNNERS[name], str(pcap), str(out), str(limit)])
 
 
-def _run_cli(pcap: Path, out: Path, packets: int) -> dict:
-    """``wirepath capture pcap`` as a user runs it (its messages are not parsed)."""
-    wirepath = Path(sys.executable).parent / "wirepath"
-    return _timed([str(wirepath), "capture", "pcap", str(pcap), "--out", str(out), "--quiet"], packets)
+def _run_cli(pcap: Path, out: Path, packets: int, tree: Path | None = None) -> dict:
+    """``wirepath capture pcap`` as a user runs it (its messages are not parsed); with
+    ``tree``, that copy's command line run the way its console command ran it."""
+    argv = ["capture", "pcap", str(pcap), "--out", str(out), "--quiet"]
+    if tree is None:
+        return _timed([str(Path(sys.executable).parent / "wirepath"), *argv], packets)
+    code = f"import sys; sys.path.insert(0, {str(tree)!r}); from wirepath.cli import main; sys.exit(main())"
+    return _timed([sys.executable, "-c", code, *argv], packets)
 
 
 def _run_tshark(pcap: Path, limit: int) -> dict:
@@ -255,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(
                         {"workload": kind, "tool": "wirepath CLI", **_run_cli(p, Path(tmp) / "t.parquet", n)}
                     )
+                    if args.before is not None:
+                        rb = _run_cli(p, Path(tmp) / "t.parquet", n, args.before)
+                        rows.append({"workload": kind, "tool": "wirepath CLI before", **rb})
             big, n_big = files[args.packets[0]]  # the baselines read the first capture's start
             limit = min(args.baseline_packets, n_big)
             if "dpkt" not in args.skip:
@@ -285,14 +292,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     print(
-        f"{'workload':10} {'tool':16} {'packets':>10} {'messages':>9} {'wall s':>7} {'CPU s':>7} "
+        f"{'workload':10} {'tool':20} {'packets':>10} {'messages':>9} {'wall s':>7} {'CPU s':>7} "
         f"{'pkts/CPU-s':>10} {'x dpkt':>6} {'x tshark':>8} {'peak RSS':>8}"
     )
     for r in rows:
         xd = f"{r['x_dpkt']:.1f}" if r["x_dpkt"] else "-"
         xt = f"{r['x_tshark']:.1f}" if r["x_tshark"] else "-"
         print(
-            f"{r['workload']:10} {r['tool']:16} {r['packets']:>10,} {r['messages']:>9,} {r['seconds']:>7.2f} "
+            f"{r['workload']:10} {r['tool']:20} {r['packets']:>10,} {r['messages']:>9,} {r['seconds']:>7.2f} "
             f"{r['cpu_seconds']:>7.2f} {r['packets_per_cpu_s']:>10,.0f} {xd:>6} {xt:>8} "
             f"{r['peak_rss_mb']:>6.0f}MB"
         )

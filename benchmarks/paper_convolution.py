@@ -170,7 +170,7 @@ def nesting_vs_convolution(messages: int) -> list[str]:
     inst = nest.instances_table()
     rn = infer.evaluate_paths(nest.to_json(), trace, instances=inst)
     t0 = time.perf_counter()
-    tuned = infer.infer_nesting(trace, "paper", board="joint", density=True, x=0.0)
+    tuned = infer.infer_nesting(trace, "paper", board="joint", density=True, overlap_penalty=0.0)
     t_tuned = time.perf_counter() - t0
     rt = infer.evaluate_paths(tuned.to_json(), trace, instances=tuned.instances_table())
     t0 = time.perf_counter()
@@ -186,7 +186,8 @@ def nesting_vs_convolution(messages: int) -> list[str]:
         f"| nesting (preset paper) | {rn['patterns']['true']} trees | {rn['patterns']['inferred']} | "
         f"{rn['patterns']['false_negatives']} | {rn['patterns']['false_positives']} | {top5(rn)} | "
         f"{_pct(rn['delay_error']['median_rel'])} | {t_nest:.2f} s |",
-        f"| nesting (preset paper with board=joint, density, x=0) | {rt['patterns']['true']} trees | "
+        "| nesting (preset paper with board=joint, density, overlap_penalty=0) | "
+        f"{rt['patterns']['true']} trees | "
         f"{rt['patterns']['inferred']} | {rt['patterns']['false_negatives']} | "
         f"{rt['patterns']['false_positives']} | {top5(rt)} | {_pct(rt['delay_error']['median_rel'])} | "
         f"{t_tuned:.2f} s |",
@@ -219,10 +220,10 @@ def refinements(messages: int) -> list[str]:
     ]
     variants: list[tuple[str, dict[str, Any], int | None]] = [
         ("all on (defaults)", {}, None),
-        ("short_paths=False", {"short_paths": False}, None),
-        ("stop_at_root=False", {"stop_at_root": False}, None),
-        ("plausible=False", {"plausible": False}, None),
-        ("max_repeats=2 (with stop_at_root=False)", {"max_repeats": 2, "stop_at_root": False}, None),
+        ("keep_short_paths=True", {"keep_short_paths": True}, None),
+        ("through_root=True", {"through_root": True}, None),
+        ("keep_implausible=True", {"keep_implausible": True}, None),
+        ("max_repeats=2 (with through_root=True)", {"max_repeats": 2, "through_root": True}, None),
         ("max_depth=4", {"max_depth": 4}, None),
         ("min_count=100", {}, 100),
         ("count_estimate='sqrt'", {"count_estimate": "sqrt"}, None),

@@ -29,7 +29,7 @@ import synth  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples" / "synth"
-PAPER = "paper (preset paper: delay board, x=2)"
+PAPER = "paper (preset paper: delay board, overlap_penalty=2)"
 FAST = "fast (preset fast: ours with at most two chain rounds)"
 OURS = "ours (the default preset, accurate)"
 #: Row label -> ``NestingParams`` preset.

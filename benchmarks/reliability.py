@@ -14,8 +14,10 @@ Four parts, each measured, none assumed:
   SIGKILL mid-run, the live agent killed mid-capture); one row per test;
 - **load**: peak RSS and time of converting generated captures of growing size, of
   ``synth`` at growing sizes, and of ``infer nesting`` at ``--sizes`` million messages
-  (with and without calibration), extrapolated to the 10 GB capture and the 50,000,000
-  messages the goals ask for. Every measured process is stopped at ``--rss-cap-gb``.
+  (with and without calibration), with a straight line through them; then the sizes the
+  goals ask for, measured whole: a capture of ``--big-capture-gb`` (part ``big``) and
+  ``infer nesting`` on ``--big-infer-m`` million messages (part ``biginfer``). Every
+  measured process is stopped at ``--rss-cap-gb``.
 
 Every process runs in a scratch directory (``build/reliability-*``, removed at the end
 unless ``--keep``); the figures go to ``build/reliability.json`` as each part ends, and
@@ -290,7 +292,9 @@ def hostile_cases(d: Path) -> list[Case]:
         ),
         Case("synth", "--truth the configuration", [*synth, "--truth", cfg]),
         Case(
-            "infer nesting", "--smooth 1e9", ["infer", "nesting", t, "--smooth", "1e9", "--out", f"{o}.json"]
+            "infer nesting",
+            "--smooth-bins 1e9",
+            ["infer", "nesting", t, "--smooth-bins", "1e9", "--out", f"{o}.json"],
         ),
         Case(
             "infer nesting", "--tolerance 1e400", ["infer", "nesting", t, "--tolerance", "1e400", "--out", o]
@@ -592,6 +596,32 @@ def run_big_capture(scratch: Path, gb: float, cap_gb: float) -> dict[str, Any]:
     }
 
 
+def run_big_inference(scratch: Path, messages_m: float, cap_gb: float) -> dict[str, Any]:
+    """``infer nesting`` with its default preset (calibration included) on one trace of
+    ``messages_m`` million messages (the multitier workload at parallelism 10), measured
+    whole; the paths file's request count is checked against the trace's."""
+    import pyarrow.parquet as pq
+
+    trace, paths = scratch / "t.parquet", scratch / "p.json"
+    argv = [*BIN, "synth", str(CONFIG), "--messages", str(int(messages_m * 1e6)), "--parallelism", "10"]
+    generate = measure([*argv, "--out", str(trace)], cap_gb, scratch)
+    messages = pq.read_metadata(trace).num_rows if trace.exists() else 0
+    infer = measure([*BIN, "infer", "nesting", str(trace), "--out", str(paths)], cap_gb, scratch)
+    load_average = os.getloadavg()[1]
+    doc = json.loads(paths.read_text()) if infer["rc"] == 0 and paths.exists() else {}
+    for f in (trace, paths):
+        f.unlink(missing_ok=True)
+    return {
+        "messages": messages,
+        "generate": generate,
+        "infer": infer,
+        "patterns": len(doc.get("patterns", [])),
+        "instances": sum(p.get("count", 0) for p in doc.get("patterns", [])),
+        "load_average": load_average,
+        "rss_cap_gb": cap_gb,
+    }
+
+
 def _iso(ns: int) -> str:
     import datetime as dt
 
@@ -606,7 +636,7 @@ def _provenance(parts: dict[str, Any]) -> str:
     """Which run each part's figures come from (a part skipped keeps its last figures)."""
     runs = parts.get("_runs", {})
     said = []
-    for name in ("hostile", "fuzz", "faults", "load", "big"):
+    for name in ("hostile", "fuzz", "faults", "load", "big", "biginfer"):
         if name in parts:
             r = runs.get(name)
             how = (
@@ -697,13 +727,16 @@ def render(args: argparse.Namespace, parts: dict[str, Any]) -> str:
             doc.append(f"| `{name}` | {_md(case.rstrip(']'))} | {r['s']:.1f} | {verdict} |")
         doc.append("")
     if "load" in parts:
-        doc += _render_load(parts["load"], args, parts.get("big"))
+        doc += _render_load(parts["load"], args, parts.get("big"), parts.get("biginfer"))
     doc += _security_notes()
     return "\n".join(doc) + "\n"
 
 
 def _render_load(
-    load: dict[str, Any], args: argparse.Namespace, big: dict[str, Any] | None = None
+    load: dict[str, Any],
+    args: argparse.Namespace,
+    big: dict[str, Any] | None = None,
+    big_infer: dict[str, Any] | None = None,
 ) -> list[str]:
     doc = [
         "## Load held",
@@ -808,7 +841,9 @@ def _render_load(
         ta, tb = _fit(xs, [r["wall_s"] for r in pts])
         at50, t50 = a + 50 * b, ta + 50 * tb
         label = "with calibration" if calibrate else "`--no-calibrate`"
-        if at50 > 24 * 1024:
+        if big_infer:
+            verdict = f"the measured run of {big_infer['messages']:,} messages is below."
+        elif at50 > 24 * 1024:
             verdict = "**it does not fit this 24 GB machine**."
         elif at50 > 24 * 1024 * 0.7:
             verdict = (
@@ -827,8 +862,9 @@ def _render_load(
         "Inference reads the whole trace and builds its call pairs in memory (not streamed or windowed), "
         "so its memory grows linearly with the trace; the per-message cost above is what decides the "
         "largest trace a machine can take.",
-        "",
     ]
+    doc += _render_big_inference(big_infer)
+    doc.append("")
     return doc
 
 
@@ -913,6 +949,25 @@ def _mem_gb() -> float:
         return int(f.readline().split()[1]) / 1024 / 1024
 
 
+def _render_big_inference(big: dict[str, Any] | None) -> list[str]:
+    if not big:
+        return []
+    v = big["infer"]
+    ended = "stopped at the RSS cap" if v["capped"] else f"exit {v['rc']}"
+    return [
+        "",
+        f"### {big['messages']:,} messages inferred",
+        "",
+        f"One trace of {big['messages']:,} messages (`synth --parallelism 10`: "
+        f"{big['generate']['wall_s']:.0f} s, peak RSS {big['generate']['rss_mb']:,.0f} MB), given to "
+        f"`wirepath infer nesting` with its default preset, calibration included: "
+        f"**{v['wall_s'] / 60:.1f} minutes, peak RSS {_gb(v['rss_mb'])}**, {ended} (load average "
+        f"{big.get('load_average', float('nan')):.1f} on {os.cpu_count()} cores as it ended; processes "
+        f"stopped past {big.get('rss_cap_gb', 6):g} GB); {big['patterns']:,} patterns covering "
+        f"{big['instances']:,} requests in its paths file.",
+    ]
+
+
 def _render_big(big: dict[str, Any] | None) -> list[str]:
     if not big:
         return []
@@ -946,9 +1001,15 @@ def main(argv: list[str] | None = None) -> int:
         "--big-capture-gb", type=float, default=10.0, help="the capture converted whole, GB (default 10)"
     )
     ap.add_argument(
+        "--big-infer-m",
+        type=float,
+        default=50.0,
+        help="the trace inferred whole, million messages (default 50)",
+    )
+    ap.add_argument(
         "--skip",
         default="",
-        help="parts to skip: hostile,fuzz,faults,load,big (their last figures are kept)",
+        help="parts to skip: hostile,fuzz,faults,load,big,biginfer (their last figures are kept)",
     )
     ap.add_argument("--out", default=str(ROOT / "docs" / "reliability.md"))
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
@@ -960,7 +1021,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = sys.argv[1:] if argv is None else argv
     skip = {s for s in args.skip.split(",") if s}
     if args.from_figures:
-        skip = {"hostile", "fuzz", "faults", "load", "big"}
+        skip = {"hostile", "fuzz", "faults", "load", "big", "biginfer"}
     (ROOT / "build").mkdir(exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="reliability-", dir=ROOT / "build"))
     figures = Path(args.figures)
@@ -972,6 +1033,7 @@ def main(argv: list[str] | None = None) -> int:
             ("faults", lambda: run_faults(scratch)),
             ("load", lambda: _load_part(scratch, args)),
             ("big", lambda: _big_part(scratch, args)),
+            ("biginfer", lambda: _big_infer_part(scratch, args)),
         ):
             if name in skip:
                 continue
@@ -1004,6 +1066,11 @@ def _load_part(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
 def _big_part(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
     (scratch / "big").mkdir()
     return run_big_capture(scratch / "big", args.big_capture_gb, args.rss_cap_gb)
+
+
+def _big_infer_part(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
+    (scratch / "biginfer").mkdir()
+    return run_big_inference(scratch / "biginfer", args.big_infer_m, args.rss_cap_gb)
 
 
 if __name__ == "__main__":

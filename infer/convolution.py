@@ -23,10 +23,11 @@ Uses only timestamp, sender and receiver, so it works for any messaging pattern.
    hop's count is the previous hop's times the share of its messages that go on.
 
 Refinements (each a parameter; measured in docs/paper-reproduction.md):
-``min_count`` drops paths with fewer estimated messages; ``short_paths`` drops a delay
-that a longer sibling path through the same node explains; ``stop_at_root`` and
-``max_repeats`` cut cycles; ``plausible`` drops peaks at negative lags whose tail reaches
-lag 0 and peaks cut off at ``max_lag``; ``max_depth`` limits the hops of a path.
+``min_count`` drops paths with fewer estimated messages; a delay that a longer sibling
+path through the same node explains is dropped (unless ``keep_short_paths``); a path ends
+at its root (unless ``through_root``) and ``max_repeats`` cuts cycles; peaks at negative
+lags whose tail reaches lag 0 and peaks cut off at ``max_lag`` are dropped (unless
+``keep_implausible``); ``max_depth`` limits the hops of a path.
 
 Cost: O(m) to build the signals; per edge pair O(S log S) time and O(S) memory by FFT,
 or, when edges are sparse against S, O(pairs of occupied quanta within the lag window)
@@ -326,13 +327,13 @@ def _plausible_peaks(
     z: np.ndarray, sq: np.ndarray, corr: Correlator, p: ConvolutionParams, tally: dict[str, Any]
 ) -> list[tuple[int, int, int, float]]:
     """The spikes of the scores ``z`` as ``(lag, first lag, last lag, z)``, without those
-    at negative lags or at ``max_lag`` when ``plausible`` (counted into ``tally``)."""
+    at negative lags or at ``max_lag`` unless ``keep_implausible`` (counted into ``tally``)."""
     neg, half = corr.neg, p.band_quanta
     ring, core = _ring(p)
     # The band's moving mean flattens a peak's top: locate peaks on the unsmoothed residual.
     exact = sq - local_background(sq, ring, core) if half else z
     # Search from a few negative lags when judging plausibility, else from lag 0.
-    first = neg - (half + _NEG_MARGIN) if p.plausible else neg
+    first = neg - (half + _NEG_MARGIN) if not p.keep_implausible else neg
     found = find_spikes(z[first:], n_sigma=p.n_sigma, sep_sigma=p.sep_sigma, locate=exact[first:])
     shift = neg - first
     last = corr.max_lag
@@ -340,10 +341,10 @@ def _plausible_peaks(
     keep = []
     for s in found:
         lag = s.lag - shift
-        if p.plausible and lag < 0:
+        if not p.keep_implausible and lag < 0:
             tally["spikes_negative"] += 1
             continue
-        if p.plausible and lag >= last - half:
+        if not p.keep_implausible and lag >= last - half:
             tally["spikes_at_max_lag"] += 1
             continue
         lo = max(s.lo - shift, lag - reach, 0)
@@ -556,7 +557,7 @@ def infer_convolution(
     pairs = _Pairs(corr, params, stats, done)
     start = _start_edges(candidates, graph_in, pairs, params, notes)
     verts, root_vertex = _grow(start, graph_in, pairs, params, stats, notes)
-    if params.short_paths:
+    if not params.keep_short_paths:
         _drop_short_paths(verts, params, stats)
     _recount(verts, root_vertex.values(), corr.counts, params, stats)
     graph = _vertex_graph(verts, graph_in)
@@ -886,7 +887,7 @@ def _grow(
         v = stack.pop()
         vx = verts[v]
         out = edges.out_edges[vx.node]
-        if params.stop_at_root and vx.depth > 0 and vx.node == verts[_root_of(verts, v)].node:
+        if not params.through_root and vx.depth > 0 and vx.node == verts[_root_of(verts, v)].node:
             stats["cut_root"] += any(pairs.spikes(vx.edge, e) for e in out)
             continue
         if vx.depth >= params.max_depth:

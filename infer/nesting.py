@@ -53,8 +53,16 @@ from infer.candidates import (
 from infer.chains import ChainModel, chain_stages
 from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import log_confidence_by
-from tracefmt import ParameterError, SchemaError, TraceFileError, atomic_output, sort_trace, validate_trace
-from tracefmt._files import existing_file
+from tracefmt import (
+    PATTERN_SORTS,
+    ParameterError,
+    SchemaError,
+    TraceFileError,
+    atomic_output,
+    existing_file,
+    sort_trace,
+    validate_trace,
+)
 from tracefmt.cluster import Runner
 from tracefmt.units import format_instant_ns
 
@@ -345,12 +353,12 @@ class _Chosen:
         """``(1+samedest)^-y (1+children)^-z`` over the other chosen children."""
         mine = self.parent[c] == par
         out = np.ones(c.size)
-        if params.y:
+        if params.same_node_penalty:
             key = par.astype(np.int64) * self.n_nodes + pairs.callee[c]
             same = np.searchsorted(self.by_dest, key, side="right") - np.searchsorted(self.by_dest, key)
-            out *= (1.0 + same - mine) ** -params.y
-        if params.z:
-            out *= (1.0 + self.n_kids[par] - mine) ** -params.z
+            out *= (1.0 + same - mine) ** -params.same_node_penalty
+        if params.children_penalty:
+            out *= (1.0 + self.n_kids[par] - mine) ** -params.children_penalty
         return out
 
 
@@ -555,7 +563,10 @@ class _Scoring:
         tol_ns = round(tolerance_s * 1e9)
         board = Scoreboard(params, n_nodes)
         chunks = CandidateChunks(
-            pairs, tol_ns, board, siblings=params.x > 0 or params.siblings > 0 or params.chains > 0
+            pairs,
+            tol_ns,
+            board,
+            siblings=params.overlap_penalty > 0 or params.siblings > 0 or params.chains > 0,
         )
         if counts is None:
             counts = np.zeros(n, np.int64)
@@ -636,7 +647,11 @@ def nesting_stages(
     yield last
     # Refinement rounds: the penalties count the children each parent actually got in
     # the round before, not every child it could have had.
-    plain = params.rounds if (params.x or params.y or params.z) else 0
+    plain = (
+        params.rounds
+        if (params.overlap_penalty or params.same_node_penalty or params.children_penalty)
+        else 0
+    )
     for k in range(plain + params.siblings):
         sibling = k >= plain
         best = _refine(pairs, scoring.chunks, scoring.board, params, n_nodes, last.parent, sibling)
@@ -690,15 +705,17 @@ def _first_pass(
     for ch in chunks:
         c, par = ch.c, ch.par
         score = board.lookup(ch.cells)
-        if params.x:
-            score = score * _penalty(ch.siblings.overlaps(None), params.x)
-        if params.y:
+        if params.overlap_penalty:
+            score = score * _penalty(ch.siblings.overlaps(None), params.overlap_penalty)
+        if params.same_node_penalty:
             dest = par.astype(np.int64) * n_nodes + pairs.callee[c]
             _, inv, cnt = np.unique(dest, return_inverse=True, return_counts=True)
-            score = score * cnt[inv.ravel()].astype(float) ** -params.y  # 1 + others to that destination
-        if params.z:
+            score = (
+                score * cnt[inv.ravel()].astype(float) ** -params.same_node_penalty
+            )  # 1 + others to that destination
+        if params.children_penalty:
             _, inv, cnt = np.unique(par, return_inverse=True, return_counts=True)
-            score = score * cnt[inv.ravel()].astype(float) ** -params.z
+            score = score * cnt[inv.ravel()].astype(float) ** -params.children_penalty
         best.offer(c, par, score, pairs.t_call)
     return best
 
@@ -713,7 +730,7 @@ def _refine(
     sibling: bool,
 ) -> BestSoFar:
     """One penalty round, or with ``sibling`` one sibling round, from ``previous``."""
-    chosen = _Chosen(pairs, previous) if (params.y or params.z) else None
+    chosen = _Chosen(pairs, previous) if (params.same_node_penalty or params.children_penalty) else None
     gaps, gap_keys = _GapBoard.learn(pairs, chunks, previous, params, n_nodes) if sibling else (None, None)
     best = BestSoFar(len(pairs))
     for i, ch in enumerate(chunks):
@@ -722,8 +739,8 @@ def _refine(
             score = board.lookup(ch.cells)
         else:
             score = gaps.lookup(gap_keys[i] if gap_keys is not None else gaps.cells(pairs, ch, member)[0])
-        if params.x:
-            score = score * _penalty(ch.siblings.overlaps(member), params.x)
+        if params.overlap_penalty:
+            score = score * _penalty(ch.siblings.overlaps(member), params.overlap_penalty)
         if chosen is not None:
             score = score * chosen.penalty(pairs, ch.c, ch.par, params)
         best.offer(ch.c, ch.par, score, pairs.t_call)
@@ -778,14 +795,14 @@ def infer_nesting(
     >>> r = infer_nesting(t)
     >>> [(pat.count, pat.shape_text) for pat in r.patterns]
     [(1, 'c>w(w>d)')]
-    >>> infer_nesting(t, "paper", x=1.0).params.x
+    >>> infer_nesting(t, "paper", overlap_penalty=1.0).params.overlap_penalty
     1.0
     """
     params = _resolved(params, overrides)
     for note in params.ineffective():
         warnings.warn(note, UserWarning, stacklevel=2)
-    if sort not in ("total", "count"):
-        raise ParameterError(f"unknown sort {sort!r} (must be total or count)")
+    if sort not in PATTERN_SORTS:
+        raise ParameterError(f"unknown sort {sort!r} (must be one of {', '.join(PATTERN_SORTS)})")
     trace = sort_trace(validate_trace(trace))
     nodes, pairs, info = _call_pairs(trace, params)
     # The trace is not needed past its call pairs: its columns are freed (when the caller

@@ -35,6 +35,10 @@ PRESETS = ("accurate", "fast", "paper")
 
 #: Keys a paths file's ``params`` holds besides the fields (output choices, not inference).
 _OUTPUT_KEYS = frozenset({"top", "min_count", "window_s", "preset", "sort"})
+#: The penalty weights, called x, y and z in the paper (and in paths files written before
+#: they were named for what they weigh).
+_PENALTIES = ("overlap_penalty", "same_node_penalty", "children_penalty")
+_PAPER_NAMES = dict(zip(("x", "y", "z"), _PENALTIES, strict=True))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,9 +49,11 @@ class NestingParams:
 
     Attributes
     ----------
-    x, y, z : float
-        Penalty weights for overlapping children, children with the same destination,
-        and children in general (the paper's most predictable setting: 2, 0, 0).
+    overlap_penalty, same_node_penalty, children_penalty : float
+        Penalty weights (the paper's x, y, z): a candidate parent's score is divided by
+        ``(1 + n) ** weight`` for the n of its other children that overlap this call,
+        that call the same node, and that it has at all (the paper's most predictable
+        setting: 2, 0, 0).
     bin_base, bin_min_s, bin_max_s : float
         Exponential delay bins: bin k covers ``bin_min_s * bin_base**(k-1)`` up to the
         next; the defaults resolve microseconds up to two hours.
@@ -95,15 +101,15 @@ class NestingParams:
     --------
     >>> NestingParams().chains, NestingParams.paper().chains
     (10, 0)
-    >>> NestingParams.preset("paper", x=1.0).x
+    >>> NestingParams.preset("paper", overlap_penalty=1.0).overlap_penalty
     1.0
     >>> NestingParams.from_json(NestingParams.fast().to_json()) == NestingParams.fast()
     True
     """
 
-    x: float = 2.0
-    y: float = 0.0
-    z: float = 0.0
+    overlap_penalty: float = 2.0
+    same_node_penalty: float = 0.0
+    children_penalty: float = 0.0
     bin_base: float = 1.05
     bin_min_s: float = 1e-6
     bin_max_s: float = 7200.0
@@ -134,7 +140,8 @@ class NestingParams:
 
     @classmethod
     def paper(cls) -> NestingParams:
-        """The 2003 scoreboard of Aguilera et al. (x=2, y=z=0, raw delay counts, one pass)."""
+        """The 2003 scoreboard of Aguilera et al. (overlap penalty 2, the other two off, raw
+        delay counts, one pass)."""
         return cls(density=False, board="delay", rounds=0, siblings=0, chains=0, auto_tolerance=False)
 
     @classmethod
@@ -175,6 +182,7 @@ class NestingParams:
         the defaults, or the paper's for a file written before presets existed (no
         ``preset`` key at all).
         """
+        doc = {_PAPER_NAMES.get(k, k): v for k, v in doc.items()}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(doc) - known - _OUTPUT_KEYS)
         if unknown:
@@ -188,11 +196,11 @@ class NestingParams:
 
     def check(self) -> None:
         """Raise ``ParameterError`` naming the first bad parameter."""
-        for name in ("x", "y", "z", "smooth_bins", "tolerance_s", "bin_base", "bin_min_s", "bin_max_s"):
+        for name in (*_PENALTIES, "smooth_bins", "tolerance_s", "bin_base", "bin_min_s", "bin_max_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ParameterError(f"{name} must be a finite number, not {value}")
-        for name in ("x", "y", "z", "smooth_bins", "tolerance_s"):
+        for name in (*_PENALTIES, "smooth_bins", "tolerance_s"):
             if getattr(self, name) < 0:
                 raise ParameterError(f"{name} must be >= 0, not {getattr(self, name)}")
         if not self.bin_base > 1.0:
@@ -229,12 +237,12 @@ class NestingParams:
 
         Examples
         --------
-        >>> NestingParams(x=0.0).ineffective()
-        ['rounds=2 does nothing without a penalty (x, y or z > 0)']
+        >>> NestingParams(overlap_penalty=0.0).ineffective()
+        ['rounds=2 does nothing without a penalty (a penalty weight > 0)']
         """
         notes = []
-        if self.rounds and not (self.x or self.y or self.z):
-            notes.append(f"rounds={self.rounds} does nothing without a penalty (x, y or z > 0)")
+        if self.rounds and not (self.overlap_penalty or self.same_node_penalty or self.children_penalty):
+            notes.append(f"rounds={self.rounds} does nothing without a penalty (a penalty weight > 0)")
         if self.chain_min_gain != type(self)().chain_min_gain and not self.chains:
             notes.append("chain_min_gain does nothing without chain rounds (chains > 0)")
         return notes
@@ -288,19 +296,21 @@ class ConvolutionParams:
         nothing).
     min_count : float
         Drop hops (and paths) with fewer estimated messages.
-    short_paths : bool
-        Drop a delay from vertex v to node C when a longer path from v returns to the
-        same node and reaches C after the same total delay (within the quanta and band):
-        the short path is that longer path seen with its middle left out.
+    keep_short_paths : bool
+        Keep what is dropped by default: a delay from vertex v to node C when a longer
+        path from v returns to the same node and reaches C after the same total delay
+        (within the quanta and band), the short path being that longer path seen with its
+        middle left out.
     max_repeats : int
         How often a path may repeat a transition (edge in, edge out); a path ends where it
         would repeat more (cuts cycles).
-    stop_at_root : bool
-        A path ends when it comes back to its root: what the root sends next belongs to
-        its next request (a client's think time), not to this path.
-    plausible : bool
-        Drop peaks at negative lags whose tail reaches lag 0 (an effect taken for a cause)
-        and peaks at ``max_lag`` (cut off, not located).
+    through_root : bool
+        Let a path go on when it comes back to its root. By default it ends there: what
+        the root sends next belongs to its next request (a client's think time), not to
+        this path.
+    keep_implausible : bool
+        Keep what is dropped by default: peaks at negative lags whose tail reaches lag 0
+        (an effect taken for a cause) and peaks at ``max_lag`` (cut off, not located).
     max_depth : int
         Most hops in a path.
     count_estimate : {"raw", "sqrt"}
@@ -333,10 +343,10 @@ class ConvolutionParams:
     band_s: float = 0.0
     root: tuple[str, ...] | None = None
     min_count: float = 1.0
-    short_paths: bool = True
+    keep_short_paths: bool = False
     max_repeats: int = 0
-    stop_at_root: bool = True
-    plausible: bool = True
+    through_root: bool = False
+    keep_implausible: bool = False
     max_depth: int = 32
     count_estimate: str = COUNT_ESTIMATES[0]
     delay_estimate: str = DELAY_ESTIMATES[0]

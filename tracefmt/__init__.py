@@ -8,6 +8,7 @@ from tracefmt._files import (
     DISK_FULL,
     atomic_output,
     distinct_outputs,
+    existing_file,
     parquet_output,
     partial_path,
     publish,
@@ -49,6 +50,7 @@ from tracefmt.parquet import (
     trace_parts,
     write_trace,
 )
+from tracefmt.pathsfile import PATHS_FORMAT, PATTERN_SORTS, check_paths, read_paths, write_paths
 from tracefmt.points import point_timestamps
 from tracefmt.schema import (
     CORE_COLUMNS,
@@ -80,6 +82,8 @@ __all__ = [
     "OP_CALL",
     "OP_RETURN",
     "OP_SEND",
+    "PATHS_FORMAT",
+    "PATTERN_SORTS",
     "SCHEMA_VERSION",
     "SPAN_AT",
     "SPAN_FORMATS",
@@ -103,9 +107,11 @@ __all__ = [
     "TraceWriter",
     "WirepathError",
     "atomic_output",
+    "check_paths",
     "convert_trace",
     "distinct_outputs",
     "empty_trace",
+    "existing_file",
     "format_duration_ns",
     "format_instant_ns",
     "format_text_lines",
@@ -124,6 +130,7 @@ __all__ = [
     "read_any_trace",
     "read_jaeger",
     "read_otlp",
+    "read_paths",
     "read_spans",
     "read_text_trace",
     "read_trace",
@@ -138,6 +145,7 @@ __all__ = [
     "validate_trace",
     "write_atomic",
     "write_error",
+    "write_paths",
     "write_text_trace",
     "write_trace",
 ]

@@ -1,4 +1,12 @@
-"""Durations written by people (``60s``, ``1.5ms``, ``-0.012``) as exact nanoseconds."""
+"""Durations written by people (``60s``, ``1.5ms``, ``-0.012``) as exact nanoseconds.
+
+The unit convention of every package: a name that holds a time says its unit (``_s``
+or ``_ns``). Timestamps, and the durations added to them exactly (clock offsets,
+duplicate windows, the gap between rendered packets), are integer nanoseconds, as the
+trace stores them: a float of seconds cannot hold a 2024 timestamp to the nanosecond.
+Settings and statistics (tolerances, bin widths, latencies, quanta) are float seconds.
+A flag takes a duration with its unit (``--tolerance 2ms``) whichever it becomes.
+"""
 
 from __future__ import annotations
 

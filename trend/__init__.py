@@ -15,7 +15,18 @@ if TYPE_CHECKING:
     from trend.analysis import METHODS, SeriesTrend, alert_text, analyze_all, analyze_series, trend_compliance
     from trend.compare import Comparison, compare_runs, format_comparison, parse_values, read_compare_file
     from trend.dashboard import DashboardReport, graph_figure, write_dashboard
-    from trend.mdl import DIRECTIONS, MAX_SBPS, MdlGroup, MdlResult, classify_mdl, resolve_unit
+    from trend.mdl import (
+        DIRECTIONS,
+        MAX_SBPS,
+        MdlGroup,
+        MdlResult,
+        check_direction,
+        classify_mdl,
+        group_bits,
+        renormalized,
+        resolve_unit,
+        run_stats,
+    )
     from trend.numbers import check_number, finite_json
     from trend.series import (
         IMPORT_COLUMNS,
@@ -43,7 +54,18 @@ _EXPORTS = {
     ],
     "trend.compare": ["Comparison", "compare_runs", "format_comparison", "parse_values", "read_compare_file"],
     "trend.dashboard": ["DashboardReport", "graph_figure", "write_dashboard"],
-    "trend.mdl": ["DIRECTIONS", "MAX_SBPS", "MdlGroup", "MdlResult", "classify_mdl", "resolve_unit"],
+    "trend.mdl": [
+        "DIRECTIONS",
+        "MAX_SBPS",
+        "MdlGroup",
+        "MdlResult",
+        "check_direction",
+        "classify_mdl",
+        "group_bits",
+        "renormalized",
+        "resolve_unit",
+        "run_stats",
+    ],
     "trend.numbers": ["check_number", "finite_json"],
     "trend.series": [
         "IMPORT_COLUMNS",
@@ -81,6 +103,7 @@ __all__ = [
     "analyze_all",
     "analyze_series",
     "analyze_wda",
+    "check_direction",
     "check_number",
     "classify_mdl",
     "classify_tmm",
@@ -88,6 +111,7 @@ __all__ = [
     "finite_json",
     "format_comparison",
     "graph_figure",
+    "group_bits",
     "load_series",
     "load_wda_config",
     "mrr_from_timestamps",
@@ -98,8 +122,10 @@ __all__ = [
     "read_compare_file",
     "read_result_rows",
     "read_wda_runs",
+    "renormalized",
     "resolve_unit",
     "results_table",
+    "run_stats",
     "trend_compliance",
     "trial_windows",
     "write_dashboard",

@@ -8,16 +8,14 @@ mean latency) and one per visit inside it.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from tracefmt import ParameterError, ParseError
+from tracefmt import ParameterError, ParseError, check_paths, read_paths
 from tracefmt.patterns import path_id
-from trend._files import read_text
 from trend.numbers import check_number
 from trend.series import parse_time_ns, results_table
 
@@ -117,18 +115,10 @@ def _visits(node: dict[str, Any], trail: str, out: list[tuple[str, float]]) -> N
 
 def _paths_doc(source: str | os.PathLike[str] | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The paths file's name for messages and its document, checked to be one."""
-    name = "<paths>"
     if isinstance(source, dict):
-        doc = source
-    else:
-        name = str(source)
-        try:
-            doc = json.loads(read_text(source))
-        except json.JSONDecodeError as e:
-            raise ParseError(name, e.lineno, f"not JSON: {e.msg}") from None
-    if not isinstance(doc, dict) or doc.get("format") != "wirepath.paths/1":
-        raise ParseError(name, 1, 'not a paths file (expected "format": "wirepath.paths/1")')
-    return name, doc
+        check_paths(source, "<paths>")
+        return "<paths>", source
+    return str(source), read_paths(source)
 
 
 def _path_rows(doc: dict[str, Any], name: str, prefix: str) -> list[tuple[str, float]]:
@@ -173,8 +163,8 @@ def paths_results(
     Examples
     --------
     >>> doc = {"format": "wirepath.paths/1", "algorithm": "nesting", "trace": {"end": "2024-05-01T00:00:00Z"},
-    ...        "patterns": [{"id": "p1", "root": {"node": "WS", "caller": "client",
-    ...        "latency_s": {"mean": 0.02}, "children": [{"node": "DB", "caller": "WS",
+    ...        "patterns": [{"id": "p1", "count": 1, "total_latency_s": 0.02, "root": {"node": "WS",
+    ...        "caller": "client", "latency_s": {"mean": 0.02}, "children": [{"node": "DB", "caller": "WS",
     ...        "latency_s": {"mean": 0.01}, "children": []}]}}]}
     >>> t = paths_results(doc, build="b1")
     >>> t.column("test").to_pylist(), t.column("value").to_pylist()

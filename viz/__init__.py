@@ -25,10 +25,7 @@ if TYPE_CHECKING:
     from viz.dot import convolution_dot, dot_quote, format_s, paths_dot, pattern_dot
     from viz.export import EXPORT_FORMATS, export_traces, write_export
     from viz.paths import (
-        SORTS,
-        check_paths,
         collapse_replicas,
-        load_paths,
         pattern_shape,
         replica_name,
         select_patterns,
@@ -53,10 +50,7 @@ _EXPORTS = {
     "viz.dot": ["convolution_dot", "dot_quote", "format_s", "paths_dot", "pattern_dot"],
     "viz.export": ["EXPORT_FORMATS", "export_traces", "write_export"],
     "viz.paths": [
-        "SORTS",
-        "check_paths",
         "collapse_replicas",
-        "load_paths",
         "pattern_shape",
         "replica_name",
         "select_patterns",
@@ -72,11 +66,9 @@ __getattr__, __dir__ = lazy_package(__name__, _EXPORTS)
 __all__ = [
     "EXPORT_FORMATS",
     "FORMATS",
-    "SORTS",
     "DemoResult",
     "PathsDiff",
     "build_report",
-    "check_paths",
     "collapse_replicas",
     "convolution_diff_dot",
     "convolution_dot",
@@ -89,7 +81,6 @@ __all__ = [
     "format_change",
     "format_s",
     "inline_svg",
-    "load_paths",
     "paths_dot",
     "pattern_dot",
     "pattern_shape",

@@ -23,8 +23,7 @@ from typing import Any
 import infer
 import synth
 import tracefmt
-from tracefmt import ParameterError, TraceFileError
-from viz._files import write_atomic
+from tracefmt import ParameterError, TraceFileError, write_atomic, write_paths
 from viz.diff import PathsDiff, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import format_s, paths_dot
 from viz.export import write_export
@@ -211,7 +210,7 @@ class _Demo:
         result = infer.infer_nesting(trace)
         doc = self.docs[name] = result.to_json()
         paths_path, instances_path = out / f"{name}-paths.json", out / f"{name}-instances.parquet"
-        _write_json(doc, paths_path)
+        write_paths(doc, paths_path)
         result.write_instances(instances_path)
         self.seconds[f"infer_{name}"] = time.perf_counter() - t0
         if convolution:
@@ -220,7 +219,7 @@ class _Demo:
                 f"inferring the {name} run's paths (convolution, quantum {DEMO_CONVOLUTION['quantum_s']} s)"
             )
             conv = self.conv_docs[name] = infer.infer_convolution(trace, **DEMO_CONVOLUTION).to_json()
-            _write_json(conv, out / f"{name}-convolution.json")
+            write_paths(conv, out / f"{name}-convolution.json")
             self.files[f"{name}_convolution"] = str(out / f"{name}-convolution.json")
             self.seconds[f"convolution_{name}"] = time.perf_counter() - t0
         self.runs[name] = {

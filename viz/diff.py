@@ -31,8 +31,9 @@ from typing import Any
 
 from tracefmt import ParameterError
 from tracefmt.display import printable
+from tracefmt.pathsfile import check_paths
 from viz.dot import DotGraph, format_s
-from viz.paths import check_paths, collapse_replicas, mean_of, replica_name, shape_of, visits
+from viz.paths import collapse_replicas, mean_of, replica_name, shape_of, visits
 
 __all__ = ["PathsDiff", "convolution_diff_dot", "diff_convolution", "diff_dot", "diff_paths", "format_change"]
 

@@ -11,8 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tracefmt import MissingToolError, ParameterError, WirepathError
-from viz._files import write_atomic
+from tracefmt import MissingToolError, ParameterError, WirepathError, write_atomic
 
 __all__ = ["FORMATS", "dot_binary", "render_dot", "write_graph"]
 

@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from viz._files import write_atomic
+from tracefmt import write_atomic
+from tracefmt.pathsfile import check_paths
 from viz.diff import PathsDiff, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import convolution_dot, format_s, pattern_dot
-from viz.paths import check_paths, collapse_replicas, select_patterns, shape_of
+from viz.paths import collapse_replicas, select_patterns, shape_of
 from viz.render import render_dot
 
 __all__ = ["build_report", "inline_svg", "reliability_svg", "write_report"]

@@ -69,11 +69,28 @@ class UsageError(Exception):
     """Raised by the parser instead of exiting, so ``main`` can return 2."""
 
 
+#: Flags renamed so that each is its keyword argument's name: the old one is answered
+#: with the new one.
+RENAMED_FLAGS = {
+    "--x": "--overlap-penalty",
+    "--y": "--same-node-penalty",
+    "--z": "--children-penalty",
+    "--no-ids": "--no-use-ids",
+    "--queue": "--loss-queue",
+    "--name": "--test",
+}
+
+
 class Parser(argparse.ArgumentParser):
     """An argument parser that raises :class:`UsageError` instead of exiting."""
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
+        if message.startswith("unrecognized arguments:"):
+            given = message.split(":", 1)[1].split()
+            renamed = [f"{old} is now {RENAMED_FLAGS[old]}" for old in given if old in RENAMED_FLAGS]
+            if renamed:
+                message += f" ({'; '.join(renamed)})"
         raise UsageError(f"{self.prog}: error: {message}")
 
 
@@ -83,13 +100,16 @@ def add_verb(
     handler: Callable[[argparse.Namespace], int],
     help_: str,
     desc: str,
+    *,
+    json_help: str = "print the result as JSON on stdout",
 ) -> Parser:
-    """Add verb ``name`` (with ``--json``) whose ``handler(args)`` returns the exit status."""
+    """Add verb ``name`` (with ``--json`` and ``--quiet``) whose ``handler(args)`` returns
+    the exit status."""
     p = verbs.add_parser(
         name, help=help_, description=desc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.set_defaults(handler=handler)
-    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
     return p
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import sys
 import warnings
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ import infer
 import synth
 import tracefmt
 from tracefmt import WirepathError
-from viz.paths import load_paths, tree_lines
+from viz.paths import tree_lines
 from wirepath import __version__, cli_capture, cli_convolution, cli_trend, cli_viz
 from wirepath._cli import Parser as _Parser
 from wirepath._cli import UsageError as _UsageError
@@ -179,7 +178,7 @@ def _synth_config(args: argparse.Namespace) -> synth.SynthConfig:
             "duration_s": "--duration",
             "parallelism": "--parallelism",
             "loss_rate_pps": "--loss-rate",
-            "loss_queue": "--queue",
+            "loss_queue": "--loss-queue",
             "skew": "--skew",
         },
         seed=args.seed,
@@ -187,7 +186,7 @@ def _synth_config(args: argparse.Namespace) -> synth.SynthConfig:
         duration_s=None if duration_ns is None else float(f"{duration_ns}e-9"),
         parallelism=args.parallelism,
         loss_rate_pps=args.loss_rate,
-        loss_queue=args.queue,
+        loss_queue=args.loss_queue,
         skew=_parse_skew(args.skew) or None,
     )
 
@@ -217,15 +216,15 @@ def _default_names(pcap: str) -> Path:
 def _nesting_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The single settings given on the command line (None: the preset's)."""
     given = {
-        "x": args.x,
-        "y": args.y,
-        "z": args.z,
+        "overlap_penalty": args.overlap_penalty,
+        "same_node_penalty": args.same_node_penalty,
+        "children_penalty": args.children_penalty,
         "bin_base": args.bin_base,
         "bin_min_s": None if args.bin_min is None else tracefmt.parse_duration_ns(args.bin_min) / 1e9,
-        "smooth_bins": args.smooth,
+        "smooth_bins": args.smooth_bins,
         "tolerance_s": None if args.tolerance is None else tracefmt.parse_duration_ns(args.tolerance) / 1e9,
         "auto_tolerance": args.auto_tolerance,
-        "use_ids": False if args.no_ids else None,
+        "use_ids": args.use_ids,
         "density": args.density,
         "board": args.board,
         "rounds": args.rounds,
@@ -256,7 +255,7 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
     window = tracefmt.parse_duration_ns(args.window) / 1e9 if args.window else None
     doc = result.to_json(top=args.top, min_count=args.min_count, window_s=window)
     out = Path(args.out)
-    tracefmt.write_atomic(out, json.dumps(doc, indent=1) + "\n")
+    tracefmt.write_paths(doc, out)
     if args.instances:
         result.write_instances(args.instances)
     lines = infer.nesting_lines(whole, doc, wrote=[out, *([args.instances] if args.instances else [])])
@@ -268,7 +267,7 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    paths = load_paths(args.paths)
+    paths = tracefmt.read_paths(args.paths)
     trace = tracefmt.read_trace(args.trace)
     instances = infer.read_instances(args.instances) if args.instances else None
     report = infer.evaluate_paths(paths, trace, instances=instances)
@@ -289,7 +288,10 @@ def _nesting_arguments(p: argparse.ArgumentParser) -> None:
     _scoreboard_arguments(p, d)
     _delay_arguments(p, d)
     p.add_argument(
-        "--no-ids", action="store_true", default=None, help="ignore call ids; match calls by time order"
+        "--use-ids",
+        action=argparse.BooleanOptionalAction,
+        help="match calls and returns by id where the trace has ids (default "
+        f"{'on' if d.use_ids else 'off'}; off: by time order)",
     )
     p.add_argument(
         "--calibrate",
@@ -302,9 +304,25 @@ def _nesting_arguments(p: argparse.ArgumentParser) -> None:
 
 def _scoreboard_arguments(p: argparse.ArgumentParser, d: infer.NestingParams) -> None:
     """How candidate parents are scored and refined: penalties, board, rounds."""
-    p.add_argument("--x", type=float, help=f"overlap penalty weight (default {d.x:g})")
-    p.add_argument("--y", type=float, help=f"same-destination penalty weight (default {d.y:g})")
-    p.add_argument("--z", type=float, help=f"children penalty weight (default {d.z:g})")
+    p.add_argument(
+        "--overlap-penalty",
+        type=float,
+        metavar="W",
+        help=f"weight of a parent's other children that overlap the call (the paper's x; default "
+        f"{d.overlap_penalty:g})",
+    )
+    p.add_argument(
+        "--same-node-penalty",
+        type=float,
+        metavar="W",
+        help=f"weight of its other children that call the same node (y; default {d.same_node_penalty:g})",
+    )
+    p.add_argument(
+        "--children-penalty",
+        type=float,
+        metavar="W",
+        help=f"weight of its other children at all (z; default {d.children_penalty:g})",
+    )
     p.add_argument("--board", choices=list(infer.BOARDS), help=f"scoreboard (default {d.board})")
     p.add_argument(
         "--density",
@@ -339,7 +357,7 @@ def _delay_arguments(p: argparse.ArgumentParser, d: infer.NestingParams) -> None
         "--bin-min", metavar="DURATION", help=f"smallest delay bin (default {d.bin_min_s * 1e6:g}us)"
     )
     p.add_argument(
-        "--smooth",
+        "--smooth-bins",
         type=float,
         metavar="BINS",
         help=f"Gaussian smoothing (delay board; default {d.smooth_bins:g})",
@@ -529,7 +547,7 @@ def _synth_fault_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--loss-rate", type=float, metavar="PPS", help="capture point peak rate, packets/s (enables loss)"
     )
-    p.add_argument("--queue", type=int, metavar="N", help="capture queue length in packets (default 64)")
+    p.add_argument("--loss-queue", type=int, metavar="N", help="capture queue length in packets (default 64)")
     p.add_argument(
         "--skew",
         action="append",
@@ -555,11 +573,12 @@ def _register_infer(verbs: argparse._SubParsersAction) -> argparse._SubParsersAc
 
 
 def _register_nesting(algos: argparse._SubParsersAction) -> None:
-    p = algos.add_parser(
+    p = add_verb(
+        algos,
         "nesting",
-        help="nesting algorithm for RPC traces",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="The nesting algorithm (Aguilera et al., SOSP 2003) for RPC traces: match calls\n"
+        _cmd_infer_nesting,
+        "nesting algorithm for RPC traces",
+        "The nesting algorithm (Aguilera et al., SOSP 2003) for RPC traces: match calls\n"
         "with returns, find each call's candidate parents, score them by how often their\n"
         "delays occur, pick one parent per call, and group the resulting path instances\n"
         "into patterns with per-visit latency and per-edge delay statistics.\n\n"
@@ -569,8 +588,8 @@ def _register_nesting(algos: argparse._SubParsersAction) -> None:
         "exact where calls into one node overlap); --preset paper is the 2003 scoreboard.\n"
         "Single options override the preset's value (measurements: docs/inference.md).\n\n"
         "example: wirepath infer nesting t.parquet --out paths.json --instances inst.parquet",
+        json_help="print the paths file on stdout",
     )
-    p.set_defaults(handler=_cmd_infer_nesting)
     p.add_argument("trace", help="trace (.parquet or text)")
     p.add_argument("--out", required=True, help="paths file to write (JSON, results.md)")
     p.add_argument("--instances", metavar="FILE.parquet", help="also write every call pair with its parent")
@@ -578,7 +597,7 @@ def _register_nesting(algos: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--min-count", type=count(1), default=1, metavar="N", help="drop patterns seen fewer times"
     )
-    p.add_argument("--sort", choices=["total", "count"], default="total", help="order patterns by")
+    p.add_argument("--sort", choices=list(tracefmt.PATTERN_SORTS), default="total", help="order patterns by")
     p.add_argument("--show", type=count(0), default=5, metavar="N", help="patterns to print (default 5)")
     p.add_argument("--window", metavar="DURATION", help="also list patterns per time window (e.g. 60s)")
     p.add_argument(
@@ -590,7 +609,6 @@ def _register_nesting(algos: argparse._SubParsersAction) -> None:
         "is below P (0..1); the count left out is printed and kept in the paths file",
     )
     _nesting_arguments(p)
-    p.add_argument("--json", action="store_true", help="print the paths file on stdout")
     add_cluster_options(p)
 
 

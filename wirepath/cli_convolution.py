@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import infer
 import tracefmt
 from infer.params import COUNT_ESTIMATES, DELAY_ESTIMATES, METHODS
 from viz.paths import format_path
-from wirepath._cli import Parser, add_cluster_options, count, emit, runner
+from wirepath._cli import Parser, add_cluster_options, add_verb, count, emit, runner
 
 __all__ = ["register"]
 
@@ -25,10 +24,10 @@ def _convolution_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "band_s": None if args.band is None else tracefmt.parse_duration_ns(args.band) / 1e9,
         "root": args.root,
         "min_count": args.min_count,
-        "short_paths": False if args.keep_short_paths else None,
+        "keep_short_paths": True if args.keep_short_paths else None,
         "max_repeats": args.max_repeats,
-        "stop_at_root": False if args.through_root else None,
-        "plausible": False if args.keep_implausible else None,
+        "through_root": True if args.through_root else None,
+        "keep_implausible": True if args.keep_implausible else None,
         "max_depth": args.max_depth,
         "count_estimate": args.count_estimate,
         "delay_estimate": args.delay_estimate,
@@ -47,7 +46,7 @@ def _cmd_infer_convolution(args: argparse.Namespace) -> int:
         result = infer.infer_convolution(trace, quantum_s=quantum_s, runner=run, **settings)
     doc = result.to_json(top=args.top)
     out = Path(args.out)
-    tracefmt.write_atomic(out, json.dumps(doc, indent=1) + "\n")
+    tracefmt.write_paths(doc, out)
     lines = infer.convolution_lines(doc, wrote=[out])
     for k, p in enumerate(doc["paths"][: args.show], 1):
         lines.append(f"#{k:<3} {p['count']:>10,.0f}  {format_path(p)}")
@@ -57,11 +56,12 @@ def _cmd_infer_convolution(args: argparse.Namespace) -> int:
 
 def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersAction) -> None:
     """Add this module's verbs to ``verbs`` (and algorithms to ``infer``'s ``algos``)."""
-    p: Parser = algos.add_parser(
+    p: Parser = add_verb(
+        algos,
         "convolution",
-        help="convolution algorithm for free-form messages",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="The convolution algorithm (Aguilera et al., SOSP 2003) for any messaging\n"
+        _cmd_infer_convolution,
+        "convolution algorithm for free-form messages",
+        "The convolution algorithm (Aguilera et al., SOSP 2003) for any messaging\n"
         "pattern: every directed edge becomes a signal (square root of its messages per\n"
         "quantum); each edge into a node is cross-correlated with each edge out of it (FFT,\n"
         "or pairs of occupied quanta when cheaper); spikes give the causal delays; paths\n"
@@ -73,8 +73,8 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
         "With --workers or --scheduler the edge pairs are correlated by the tasks of a Dask\n"
         "cluster (each edge's messages shipped to each worker once); the paths file is the\n"
         "same as in one process (docs/scaling.md).",
+        json_help="print the paths file on stdout",
     )
-    p.set_defaults(handler=_cmd_infer_convolution)
     p.add_argument("trace", help="trace (.parquet or text)")
     p.add_argument("--out", required=True, help="paths file to write (JSON, results.md)")
     p.add_argument("--quantum", required=True, metavar="DURATION", help="time resolution, e.g. 1ms or 5s")
@@ -96,7 +96,6 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     _estimate_arguments(p, d)
     p.add_argument("--top", type=count(1), metavar="N", help="keep the first N paths in the file")
     p.add_argument("--show", type=count(0), default=10, metavar="N", help="paths to print (default 10)")
-    p.add_argument("--json", action="store_true", help="print the paths file on stdout")
     add_cluster_options(p)
 
 

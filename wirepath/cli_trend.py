@@ -443,7 +443,7 @@ def _register_compare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--current", metavar="V,V,...", help="the current trial values (one test)")
     p.add_argument("--parent-file", metavar="FILE", help="the parent's trials of many tests")
     p.add_argument("--current-file", metavar="FILE", help="the current trials of the same tests")
-    p.add_argument("--name", default="test", help="test name with --parent/--current")
+    p.add_argument("--test", default="test", help="test name with --parent/--current (default test)")
     p.add_argument(
         "--direction", choices=trend.DIRECTIONS, default="bigger-is-better", help="default bigger-is-better"
     )
@@ -459,8 +459,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if inline:
         if args.parent is None or args.current is None:
             raise tracefmt.ParameterError("--parent and --current go together")
-        parent = {args.name: trend.parse_values(args.parent, "--parent")}
-        current = {args.name: trend.parse_values(args.current, "--current")}
+        parent = {args.test: trend.parse_values(args.parent, "--parent")}
+        current = {args.test: trend.parse_values(args.current, "--current")}
     else:
         if args.parent_file is None or args.current_file is None:
             raise tracefmt.ParameterError("--parent-file and --current-file go together")

@@ -16,7 +16,7 @@ from viz.demo import DEMO_CONVOLUTION, run_demo
 from viz.diff import convolution_diff_dot, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import format_s, paths_dot
 from viz.export import EXPORT_FORMATS, write_export
-from viz.paths import SORTS, collapse_replicas, confident_patterns, load_paths, select_patterns, tree_lines
+from viz.paths import collapse_replicas, confident_patterns, select_patterns, tree_lines
 from viz.render import FORMATS, write_graph
 from viz.report import build_report, write_report
 from wirepath._cli import Parser, add_verb, count, emit, probability
@@ -41,7 +41,7 @@ def _left_out(patterns: int, instances: int, min_confidence: float) -> str:
 
 def _cmd_draw(args: argparse.Namespace) -> int:
     tracefmt.distinct_outputs([args.paths], [args.out])
-    doc = load_paths(args.paths)
+    doc = tracefmt.read_paths(args.paths)
     doc, left_patterns, left_instances = confident_patterns(doc, args.min_confidence)
     merged = collapse_replicas(doc, args.collapse) if doc["algorithm"] == "nesting" else doc
     text = paths_dot(merged, top=args.top, sort=args.sort, min_share=args.min_share)
@@ -62,7 +62,7 @@ def _cmd_draw(args: argparse.Namespace) -> int:
 
 def _cmd_diff(args: argparse.Namespace) -> int:
     tracefmt.distinct_outputs([args.base, args.slow], [args.out or "diff.svg"], what="an input")
-    base, slow = load_paths(args.base), load_paths(args.slow)
+    base, slow = tracefmt.read_paths(args.base), tracefmt.read_paths(args.slow)
     if base["algorithm"] == slow["algorithm"] == "convolution":
         return _convolution_diff(args, base, slow)
     diff = diff_paths(base, slow, collapse=args.collapse, min_count=args.min_count)
@@ -103,8 +103,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     tracefmt.distinct_outputs(
         [args.paths, args.diff, args.truth, args.instances], [args.out], what="an input"
     )
-    doc = load_paths(args.paths)
-    base = load_paths(args.diff) if args.diff else None
+    doc = tracefmt.read_paths(args.paths)
+    base = tracefmt.read_paths(args.diff) if args.diff else None
     if (args.truth is None) != (args.instances is None):
         raise ParameterError(
             "--truth and --instances go together (the trace with its truth, and the instances)"
@@ -210,7 +210,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _view_options(p: argparse.ArgumentParser, top: int) -> None:
     p.add_argument("--top", type=count(1), default=top, metavar="N", help=f"patterns to show (default {top})")
-    p.add_argument("--sort", choices=list(SORTS), default="total", help="order patterns by (default total)")
+    p.add_argument(
+        "--sort",
+        choices=list(tracefmt.PATTERN_SORTS),
+        default="total",
+        help="order patterns by (default total)",
+    )
     p.add_argument(
         "--min-share",
         type=float,

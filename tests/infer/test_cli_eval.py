@@ -93,7 +93,7 @@ def test_paths_file_not_json(run, tmp_path: Path, capsys: pytest.CaptureFixture[
     bad = tmp_path / "p.json"
     bad.write_text("{not json", encoding="utf-8")
     assert main(["eval", str(bad), str(run["trace"])]) == 1
-    assert "not a JSON paths file" in _error(capsys)
+    assert "not JSON, so not a paths file" in _error(capsys)
 
 
 def test_json_that_is_not_a_paths_file(run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

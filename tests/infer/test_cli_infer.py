@@ -138,9 +138,9 @@ def test_options_reach_the_params(
         synth_files["trace"],
         "--out",
         out_json,
-        "--x",
+        "--overlap-penalty",
         "0",
-        "--y",
+        "--same-node-penalty",
         "0.5",
         "--tolerance",
         "2ms",
@@ -154,8 +154,8 @@ def test_options_reach_the_params(
     assert rc == 0, err
     doc = json.loads(out_json.read_text())
     p = doc["params"]
-    assert p["x"] == 0.0
-    assert p["y"] == 0.5
+    assert p["overlap_penalty"] == 0.0
+    assert p["same_node_penalty"] == 0.5
     assert p["tolerance_s"] == pytest.approx(0.002)
     assert p["bin_min_s"] == pytest.approx(1e-5)
     assert p["bin_base"] == 1.1
@@ -231,7 +231,7 @@ def test_no_ids_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     rc, _, err = run(capsys, "infer", "nesting", src, "--out", out_json)
     assert rc == 0, err
     assert latency()["std"] == pytest.approx(0.001, rel=1e-9)
-    rc, _, err = run(capsys, "infer", "nesting", src, "--out", out_json, "--no-ids")
+    rc, _, err = run(capsys, "infer", "nesting", src, "--out", out_json, "--no-use-ids")
     assert rc == 0, err
     assert latency()["std"] == pytest.approx(0.0, abs=1e-12)
     assert latency()["mean"] == pytest.approx(0.002, rel=1e-9)
@@ -404,10 +404,10 @@ def test_setting_that_does_nothing_is_warned_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], synth_files: dict[str, Any]
 ) -> None:
     out_json = tmp_path / "p.json"
-    flags = ["--rounds", "3", "--x", "0", "--y", "0", "--z", "0"]
+    flags = ["--rounds", "3", "--overlap-penalty", "0", "--same-node-penalty", "0", "--children-penalty", "0"]
     rc, out, err = run(capsys, "infer", "nesting", synth_files["trace"], "--out", out_json, *flags)
     assert rc == 0, err
-    assert err.splitlines() == ["warning: rounds=3 does nothing without a penalty (x, y or z > 0)"]
+    assert err.splitlines() == ["warning: rounds=3 does nothing without a penalty (a penalty weight > 0)"]
     assert str(out_json) in out
     doc = json.loads(out_json.read_text())
     assert doc["params"]["rounds"] == 3

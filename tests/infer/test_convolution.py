@@ -141,7 +141,7 @@ def test_rpc_paths_and_short_path_refinement(rpc: pa.Table) -> None:
     assert [d[0] for d in p.delays_s] == pytest.approx([0.004, 0.010, 0.002], abs=0.001)
     # client->WS->client (the whole visit, about 16 ms) is the long path with its middle
     # left out: found without the refinement, dropped with it.
-    raw = infer.infer_convolution(rpc, short_paths=False, **kw)
+    raw = infer.infer_convolution(rpc, keep_short_paths=True, **kw)
     short = ("client", "WS", "client")
     assert short in [p.nodes for p in raw.paths]
     assert short not in nodes
@@ -180,10 +180,10 @@ def test_cycles_are_cut() -> None:
     assert [p.nodes for p in r.paths] == [("a", "b", "a")]
     assert r.stats["cut_root"] == 1
     # Through the root, each transition once: a b a b (then b->a would repeat).
-    r = infer.infer_convolution(table, stop_at_root=False, **kw)
+    r = infer.infer_convolution(table, through_root=True, **kw)
     assert [p.nodes for p in r.paths] == [("a", "b", "a", "b")]
     assert r.stats["cut_repeats"] == 1
-    r2 = infer.infer_convolution(table, stop_at_root=False, max_repeats=2, **kw)
+    r2 = infer.infer_convolution(table, through_root=True, max_repeats=2, **kw)
     assert max(len(p.nodes) for p in r2.paths) == 8  # each of the two transitions three times
     # Without a root everything is explained (a closed loop): the result says so.
     r3 = infer.infer_convolution(table, quantum_s=0.001, max_lag_s=0.2, band_s=0.001)
@@ -203,7 +203,7 @@ def test_negative_lag_tails_are_dropped() -> None:
         rows.append((t + 0.007 + rng.normal(0, 0.001), "a", "b"))
     table = _table(sorted(rows))
     kw: dict[str, Any] = {"quantum_s": 0.01, "max_lag_s": 0.25, "root": "a"}
-    kept = infer.infer_convolution(table, plausible=False, **kw)
+    kept = infer.infer_convolution(table, keep_implausible=True, **kw)
     assert ("a", "b", "c") not in [p.nodes for p in kept.paths]
     r = infer.infer_convolution(table, **kw)
     assert [p.nodes for p in r.paths] == [("a", "b")]

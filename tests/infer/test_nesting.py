@@ -150,7 +150,13 @@ def test_instance_and_pattern_of_every_pair(serial_trace, serial_result, h) -> N
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"x": 0.0}, {"board": "joint"}, {"density": True}, {"smooth_bins": 2.0}, {"y": 1.0, "z": 1.0}],
+    [
+        {"overlap_penalty": 0.0},
+        {"board": "joint"},
+        {"density": True},
+        {"smooth_bins": 2.0},
+        {"same_node_penalty": 1.0, "children_penalty": 1.0},
+    ],
     ids=["x0", "joint", "density", "smooth", "yz"],
 )
 def test_every_setting_finds_the_true_parents_at_parallelism_1(serial_trace, h, kwargs) -> None:
@@ -365,8 +371,8 @@ def test_majority_decides_even_with_fewer_votes(h) -> None:
     assert r.confidence[pair_at(r, t_amb + 8 * MS)] == pytest.approx(3.5 / 4.0, rel=1e-12)
 
 
-@pytest.mark.parametrize("x", [0.0, 2.0])
-def test_tie_goes_to_the_earliest_parent(h, x: float) -> None:
+@pytest.mark.parametrize("weight", [0.0, 2.0])
+def test_tie_goes_to_the_earliest_parent(h, weight: float) -> None:
     t_amb = 10_000 * MS
     rows = [
         (t_amb, "call", "A", "B", 1),
@@ -376,7 +382,7 @@ def test_tie_goes_to_the_earliest_parent(h, x: float) -> None:
         (t_amb + 10 * MS, "return", "B", "A", 1),
         (t_amb + 11 * MS, "return", "B", "A", 2),
     ]
-    r = infer_nesting(h.trace(rows), "paper", x=x, calibrate=False)
+    r = infer_nesting(h.trace(rows), "paper", overlap_penalty=weight, calibrate=False)
     child = pair_at(r, t_amb + 5 * MS)
     assert r.parent[child] == pair_at(r, t_amb)
     assert r.confidence[child] == pytest.approx(0.5, rel=1e-12)
@@ -423,11 +429,11 @@ def penalty_trace(h) -> pa.Table:
 @pytest.mark.parametrize(
     ("weights", "winner", "confidence"),
     [
-        ({"x": 0.0}, 0, 0.5),  # a tie: the earliest parent
-        ({"x": 2.0}, 2, 0.5 / (0.5 + 0.5 / 4)),  # P1's c overlaps d: (1+1)^-2
-        ({"x": 1.0}, 2, 0.5 / (0.5 + 0.5 / 2)),
-        ({"x": 0.0, "y": 1.0}, 2, None),  # P1 has two children to C
-        ({"x": 0.0, "z": 1.0}, 2, None),  # P1 has two children
+        ({"overlap_penalty": 0.0}, 0, 0.5),  # a tie: the earliest parent
+        ({"overlap_penalty": 2.0}, 2, 0.5 / (0.5 + 0.5 / 4)),  # P1's c overlaps d: (1+1)^-2
+        ({"overlap_penalty": 1.0}, 2, 0.5 / (0.5 + 0.5 / 2)),
+        ({"overlap_penalty": 0.0, "same_node_penalty": 1.0}, 2, None),  # P1 has two children to C
+        ({"overlap_penalty": 0.0, "children_penalty": 1.0}, 2, None),  # P1 has two children
     ],
     ids=["x0", "x2", "x1", "y1", "z1"],
 )
@@ -610,9 +616,9 @@ def test_single_call_pair(h) -> None:
         ({"bin_base": -2.0}, "bin_base"),
         ({"bin_min_s": 0.0}, "bin_min_s"),
         ({"bin_min_s": 10.0, "bin_max_s": 1.0}, "bin_min_s"),
-        ({"x": -1.0}, "x"),
-        ({"y": -0.5}, "y"),
-        ({"z": -3.0}, "z"),
+        ({"overlap_penalty": -1.0}, "overlap_penalty"),
+        ({"same_node_penalty": -0.5}, "same_node_penalty"),
+        ({"children_penalty": -3.0}, "children_penalty"),
         ({"smooth_bins": -1.0}, "smooth_bins"),
         ({"tolerance_s": -0.001}, "tolerance_s"),
         ({"board": "bogus"}, "board"),
@@ -626,7 +632,10 @@ def test_invalid_parameters(h, kwargs: dict, name: str) -> None:
         infer_nesting(t, "paper", **kwargs)
 
 
-@pytest.mark.parametrize("name", ["x", "y", "z", "bin_base", "smooth_bins", "tolerance_s"])
+@pytest.mark.parametrize(
+    "name",
+    ["overlap_penalty", "same_node_penalty", "children_penalty", "bin_base", "smooth_bins", "tolerance_s"],
+)
 def test_nan_parameters_are_rejected(h, name: str) -> None:
     t = h.trace(
         [

@@ -36,15 +36,24 @@ def iso_to_ns(text: str) -> int:
 
 def test_paths_file_top_level(serial_trace, h) -> None:
     table, _ = serial_trace
-    r = infer_nesting(table, "paper", x=1.5, bin_base=1.1, tolerance_s=0.0005, sort="count")
+    r = infer_nesting(table, "paper", overlap_penalty=1.5, bin_base=1.1, tolerance_s=0.0005, sort="count")
     doc = r.to_json()
     assert doc["format"] == "wirepath.paths/1"
     assert doc["algorithm"] == "nesting"
     params = doc["params"]
-    assert params["x"] == 1.5
+    assert params["overlap_penalty"] == 1.5
     assert params["bin_base"] == 1.1
     assert params["tolerance_s"] == 0.0005
-    for name in ("y", "z", "bin_min_s", "bin_max_s", "smooth_bins", "use_ids", "density", "board"):
+    for name in (
+        "same_node_penalty",
+        "children_penalty",
+        "bin_min_s",
+        "bin_max_s",
+        "smooth_bins",
+        "use_ids",
+        "density",
+        "board",
+    ):
         assert name in params
     ts = table["timestamp"].cast(pa.int64()).to_numpy()
     assert doc["trace"]["messages"] == table.num_rows

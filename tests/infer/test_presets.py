@@ -25,11 +25,11 @@ from tracefmt import ParameterError, SchemaError, sort_trace, validate_trace
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "synth"
 MS = 1_000_000
 
-#: The 2003 scoreboard of Aguilera et al.: x=2, y=z=0, raw delay counts, one pass.
+#: The 2003 scoreboard of Aguilera et al.: x=2, same_node_penalty=z=0, raw delay counts, one pass.
 PAPER = {
-    "x": 2.0,
-    "y": 0.0,
-    "z": 0.0,
+    "overlap_penalty": 2.0,
+    "same_node_penalty": 0.0,
+    "children_penalty": 0.0,
     "bin_base": 1.05,
     "bin_min_s": 1e-6,
     "bin_max_s": 7200.0,
@@ -102,7 +102,7 @@ def test_fast_is_accurate_with_two_chain_rounds_at_most() -> None:
 
 
 def test_settings_that_match_no_preset_have_no_name() -> None:
-    assert NestingParams.paper().with_overrides(x=1.0).preset_name is None
+    assert NestingParams.paper().with_overrides(overlap_penalty=1.0).preset_name is None
     assert NestingParams().with_overrides(chains=2).preset_name == "fast"
     assert NestingParams().with_overrides(chains=0).preset_name is None
 
@@ -136,13 +136,15 @@ def test_paper_by_name_by_object_and_by_fields(parallel_trace) -> None:
 
 def test_overrides_replace_single_fields_of_the_preset(parallel_trace) -> None:
     table, _ = parallel_trace
-    r = infer_nesting(table, "paper", x=1.0)
-    assert asdict(r.params) == {**PAPER, "x": 1.0}
+    r = infer_nesting(table, "paper", overlap_penalty=1.0)
+    assert asdict(r.params) == {**PAPER, "overlap_penalty": 1.0}
     assert r.to_json()["params"]["preset"] is None
-    same = infer_nesting(table, NestingParams.paper(), x=1.0)
+    same = infer_nesting(table, NestingParams.paper(), overlap_penalty=1.0)
     assert same.params == r.params
     assert np.array_equal(same.parent, r.parent)
-    assert np.array_equal(infer_nesting(table, NestingParams.paper().with_overrides(x=1.0)).parent, r.parent)
+    assert np.array_equal(
+        infer_nesting(table, NestingParams.paper().with_overrides(overlap_penalty=1.0)).parent, r.parent
+    )
 
 
 def test_unknown_preset_names_the_presets(h) -> None:
@@ -163,7 +165,9 @@ def test_unknown_override_names_the_parameters(h, params) -> None:
 
 
 @pytest.mark.parametrize(
-    "params", [{"x": 1.0}, 3, NestingParams.paper().to_json()], ids=["dict", "int", "params-json"]
+    "params",
+    [{"overlap_penalty": 1.0}, 3, NestingParams.paper().to_json()],
+    ids=["dict", "int", "params-json"],
 )
 def test_params_must_be_params_or_a_preset_name(h, params) -> None:
     with pytest.raises(ParameterError, match="NestingParams or a preset name"):
@@ -179,13 +183,13 @@ def test_bad_trace_still_raises_with_a_good_preset(h) -> None:
 
 ROUND_TRIPS = [
     *PRESETS,
-    ("paper", {"x": 1.0, "chains": 3}),
+    ("paper", {"overlap_penalty": 1.0, "chains": 3}),
     ("accurate", {"tolerance_s": 0.002, "use_ids": False, "chain_min_gain": 0.01}),
 ]
 
 
 def _case_id(case) -> str:
-    """``paper`` or ``paper+x=1.0+chains=3``."""
+    """``paper`` or ``paper+overlap_penalty=1.0+chains=3``."""
     name, overrides = (case, {}) if isinstance(case, str) else case
     return "+".join([name, *(f"{k}={v}" for k, v in overrides.items())])
 
@@ -205,7 +209,7 @@ def test_to_json_round_trips(case) -> None:
 
 def test_paths_file_params_rebuild_the_params(parallel_trace, tmp_path: Path) -> None:
     table, _ = parallel_trace
-    r = infer_nesting(table, "fast", x=1.0, rounds=1)
+    r = infer_nesting(table, "fast", overlap_penalty=1.0, rounds=1)
     path = tmp_path / "paths.json"
     path.write_text(json.dumps(r.to_json(top=3, min_count=2, window_s=0.5)))
     params = NestingParams.from_json(json.loads(path.read_text())["params"])
@@ -213,7 +217,7 @@ def test_paths_file_params_rebuild_the_params(parallel_trace, tmp_path: Path) ->
     assert np.array_equal(infer_nesting(table, params).parent, r.parent)
 
 
-@pytest.mark.parametrize("case", [*PRESETS, ("fast", {"x": 1.0, "rounds": 1})], ids=_case_id)
+@pytest.mark.parametrize("case", [*PRESETS, ("fast", {"overlap_penalty": 1.0, "rounds": 1})], ids=_case_id)
 def test_a_run_is_repeated_exactly_from_its_paths_file(parallel_trace, tmp_path: Path, case) -> None:
     table, _ = parallel_trace
     path = tmp_path / "paths.json"
@@ -227,7 +231,8 @@ def test_a_run_is_repeated_exactly_from_its_paths_file(parallel_trace, tmp_path:
     assert json.loads(json.dumps(again)) == doc
 
 
-#: ``params`` as paths files wrote them before presets existed (no ``preset`` key).
+#: ``params`` as paths files wrote them before presets existed (no ``preset`` key), and
+#: before the penalty weights were named for what they weigh (the paper's x, y, z).
 OLD_PARAMS = {
     "x": 2.0,
     "y": 0.0,
@@ -253,7 +258,7 @@ def test_old_paths_file_params_get_the_papers_values() -> None:
     # An older file still, with fewer fields: the missing ones are the paper's, not the
     # default's (no densities, no rounds).
     older = {"x": 1.0, "board": "joint", "top": 10, "min_count": 1}
-    assert asdict(NestingParams.from_json(older)) == {**PAPER, "x": 1.0, "board": "joint"}
+    assert asdict(NestingParams.from_json(older)) == {**PAPER, "overlap_penalty": 1.0, "board": "joint"}
 
 
 @pytest.mark.parametrize(
@@ -286,10 +291,13 @@ def test_presets_warn_about_nothing(h, name: str) -> None:
 @pytest.mark.parametrize(
     ("params", "notes"),
     [
-        (NestingParams(x=0.0, rounds=3), ["rounds=3 does nothing without a penalty (x, y or z > 0)"]),
-        (NestingParams(x=0.0, rounds=0), []),
-        (NestingParams(x=0.0, y=1.0, rounds=3), []),
-        (NestingParams(x=0.0, z=0.5, rounds=3), []),
+        (
+            NestingParams(overlap_penalty=0.0, rounds=3),
+            ["rounds=3 does nothing without a penalty (a penalty weight > 0)"],
+        ),
+        (NestingParams(overlap_penalty=0.0, rounds=0), []),
+        (NestingParams(overlap_penalty=0.0, same_node_penalty=1.0, rounds=3), []),
+        (NestingParams(overlap_penalty=0.0, children_penalty=0.5, rounds=3), []),
         (
             NestingParams.fast().with_overrides(chains=0, chain_min_gain=0.01),
             ["chain_min_gain does nothing without chain rounds (chains > 0)"],
@@ -305,11 +313,15 @@ def test_ineffective_settings(params: NestingParams, notes: list[str]) -> None:
 def test_rounds_without_a_penalty_warn_and_change_nothing(parallel_trace) -> None:
     table, _ = parallel_trace
     with pytest.warns(UserWarning, match="does nothing") as caught:
-        r = infer_nesting(table, "fast", x=0.0, y=0.0, z=0.0, rounds=3)
-    assert [str(w.message) for w in caught] == ["rounds=3 does nothing without a penalty (x, y or z > 0)"]
+        r = infer_nesting(
+            table, "fast", overlap_penalty=0.0, same_node_penalty=0.0, children_penalty=0.0, rounds=3
+        )
+    assert [str(w.message) for w in caught] == [
+        "rounds=3 does nothing without a penalty (a penalty weight > 0)"
+    ]
     assert Path(caught[0].filename) == Path(__file__)  # the caller's line, not the library's
     assert "penalty round" not in [s["stage"] for s in r.to_json()["stats"]["stages"]]
-    assert np.array_equal(r.parent, infer_nesting(table, "fast", x=0.0, rounds=0).parent)
+    assert np.array_equal(r.parent, infer_nesting(table, "fast", overlap_penalty=0.0, rounds=0).parent)
 
 
 # --- the stages in the paths file ---------------------------------------------------------------

@@ -68,9 +68,9 @@ def test_sibling_rounds_keep_a_serial_trace_exact(serial_trace) -> None:
 
 
 def test_rounds_change_nothing_without_penalties_and_say_so(busy_trace) -> None:
-    a = infer_nesting(busy_trace, "paper", x=0.0)
+    a = infer_nesting(busy_trace, "paper", overlap_penalty=0.0)
     with pytest.warns(UserWarning, match=r"rounds=3 does nothing without a penalty"):
-        b = infer_nesting(busy_trace, "paper", x=0.0, rounds=3)
+        b = infer_nesting(busy_trace, "paper", overlap_penalty=0.0, rounds=3)
     assert np.array_equal(a.parent, b.parent)
 
 

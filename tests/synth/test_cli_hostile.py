@@ -111,13 +111,13 @@ def _refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], config: Path, *
             id="parallelism-0",
         ),
         pytest.param(
-            ["--loss-rate", "100", "--queue", "-1"],
-            "error: --queue: must be between 1 and 1,000,000,000, not -1",
+            ["--loss-rate", "100", "--loss-queue", "-1"],
+            "error: --loss-queue: must be between 1 and 1,000,000,000, not -1",
             id="queue-negative",
         ),
         pytest.param(
-            ["--queue", "-1"],
-            "error: --queue needs a capture rate: --loss-rate PPS",
+            ["--loss-queue", "-1"],
+            "error: --loss-queue needs a capture rate: --loss-rate PPS",
             id="queue-without-rate",
         ),
         pytest.param(

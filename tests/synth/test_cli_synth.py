@@ -183,7 +183,7 @@ def test_loss_rate_reports_lost_messages(tmp_path: Path, cfg: Path, capsys) -> N
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
     assert run(capsys, "synth", cfg, "--out", a, "--messages", "5000")[0] == 0
     rc, out, err = run(
-        capsys, "synth", cfg, "--out", b, "--messages", "5000", "--loss-rate", "300", "--queue", "8"
+        capsys, "synth", cfg, "--out", b, "--messages", "5000", "--loss-rate", "300", "--loss-queue", "8"
     )
     assert rc == 0, err
     lost = read_trace(a).num_rows - read_trace(b).num_rows
@@ -192,9 +192,9 @@ def test_loss_rate_reports_lost_messages(tmp_path: Path, cfg: Path, capsys) -> N
 
 
 def test_queue_needs_a_loss_rate(tmp_path: Path, cfg: Path, capsys) -> None:
-    rc, _, err = run(capsys, "synth", cfg, "--out", tmp_path / "t.parquet", "--queue", "8")
+    rc, _, err = run(capsys, "synth", cfg, "--out", tmp_path / "t.parquet", "--loss-queue", "8")
     assert rc == 1
-    assert_one_error_line(err, "--queue needs a capture rate")
+    assert_one_error_line(err, "--loss-queue needs a capture rate")
 
 
 def test_duplicates_are_reported(tmp_path: Path, cfg: Path, capsys) -> None:

@@ -145,10 +145,13 @@ def test_from_paths_takes_the_trace_end_as_time(tmp_path, capsys):
         json.dumps(
             {
                 "format": "wirepath.paths/1",
+                "algorithm": "nesting",
                 "trace": {"end": "2024-01-01T00:00:02Z"},
                 "patterns": [
                     {
                         "id": "x",
+                        "count": 1,
+                        "total_latency_s": 0.5,
                         "root": {"node": "A", "caller": "c", "latency_s": {"mean": 0.5}, "children": []},
                     }
                 ],

@@ -46,6 +46,21 @@ MEDIAN_CHECK = {
 BOM = b"\xef\xbb\xbf"
 
 
+#: A paths file of one pattern: one visit to A from c, 0.5 s.
+_ONE_PATTERN = {
+    "format": "wirepath.paths/1",
+    "algorithm": "nesting",
+    "patterns": [
+        {
+            "id": "x",
+            "count": 1,
+            "total_latency_s": 0.5,
+            "root": {"node": "A", "caller": "c", "latency_s": {"mean": 0.5}, "children": []},
+        }
+    ],
+}
+
+
 def _strict_json(text: str) -> object:
     """Parse JSON as other tools do: NaN, Infinity and -Infinity are not JSON."""
 
@@ -367,8 +382,7 @@ def test_import_refuses_a_time_out_of_range(time, tmp_path, capsys):
 )
 def test_from_paths_refuses_a_time_out_of_range(time, message, tmp_path, capsys):
     paths = tmp_path / "p.json"
-    root = {"node": "A", "latency_s": {"mean": 0.5}, "children": []}
-    paths.write_text(json.dumps({"format": "wirepath.paths/1", "patterns": [{"id": "x", "root": root}]}))
+    paths.write_text(json.dumps(_ONE_PATTERN))
     argv = ["trend", "from-paths", str(paths), "--store", str(tmp_path), "--build", "1", "--time", time]
     assert main(argv) == 1
     _one_error(capsys, message)
@@ -458,9 +472,7 @@ def test_wda_files_with_a_bom(tmp_path, capsys):
 
 def test_from_paths_with_a_bom(tmp_path, capsys):
     paths = tmp_path / "p.json"
-    root = {"node": "A", "latency_s": {"mean": 0.5}, "children": []}
-    doc = {"format": "wirepath.paths/1", "patterns": [{"id": "x", "root": root}]}
-    paths.write_bytes(BOM + json.dumps(doc).encode())
+    paths.write_bytes(BOM + json.dumps(_ONE_PATTERN).encode())
     argv = ["trend", "from-paths", str(paths), "--store", str(tmp_path), "--build", "1", "--time", "0"]
     assert main(argv) == 0
 

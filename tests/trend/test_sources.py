@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracefmt import ParameterError, ParseError
+from tracefmt import ParameterError, ParseError, SchemaError
 from trend import mrr_from_timestamps, paths_results, trial_windows
 
 
@@ -36,23 +36,34 @@ def test_bad_windows(call, message):
         call()
 
 
+_NESTING = {"format": "wirepath.paths/1", "algorithm": "nesting"}
+_PATTERN = {"id": "x", "count": 1, "total_latency_s": 0.5}
+_VISIT = {"node": "A", "caller": "c", "children": []}
+
+
 @pytest.mark.parametrize(
     ("doc", "error", "message"),
     [
-        ({"format": "other"}, ParseError, "not a paths file"),
+        ({"format": "other"}, SchemaError, "not a paths file"),
+        ({**_NESTING, "trace": {"end": 0}, "patterns": []}, ParseError, "no patterns or paths"),
         (
-            {"format": "wirepath.paths/1", "trace": {"end": 0}, "patterns": []},
-            ParseError,
-            "no patterns or paths",
+            {**_NESTING, "patterns": [{**_PATTERN, "root": {**_VISIT, "latency_s": {"mean": 0.5}}}]},
+            ParameterError,
+            "give the run's time",
         ),
-        ({"format": "wirepath.paths/1", "patterns": [{"id": "x"}]}, ParameterError, "give the run's time"),
         (
-            {"format": "wirepath.paths/1", "trace": {"end": 0}, "patterns": [{"id": "x", "root": {}}]},
+            {**_NESTING, "trace": {"end": 0}, "patterns": [{"id": "x", "root": {}}]},
+            SchemaError,
+            "pattern 0 needs",
+        ),
+        # A paths file may leave a visit's latency out; a series needs it.
+        (
+            {**_NESTING, "trace": {"end": 0}, "patterns": [{**_PATTERN, "root": _VISIT}]},
             ParseError,
-            "malformed pattern",
+            "malformed",
         ),
     ],
-    ids=["format", "empty", "no-time", "malformed"],
+    ids=["format", "empty", "no-time", "malformed", "no-latency"],
 )
 def test_bad_paths_documents(doc, error, message):
     with pytest.raises(error, match=message):

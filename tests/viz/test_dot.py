@@ -9,10 +9,10 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from tracefmt import ParameterError, SchemaError
+from tracefmt import ParameterError, SchemaError, check_paths
 from tracefmt.patterns import latency_stats
 from viz.dot import convolution_dot, dot_quote, paths_dot, pattern_dot, share_color
-from viz.paths import check_paths, collapse_replicas, select_patterns, self_times
+from viz.paths import collapse_replicas, select_patterns, self_times
 
 
 def _dot_json(text: str) -> dict:

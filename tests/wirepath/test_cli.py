@@ -505,3 +505,21 @@ def test_python_dash_m_entry_point_exists() -> None:
     import importlib.util
 
     assert importlib.util.find_spec("wirepath.__main__") is not None
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["infer", "nesting", "t.parquet", "--out", "p.json", "--x", "1"], "--x is now --overlap-penalty"),
+        (["infer", "nesting", "t.parquet", "--out", "p.json", "--no-ids"], "--no-ids is now --no-use-ids"),
+        (["synth", "c.toml", "--out", "t.parquet", "--queue", "8"], "--queue is now --loss-queue"),
+        (["trend", "compare", "--parent", "1,2", "--current", "1,2", "--name", "a"], "--name is now --test"),
+    ],
+    ids=["x", "no-ids", "queue", "name"],
+)
+def test_a_renamed_flag_names_its_new_name(
+    capsys: pytest.CaptureFixture[str], argv: list[str], hint: str
+) -> None:
+    rc, _, err = run(capsys, *argv)
+    assert rc == 2
+    assert hint in err

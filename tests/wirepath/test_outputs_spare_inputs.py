@@ -164,7 +164,17 @@ def test_demo_into_a_file_is_one_error(capsys, tmp_path) -> None:
     ("argv", "expected"),
     [
         (
-            ["infer", "nesting", "{trace}", "--out", "{dir}/z.json", "--preset", "paper", "--smooth", "1e9"],
+            [
+                "infer",
+                "nesting",
+                "{trace}",
+                "--out",
+                "{dir}/z.json",
+                "--preset",
+                "paper",
+                "--smooth-bins",
+                "1e9",
+            ],
             "smooth_bins",
         ),
         (
@@ -175,7 +185,7 @@ def test_demo_into_a_file_is_one_error(capsys, tmp_path) -> None:
     ids=["smooth", "band"],
 )
 def test_settings_that_would_take_all_memory_are_refused(capsys, made, argv, expected) -> None:
-    # --smooth 1e9 and --band 1e6 asked numpy for 60-97 GiB.
+    # --smooth-bins 1e9 and --band 1e6 asked numpy for 60-97 GiB.
     names = {**{k: str(v) for k, v in made.items()}, "dir": str(made["trace"].parent)}
     rc, _, err = run(capsys, *(a.format(**names) for a in argv))
     assert rc == 1
