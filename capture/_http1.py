@@ -168,6 +168,8 @@ def check_turns(
     The labels of turns that are not whole messages are ``None`` or the label
     :func:`check_turn` gives them (callers use only those of whole messages).
     """
+    # Longer than most: every check below reads the same byte positions (line feeds,
+    # header ends, first lines) found in one pass; split, a dozen arrays would travel.
     nt = len(lo)
     ok = np.zeros(nt, bool)
     labels = np.full(nt, None, object)
