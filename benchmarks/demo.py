@@ -54,7 +54,7 @@ def _verbs(out: Path, messages: int) -> float:
         )  # fmt: skip
         total += _run(
             [*WIREPATH, "infer", "nesting", str(out / f"{name}.parquet"), "--board", "joint", "--density",
-             "--x", "0", "--out", str(out / f"{name}-paths.json"),
+             "--overlap-penalty", "0", "--out", str(out / f"{name}-paths.json"),
              "--instances", str(out / f"{name}-instances.parquet")]
         )  # fmt: skip
         total += _run(
