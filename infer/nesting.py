@@ -753,6 +753,7 @@ def infer_nesting(
     *,
     sort: str = "total",
     runner: Runner | None = None,
+    on_stage: Callable[[str], None] | None = None,
     **overrides: Any,
 ) -> NestingResult:
     """Infer causal path patterns of an RPC trace with the nesting algorithm.
@@ -770,6 +771,9 @@ def infer_nesting(
         Run the costly part, the chain rounds' scoring of every candidate, as tasks of
         a Dask cluster (``tracefmt.cluster.open_runner``); the result is identical to
         the in-process one.
+    on_stage : callable, optional
+        Called with a few words each time a step of the work is done (the call pairs,
+        each stage, each calibration twin, the patterns): for progress on long runs.
     **overrides
         Single fields of ``NestingParams`` replacing the preset's (``chains=0``, say).
         A setting that does nothing in the combination asked for is warned about
@@ -803,21 +807,33 @@ def infer_nesting(
         warnings.warn(note, UserWarning, stacklevel=2)
     if sort not in PATTERN_SORTS:
         raise ParameterError(f"unknown sort {sort!r} (must be one of {', '.join(PATTERN_SORTS)})")
+    say = on_stage or (lambda _: None)
     trace = sort_trace(validate_trace(trace))
     nodes, pairs, info = _call_pairs(trace, params)
+    say(f"{len(pairs):,} call pairs")
     # The trace is not needed past its call pairs: its columns are freed (when the caller
     # holds no reference) before the candidates take their memory.
     del trace
     counts = np.zeros(len(pairs), np.int64)
-    final = _last_stage(pairs, len(nodes.names), params, counts, runner, info)
+    final = _last_stage(pairs, len(nodes.names), params, counts, runner, info, say)
     calibration = Calibration.identity()
     if params.calibrate:
         # Twins are inferred as the trace was, with the tolerance it was given.
         same = params.with_overrides(tolerance_s=final.tolerance_s, auto_tolerance=False)
-        calibration = twin_calibration(pairs, final.parent, _answer(len(nodes.names), same, runner))
+        answer = _answer(len(nodes.names), same, runner)
+        twins = iter(("calibration: the twin", "calibration: the twin's twin"))
+
+        def answer_twin(twin: CallPairs) -> tuple[np.ndarray, np.ndarray]:
+            parents = answer(twin)
+            say(next(twins, "calibration"))
+            return parents
+
+        calibration = twin_calibration(pairs, final.parent, answer_twin)
     assert final.log_odds is not None
     confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)
-    return _result(nodes.names, pairs, final.parent, confidence, counts, params, info, sort, calibration)
+    result = _result(nodes.names, pairs, final.parent, confidence, counts, params, info, sort, calibration)
+    say(f"{len(result.patterns):,} patterns")
+    return result
 
 
 def _resolved(params: NestingParams | str | None, overrides: dict[str, Any]) -> NestingParams:
@@ -855,13 +871,15 @@ def _last_stage(
     counts: np.ndarray,
     runner: Runner | None,
     info: dict[str, Any],
+    say: Callable[[str], None],
 ) -> Stage:
     """The last stage of ``nesting_stages``; ``info`` gets every stage's summary, the
-    tolerance used and the chain rounds run."""
+    tolerance used and the chain rounds run; ``say`` each stage's name as it ends."""
     # Only the last stage's assignment is kept: each holds arrays the size of the trace.
     stats, final = [], None
     for final in nesting_stages(pairs, n_nodes, params, counts=counts, runner=runner):
         stats.append(final.to_json())
+        say(f"stage {len(stats)}: {final.name}")
     assert final is not None
     info["stages"] = stats
     info["tolerance_s"] = final.tolerance_s

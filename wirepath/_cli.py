@@ -119,16 +119,20 @@ class Progress:
     the bytes read, the rate and the time left. Called with the messages done so far,
     it fits where a verb takes ``on_progress``."""
 
-    def __init__(self, label: str, *, total_bytes: int | None = None, in_bytes: bool = False) -> None:
+    def __init__(
+        self, label: str, *, total_bytes: int | None = None, in_bytes: bool = False, unit: str = " messages"
+    ) -> None:
         from tqdm import tqdm
 
         self.messages = 0
         self._bytes = in_bytes or total_bytes is not None
+        steps = unit == " steps"  # a few long steps: the step's words and the time so far
         self.bar = tqdm(
             total=total_bytes,
-            desc=label,
-            unit="B" if self._bytes else " messages",
-            unit_scale=True,
+            desc="reading the input" if steps else label,
+            unit="B" if self._bytes else unit,
+            unit_scale=not steps,
+            bar_format=f"{label}: {{desc}} (step {{n}}, {{elapsed}})" if steps else None,
             file=sys.stderr,
             dynamic_ncols=True,
             leave=False,
@@ -150,6 +154,13 @@ class Progress:
         """A recording's files and bytes so far (no total: a live capture has no end)."""
         self.bar.set_postfix_str(f"{files} file{'s' if files != 1 else ''}", refresh=False)
         self.bar.update(nbytes - self.bar.n)
+
+    def step(self, text: str) -> None:
+        """One more step of the work done; ``text`` says which (drawn at once: steps
+        are few and far between)."""
+        self.bar.set_description_str(text, refresh=False)
+        self.bar.update(1)
+        self.bar.refresh()
 
     def close(self) -> None:
         self.bar.close()
@@ -183,12 +194,13 @@ def progress(
     *,
     total_bytes: int | None = None,
     in_bytes: bool = False,
+    unit: str = " messages",
 ) -> Progress | None:
     """A :class:`Progress` bar when stderr is a terminal and ``--quiet`` was not given,
     else None (nothing is drawn into a pipe or a log)."""
     if not sys.stderr.isatty() or (args is not None and getattr(args, "quiet", False)):
         return None
-    return Progress(label, total_bytes=total_bytes, in_bytes=in_bytes)
+    return Progress(label, total_bytes=total_bytes, in_bytes=in_bytes, unit=unit)
 
 
 def end_progress(bar: Progress | None) -> None:

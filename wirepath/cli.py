@@ -245,10 +245,18 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", UserWarning)  # said above, once
         # No name holds the trace here, so inference can free it once it has the call pairs;
         # and it reads the core columns only (truth, labels and the like are not used).
-        with runner(args) as run:
-            result = infer.infer_nesting(
-                tracefmt.read_any_trace(args.trace, columns=()), params, sort=args.sort, runner=run
-            )
+        bar = _progress("nesting", args, unit=" steps")
+        try:
+            with runner(args) as run:
+                result = infer.infer_nesting(
+                    tracefmt.read_any_trace(args.trace, columns=()),
+                    params,
+                    sort=args.sort,
+                    runner=run,
+                    on_stage=None if bar is None else bar.step,
+                )
+        finally:
+            _end_progress(bar)
     whole = result
     if args.min_confidence:
         result = result.confident(args.min_confidence)[0]

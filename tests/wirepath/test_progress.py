@@ -61,3 +61,19 @@ def test_nothing_is_drawn_into_a_pipe(tmp_path: Path) -> None:
         check=True,
     )
     assert done.stderr == ""
+
+
+def test_infer_nesting_names_each_step_on_a_terminal(tmp_path: Path) -> None:
+    """Inference takes minutes on a large trace: each stage, each calibration twin and
+    the patterns are named as they end, with the time so far; nothing into a pipe."""
+    trace = tmp_path / "t.parquet"
+    synth = [*WIREPATH, "synth", str(ROOT / "samples" / "synth" / "multitier.toml"), "--messages", "5000"]
+    subprocess.run([*synth, "--out", str(trace)], check=True, capture_output=True)
+    argv = [*WIREPATH, "infer", "nesting", str(trace), "--out", str(tmp_path / "p.json")]
+    rc, drawn = _stderr_on_a_terminal(argv)
+    assert rc == 0
+    for words in ("nesting: reading the input", "call pairs", "stage 1: first pass", "chain round",
+                  "calibration: the twin's twin", "patterns (step"):  # fmt: skip
+        assert words in drawn, words
+    piped = subprocess.run(argv, capture_output=True, text=True, check=True)
+    assert piped.stderr == ""
