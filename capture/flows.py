@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import heapq
 from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -257,6 +256,46 @@ class _Kept:
     def take(self, idx: np.ndarray) -> _Kept:
         """The segments ``idx`` of these."""
         return _Kept(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
+
+
+@dataclass
+class _Closed:
+    """Connections closed (FIN both ways or RST) in an earlier batch, to know a late
+    retransmission of theirs from a new connection on the same ports: per flow key
+    (sorted), the next sequence number each way (-1 unknown) and the close time.
+
+    Arrays, not a dict of tuples: connections of one call each close by the hundred
+    thousand a minute, and each is kept for the idle timeout (32 bytes each here).
+    """
+
+    key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    end: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
+    at: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def add(self, key: np.ndarray, end: np.ndarray, at: np.ndarray) -> None:
+        """Note connections that closed; a key closed again keeps its newest entry."""
+        k = np.concatenate([self.key, key.astype(np.uint64)])
+        order = np.argsort(k, kind="stable")  # the newest of a key last
+        k = k[order]
+        newest = np.r_[k[1:] != k[:-1], True]
+        self.key = k[newest]
+        self.end = np.concatenate([self.end, end])[order][newest]
+        self.at = np.concatenate([self.at, at])[order][newest]
+
+    def find(self, keys: np.ndarray) -> np.ndarray:
+        """Each key's row, -1 where it is not here."""
+        if not len(self.key):
+            return np.full(len(keys), -1, np.int64)
+        i = np.minimum(np.searchsorted(self.key, keys), len(self.key) - 1)
+        return np.where(self.key[i] == keys, i, -1)
+
+    def keep(self, rows: np.ndarray) -> None:
+        """Keep only ``rows`` (a mask)."""
+        if not rows.all():
+            self.key, self.end, self.at = self.key[rows], self.end[rows], self.at[rows]
 
 
 @dataclass
@@ -622,13 +661,10 @@ class FlowAssembler:
         self._listening: set[int] = set()
         self._clock: int | None = None
         self._clock_before: int | None = None
-        # Connections closed (FIN both ways or RST) in an earlier batch: flow key ->
-        # (next sequence number each way, -1 unknown; close time), to know a late
-        # retransmission of theirs from a new connection on the same ports. Forgotten
-        # by time (``_forget_closed``), not by count, so what one connection's entry
-        # does never depends on how many others closed.
-        self._closed: dict[int, tuple[int, int, int]] = {}
-        self._closed_times: list[tuple[int, int]] = []  # heap of (close time, flow key)
+        # Connections closed in an earlier batch. Forgotten by time (``_forget_closed``),
+        # not by count, so what one connection's entry does never depends on how many
+        # others closed.
+        self._closed = _Closed()
         # Connections still open whose first turns were released: flow key -> what those
         # left (see _release); and open ones whose turns could not be released yet: flow
         # key -> the segments they must hold before the next try.
@@ -684,13 +720,7 @@ class FlowAssembler:
         that late starts a new connection, see ``_late_copies``)."""
         if self._clock_before is None:
             return
-        heap, closed = self._closed_times, self._closed
-        horizon = self._clock_before - self.idle_timeout_ns
-        while heap and heap[0][0] < horizon:
-            t, k = heapq.heappop(heap)
-            entry = closed.get(k)
-            if entry is not None and entry[2] == t:  # not closed again since
-                del closed[k]
+        self._closed.keep(self._closed.at >= self._clock_before - self.idle_timeout_ns)
 
     # ---- UDP --------------------------------------------------------------------------------
     def _udp(self, s: Segments) -> Messages:
@@ -845,14 +875,8 @@ class FlowAssembler:
         if not closed.any():
             return
         p = np.flatnonzero(closed)
-        way_end = self._way_ends(pc)[p]
         last_ts = pc.s.ts_ns[np.r_[pc.starts[1:], len(pc.s)] - 1]
-        keys, times = pc.key[pc.starts[p]].tolist(), last_ts[p].tolist()
-        self._closed.update(
-            zip(keys, zip(way_end[:, 0].tolist(), way_end[:, 1].tolist(), times, strict=True), strict=True)
-        )
-        for t, k in zip(times, keys, strict=True):  # a push per closed connection
-            heapq.heappush(self._closed_times, (t, k))
+        self._closed.add(pc.key[pc.starts[p]], self._way_ends(pc)[p], last_ts[p])
 
     @staticmethod
     def _way_ends(pc: _Pieces) -> np.ndarray:
@@ -883,29 +907,30 @@ class FlowAssembler:
         """Segments that only repeat a connection closed in an earlier batch: a piece on
         its ports with no SYN, every segment of which ends at or before (and within
         ``_LATE_WINDOW`` bytes of) where that connection ended in its direction."""
-        if not self._closed:
-            return None
-        heads = key[starts].tolist()
         closed = self._closed
-        known = [p for p, h in enumerate(heads) if h in closed]  # a lookup per connection
-        if not known:
+        if not len(closed):
+            return None
+        row = closed.find(key[starts])
+        known = np.flatnonzero(row >= 0)
+        if not len(known):
             return None
         late = np.zeros(len(s), bool)
         seq_end = _seq_end(s, flags)
         syn = (flags & _SYN) != 0
-        for p in known:
-            a, b = int(starts[p]), int(ends[p])
-            entry = closed.get(heads[p])
-            if entry is None:
+        alive = np.ones(len(closed), bool)
+        for p in known.tolist():  # the few connections on the ports of a closed one
+            a, b, r = int(starts[p]), int(ends[p]), int(row[p])
+            if not alive[r]:
                 continue  # dropped for an earlier piece on the same ports
-            end_a, end_b, closed_at = entry
+            (end_a, end_b), closed_at = closed.end[r].tolist(), int(closed.at[r])
             if syn[a:b].any() or int(s.ts_ns[a]) > closed_at + self.idle_timeout_ns:
-                del closed[heads[p]]  # a new connection on these ports, or too late to be a copy
+                alive[r] = False  # a new connection on these ports, or too late to be a copy
                 continue
             stored = np.where(from_a[a:b], end_a, end_b)
             behind = (stored - seq_end[a:b]) & 0xFFFFFFFF
             if np.all((stored >= 0) & (behind <= _LATE_WINDOW)):
                 late[a:b] = True
+        closed.keep(alive)
         return late if late.any() else None
 
     # ---- releasing the finished turns of open connections -------------------------------------
