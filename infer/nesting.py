@@ -54,11 +54,11 @@ from infer.chains import ChainModel, chain_stages
 from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import log_confidence_by
 from tracefmt import (
-    PATTERN_SORTS,
     ParameterError,
     SchemaError,
     TraceFileError,
     atomic_output,
+    check_sort,
     existing_file,
     sort_trace,
     validate_trace,
@@ -647,11 +647,7 @@ def nesting_stages(
     yield last
     # Refinement rounds: the penalties count the children each parent actually got in
     # the round before, not every child it could have had.
-    plain = (
-        params.rounds
-        if (params.overlap_penalty or params.same_node_penalty or params.children_penalty)
-        else 0
-    )
+    plain = params.rounds if params.penalized else 0
     for k in range(plain + params.siblings):
         sibling = k >= plain
         best = _refine(pairs, scoring.chunks, scoring.board, params, n_nodes, last.parent, sibling)
@@ -710,9 +706,8 @@ def _first_pass(
         if params.same_node_penalty:
             dest = par.astype(np.int64) * n_nodes + pairs.callee[c]
             _, inv, cnt = np.unique(dest, return_inverse=True, return_counts=True)
-            score = (
-                score * cnt[inv.ravel()].astype(float) ** -params.same_node_penalty
-            )  # 1 + others to that destination
+            # 1 + the other candidates to that destination
+            score = score * cnt[inv.ravel()].astype(float) ** -params.same_node_penalty
         if params.children_penalty:
             _, inv, cnt = np.unique(par, return_inverse=True, return_counts=True)
             score = score * cnt[inv.ravel()].astype(float) ** -params.children_penalty
@@ -805,8 +800,7 @@ def infer_nesting(
     params = _resolved(params, overrides)
     for note in params.ineffective():
         warnings.warn(note, UserWarning, stacklevel=2)
-    if sort not in PATTERN_SORTS:
-        raise ParameterError(f"unknown sort {sort!r} (must be one of {', '.join(PATTERN_SORTS)})")
+    check_sort(sort)
     say = on_stage or (lambda _: None)
     trace = sort_trace(validate_trace(trace))
     nodes, pairs, info = _call_pairs(trace, params)

@@ -232,6 +232,11 @@ class NestingParams:
                 "smoothing applies to the delay scoreboard: use board='delay' with smooth_bins"
             )
 
+    @property
+    def penalized(self) -> bool:
+        """Whether any penalty weight is on (penalty rounds do nothing without one)."""
+        return bool(self.overlap_penalty or self.same_node_penalty or self.children_penalty)
+
     def ineffective(self) -> list[str]:
         """Settings that do nothing in this combination, each as a sentence.
 
@@ -241,7 +246,7 @@ class NestingParams:
         ['rounds=2 does nothing without a penalty (a penalty weight > 0)']
         """
         notes = []
-        if self.rounds and not (self.overlap_penalty or self.same_node_penalty or self.children_penalty):
+        if self.rounds and not self.penalized:
             notes.append(f"rounds={self.rounds} does nothing without a penalty (a penalty weight > 0)")
         if self.chain_min_gain != type(self)().chain_min_gain and not self.chains:
             notes.append("chain_min_gain does nothing without chain rounds (chains > 0)")

@@ -50,7 +50,7 @@ from tracefmt.parquet import (
     trace_parts,
     write_trace,
 )
-from tracefmt.pathsfile import PATHS_FORMAT, PATTERN_SORTS, check_paths, read_paths, write_paths
+from tracefmt.pathsfile import PATHS_FORMAT, PATTERN_SORTS, check_paths, check_sort, read_paths, write_paths
 from tracefmt.points import point_timestamps
 from tracefmt.schema import (
     CORE_COLUMNS,
@@ -108,6 +108,7 @@ __all__ = [
     "WirepathError",
     "atomic_output",
     "check_paths",
+    "check_sort",
     "convert_trace",
     "distinct_outputs",
     "empty_trace",

@@ -14,14 +14,37 @@ from pathlib import Path
 from typing import Any
 
 from tracefmt._files import existing_file, write_atomic
-from tracefmt.errors import SchemaError, TraceFileError
+from tracefmt.errors import ParameterError, SchemaError, TraceFileError
 
-__all__ = ["MAX_DEPTH", "PATHS_FORMAT", "PATTERN_SORTS", "check_paths", "read_paths", "write_paths"]
+__all__ = [
+    "MAX_DEPTH",
+    "PATHS_FORMAT",
+    "PATTERN_SORTS",
+    "check_paths",
+    "check_sort",
+    "read_paths",
+    "write_paths",
+]
 
 #: The ``format`` of every paths file.
 PATHS_FORMAT = "wirepath.paths/1"
 #: How patterns are ordered: by total time (count x mean latency) or by instances.
 PATTERN_SORTS = ("total", "count")
+
+
+def check_sort(sort: str) -> None:
+    """Raise ``ParameterError`` unless ``sort`` is one of :data:`PATTERN_SORTS`.
+
+    Examples
+    --------
+    >>> check_sort("count")
+    >>> check_sort("size")
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.ParameterError: unknown sort 'size' (must be one of total, count)
+    """
+    if sort not in PATTERN_SORTS:
+        raise ParameterError(f"unknown sort {sort!r} (must be one of {', '.join(PATTERN_SORTS)})")
 
 
 def write_paths(doc: dict[str, Any], path: str | os.PathLike[str]) -> Path:

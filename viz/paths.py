@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from tracefmt import PATTERN_SORTS, ParameterError
+from tracefmt import ParameterError, check_sort
 from tracefmt.display import printable
 from tracefmt.patterns import Shape, pattern_id, shape_text
 from tracefmt.units import format_duration_ns
@@ -122,8 +122,7 @@ def select_patterns(
     >>> [p["id"] for p in select_patterns(doc, min_share=0.5)]
     ['b']
     """
-    if sort not in PATTERN_SORTS:
-        raise ParameterError(f"unknown sort {sort!r} (must be one of {', '.join(PATTERN_SORTS)})")
+    check_sort(sort)
     if top is not None and top < 1:
         raise ParameterError(f"top must be at least 1, not {top}")
     if not 0.0 <= min_share <= 1.0:

@@ -70,14 +70,14 @@ class UsageError(Exception):
 
 
 #: Flags renamed so that each is its keyword argument's name: the old one is answered
-#: with the new one.
+#: with the new one and the verb it belongs to (``--name`` stays a flag of ``convert``).
 RENAMED_FLAGS = {
-    "--x": "--overlap-penalty",
-    "--y": "--same-node-penalty",
-    "--z": "--children-penalty",
-    "--no-ids": "--no-use-ids",
-    "--queue": "--loss-queue",
-    "--name": "--test",
+    "--x": "--overlap-penalty (infer nesting)",
+    "--y": "--same-node-penalty (infer nesting)",
+    "--z": "--children-penalty (infer nesting)",
+    "--no-ids": "--no-use-ids (infer nesting)",
+    "--queue": "--loss-queue (synth)",
+    "--name": "--test (trend compare)",
 }
 
 
@@ -120,18 +120,18 @@ class Progress:
     it fits where a verb takes ``on_progress``."""
 
     def __init__(
-        self, label: str, *, total_bytes: int | None = None, in_bytes: bool = False, unit: str = " messages"
+        self, label: str, *, total_bytes: int | None = None, in_bytes: bool = False, steps: bool = False
     ) -> None:
         from tqdm import tqdm
 
         self.messages = 0
         self._bytes = in_bytes or total_bytes is not None
-        steps = unit == " steps"  # a few long steps: the step's words and the time so far
         self.bar = tqdm(
             total=total_bytes,
             desc="reading the input" if steps else label,
-            unit="B" if self._bytes else unit,
+            unit="B" if self._bytes else " steps" if steps else " messages",
             unit_scale=not steps,
+            # A few long steps: the step's words and the time so far.
             bar_format=f"{label}: {{desc}} (step {{n}}, {{elapsed}})" if steps else None,
             file=sys.stderr,
             dynamic_ncols=True,
@@ -194,13 +194,13 @@ def progress(
     *,
     total_bytes: int | None = None,
     in_bytes: bool = False,
-    unit: str = " messages",
+    steps: bool = False,
 ) -> Progress | None:
     """A :class:`Progress` bar when stderr is a terminal and ``--quiet`` was not given,
     else None (nothing is drawn into a pipe or a log)."""
     if not sys.stderr.isatty() or (args is not None and getattr(args, "quiet", False)):
         return None
-    return Progress(label, total_bytes=total_bytes, in_bytes=in_bytes, unit=unit)
+    return Progress(label, total_bytes=total_bytes, in_bytes=in_bytes, steps=steps)
 
 
 def end_progress(bar: Progress | None) -> None:

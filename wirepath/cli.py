@@ -245,7 +245,7 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", UserWarning)  # said above, once
         # No name holds the trace here, so inference can free it once it has the call pairs;
         # and it reads the core columns only (truth, labels and the like are not used).
-        bar = _progress("nesting", args, unit=" steps")
+        bar = _progress("nesting", args, steps=True)
         try:
             with runner(args) as run:
                 result = infer.infer_nesting(
