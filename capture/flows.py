@@ -277,13 +277,20 @@ class _Closed:
 
     def add(self, key: np.ndarray, end: np.ndarray, at: np.ndarray) -> None:
         """Note connections that closed; a key closed again keeps its newest entry."""
-        k = np.concatenate([self.key, key.astype(np.uint64)])
-        order = np.argsort(k, kind="stable")  # the newest of a key last
-        k = k[order]
-        newest = np.r_[k[1:] != k[:-1], True]
-        self.key = k[newest]
-        self.end = np.concatenate([self.end, end])[order][newest]
-        self.at = np.concatenate([self.at, at])[order][newest]
+        order = np.argsort(key, kind="stable")  # the newest of a key last
+        key, end, at = key[order].astype(np.uint64), end[order], at[order]
+        newest = np.r_[key[1:] != key[:-1], True]
+        key, end, at = key[newest], end[newest], at[newest]
+        row = self.find(key)
+        if (row >= 0).any():  # closed again: the older entry goes
+            kept = np.ones(len(self.key), bool)
+            kept[row[row >= 0]] = False
+            self.keep(kept)
+        # Merged in, not sorted again: the store is large, a batch's closes are few.
+        at_pos = np.searchsorted(self.key, key)
+        self.key = np.insert(self.key, at_pos, key)
+        self.end = np.insert(self.end, at_pos, end, axis=0)
+        self.at = np.insert(self.at, at_pos, at)
 
     def find(self, keys: np.ndarray) -> np.ndarray:
         """Each key's row, -1 where it is not here."""
