@@ -1,12 +1,13 @@
 # The two commands of the README: `make demo` and `make test`. Both set everything up
 # on a fresh machine: a virtualenv with wirepath and its dev extras, and the Debian
-# packages wirepath calls (installed when run as root, else named with the command).
+# packages wirepath calls (installed when run as root, else named with the command);
+# gcc builds the compiled helper capture.native during the pip install.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEBS := graphviz chromium chromium-driver tcpdump tshark iproute2 nginx-light redis-server postgresql openssl
+DEBS := gcc libc6-dev graphviz chromium chromium-driver tcpdump tshark iproute2 nginx-light redis-server postgresql openssl
 DEMO := build/demo
 
 .PHONY: demo test setup debs lint bench paper testbed reliability scale clean
@@ -36,7 +37,7 @@ lint: setup
 
 setup: $(STAMP) debs
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py capture/native.c | debs
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "wirepath needs Python >= 3.11; found " + sys.version.split()[0])'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

@@ -1,16 +1,26 @@
-"""Byte spans of a buffer copied back to back, eight bytes at a time.
+"""Byte spans of a buffer copied back to back.
 
 Putting payloads one after the other (a direction's stream, the bytes carried to the
-next batch) is a gather. Indexed byte by byte it needs an index per byte; here each
-span's whole 8-byte words are copied through unaligned uint64 views (an index per
-word) and only the last 0-7 bytes of each span one by one.
+next batch) is a gather. The compiled helper ``capture.native`` copies each span with
+one ``memcpy``. Without it (built by ``pip install`` where a C compiler is found), numpy
+copies each span's whole 8-byte words through unaligned uint64 views (an index per
+word) and only the last 0-7 bytes of each span one by one; an index per byte would be
+2-3x slower.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 
-__all__ = ["join_spans", "words_view"]
+__all__ = ["join_spans", "native", "words_view"]
+
+native: ModuleType | None
+try:
+    from capture import native  # compiled by setup.py; optional
+except ImportError:  # no C compiler at install: the numpy loops below do the same work
+    native = None
 
 
 def words_view(buf: np.ndarray) -> np.ndarray:
@@ -29,9 +39,18 @@ def join_spans(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.nd
     >>> join_spans(d, np.array([10, 0]), np.array([9, 3])).tobytes()
     b'abcdefghi012'
     """
-    length = np.asarray(length, np.int64)
-    start = np.asarray(start, np.int64)
+    length = np.ascontiguousarray(length, np.int64)
+    start = np.ascontiguousarray(start, np.int64)
     total = int(length.sum())
+    if native is not None:
+        out = np.empty(total, np.uint8)
+        native.join_spans(np.ascontiguousarray(data, np.uint8), start, length, out)
+        return out
+    return _join_words(data, start, length, total)
+
+
+def _join_words(data: np.ndarray, start: np.ndarray, length: np.ndarray, total: int) -> np.ndarray:
+    """:func:`join_spans` in numpy: whole 8-byte words by index, then the 0-7 bytes left."""
     out = np.empty(total + 8, np.uint8)
     if not total:
         return out[:0]

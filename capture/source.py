@@ -31,6 +31,7 @@ from typing import IO, Any, Protocol
 
 import numpy as np
 
+from capture._spans import native
 from tracefmt import TraceFileError
 
 __all__ = [
@@ -585,48 +586,44 @@ class PcapSource:
     ) -> tuple[PacketBatch | None, int, bool]:
         """The batch of the whole records in ``buf``, where they end and whether reading ends there."""
         offs, off, eof = self._pcap_offsets(fmt, buf, base, eof)
-        if not offs:
+        if not len(offs):
             return None, off, eof
         batch, fmt.last_sec = _pcap_batch(fmt, buf, offs)
         return batch, off, eof
 
     def _pcap_offsets(
         self, fmt: _PcapFormat, buf: bytes, base: int, eof: bool
-    ) -> tuple[list[int], int, bool]:
+    ) -> tuple[np.ndarray, int, bool]:
         """Offsets of the whole records in ``buf``, the offset where they end and whether
         reading ends there (damage that no record follows); corrupt lengths are skipped
         over (resynchronized) and reported."""
-        max_len, bo, last_sec = fmt.max_len, fmt.bo, fmt.last_sec
+        max_len, bo = fmt.max_len, fmt.bo
         caplen_at = struct.Struct(bo + "I").unpack_from
         n = len(buf)
-        offs: list[int] = []
+        found: list[np.ndarray] = []
         off = 0
-        append = offs.append
-        while off + 16 <= n:
+        while True:
+            offs, off, corrupt = walk_records(buf, off, max_len, bo)
+            found.append(offs)
+            if not corrupt:
+                return _joined(found), off, eof
             cap = caplen_at(buf, off + 8)[0]
-            if cap > max_len:
-                new = self._resync_pcap(buf, off, max_len, caplen_at, bo, last_sec, eof)
-                self.stats.corrupt_records += 1
-                if new is None:
-                    if not eof and n - off < 2 * _MAX_RECORD:
-                        break  # need more bytes to decide
-                    self.stats.damage.append(
-                        f"corrupt record length {cap} at byte {base + off}; no valid record "
-                        "follows, reading stopped there"
-                    )
-                    self.stats.resyncs.append(base + off)
-                    return offs, n, True
+            new = self._resync_pcap(buf, off, max_len, caplen_at, bo, fmt.last_sec, eof)
+            self.stats.corrupt_records += 1
+            if new is None:
+                if not eof and n - off < 2 * _MAX_RECORD:
+                    return _joined(found), off, eof  # need more bytes to decide
                 self.stats.damage.append(
-                    f"corrupt record length {cap} at byte {base + off}; resumed at byte {base + new}"
+                    f"corrupt record length {cap} at byte {base + off}; no valid record "
+                    "follows, reading stopped there"
                 )
                 self.stats.resyncs.append(base + off)
-                off = new
-                continue
-            if off + 16 + cap > n:
-                break
-            append(off)
-            off += 16 + cap
-        return offs, off, eof
+                return _joined(found), n, True
+            self.stats.damage.append(
+                f"corrupt record length {cap} at byte {base + off}; resumed at byte {base + new}"
+            )
+            self.stats.resyncs.append(base + off)
+            off = new
 
     def _ended(self, f: IO[bytes], what: str, at: int, tail: bytes) -> None:
         """The input ended with ``tail``, the start of a ``what`` (record or block) at
@@ -799,9 +796,48 @@ class _PcapFormat:
     last_sec: int | None = None
 
 
-def _pcap_batch(fmt: _PcapFormat, buf: bytes, offs: list[int]) -> tuple[PacketBatch, int]:
+def walk_records(buf: bytes, off: int, max_len: int, bo: str) -> tuple[np.ndarray, int, bool]:
+    """Follow the pcap record chain in ``buf`` from byte ``off``.
+
+    Returns the offsets (int64) of the whole records found, the offset where the walk
+    stopped, and whether it stopped at a corrupt record (a captured length above
+    ``max_len``) rather than at the end of ``buf``. ``bo`` is the file's byte order
+    (``"<"`` or ``">"``). Runs compiled when ``capture.native`` is built, otherwise one
+    Python step per record (same results).
+
+    Examples
+    --------
+    >>> recs = b"".join(struct.pack("<IIII", 1, 0, n, n) + b"x" * n for n in (3, 1))
+    >>> offs, stop, corrupt = walk_records(recs + b"\\0" * 5, 0, 65535, "<")
+    >>> offs.tolist(), stop, corrupt
+    ([0, 19], 36, False)
+    """
+    if native is not None:
+        out = np.empty((len(buf) - off) // 16 + 1, np.int64)
+        count, off, corrupt = native.pcap_walk(buf, off, max_len, bo == ">", out)
+        return out[:count].copy(), off, corrupt
+    caplen_at = struct.Struct(bo + "I").unpack_from
+    n = len(buf)
+    offs: list[int] = []
+    append = offs.append
+    while off + 16 <= n:
+        cap = caplen_at(buf, off + 8)[0]
+        if cap > max_len:
+            return np.array(offs, np.int64), off, True
+        if off + 16 + cap > n:
+            break
+        append(off)
+        off += 16 + cap
+    return np.array(offs, np.int64), off, False
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _pcap_batch(fmt: _PcapFormat, buf: bytes, offs: np.ndarray) -> tuple[PacketBatch, int]:
     """The records at ``offs`` in ``buf`` as a batch, and the seconds of the last one."""
-    o = np.array(offs, np.int64)
+    o = offs
     raw = np.frombuffer(buf, np.uint8)
     # Each header as two 8-byte words (seconds and fraction, captured and
     # original length): two gathers instead of sixteen.
