@@ -23,6 +23,7 @@ __all__ = ["MAX_PATTERN_CALLS", "PatternBook", "mean_parallelism"]
 MAX_PATTERN_CALLS = 100_000  # calls of all distinct patterns together (their shapes are kept)
 _KEPT_VALUES = 1 << 22  # latencies kept for percentiles, over all patterns (16 MB each kind)
 _HEAD = 16  # the first instances of every pattern are always kept (at most 1.6 M values)
+_PIECES = 64  # a pattern's kept values are joined into one array past this many pieces
 
 
 @dataclass
@@ -177,10 +178,19 @@ class PatternBook:
             pat.moments = (_Moments.of(lat), _Moments.of(delay))
         index = pat.count + np.arange(lat.shape[1])
         keep = self._kept(index)
+        taken = int(keep.sum())
+        if not taken:
+            return  # an empty piece per batch would grow the lists with the trace
         pat.lat.append(lat[:, keep])
         pat.delay.append(delay[:, keep])
         pat.index.append(index[keep])
-        self.kept += lat.shape[0] * int(keep.sum())
+        self.kept += lat.shape[0] * taken
+        if len(pat.index) > _PIECES:
+            # Once thinned, each batch adds a few values: join them so that the pieces'
+            # per-array overhead does not grow with the trace either.
+            pat.lat = [np.concatenate(pat.lat, axis=1)]
+            pat.delay = [np.concatenate(pat.delay, axis=1)]
+            pat.index = [np.concatenate(pat.index)]
 
     def _thin(self) -> None:
         """Halve the sample of every pattern (beyond its head); the first time, start

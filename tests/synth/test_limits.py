@@ -311,6 +311,26 @@ def test_truth_thins_its_sample_but_keeps_counts_and_means(monkeypatch: pytest.M
             assert b["p50"] == pytest.approx(a["p50"], rel=0.2)
 
 
+def test_truth_sample_pieces_do_not_grow_with_the_trace() -> None:
+    """Once the sample is thinned most batches add nothing to a pattern: no empty piece is
+    kept, and a pattern's pieces are joined past a bound, so its arrays stay as many
+    however long the trace (they grew by three per pattern per batch: a 200 M-message
+    trace held hundreds of thousands of them)."""
+    book = synth.truth.PatternBook([], [])
+    book.level = 4  # keep instance j when j % 16 == 0 (past the first _HEAD)
+    pat = synth.truth._Pattern("p", 0, b"", [0, 1], None, ["a", "b"], count=1_000)
+    for batch in range(3_000):  # batches of 1-3 instances of this pattern
+        k = 1 + batch % 3
+        values = np.full((2, k), float(batch), np.float32)
+        book._keep(pat, values, values)
+        pat.count += k
+    assert 1 <= len(pat.index) <= synth.truth._PIECES + 1
+    assert all(piece.size for piece in pat.index)
+    kept = np.concatenate(pat.index)
+    assert kept.tolist() == [j for j in range(1_000, pat.count) if j % 16 == 0]
+    assert np.concatenate(pat.lat, axis=1).shape == (2, kept.size)
+
+
 # --- SIGTERM --------------------------------------------------------------------------
 
 
