@@ -19,6 +19,7 @@ from unittest import mock
 from hpack import Encoder
 
 import capture.protocols as protocols
+import capture.protocols.http2 as h2
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -44,7 +45,7 @@ def client_stream(requests: int) -> bytes:
     return b"".join(parts)
 
 
-def _framing_only(self: protocols._HeaderBlocks, fragment: bytes, last: bool) -> None:
+def _framing_only(self: h2._HeaderBlocks, fragment: bytes, last: bool, starts: bool) -> None:
     """Header blocks left undecoded: every stream keeps the label ``stream N``."""
     return None
 
@@ -64,7 +65,7 @@ def main() -> None:
     args = ap.parse_args()
     buf = client_stream(args.requests)
     labelled_s, msgs = best_of(3, buf)
-    with mock.patch.object(protocols._HeaderBlocks, "add", _framing_only):
+    with mock.patch.object(h2._HeaderBlocks, "add", _framing_only):
         framing_s, plain = best_of(3, buf)
     assert len(msgs) == len(plain) == args.requests
     print(f"{args.requests:,} requests, {len(buf):,} bytes; best of three runs each")

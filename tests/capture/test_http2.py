@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 import capture
 import tracefmt
-from capture.protocols import _H2_PREFACE, _HeaderBlocks, parse_stream
+from capture.protocols import parse_stream
+from capture.protocols.http2 import PREFACE, _HeaderBlocks
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "pcaps"
 if not DATA.is_dir():
@@ -64,7 +65,7 @@ def test_calls_and_returns_carry_the_requests_method_and_path() -> None:
     client, server = Encoder(), Encoder()
     # The second and third requests reuse header fields the first put in the dynamic
     # table; one block is split over a CONTINUATION, one padded with a priority field.
-    up = _H2_PREFACE + frame(SETTINGS, 0, 0, b"")
+    up = PREFACE + frame(SETTINGS, 0, 0, b"")
     up += request(client, 1, "/shop.Cart/Get") + request(client, 3, "/shop.Cart/Add", split=True)
     up += request(client, 5, "/shop.Cart/Get", padded=True)
     down = frame(SETTINGS, 0, 0, b"") + response(server, 3) + response(server, 1) + response(server, 5)
@@ -82,8 +83,8 @@ def test_calls_and_returns_carry_the_requests_method_and_path() -> None:
         ("POST /shop.Cart/Get", 5),
     ]
     # Each message spans exactly its stream's frames.
-    assert calls[0][0] == len(_H2_PREFACE) + 9
-    assert sum(m[1] for m in calls) == len(up) - len(_H2_PREFACE) - 9
+    assert calls[0][0] == len(PREFACE) + 9
+    assert sum(m[1] for m in calls) == len(up) - len(PREFACE) - 9
 
 
 def test_headers_that_cannot_be_decoded_fall_back_to_the_stream_id() -> None:
@@ -104,7 +105,7 @@ def test_after_a_gap_the_table_starts_fresh() -> None:
     # Read with the stale table, the next request's newest-entry references would name
     # the first request's path.
     client = Encoder()
-    first = _H2_PREFACE + request(client, 1, "/a.B/First")
+    first = PREFACE + request(client, 1, "/a.B/First")
     request(client, 3, "/a.B/Lost", split=True)
     after = request(client, 5, "/a.B/Lost")
     ctx: dict = {}
@@ -137,7 +138,7 @@ def test_a_header_block_tail_is_never_read_as_a_block() -> None:
     fields = [(":method", "GET"), (":scheme", "https"), (":path", "/real"), ("x-token", "abcdefgh" + tail)]
     block = enc.encode(fields, huffman=False)
     cut = block.index(tail.encode())
-    head = _H2_PREFACE + frame(HEADERS, 0, 1, block[: cut - 4])  # then a CONTINUATION lost in a gap
+    head = PREFACE + frame(HEADERS, 0, 1, block[: cut - 4])  # then a CONTINUATION lost in a gap
     after_gap = frame(CONTINUATION, END_HEADERS, 1, block[cut:]) + frame(DATA_FRAME, END_STREAM, 1, b"")
     after_gap += frame(HEADERS, END_HEADERS | END_STREAM, 3, enc.encode(fields, huffman=False))
     reply = frame(HEADERS, END_HEADERS | END_STREAM, 1, Encoder().encode([(":status", "200")]))

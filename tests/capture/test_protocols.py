@@ -6,6 +6,7 @@ trace checked against Wireshark's dissectors (tshark): no message is lost unsaid
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import struct
 from pathlib import Path
@@ -19,8 +20,7 @@ from testkit.pcap import epoch_ns, tshark_rows
 
 import capture
 import tracefmt
-from capture import protocols
-from capture.protocols import detect_tcp, parse_dns_datagram, parse_stream
+from capture.protocols import detect_tcp, parse_dns_datagram, parse_stream, registry
 
 
 @pytest.mark.parametrize(
@@ -310,7 +310,7 @@ def test_a_thrift_call_with_a_field_of_no_known_type_is_kept_and_the_rest_counte
     assert f"protocol bytes not parsed {unparsed:,}" in report.summary()
 
 
-def test_a_failing_parser_keeps_the_messages_it_found_before(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_parser_keeps_the_messages_it_found_before() -> None:
     """A fault of a parser on bytes it did not foresee ends the run: what it found before
     stays, and the rest is left unparsed (for the caller to count)."""
 
@@ -318,8 +318,12 @@ def test_a_failing_parser_keeps_the_messages_it_found_before(monkeypatch: pytest
         out.append((0, 3, "first", None))
         raise IndexError("a fault")
 
-    monkeypatch.setitem(protocols._PARSERS, "redis", fails_after_one)
-    assert parse_stream("redis", b"abcdef", 0, {}) == [(0, 3, "first", None)]
+    redis = registry.get("redis")
+    registry.register(dataclasses.replace(redis, parse=fails_after_one), replace=True)
+    try:
+        assert parse_stream("redis", b"abcdef", 0, {}) == [(0, 3, "first", None)]
+    finally:
+        registry.register(redis, replace=True)
 
 
 #: Starts of each protocol's messages, for random bytes to follow.
@@ -337,7 +341,7 @@ _STARTS = [
 
 @settings(max_examples=400, deadline=None)
 @given(
-    st.sampled_from(sorted(protocols._PARSERS)),
+    st.sampled_from(sorted(p.name for p in registry.records() if p.parse is not None)),
     st.sampled_from(_STARTS),
     st.binary(max_size=80),
     st.integers(0, 1),
@@ -345,4 +349,4 @@ _STARTS = [
 def test_fuzz_no_parser_raises_on_its_own(proto: str, start: bytes, rest: bytes, direction: int) -> None:
     """Each parser stops on bytes it cannot read instead of failing: parse_stream's guard
     (which ends the run there) is for faults nobody foresaw, not for malformed input."""
-    protocols._PARSERS[proto](start + rest, direction, {}, [])
+    registry.get(proto).parse(start + rest, direction, {}, [])

@@ -1,0 +1,20 @@
+"""What every protocol module shares: the message tuple, the no-reply key, the shapes of
+a parser and of a detection test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+__all__ = ["NO_REPLY", "Detector", "Message", "Parser"]
+
+#: (offset, length, label, key) of one message in a run of stream bytes.
+Message = tuple[int, int, str | None, int | None]
+#: Key of a message that expects no answer by protocol: written as a ``send``.
+NO_REPLY = -1
+#: ``(bytes, direction, ctx, out)``: appends the messages it finds in one gap-free run of
+#: one direction (0 client, 1 server) to ``out`` as it finds them and returns ``out``;
+#: ``ctx`` is the connection's state, kept from run to run and direction to direction.
+Parser = Callable[[bytes, int, dict, list[Message]], list[Message]]
+#: ``(client, server, client port, server port)``: whether a connection whose first bytes
+#: each way (up to 256, either may be empty) are these is of the protocol.
+Detector = Callable[[bytes, bytes, int, int], bool]

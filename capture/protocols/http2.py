@@ -1,0 +1,211 @@
+"""HTTP/2 (and gRPC over it): a message per stream and direction, labelled from the
+HPACK-decoded request headers."""
+
+from __future__ import annotations
+
+from capture.protocols.base import Message
+
+__all__ = ["PREFACE", "detect_framing", "detect_start", "parse"]
+
+#: What an HTTP/2 client sends first on a connection (RFC 9113, 3.4).
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# Frame types a direction seen from its middle plausibly starts with: DATA, HEADERS,
+# SETTINGS, PING, WINDOW_UPDATE (the server speaks first, with SETTINGS).
+_FIRST_TYPES = (0, 1, 4, 6, 8)
+
+
+def detect_start(client: bytes, server: bytes, sport: int, dport: int) -> bool:
+    """The client opens with the connection preface (its first 14 bytes suffice).
+
+    Examples
+    --------
+    >>> detect_start(PREFACE, b"", 40000, 8080), detect_start(b"PRI * HTTP/1.1", b"", 40000, 8080)
+    (True, False)
+    """
+    return client.startswith(PREFACE[:14])
+
+
+def detect_framing(client: bytes, server: bytes, sport: int, dport: int) -> bool:
+    """Seen mid-way: frames that chain, led by a frame type a direction may start with,
+    from the client and (when it has sent anything) the server.
+
+    Examples
+    --------
+    >>> settings = b"\\x00\\x00\\x00\\x04\\x00\\x00\\x00\\x00\\x00"  # SETTINGS, empty, stream 0
+    >>> detect_framing(b"\\x00\\x00\\x04\\x01\\x04\\x00\\x00\\x00\\x01abcd", settings, 40000, 8080)
+    True
+    >>> detect_framing(b"\\x00\\x00\\x04\\x01\\x04\\x00\\x00\\x00\\x00abcd", b"", 40000, 8080)  # HEADERS on 0
+    False
+    """
+    return bool(
+        client
+        and _frames_plausible(client)
+        and client[3] in _FIRST_TYPES
+        and (not server or (_frames_plausible(server) and server[3] in _FIRST_TYPES))
+    )
+
+
+def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Message]:
+    """A message per stream and direction: from its first HEADERS frame to END_STREAM.
+
+    The length is the bytes of that stream's HEADERS/DATA/CONTINUATION frames (streams
+    interleave); the key is the stream id, so call and return pair by stream. The label
+    is the request's ``:method :path`` (a gRPC call's method, e.g.
+    ``POST /greet.GreetService/Greet``), from the HPACK-decoded headers, for the call
+    and its return; ``stream N`` where the headers cannot be decoded (see
+    ``_HeaderBlocks``).
+
+    Examples
+    --------
+    >>> empty = b"\\x00\\x00\\x00\\x01\\x05\\x00\\x00\\x00\\x01"  # HEADERS, END_STREAM, no headers
+    >>> parse(PREFACE + empty, 0, {}, [])
+    [(24, 9, 'stream 1', 1)]
+    """
+    # Open messages grow frame by frame: they go into ``out`` at the run's end.
+    started: list[list] = []
+    pos, n = 0, len(buf)
+    # Every run starts a fresh table: a later run of a direction comes after a gap.
+    blocks = _HeaderBlocks()
+    preface = direction == 0 and buf.startswith(PREFACE)
+    # After a gap the run may begin inside a frame: read no headers unless frames chain.
+    readable = preface or _frames_plausible(buf)
+    if preface:
+        pos = len(PREFACE)
+    open_: dict[int, list] = ctx.setdefault(("h2", direction), {})
+    labels: dict[int, str] = ctx.setdefault("h2-labels", {})
+    while pos + 9 <= n:
+        ln = int.from_bytes(buf[pos : pos + 3], "big")
+        typ, flags = buf[pos + 3], buf[pos + 4]
+        sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+        if ln > 1 << 24:
+            break  # not HTTP/2 framing (garbage or a gap's far side)
+        end = min(pos + 9 + ln, n)
+        if sid and typ in (0, 1, 9):
+            _grow_stream(open_, started, labels, (pos, end, typ, flags, sid), direction)
+        if typ in (1, 5, 9):
+            if end < pos + 9 + ln:
+                blocks.reset()  # the frame is cut short: its block is lost
+            else:
+                pseudo = (
+                    blocks.add(_fragment(buf[pos + 9 : end], typ, flags), bool(flags & 0x4), typ != 9)
+                    if readable
+                    else None
+                )
+                if pseudo and direction == 0 and b":method" in pseudo:
+                    _label_call(pseudo, sid, labels, started)
+        pos = end
+    # A message of an earlier run still open here is not repeated; only this run's starts count.
+    out.extend((m[0], m[1], m[2], m[3]) for m in started)
+    return out
+
+
+def _grow_stream(
+    open_: dict[int, list],
+    started: list[list],
+    labels: dict[int, str],
+    frame: tuple[int, int, int, int, int],
+    direction: int,
+) -> None:
+    """Add a DATA, HEADERS or CONTINUATION ``frame`` (start, end, type, flags, stream) to
+    its stream's open message; a HEADERS frame opens one if none is (into ``started``)."""
+    pos, end, typ, flags, sid = frame
+    msg = open_.get(sid)
+    if msg is None and typ == 1:
+        # A return takes the label its call's headers gave the stream.
+        label = labels.get(sid, f"stream {sid}") if direction == 1 else f"stream {sid}"
+        msg = [pos, 0, label, sid]
+        open_[sid] = msg
+        started.append(msg)
+    if msg is not None:
+        msg[1] += end - pos
+        if typ in (0, 1) and flags & 0x1:  # END_STREAM
+            open_.pop(sid, None)
+
+
+def _label_call(pseudo: dict[bytes, bytes], sid: int, labels: dict[int, str], started: list[list]) -> None:
+    """Label stream ``sid`` by its request's ``:method :path``: the call this header block
+    opened (it may have ended with the same frame), and its return to come."""
+    method, path = pseudo[b":method"], pseudo.get(b":path", b"")
+    labels[sid] = f"{method.decode('latin-1')} {path.decode('latin-1')}".strip()
+    call = next((m for m in reversed(started) if m[3] == sid), None)
+    if call is not None:
+        call[2] = labels[sid]
+
+
+def _frames_plausible(buf: bytes) -> bool:
+    """Whether ``buf`` starts with HTTP/2 frame headers that chain (at least one whole frame)."""
+    pos, seen = 0, 0
+    while pos + 9 <= len(buf) and seen < 4:
+        ln = int.from_bytes(buf[pos : pos + 3], "big")
+        typ, sid = buf[pos + 3], int.from_bytes(buf[pos + 5 : pos + 9], "big")
+        if typ > 9 or ln > 1 << 20 or sid >> 31:
+            return False
+        if (typ in (4, 7) and sid != 0) or (typ in (0, 1, 3, 5, 9) and sid == 0):
+            return False
+        pos += 9 + ln
+        seen += 1
+    return seen >= 1 and pos <= len(buf) + (1 << 14)
+
+
+class _HeaderBlocks:
+    """One direction's HPACK state, decoded block by block in order (HEADERS,
+    PUSH_PROMISE and their CONTINUATIONs).
+
+    The dynamic table lives as long as the connection, and a capture may have missed
+    its beginning or some of its bytes. A fresh table is still sound: new entries go
+    in front, so the entries it has are the ones the sender's table has under the same
+    indices, and a reference to one it never saw fails rather than misleads. So the
+    table starts fresh, and starts fresh again after a failed block, a frame cut short
+    or a gap; a block that fails gives no label.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        from hpack import Decoder
+
+        self.decoder = Decoder()
+        # The peer may allow a larger table in SETTINGS; the size updates come in-band.
+        self.decoder.max_allowed_table_size = 1 << 24
+        self.pending: bytearray | None = None  # the fragments of a block not ended yet
+
+    def add(self, fragment: bytes | None, last: bool, starts: bool) -> dict[bytes, bytes] | None:
+        """Add a block fragment (None: a malformed frame); at the block's end, its
+        pseudo-headers (None if the block refers to what this table never saw). A
+        fragment that does not start a block (a CONTINUATION) with no block begun is
+        the tail of one this side missed: skipped, never read as a block of its own."""
+        if fragment is None:
+            self.reset()
+            return None
+        if self.pending is None:
+            if not starts:
+                return None
+            self.pending = bytearray()
+        self.pending.extend(fragment)
+        if not last:
+            return None
+        block = bytes(self.pending)
+        self.pending = None
+        from hpack import HPACKError
+
+        try:
+            headers = self.decoder.decode(block, raw=True)
+        except (HPACKError, ValueError, IndexError):
+            self.reset()
+            return None
+        return {name: value for name, value in headers if name.startswith(b":")}
+
+
+def _fragment(payload: bytes, typ: int, flags: int) -> bytes | None:
+    """The header block fragment of a HEADERS (1), PUSH_PROMISE (5) or CONTINUATION (9)
+    frame's payload: padding, priority and the promised stream id taken off (None when
+    they do not fit in the frame)."""
+    if typ in (1, 5) and flags & 0x8:  # PADDED
+        if not payload or payload[0] >= len(payload):
+            return None
+        payload = payload[1 : len(payload) - payload[0]]
+    skip = (5 if typ == 1 and flags & 0x20 else 0) + (4 if typ == 5 else 0)  # PRIORITY, promised id
+    if len(payload) < skip:
+        return None
+    return payload[skip:]
