@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from capture._spans import join_spans
+from capture._spans import join_spans, native
 
 __all__ = ["check_turn", "check_turns", "starts_with_method"]
 
@@ -166,8 +166,40 @@ def check_turns(
     """:func:`check_turn` of every turn ``stream[lo[t]:hi[t]]``: (whole message, label).
 
     The labels of turns that are not whole messages are ``None`` or the label
-    :func:`check_turn` gives them (callers use only those of whole messages).
+    :func:`check_turn` gives them (callers use only those of whole messages). Compiled
+    (``capture.native``) where it is built, else in numpy; the same answers.
     """
+    if native is not None and len(lo) and stream:
+        return _compiled_turns(stream, lo, hi, is_call)
+    return _numpy_turns(stream, lo, hi, is_call)
+
+
+def _compiled_turns(
+    stream: bytes, lo: np.ndarray, hi: np.ndarray, is_call: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`check_turns` by ``capture.native.http_turns``: one pass per turn in C; the
+    turns it leaves undecided (non-ASCII labels, unusual length values) go through
+    :func:`check_turn`."""
+    nt = len(lo)
+    lo = np.ascontiguousarray(lo, np.int64)
+    hi = np.ascontiguousarray(hi, np.int64)
+    verdict = np.empty(nt, np.uint8)
+    label_lo, label_hi = np.empty(nt, np.int64), np.empty(nt, np.int64)
+    calls = np.ascontiguousarray(is_call, bool).view(np.uint8)
+    native.http_turns(stream, lo, hi, calls, verdict, label_lo, label_hi)
+    ok = verdict == 1
+    labels = np.full(nt, None, object)
+    whole = np.flatnonzero(ok)
+    labels[whole] = _labels(np.frombuffer(stream, np.uint8), label_lo[whole], label_hi[whole])
+    for t in np.flatnonzero(verdict == 2).tolist():
+        ok[t], labels[t] = check_turn(stream, int(lo[t]), int(hi[t]), bool(is_call[t]))
+    return ok, labels
+
+
+def _numpy_turns(
+    stream: bytes, lo: np.ndarray, hi: np.ndarray, is_call: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`check_turns` in numpy passes over the whole stream."""
     # Longer than most: every check below reads the same byte positions (line feeds,
     # header ends, first lines) found in one pass; split, a dozen arrays would travel.
     nt = len(lo)

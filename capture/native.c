@@ -1,17 +1,19 @@
-/* capture.native: the two loops of pcap reading that numpy cannot express without a
- * Python step or an index per byte.
+/* capture.native: the loops of capture that numpy expresses only with a Python step per
+ * item, an index per byte, or a pass over the whole stream per question.
  *
  * - pcap_walk: the pcap record chain. Each record's length says where the next one
  *   starts, so finding the records is sequential by nature; in Python it was one
  *   interpreted step per packet.
  * - join_spans: byte spans of a buffer copied back to back (payloads into a stream); in
  *   numpy it needs an index per 8-byte word.
+ * - http_turns: whether each HTTP/1.x turn is exactly one message, and its label's bytes;
+ *   in numpy a dozen passes over the stream and binary searches per turn.
  *
  * Both take and fill buffers the caller allocated (numpy arrays, bytes), check every
  * bound before touching memory, and never keep a reference. Only the Python C API is
  * used (no numpy headers), so building needs a C compiler and Python's headers alone.
- * capture/source.py and capture/_spans.py hold the same loops in Python and numpy; they
- * run when this module is not built, and the tests compare the two.
+ * capture/source.py, capture/_spans.py and capture/_http1.py hold the same work in Python
+ * and numpy; it runs when this module is not built, and the tests compare the two.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -165,9 +167,203 @@ release_data:
     return NULL;
 }
 
+/* ---- HTTP/1.x turns --------------------------------------------------------------- */
+
+/* bytes.find(pat, from, to) for a pattern of m bytes: the first match within [from, to). */
+static Py_ssize_t
+find_bytes(const unsigned char *s, Py_ssize_t from, Py_ssize_t to, const char *pat, Py_ssize_t m)
+{
+    for (Py_ssize_t i = from; i <= to - m; i++) {
+        const unsigned char *hit = memchr(s + i, pat[0], (size_t)(to - m - i + 1));
+        if (hit == NULL)
+            return -1;
+        i = hit - s;
+        if (memcmp(hit, pat, (size_t)m) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* The same, ASCII letters of s compared as lower case (pat is lower case). */
+static Py_ssize_t
+find_lower(const unsigned char *s, Py_ssize_t from, Py_ssize_t to, const char *pat, Py_ssize_t m)
+{
+    for (Py_ssize_t i = from; i <= to - m; i++) {
+        Py_ssize_t k = 0;
+        while (k < m) {
+            unsigned char c = s[i + k];
+            if (c >= 'A' && c <= 'Z')
+                c |= 0x20;
+            if (c != (unsigned char)pat[k])
+                break;
+            k++;
+        }
+        if (k == m)
+            return i;
+    }
+    return -1;
+}
+
+static const char *const TURN_METHODS[] = {"GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS",
+                                           "PATCH", "CONNECT", "TRACE", NULL};
+
+static int
+is_turn_method(const unsigned char *s, Py_ssize_t len)
+{
+    for (int k = 0; TURN_METHODS[k] != NULL; k++)
+        if ((Py_ssize_t)strlen(TURN_METHODS[k]) == len && memcmp(s, TURN_METHODS[k], (size_t)len) == 0)
+            return 1;
+    return 0;
+}
+
+enum { TURN_NO = 0, TURN_YES = 1, TURN_UNSURE = 2 };
+
+/* A Content-Length value in its usual form (blanks, 1 to 18 digits, blanks), or -2 when
+ * it is in another form (a sign, an underscore, other white space: Python's int() is the
+ * judge of those), or -1 when int() would refuse it for sure (nothing at all). */
+static long long
+length_value(const unsigned char *s, Py_ssize_t a, Py_ssize_t b)
+{
+    while (a < b && (s[a] == ' ' || s[a] == '\t'))
+        a++;
+    while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t'))
+        b--;
+    if (a == b)
+        return -1;
+    if (b - a > 18)
+        return -2;
+    long long v = 0;
+    for (Py_ssize_t i = a; i < b; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -2;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+/* One turn s[a:b] as capture._http1.check_turn sees it: TURN_YES or TURN_NO with the label
+ * span [*la, *lb) (the method and path of a request, the status of a response), or
+ * TURN_UNSURE where only the Python code gives the exact answer (bytes that need UTF-8
+ * decoding with replacement, an unusual length value, a slice past the stream's end). */
+static int
+one_turn(const unsigned char *s, Py_ssize_t n, Py_ssize_t a, Py_ssize_t b, int call, Py_ssize_t *la,
+         Py_ssize_t *lb)
+{
+    *la = *lb = -1;
+    Py_ssize_t h = find_bytes(s, a, b, "\r\n\r\n", 4);
+    if (h < 0)
+        return TURN_NO;
+    Py_ssize_t end = h + 4, eol = find_bytes(s, a, end, "\r\n", 2);
+    if (call) {
+        Py_ssize_t sp = find_bytes(s, a, eol, " ", 1);
+        if (sp < 0 || !is_turn_method(s + a, sp - a))
+            return TURN_NO;
+        Py_ssize_t pe = eol;
+        for (Py_ssize_t k = eol - 6; k >= sp + 1; k--)  /* rsplit(b" HTTP/", 1) */
+            if (memcmp(s + k, " HTTP/", 6) == 0) {
+                pe = k;
+                break;
+            }
+        if (pe > sp + 1 + 200)
+            pe = sp + 1 + 200;
+        const unsigned char *q = memchr(s + sp + 1, '?', (size_t)(pe - sp - 1));
+        if (q != NULL)
+            pe = q - s;
+        for (Py_ssize_t k = sp + 1; k < pe; k++)
+            if (s[k] >= 0x80)
+                return TURN_UNSURE;
+        *la = a;
+        *lb = pe;
+    } else {
+        if (a + 12 > n)
+            return TURN_UNSURE;
+        if (memcmp(s + a, "HTTP/1.", 7) != 0 || s[a + 9] == '1' || memcmp(s + a + 9, "204", 3) == 0
+            || memcmp(s + a + 9, "304", 3) == 0)
+            return TURN_NO;
+        if (s[a + 9] >= 0x80 || s[a + 10] >= 0x80 || s[a + 11] >= 0x80)
+            return TURN_UNSURE;
+        *la = a + 9;
+        *lb = a + 12;
+    }
+    if (find_bytes(s, eol, end, "hunked", 6) >= 0 || find_bytes(s, eol, end, "HUNKED", 6) >= 0)
+        return TURN_NO;  /* chunked: the parser's business */
+    long long cl;
+    Py_ssize_t i = find_bytes(s, eol, end, "\nContent-Length:", 16);
+    if (i < 0)
+        i = find_lower(s, eol, end, "\ncontent-length:", 16);
+    if (i < 0) {
+        cl = call ? 0 : -1;  /* a response without a length runs to the close */
+    } else {
+        Py_ssize_t j = find_bytes(s, i + 16, end, "\r", 1);
+        if (j < 0)
+            return TURN_UNSURE;
+        cl = length_value(s, i + 16, j);
+        if (cl == -2)
+            return TURN_UNSURE;
+    }
+    return end + cl == b ? TURN_YES : TURN_NO;
+}
+
+PyDoc_STRVAR(http_turns_doc,
+"http_turns(stream, lo, hi, is_call, verdict, label_lo, label_hi) -> None\n\n"
+"capture._http1.check_turn for every turn stream[lo[t]:hi[t]]: ``verdict`` (uint8) 1 for\n"
+"exactly one message, 0 for not, 2 where the Python code must decide; ``label_lo`` and\n"
+"``label_hi`` (int64) the label's bytes (-1 when none). ``lo``, ``hi`` int64, ``is_call``\n"
+"uint8 (bool), all as many.");
+
+static PyObject *
+http_turns(PyObject *self, PyObject *args)
+{
+    PyObject *objs[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO:http_turns", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &objs[6]))
+        return NULL;
+    static const char *names[7] = {"stream", "lo", "hi", "is_call", "verdict", "label_lo", "label_hi"};
+    static const int writable[7] = {0, 0, 0, 0, 1, 1, 1};
+    static const Py_ssize_t item[7] = {1, 8, 8, 1, 1, 8, 8};
+    Py_buffer v[7];
+    int got = 0;
+    PyObject *result = NULL;
+    for (; got < 7; got++)
+        if (get_buffer(objs[got], &v[got], writable[got], names[got]) < 0)
+            goto done;
+    Py_ssize_t turns = v[1].len / 8;
+    for (int k = 1; k < 7; k++)
+        if (v[k].len != turns * item[k]) {
+            PyErr_Format(PyExc_ValueError, "%s does not hold one item per turn", names[k]);
+            goto done;
+        }
+    const unsigned char *s = (const unsigned char *)v[0].buf;
+    const int64_t *lo = (const int64_t *)v[1].buf, *hi = (const int64_t *)v[2].buf;
+    const unsigned char *call = (const unsigned char *)v[3].buf;
+    for (Py_ssize_t t = 0; t < turns; t++)
+        if (lo[t] < 0 || hi[t] < lo[t] || hi[t] > v[0].len) {
+            PyErr_Format(PyExc_ValueError, "turn %zd (%lld, %lld) is outside the stream of %zd bytes", t,
+                         (long long)lo[t], (long long)hi[t], v[0].len);
+            goto done;
+        }
+    unsigned char *verdict = (unsigned char *)v[4].buf;
+    int64_t *label_lo = (int64_t *)v[5].buf, *label_hi = (int64_t *)v[6].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t t = 0; t < turns; t++) {
+        Py_ssize_t la, lb;
+        verdict[t] = (unsigned char)one_turn(s, v[0].len, lo[t], hi[t], call[t] != 0, &la, &lb);
+        label_lo[t] = la;
+        label_hi[t] = lb;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&v[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"pcap_walk", pcap_walk, METH_VARARGS, pcap_walk_doc},
     {"join_spans", join_spans, METH_VARARGS, join_spans_doc},
+    {"http_turns", http_turns, METH_VARARGS, http_turns_doc},
     {NULL, NULL, 0, NULL},
 };
 

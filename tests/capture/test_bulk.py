@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import capture
+import capture._http1 as http1
 import capture.decode as decode
 import capture.flows as flows
 from capture._http1 import check_turn, check_turns, starts_with_method
@@ -78,6 +79,9 @@ TURNS = [
     (_RESP[:-1], False),
     (b"HTTP/1.1 204 No Content\r\n\r\n", False),
     (b"HTTP/1.1 304 Not Modified\r\n\r\n", False),
+    (b"HTTP/1.1 304 Not Modified\r\nContent-Length: 0\r\n\r\n", False),
+    (b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n", False),
+    (b"HTTP/1.1 100 Continue\r\nContent-Length: 0\r\n\r\n", False),
     (b"HTTP/1.1 101 Switching\r\n\r\n", False),
     (b"HTTP/1.0 404 Not Found\r\n\r\n", False),
     (b"HTTP/1.1 200 OK\r\n\r\nbody to the close", False),
@@ -91,12 +95,18 @@ TURNS = [
 
 
 def _both(stream: bytes, lo: list[int], hi: list[int], call: list[bool]) -> None:
-    ok, labels = check_turns(stream, np.array(lo, np.int64), np.array(hi, np.int64), np.array(call))
-    for t, (a, b, c) in enumerate(zip(lo, hi, call, strict=True)):
-        want_ok, want_label = check_turn(stream, a, b, c)
-        assert bool(ok[t]) == want_ok, (stream[a:b], c)
-        if want_ok:
-            assert labels[t] == want_label, (stream[a:b], c)
+    """The compiled check (``capture.native``) and the numpy one each against the reference."""
+    args = (stream, np.array(lo, np.int64), np.array(hi, np.int64), np.array(call, bool))
+    paths = [http1._numpy_turns, check_turns]
+    if http1.native is not None and stream and lo:
+        paths.append(http1._compiled_turns)
+    for bulk in paths:
+        ok, labels = bulk(*args)
+        for t, (a, b, c) in enumerate(zip(lo, hi, call, strict=True)):
+            want_ok, want_label = check_turn(stream, a, b, c)
+            assert bool(ok[t]) == want_ok, (bulk.__name__, stream[a:b], c)
+            if want_ok:
+                assert labels[t] == want_label, (bulk.__name__, stream[a:b], c)
 
 
 @pytest.mark.parametrize(

@@ -177,3 +177,18 @@ def test_the_same_trace_without_the_extension(
     python = _convert(path, tmp_path / "p.parquet")
     assert compiled[1] == python[1]
     assert compiled[0].equals(python[0])
+
+
+def test_turns_refuse_bad_arguments() -> None:
+    native = spans_mod.native
+    stream = b"GET / HTTP/1.1\r\n\r\n"
+    out = (np.empty(1, np.uint8), np.empty(1, np.int64), np.empty(1, np.int64))
+    calls = np.ones(1, np.uint8)
+    with pytest.raises(ValueError, match="outside the stream"):
+        native.http_turns(stream, np.array([0]), np.array([len(stream) + 1]), calls, *out)
+    with pytest.raises(ValueError, match="outside the stream"):
+        native.http_turns(stream, np.array([5]), np.array([4]), calls, *out)
+    with pytest.raises(ValueError, match="one item per turn"):
+        native.http_turns(stream, np.array([0]), np.array([4]), calls, np.empty(2, np.uint8), *out[1:])
+    native.http_turns(stream, np.array([0]), np.array([len(stream)]), calls, *out)
+    assert (out[0][0], out[1][0], out[2][0]) == (1, 0, 5)  # one request, labelled "GET /"
