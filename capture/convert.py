@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 from capture.decode import Decoder, Segments, empty_segments
 from capture.flows import FlowAssembler, FlowStats, Messages, flow_shards, trace_order
 from capture.naming import Namer
-from capture.protocols import PROTOCOLS
+from capture.protocols import protocol_names
 from capture.source import PacketBatch, PacketSource, read_packets
 from tracefmt import (
     DEFAULT_DEDUP_WINDOW_NS,
@@ -78,7 +78,6 @@ __all__ = [
 
 PathLike = str | os.PathLike[str]
 _OP_DICT = pa.array(OPS, pa.string())
-_PROTO_DICT = pa.array(PROTOCOLS, pa.string())
 
 
 @dataclass
@@ -169,7 +168,9 @@ def messages_table(
         "id": pa.array(msgs.id, pa.uint64(), mask=~msgs.has_id),
         "bytes": pa.array(msgs.nbytes.astype(np.uint64), pa.uint64()),
         "flow": pa.array(msgs.flow, pa.uint64()),
-        "proto": pa.DictionaryArray.from_arrays(pa.array(msgs.proto, pa.int32()), _PROTO_DICT),
+        "proto": pa.DictionaryArray.from_arrays(
+            pa.array(msgs.proto, pa.int32()), pa.array(protocol_names(), pa.string())
+        ),
         "label": labels.dictionary_encode().cast(NODE_TYPE),
         "point": pa.array([point] * n if point is not None else [None] * n, pa.string())
         .dictionary_encode()

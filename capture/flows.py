@@ -52,11 +52,12 @@ from capture.protocols import (
     DNS_PORTS,
     NO_REPLY,
     NOT_DNS_PORTS,
-    PROTOCOLS,
     REQUEST_METHODS,
     detect_tcp,
     parse_dns_datagram,
     parse_stream,
+    protocol_codes,
+    protocol_names,
     tls_records,
     tls_server_name,
 )
@@ -88,7 +89,6 @@ def _seq_end(s: Segments, flags: np.ndarray) -> np.ndarray:
     return (s.seq.astype(np.int64) + s.pay_len.astype(np.int64) + extra) & 0xFFFFFFFF
 
 
-_PROTO_CODE = {p: i for i, p in enumerate(PROTOCOLS)}
 _WELL_KNOWN_PORTS = np.array(
     sorted({*range(1, 1024), 1433, 1521, 2181, 3306, 5432, 5672, 6379, 8080, 8443, 9042, 9090, 9092, 9200,
             11211, 27017, 50051}),
@@ -142,7 +142,7 @@ class Messages:
     has_id: np.ndarray
     nbytes: np.ndarray
     flow: np.ndarray
-    proto: np.ndarray  # index into PROTOCOLS
+    proto: np.ndarray  # index into capture.protocols.protocol_names()
     label: np.ndarray  # object: str or None
     payload: np.ndarray  # object: the message's captured bytes, or None unless asked for
     # Where the client endpoint is the sender (calls) or the receiver (returns): the server side.
@@ -649,7 +649,7 @@ class FlowAssembler:
     ...       seg(3, 80, 40000, 501, 0x18, b"HTTP/1.1 200 OK\\r\\nContent-Length: 0\\r\\n\\r\\n")]
     >>> fa = FlowAssembler()
     >>> m = fa.feed(Decoder().decode(PacketBatch.from_packets(pk, linktype=101)), final=True)
-    >>> m.op.tolist(), m.ts_ns.tolist(), [PROTOCOLS[p] for p in m.proto], list(m.label)
+    >>> m.op.tolist(), m.ts_ns.tolist(), [protocol_names()[p] for p in m.proto], list(m.label)
     ([0, 1], [2, 3], ['http', 'http'], ['GET /', 'GET /'])
     """
 
@@ -740,7 +740,7 @@ class FlowAssembler:
         op = np.full(n, 2, np.int8)
         mid = np.zeros(n, np.uint64)
         has = np.zeros(n, bool)
-        proto = np.full(n, _PROTO_CODE["udp"], np.int8)
+        proto = np.full(n, protocol_codes()["udp"], np.int8)
         label = np.full(n, None, object)
         server_is_dst = s.dport <= s.sport
         known = np.isin(s.sport, DNS_PORTS) | np.isin(s.dport, DNS_PORTS)
@@ -752,7 +752,7 @@ class FlowAssembler:
             if parsed is None:
                 continue
             is_resp, txid, lab = parsed
-            proto[i] = _PROTO_CODE["dns"]
+            proto[i] = protocol_codes()["dns"]
             label[i] = lab
             if s.sport[i] == s.dport[i] == _MDNS_PORT:
                 continue  # multicast DNS: queries and announcements to the group, sends
@@ -761,7 +761,7 @@ class FlowAssembler:
             has[i] = True
             server_is_dst[i] = not is_resp
         for p in np.unique(proto).tolist():
-            self.stats.messages_by_proto[PROTOCOLS[p]] += int((proto == p).sum())
+            self.stats.messages_by_proto[protocol_names()[p]] += int((proto == p).sum())
         return _at_segments(
             s,
             slice(None),
@@ -875,7 +875,7 @@ class FlowAssembler:
         st.unparsed_bytes += int(out.unparsed[mask].sum())
         st.flows_by_proto.update(out.protos[mask & out.counted].tolist())
         for code, k in zip(*np.unique(msgs.proto, return_counts=True), strict=True):
-            st.messages_by_proto[PROTOCOLS[int(code)]] += int(k)
+            st.messages_by_proto[protocol_names()[int(code)]] += int(k)
 
     def _remember_closed(self, pc: _Pieces, closed: np.ndarray) -> None:
         """Note the next sequence number each way of the connections that closed."""
@@ -1357,7 +1357,7 @@ class FlowAssembler:
         msgs = _at_segments(
             cb.s, k.di[o[tix]], op=np.where(is_call, 0, 1).astype(np.int8),
             id=np.where(call_no > 0, mid, 0).astype(np.uint64), has_id=call_no > 0, nbytes=span,
-            flow=cb.flow_ids[tp], proto=np.full(len(tix), _PROTO_CODE["http"], np.int8), label=labels,
+            flow=cb.flow_ids[tp], proto=np.full(len(tix), protocol_codes()["http"], np.int8), label=labels,
             payload=np.full(len(tix), None, object), server_is_dst=is_call,
         )  # fmt: skip
         return msgs, handled
@@ -1407,7 +1407,7 @@ class FlowAssembler:
         return _at_segments(
             cb.s, k.di[ts], op=np.where(is_call, 0, 1).astype(np.int8),
             id=np.where(has_id, mid, 0).astype(np.uint64), has_id=has_id, nbytes=np.add.reduceat(k.klen, ts),
-            flow=cb.flow_ids[tkp], proto=np.full(len(ts), _PROTO_CODE[proto], np.int8), label=label,
+            flow=cb.flow_ids[tkp], proto=np.full(len(ts), protocol_codes()[proto], np.int8), label=label,
             payload=self._turn_payloads(cb.stream, k.sstart, k.kcap, ts), server_is_dst=is_call,
         )  # fmt: skip
 
@@ -1454,7 +1454,7 @@ class FlowAssembler:
             cb.s, di[first], op=np.where(call, 0, 1).astype(np.int8),
             id=(cb.flow_ids[pk] << np.uint64(24)) | np.uint64(1), has_id=np.ones(len(first), bool),
             nbytes=nbytes.astype(np.int64), flow=cb.flow_ids[pk],
-            proto=np.full(len(first), _PROTO_CODE["tls"], np.int8), label=label[:-1],
+            proto=np.full(len(first), protocol_codes()["tls"], np.int8), label=label[:-1],
             payload=np.full(len(first), None, object), server_is_dst=call,
         )  # fmt: skip
 
@@ -1583,7 +1583,8 @@ class FlowAssembler:
         ends = ((s.src_hi, s.dst_hi), (s.src_lo, s.dst_lo), (s.sport, s.dport))
         a_hi, a_lo, a_pt = (np.where(fa, x[f], y[f]) for x, y in ends)
         b_hi, b_lo, b_pt = (np.where(fa, y[f], x[f]) for x, y in ends)
-        piece_codes = np.array([_PROTO_CODE[pr] for pr in protos], np.int8)
+        codes = protocol_codes()
+        piece_codes = np.array([codes[pr] for pr in protos], np.int8)
         m = len(rows)
         payload = np.full(m, None, object)
         if self.keep_payload:

@@ -28,6 +28,8 @@ from capture.protocols.registry import (
     Protocol,
     detect_tcp,
     parse_stream,
+    protocol_codes,
+    protocol_names,
     register,
     unregister,
 )
@@ -45,6 +47,8 @@ __all__ = [
     "detect_tcp",
     "parse_dns_datagram",
     "parse_stream",
+    "protocol_codes",
+    "protocol_names",
     "register",
     "tls_records",
     "tls_server_name",

@@ -31,6 +31,8 @@ __all__ = [
     "detection_order",
     "get",
     "parse_stream",
+    "protocol_codes",
+    "protocol_names",
     "records",
     "register",
     "unregister",
@@ -90,16 +92,17 @@ _RECORDS: dict[str, Protocol] = {}
 _PARSERS: dict[str, Parser] = {}
 _CHECKS: tuple[tuple[str, Detector], ...] = ()  # stage 1 by rank, then stage 2 by rank
 _PORT_OWNER: dict[int, str] = {}
+_NAMES: tuple[str, ...] = ()
+_CODES: dict[str, int] = {}
 
 
 def register(protocol: Protocol, *, replace: bool = False) -> None:
     """Make a protocol known to :func:`detect_tcp` and :func:`parse_stream`.
 
-    A runtime registration reaches detection and parsing only: ``PROTOCOLS`` keeps the
-    built-in names, and :mod:`capture.flows` and :mod:`capture.convert` number a trace's
-    protocols by their place in it, read once at import (a conversion that meets a
-    connection of a protocol registered here stops with a KeyError). A protocol that
-    converted traces should carry goes into this module's table of built-in records.
+    From then on conversions detect, parse and name it: a trace numbers its protocols
+    by :func:`protocol_names`, the built-in ones (``PROTOCOLS``) first, then those
+    registered at runtime in their order. Register before a conversion starts and
+    unregister after it ends (forgetting one renumbers those registered after it).
 
     Parameters
     ----------
@@ -172,6 +175,29 @@ def records() -> tuple[Protocol, ...]:
     return tuple(_RECORDS.values())
 
 
+def protocol_names() -> tuple[str, ...]:
+    """Every protocol's name by its number in a trace's ``proto`` column: the built-in
+    ones (``PROTOCOLS``), then those registered at runtime.
+
+    Examples
+    --------
+    >>> protocol_names()[:3]
+    ('http', 'dns', 'redis')
+    """
+    return _NAMES
+
+
+def protocol_codes() -> dict[str, int]:
+    """Each protocol's number in a trace's ``proto`` column (see :func:`protocol_names`).
+
+    Examples
+    --------
+    >>> protocol_codes()["dns"]
+    1
+    """
+    return _CODES
+
+
 def detection_order() -> dict[str, tuple[str, ...]]:
     """The protocols whose checks run in each content stage, in the order they run.
 
@@ -193,10 +219,12 @@ def _stage(stage: str) -> list[tuple[str, Detector]]:
 
 def _derive() -> None:
     """Rebuild the tables detection and parsing read from the records."""
-    global _PARSERS, _CHECKS, _PORT_OWNER
+    global _PARSERS, _CHECKS, _PORT_OWNER, _NAMES, _CODES
     _PARSERS = {p.name: p.parse for p in _RECORDS.values() if p.parse is not None}
     _CHECKS = (*_stage("start"), *_stage("framing"))
     _PORT_OWNER = {port: p.name for p in _RECORDS.values() for port in p.ports}
+    _NAMES = tuple(_RECORDS)
+    _CODES = {name: code for code, name in enumerate(_NAMES)}
 
 
 def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
