@@ -24,12 +24,13 @@ The baselines read the first ``--baseline-packets`` of the first size's capture;
 ratios (``x dpkt``, ``x tshark``) compare packets per CPU-second within one workload of
 one run. ``--memory-packets`` also converts a keep-alive capture that big, for peak RSS.
 
-    .venv/bin/python benchmarks/ingest.py --skip scapy --memory-packets 10000000
+    .venv/bin/python benchmarks/ingest.py --skip scapy --repeat 3 --memory-packets 10000000
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import struct
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -237,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--before", type=Path, help="a copy of the project tree to run as well (its capture package)"
     )
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="runs of each tool, interleaved; the median is kept (1)"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rows = []
@@ -248,32 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 files[size] = (p, _capture(kind, p, size))
                 mb = os.path.getsize(p) / 1e6
                 print(f"{kind}: {files[size][1]:,} packets, {mb:.0f} MB", file=sys.stderr, flush=True)
-            for size in args.packets:
-                p, n = files[size]
-                r = _run_python("wirepath", p, Path(tmp) / "t.parquet", n)
-                rows.append({"workload": kind, "tool": "wirepath", **r})
-                if args.before is not None:
-                    rb = _timed_before(args.before, p, Path(tmp) / "t.parquet", n)
-                    rows.append({"workload": kind, "tool": "wirepath before", **rb})
-                if "cli" not in args.skip:
-                    rows.append(
-                        {"workload": kind, "tool": "wirepath CLI", **_run_cli(p, Path(tmp) / "t.parquet", n)}
-                    )
-                    if args.before is not None:
-                        rb = _run_cli(p, Path(tmp) / "t.parquet", n, args.before)
-                        rows.append({"workload": kind, "tool": "wirepath CLI before", **rb})
-            big, n_big = files[args.packets[0]]  # the baselines read the first capture's start
-            limit = min(args.baseline_packets, n_big)
-            if "dpkt" not in args.skip:
-                rows.append(
-                    {"workload": kind, "tool": "dpkt", **_run_python("dpkt", big, Path(tmp) / "x", limit)}
-                )
-            if "tshark" not in args.skip:
-                rows.append({"workload": kind, "tool": "tshark", **_run_tshark(big, limit)})
-            if "scapy" not in args.skip:
-                rows.append(
-                    {"workload": kind, "tool": "scapy", **_run_python("scapy", big, Path(tmp) / "x", limit)}
-                )
+            rows += _measure(kind, _jobs(kind, files, args, Path(tmp)), args.repeat)
             for p, _ in files.values():
                 p.unlink()
         if args.memory_packets:
@@ -304,6 +284,43 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['peak_rss_mb']:>6.0f}MB"
         )
     return 0
+
+
+def _jobs(kind: str, files: dict, args: argparse.Namespace, tmp: Path) -> list[tuple[str, Any]]:
+    """Every (tool, run) of one workload: wirepath (library, CLI, each before) at each size,
+    then the baselines on the first capture's first ``--baseline-packets``."""
+    out = tmp / "t.parquet"
+    jobs: list[tuple[str, Any]] = []
+    for p, n in files.values():
+        jobs.append(("wirepath", functools.partial(_run_python, "wirepath", p, out, n)))
+        if args.before is not None:
+            jobs.append(("wirepath before", functools.partial(_timed_before, args.before, p, out, n)))
+        if "cli" not in args.skip:
+            jobs.append(("wirepath CLI", functools.partial(_run_cli, p, out, n)))
+            if args.before is not None:
+                jobs.append(("wirepath CLI before", functools.partial(_run_cli, p, out, n, args.before)))
+    first, n_first = files[args.packets[0]]
+    limit = min(args.baseline_packets, n_first)
+    for tool in ("dpkt", "scapy"):
+        if tool not in args.skip:
+            jobs.append((tool, functools.partial(_run_python, tool, first, tmp / "x", limit)))
+    if "tshark" not in args.skip:
+        jobs.append(("tshark", functools.partial(_run_tshark, first, limit)))
+    return jobs
+
+
+def _measure(kind: str, jobs: list[tuple[str, Any]], repeat: int) -> list[dict]:
+    """Each job ``repeat`` times, round after round (so that a slow spell of the machine
+    falls on every tool alike); each row keeps the run of median CPU time."""
+    runs: list[list[dict]] = [[] for _ in jobs]
+    for _ in range(repeat):
+        for k, (_, run) in enumerate(jobs):
+            runs[k].append(run())
+    rows = []
+    for (tool, _), got in zip(jobs, runs, strict=True):
+        got.sort(key=lambda r: r["cpu_seconds"])
+        rows.append({"workload": kind, "tool": tool, **got[len(got) // 2], "runs": len(got)})
+    return rows
 
 
 def _timed_before(tree: Path, pcap: Path, out: Path, n: int) -> dict:
