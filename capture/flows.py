@@ -258,22 +258,34 @@ class _Kept:
         return _Kept(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
 
 
-@dataclass
+_GONE = np.iinfo(np.int64).min  # the close time of an entry dropped before its time
+_RECENT_MIN = 1 << 16  # the recent closes merged into the large level past this many (or an eighth)
+
+
 class _Closed:
     """Connections closed (FIN both ways or RST) in an earlier batch, to know a late
     retransmission of theirs from a new connection on the same ports: per flow key
     (sorted), the next sequence number each way (-1 unknown) and the close time.
 
     Arrays, not a dict of tuples: connections of one call each close by the hundred
-    thousand a minute, and each is kept for the idle timeout (32 bytes each here).
+    thousand a minute, and each is kept for the idle timeout (32 bytes each here). Two
+    sorted levels, a large one and the recent closes, so that a batch costs what its
+    own closes cost: the recent level is merged into the large one when it has grown
+    to an eighth of it, and what was forgotten (by time, or dropped) is removed then;
+    until then it is only invisible (:meth:`find` looks past it). A live capture of
+    short connections keeps millions here, and reads many small batches a second.
     """
 
-    key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
-    end: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
-    at: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    def __init__(self) -> None:
+        self._levels = [self._empty(), self._empty()]  # large, recent: (key, end, at)
+        self._cutoff = _GONE + 1  # entries closed before this are forgotten
+
+    @staticmethod
+    def _empty() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return np.zeros(0, np.uint64), np.zeros((0, 2), np.int64), np.zeros(0, np.int64)
 
     def __len__(self) -> int:
-        return len(self.key)
+        return len(self._levels[0][0]) + len(self._levels[1][0])
 
     def add(self, key: np.ndarray, end: np.ndarray, at: np.ndarray) -> None:
         """Note connections that closed; a key closed again keeps its newest entry."""
@@ -281,28 +293,55 @@ class _Closed:
         key, end, at = key[order].astype(np.uint64), end[order], at[order]
         newest = np.r_[key[1:] != key[:-1], True]
         key, end, at = key[newest], end[newest], at[newest]
-        row = self.find(key)
-        if (row >= 0).any():  # closed again: the older entry goes
-            kept = np.ones(len(self.key), bool)
-            kept[row[row >= 0]] = False
-            self.keep(kept)
-        # Merged in, not sorted again: the store is large, a batch's closes are few.
-        at_pos = np.searchsorted(self.key, key)
-        self.key = np.insert(self.key, at_pos, key)
-        self.end = np.insert(self.end, at_pos, end, axis=0)
-        self.at = np.insert(self.at, at_pos, at)
+        self.drop(self.find(key))  # closed again: the older entry goes
+        big, recent = self._levels
+        self._levels[1] = _merged(recent, (key, end, at))
+        if len(self._levels[1][0]) > max(_RECENT_MIN, len(big[0]) >> 3):
+            self._levels = [_merged(self._alive(big), self._alive(self._levels[1])), self._empty()]
+
+    def _alive(self, level: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple:
+        keep = level[2] >= self._cutoff
+        return level if keep.all() else tuple(x[keep] for x in level)
+
+    def forget(self, before_ns: int) -> None:
+        """Forget the connections closed before ``before_ns`` (it only grows)."""
+        self._cutoff = max(self._cutoff, before_ns)
 
     def find(self, keys: np.ndarray) -> np.ndarray:
-        """Each key's row, -1 where it is not here."""
-        if not len(self.key):
-            return np.full(len(keys), -1, np.int64)
-        i = np.minimum(np.searchsorted(self.key, keys), len(self.key) - 1)
-        return np.where(self.key[i] == keys, i, -1)
+        """Each key's row (an index over both levels), -1 where it is not here."""
+        rows = np.full(len(keys), -1, np.int64)
+        base = 0
+        for key, _, at in self._levels:
+            if len(key):
+                i = np.minimum(np.searchsorted(key, keys), len(key) - 1)
+                hit = (key[i] == keys) & (at[i] >= self._cutoff)
+                rows = np.where(hit, base + i, rows)
+            base += len(key)
+        return rows
 
-    def keep(self, rows: np.ndarray) -> None:
-        """Keep only ``rows`` (a mask)."""
-        if not rows.all():
-            self.key, self.end, self.at = self.key[rows], self.end[rows], self.at[rows]
+    def entry(self, row: int) -> tuple[tuple[int, int], int]:
+        """The sequence ends (from a, from b) and the close time of a row :meth:`find` gave."""
+        big = len(self._levels[0][0])
+        _, end, at = self._levels[0] if row < big else self._levels[1]
+        r = row if row < big else row - big
+        return tuple(end[r].tolist()), int(at[r])
+
+    def drop(self, rows: np.ndarray) -> None:
+        """Forget ``rows`` (from :meth:`find`; -1 ignored)."""
+        rows = rows[rows >= 0]
+        big = len(self._levels[0][0])
+        self._levels[0][2][rows[rows < big]] = _GONE
+        self._levels[1][2][rows[rows >= big] - big] = _GONE
+
+
+def _merged(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Two (key, end, at) levels sorted by key, as one (``b`` inserted into ``a``)."""
+    if not len(b[0]):
+        return a
+    if not len(a[0]):
+        return b
+    pos = np.searchsorted(a[0], b[0])
+    return np.insert(a[0], pos, b[0]), np.insert(a[1], pos, b[1], axis=0), np.insert(a[2], pos, b[2])
 
 
 @dataclass
@@ -727,7 +766,7 @@ class FlowAssembler:
         that late starts a new connection, see ``_late_copies``)."""
         if self._clock_before is None:
             return
-        self._closed.keep(self._closed.at >= self._clock_before - self.idle_timeout_ns)
+        self._closed.forget(self._clock_before - self.idle_timeout_ns)
 
     # ---- UDP --------------------------------------------------------------------------------
     def _udp(self, s: Segments) -> Messages:
@@ -924,20 +963,20 @@ class FlowAssembler:
         late = np.zeros(len(s), bool)
         seq_end = _seq_end(s, flags)
         syn = (flags & _SYN) != 0
-        alive = np.ones(len(closed), bool)
+        dropped: set[int] = set()
         for p in known.tolist():  # the few connections on the ports of a closed one
             a, b, r = int(starts[p]), int(ends[p]), int(row[p])
-            if not alive[r]:
+            if r in dropped:
                 continue  # dropped for an earlier piece on the same ports
-            (end_a, end_b), closed_at = closed.end[r].tolist(), int(closed.at[r])
+            (end_a, end_b), closed_at = closed.entry(r)
             if syn[a:b].any() or int(s.ts_ns[a]) > closed_at + self.idle_timeout_ns:
-                alive[r] = False  # a new connection on these ports, or too late to be a copy
+                dropped.add(r)  # a new connection on these ports, or too late to be a copy
                 continue
             stored = np.where(from_a[a:b], end_a, end_b)
             behind = (stored - seq_end[a:b]) & 0xFFFFFFFF
             if np.all((stored >= 0) & (behind <= _LATE_WINDOW)):
                 late[a:b] = True
-        closed.keep(alive)
+        closed.drop(np.array(sorted(dropped), np.int64))
         return late if late.any() else None
 
     # ---- releasing the finished turns of open connections -------------------------------------

@@ -438,3 +438,56 @@ def test_pairing_in_time_order_goes_on_after_a_release() -> None:
     early, m, _ = fed(pk)
     assert len(early) > 20  # turns were released before the swapped ones
     assert same(m, ref)
+
+
+# ---- the store of closed connections ------------------------------------------------------
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("add"), st.lists(st.tuples(st.integers(0, 40), st.integers(0, 10**6)), max_size=12)
+        ),
+        st.tuples(st.just("forget"), st.integers(0, 10**6)),
+        st.tuples(st.just("drop"), st.lists(st.integers(0, 40), max_size=5)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_OPS)
+def test_closed_store_behaves_as_a_dict(ops: list) -> None:
+    """The two-level store of closed connections against a plain dict: a key closed
+    again keeps its newest entry, forgetting by time and dropping hide entries at once,
+    and the recent level merged into the large one (here past 4 entries) changes nothing."""
+    import capture.flows as flows
+
+    saved = flows._RECENT_MIN
+    flows._RECENT_MIN = 4
+    try:
+        store, model, cutoff = flows._Closed(), {}, -(1 << 62)
+        for step, (op, arg) in enumerate(ops):
+            if op == "add" and arg:
+                keys = np.array([k for k, _ in arg], np.uint64)
+                ats = np.array([t for _, t in arg], np.int64)
+                ends = np.stack([ats + step, ats - step], axis=1)
+                store.add(keys, ends, ats)
+                for k, t in arg:  # the last of a key in a batch is its newest
+                    model[k] = ((t + step, t - step), t)
+            elif op == "forget":
+                cutoff = max(cutoff, arg)
+                store.forget(arg)
+            elif op == "drop":
+                rows = store.find(np.array(arg, np.uint64))
+                store.drop(rows)
+                for k in arg:
+                    model.pop(k, None)
+            model = {k: v for k, v in model.items() if v[1] >= cutoff}
+            probe = np.arange(41, dtype=np.uint64)
+            rows = store.find(probe)
+            assert {int(k) for k, r in zip(probe, rows, strict=True) if r >= 0} == set(model)
+            for k, r in zip(probe.tolist(), rows.tolist(), strict=True):
+                if r >= 0:
+                    assert store.entry(r) == model[k]
+    finally:
+        flows._RECENT_MIN = saved
