@@ -259,7 +259,7 @@ class _Kept:
 
 
 _GONE = np.iinfo(np.int64).min  # the close time of an entry dropped before its time
-_RECENT_MIN = 1 << 16  # the recent closes merged into the large level past this many (or an eighth)
+_FIRST_LEVEL = 1 << 12  # entries of the smallest level; each next level holds 8 times more
 
 
 class _Closed:
@@ -268,24 +268,20 @@ class _Closed:
     (sorted), the next sequence number each way (-1 unknown) and the close time.
 
     Arrays, not a dict of tuples: connections of one call each close by the hundred
-    thousand a minute, and each is kept for the idle timeout (32 bytes each here). Two
-    sorted levels, a large one and the recent closes, so that a batch costs what its
-    own closes cost: the recent level is merged into the large one when it has grown
-    to an eighth of it, and what was forgotten (by time, or dropped) is removed then;
-    until then it is only invisible (:meth:`find` looks past it). A live capture of
-    short connections keeps millions here, and reads many small batches a second.
+    thousand a minute, and each is kept for the idle timeout (32 bytes each here). A
+    live capture of short connections keeps millions and reads many small batches a
+    second, so a batch must not copy the store: sorted levels of growing size (a
+    log-structured merge), a batch's closes merged into the smallest, a full level into
+    the next; what was forgotten (by time, or dropped) is only invisible (:meth:`find`
+    looks past it) until its level is merged.
     """
 
     def __init__(self) -> None:
-        self._levels = [self._empty(), self._empty()]  # large, recent: (key, end, at)
+        self._levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # smallest first
         self._cutoff = _GONE + 1  # entries closed before this are forgotten
 
-    @staticmethod
-    def _empty() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return np.zeros(0, np.uint64), np.zeros((0, 2), np.int64), np.zeros(0, np.int64)
-
     def __len__(self) -> int:
-        return len(self._levels[0][0]) + len(self._levels[1][0])
+        return sum(len(level[0]) for level in self._levels)
 
     def add(self, key: np.ndarray, end: np.ndarray, at: np.ndarray) -> None:
         """Note connections that closed; a key closed again keeps its newest entry."""
@@ -294,10 +290,14 @@ class _Closed:
         newest = np.r_[key[1:] != key[:-1], True]
         key, end, at = key[newest], end[newest], at[newest]
         self.drop(self.find(key))  # closed again: the older entry goes
-        big, recent = self._levels
-        self._levels[1] = _merged(recent, (key, end, at))
-        if len(self._levels[1][0]) > max(_RECENT_MIN, len(big[0]) >> 3):
-            self._levels = [_merged(self._alive(big), self._alive(self._levels[1])), self._empty()]
+        carry = (key, end, at)
+        for i, level in enumerate(self._levels):
+            merged = _merged(self._alive(level), carry)
+            if len(merged[0]) <= _FIRST_LEVEL << (3 * i):
+                self._levels[i] = merged
+                return
+            self._levels[i], carry = (_NO_CLOSED, merged)  # full: on to the next level
+        self._levels.append(carry)
 
     def _alive(self, level: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple:
         keep = level[2] >= self._cutoff
@@ -308,7 +308,7 @@ class _Closed:
         self._cutoff = max(self._cutoff, before_ns)
 
     def find(self, keys: np.ndarray) -> np.ndarray:
-        """Each key's row (an index over both levels), -1 where it is not here."""
+        """Each key's row (an index over all levels), -1 where it is not here."""
         rows = np.full(len(keys), -1, np.int64)
         base = 0
         for key, _, at in self._levels:
@@ -319,19 +319,29 @@ class _Closed:
             base += len(key)
         return rows
 
+    def _place(self, row: int) -> tuple[int, int]:
+        for k, level in enumerate(self._levels):
+            if row < len(level[0]):
+                return k, row
+            row -= len(level[0])
+        raise IndexError(row)
+
     def entry(self, row: int) -> tuple[tuple[int, int], int]:
         """The sequence ends (from a, from b) and the close time of a row :meth:`find` gave."""
-        big = len(self._levels[0][0])
-        _, end, at = self._levels[0] if row < big else self._levels[1]
-        r = row if row < big else row - big
+        k, r = self._place(row)
+        _, end, at = self._levels[k]
         return tuple(end[r].tolist()), int(at[r])
 
     def drop(self, rows: np.ndarray) -> None:
         """Forget ``rows`` (from :meth:`find`; -1 ignored)."""
-        rows = rows[rows >= 0]
-        big = len(self._levels[0][0])
-        self._levels[0][2][rows[rows < big]] = _GONE
-        self._levels[1][2][rows[rows >= big] - big] = _GONE
+        base = 0
+        for _, _, at in self._levels:
+            mine = rows[(rows >= base) & (rows < base + len(at))]
+            at[mine - base] = _GONE
+            base += len(at)
+
+
+_NO_CLOSED = (np.zeros(0, np.uint64), np.zeros((0, 2), np.int64), np.zeros(0, np.int64))
 
 
 def _merged(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:

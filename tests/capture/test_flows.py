@@ -457,13 +457,13 @@ _OPS = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(_OPS)
 def test_closed_store_behaves_as_a_dict(ops: list) -> None:
-    """The two-level store of closed connections against a plain dict: a key closed
+    """The store of closed connections (sorted levels) against a plain dict: a key closed
     again keeps its newest entry, forgetting by time and dropping hide entries at once,
-    and the recent level merged into the large one (here past 4 entries) changes nothing."""
+    and levels merged into larger ones (here from 2 entries up) change nothing."""
     import capture.flows as flows
 
-    saved = flows._RECENT_MIN
-    flows._RECENT_MIN = 4
+    saved = flows._FIRST_LEVEL
+    flows._FIRST_LEVEL = 2
     try:
         store, model, cutoff = flows._Closed(), {}, -(1 << 62)
         for step, (op, arg) in enumerate(ops):
@@ -490,4 +490,4 @@ def test_closed_store_behaves_as_a_dict(ops: list) -> None:
                 if r >= 0:
                     assert store.entry(r) == model[k]
     finally:
-        flows._RECENT_MIN = saved
+        flows._FIRST_LEVEL = saved
