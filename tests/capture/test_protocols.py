@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testkit.messages import thrift_message
 from testkit.pcap import epoch_ns, tshark_rows
 
 import capture
@@ -252,18 +253,6 @@ def test_a_mysql_ssl_request_cut_by_a_gap_is_still_a_message(tmp_path: Path, cut
     assert {proto for _, _, proto, _ in got} == {"mysql"}
 
 
-def _thrift(mtype: int, name: bytes, seqid: int, body: bytes) -> bytes:
-    """A strict binary-protocol message, unframed."""
-    return (
-        b"\x80\x01\x00"
-        + bytes([mtype])
-        + struct.pack(">I", len(name))
-        + name
-        + struct.pack(">I", seqid)
-        + body
-    )
-
-
 def _flow_stats(pcap: Path) -> capture.FlowStats:
     """The TCP assembler's counters over the whole file."""
     dec, asm = capture.Decoder(), capture.FlowAssembler()
@@ -281,12 +270,12 @@ def test_a_thrift_call_with_a_field_of_no_known_type_is_kept_and_the_rest_counte
     i32_field = b"\x08\x00\x01" + struct.pack(">i", 5) + b"\x00"
     bad_body = b"\x11\x00\x01" + struct.pack(">i", 5) + b"\x00"
     turns = [
-        (True, _thrift(1, b"add", 1, i32_field)),
-        (False, _thrift(2, b"add", 1, i32_field)),
-        (True, _thrift(1, b"bad", 2, bad_body)),
-        (False, _thrift(3, b"bad", 2, b"\x00")),
-        (True, _thrift(1, b"sub", 3, i32_field)),
-        (False, _thrift(2, b"sub", 3, i32_field)),
+        (True, thrift_message(1, b"add", 1, i32_field)),
+        (False, thrift_message(2, b"add", 1, i32_field)),
+        (True, thrift_message(1, b"bad", 2, bad_body)),
+        (False, thrift_message(3, b"bad", 2, b"\x00")),
+        (True, thrift_message(1, b"sub", 3, i32_field)),
+        (False, thrift_message(2, b"sub", 3, i32_field)),
     ]
     pcap = _write_connection(tmp_path / "thrift.pcap", 9090, turns)
     rows = tshark_rows(

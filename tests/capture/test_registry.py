@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from testkit.messages import thrift_message
 from testkit.pcap import write_pcap
 
 import capture
@@ -168,20 +169,8 @@ MYSQL_GREETING = _mysql_packet(
 MYSQL_LOGIN = _mysql_packet(1, struct.pack("<IIB", 0x000FA685, 1 << 24, 33) + bytes(23) + b"root\x00\x00")
 
 
-def _thrift_message(mtype: int, name: bytes, seqid: int, body: bytes = b"\x00") -> bytes:
-    """A strict binary Thrift message: version 0x8001 and type, name, sequence id, struct."""
-    return (
-        b"\x80\x01\x00"
-        + bytes([mtype])
-        + struct.pack(">I", len(name))
-        + name
-        + struct.pack(">I", seqid)
-        + body
-    )
-
-
-THRIFT_CALL = _thrift_message(1, b"getUserProfile", 7, b"\x08\x00\x01\x00\x00\x00\x2a\x00")  # i32 id=42
-THRIFT_REPLY = _thrift_message(2, b"getUserProfile", 7)
+THRIFT_CALL = thrift_message(1, b"getUserProfile", 7, b"\x08\x00\x01\x00\x00\x00\x2a\x00")  # i32 id=42
+THRIFT_REPLY = thrift_message(2, b"getUserProfile", 7)
 
 
 def _framed(msg: bytes) -> bytes:
