@@ -181,8 +181,8 @@ def _compiled_turns(
     turns it leaves undecided (non-ASCII labels, unusual length values) go through
     :func:`check_turn`."""
     nt = len(lo)
-    lo = np.ascontiguousarray(lo, np.int64)
-    hi = np.ascontiguousarray(hi, np.int64)
+    lo = np.require(lo, np.int64, "CA")  # contiguous and aligned, as native needs
+    hi = np.require(hi, np.int64, "CA")
     verdict = np.empty(nt, np.uint8)
     label_lo, label_hi = np.empty(nt, np.int64), np.empty(nt, np.int64)
     calls = np.ascontiguousarray(is_call, bool).view(np.uint8)

@@ -39,8 +39,8 @@ def join_spans(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.nd
     >>> join_spans(d, np.array([10, 0]), np.array([9, 3])).tobytes()
     b'abcdefghi012'
     """
-    length = np.ascontiguousarray(length, np.int64)
-    start = np.ascontiguousarray(start, np.int64)
+    length = np.require(length, np.int64, "CA")  # contiguous and aligned, as native needs
+    start = np.require(start, np.int64, "CA")
     total = int(length.sum())
     if native is not None:
         out = np.empty(total, np.uint8)

@@ -285,6 +285,8 @@ class _Closed:
 
     def add(self, key: np.ndarray, end: np.ndarray, at: np.ndarray) -> None:
         """Note connections that closed; a key closed again keeps its newest entry."""
+        if not len(key):
+            return
         order = np.argsort(key, kind="stable")  # the newest of a key last
         key, end, at = key[order].astype(np.uint64), end[order], at[order]
         newest = np.r_[key[1:] != key[:-1], True]

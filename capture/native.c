@@ -20,8 +20,10 @@
 #include <stdint.h>
 #include <string.h>
 
+/* A contiguous buffer of obj; align 8 for one read as int64 (a cast pointer must be
+ * aligned in C, whatever x86 tolerates). */
 static int
-get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
+get_buffer_aligned(PyObject *obj, Py_buffer *view, int writable, const char *what, int align)
 {
     int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0) {
@@ -29,7 +31,18 @@ get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
                      writable ? " writable" : "");
         return -1;
     }
+    if (align > 1 && ((uintptr_t)view->buf % (uintptr_t)align != 0 || view->len % align != 0)) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s: an aligned int64 array is needed", what);
+        return -1;
+    }
     return 0;
+}
+
+static int
+get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *what)
+{
+    return get_buffer_aligned(obj, view, writable, what, 1);
 }
 
 static uint32_t
@@ -59,7 +72,7 @@ pcap_walk(PyObject *self, PyObject *args)
     Py_buffer buf, out;
     if (get_buffer(buf_obj, &buf, 0, "buf") < 0)
         return NULL;
-    if (get_buffer(out_obj, &out, 1, "out") < 0) {
+    if (get_buffer_aligned(out_obj, &out, 1, "out", 8) < 0) {
         PyBuffer_Release(&buf);
         return NULL;
     }
@@ -111,9 +124,9 @@ join_spans(PyObject *self, PyObject *args)
     Py_buffer data, start, length, out;
     if (get_buffer(data_obj, &data, 0, "data") < 0)
         return NULL;
-    if (get_buffer(start_obj, &start, 0, "start") < 0)
+    if (get_buffer_aligned(start_obj, &start, 0, "start", 8) < 0)
         goto release_data;
-    if (get_buffer(length_obj, &length, 0, "length") < 0)
+    if (get_buffer_aligned(length_obj, &length, 0, "length", 8) < 0)
         goto release_start;
     if (get_buffer(out_obj, &out, 1, "out") < 0)
         goto release_length;
@@ -142,14 +155,28 @@ join_spans(PyObject *self, PyObject *args)
         }
         at += l[i];
     }
+    /* The copy reads each span once more and checks it again before using it: out may
+     * share memory with start or length (a copy can change a later span), and another
+     * thread may write them while the GIL is released. memmove: data and out may overlap. */
+    int bad = 0;
     Py_BEGIN_ALLOW_THREADS
     at = 0;
     for (Py_ssize_t i = 0; i < spans; i++) {
-        if (l[i])
-            memcpy(dst + at, src + s[i], (size_t)l[i]);
-        at += l[i];
+        int64_t si = s[i], li = l[i];
+        if (li == 0)
+            continue;
+        if (si < 0 || li < 0 || li > data.len || si > data.len - li || li > out.len - at) {
+            bad = 1;
+            break;
+        }
+        memmove(dst + at, src + si, (size_t)li);
+        at += li;
     }
     Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "a span changed while it was copied (out shares memory with it?)");
+        goto fail;
+    }
     PyBuffer_Release(&out);
     PyBuffer_Release(&length);
     PyBuffer_Release(&start);
@@ -254,6 +281,8 @@ one_turn(const unsigned char *s, Py_ssize_t n, Py_ssize_t a, Py_ssize_t b, int c
     if (h < 0)
         return TURN_NO;
     Py_ssize_t end = h + 4, eol = find_bytes(s, a, end, "\r\n", 2);
+    if (eol < 0)
+        return TURN_UNSURE;  /* cannot be (the blank line ends a line); never read before s */
     if (call) {
         Py_ssize_t sp = find_bytes(s, a, eol, " ", 1);
         if (sp < 0 || !is_turn_method(s + a, sp - a))
@@ -325,7 +354,7 @@ http_turns(PyObject *self, PyObject *args)
     int got = 0;
     PyObject *result = NULL;
     for (; got < 7; got++)
-        if (get_buffer(objs[got], &v[got], writable[got], names[got]) < 0)
+        if (get_buffer_aligned(objs[got], &v[got], writable[got], names[got], (int)item[got]) < 0)
             goto done;
     Py_ssize_t turns = v[1].len / 8;
     for (int k = 1; k < 7; k++)
@@ -336,22 +365,24 @@ http_turns(PyObject *self, PyObject *args)
     const unsigned char *s = (const unsigned char *)v[0].buf;
     const int64_t *lo = (const int64_t *)v[1].buf, *hi = (const int64_t *)v[2].buf;
     const unsigned char *call = (const unsigned char *)v[3].buf;
-    for (Py_ssize_t t = 0; t < turns; t++)
-        if (lo[t] < 0 || hi[t] < lo[t] || hi[t] > v[0].len) {
-            PyErr_Format(PyExc_ValueError, "turn %zd (%lld, %lld) is outside the stream of %zd bytes", t,
-                         (long long)lo[t], (long long)hi[t], v[0].len);
-            goto done;
-        }
     unsigned char *verdict = (unsigned char *)v[4].buf;
     int64_t *label_lo = (int64_t *)v[5].buf, *label_hi = (int64_t *)v[6].buf;
-    Py_BEGIN_ALLOW_THREADS
+    /* Each turn's bounds are read once and checked where they are used, with the GIL held:
+     * the outputs may share memory with lo and hi (a write can change a later turn), and no
+     * other thread may change the stream while it is searched. */
     for (Py_ssize_t t = 0; t < turns; t++) {
+        int64_t a = lo[t], b = hi[t];
+        int is_call = call[t] != 0;
+        if (a < 0 || b < a || b > v[0].len) {
+            PyErr_Format(PyExc_ValueError, "turn %zd (%lld, %lld) is outside the stream of %zd bytes", t,
+                         (long long)a, (long long)b, v[0].len);
+            goto done;
+        }
         Py_ssize_t la, lb;
-        verdict[t] = (unsigned char)one_turn(s, v[0].len, lo[t], hi[t], call[t] != 0, &la, &lb);
+        verdict[t] = (unsigned char)one_turn(s, v[0].len, a, b, is_call, &la, &lb);
         label_lo[t] = la;
         label_hi[t] = lb;
     }
-    Py_END_ALLOW_THREADS
     result = Py_None;
     Py_INCREF(result);
 done:

@@ -86,6 +86,8 @@ class Protocol:
     detect_on_port: Detector | None = None
 
 
+#: Protocols a trace can number (its messages carry the number in an int8).
+MAX_PROTOCOLS = 127
 _RECORDS: dict[str, Protocol] = {}
 # Derived from _RECORDS by _derive() after every change; rebound whole, never changed in
 # place, so a thread detecting or parsing meanwhile sees the old tables or the new ones.
@@ -126,6 +128,8 @@ def register(protocol: Protocol, *, replace: bool = False) -> None:
     """
     if protocol.name in _RECORDS and not replace:
         raise ValueError(f"protocol {protocol.name!r} is registered already")
+    if protocol.name not in _RECORDS and len(_RECORDS) >= MAX_PROTOCOLS:
+        raise ValueError(f"at most {MAX_PROTOCOLS} protocols: a trace numbers them in a byte")
     for port in protocol.ports:
         owner = _PORT_OWNER.get(port, protocol.name)
         if owner != protocol.name:

@@ -192,3 +192,30 @@ def test_turns_refuse_bad_arguments() -> None:
         native.http_turns(stream, np.array([0]), np.array([4]), calls, np.empty(2, np.uint8), *out[1:])
     native.http_turns(stream, np.array([0]), np.array([len(stream)]), calls, *out)
     assert (out[0][0], out[1][0], out[2][0]) == (1, 0, 5)  # one request, labelled "GET /"
+
+
+def test_outputs_sharing_memory_with_inputs_cannot_reach_outside() -> None:
+    """An output that shares memory with the spans or turns it is given: a copy or a
+    verdict that rewrites a later span or turn is caught before it is used (it crashed
+    the process before)."""
+    native = spans_mod.native
+    data = np.zeros(64, np.uint8)
+    data[:8] = np.frombuffer(np.int64(1 << 40).tobytes(), np.uint8)
+    buf = np.zeros(4, np.int64)
+    with pytest.raises(ValueError, match="changed while it was copied"):
+        native.join_spans(data, buf[0:2], np.array([8, 8], np.int64), buf[1:3].view(np.uint8))
+    stream = b"GET / HTTP/1.1\r\n\r\n" * 2
+    arr = np.array([len(stream) // 2, len(stream), 0], np.int64)
+    verdict = arr.view(np.uint8)[15:17]  # turn 0's verdict lands in hi[1]'s top byte
+    with pytest.raises(ValueError, match="outside the stream"):
+        native.http_turns(stream, np.array([0, len(stream) // 2]), arr[:2], np.ones(2, np.uint8), verdict,
+                          np.empty(2, np.int64), np.empty(2, np.int64))  # fmt: skip
+
+
+def test_misaligned_int64_buffers_are_refused() -> None:
+    native = spans_mod.native
+    odd = memoryview(bytes(17))[1:]  # 16 bytes that start at an odd address
+    with pytest.raises(TypeError, match="aligned"):
+        native.join_spans(np.zeros(4, np.uint8), odd, np.zeros(2, np.int64), np.zeros(4, np.uint8))
+    with pytest.raises(TypeError, match="aligned"):
+        native.pcap_walk(b"", 0, 64, False, bytearray(17))

@@ -315,3 +315,17 @@ def test_a_capture_of_a_runtime_protocol_converts(toy: Protocol, tmp_path: Path)
     ]
     assert registry.protocol_names()[: len(PROTOCOLS)] == PROTOCOLS
     assert registry.protocol_codes()["toy"] == len(PROTOCOLS)
+
+
+def test_no_more_protocols_than_a_trace_can_number() -> None:
+    room = registry.MAX_PROTOCOLS - len(registry.protocol_names())
+    names = [f"many{k}" for k in range(room)]
+    try:
+        for name in names:
+            register(Protocol(name))
+        assert len(registry.protocol_names()) == registry.MAX_PROTOCOLS
+        with pytest.raises(ValueError, match="at most 127 protocols"):
+            register(Protocol("one-too-many"))
+    finally:
+        for name in names:
+            unregister(name)
