@@ -11,18 +11,10 @@ import collections
 from pathlib import Path
 
 import pytest
+from testkit.pcap import OURS, SHARED
 
 import capture
 import tracefmt
-
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "data" / "pcaps"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data/pcaps")
-SHARED = sorted(p for p in DATA.glob("*/*") if p.suffix in (".pcap", ".pcapng")) if DATA.is_dir() else []
-OURS = sorted((ROOT / "samples" / "testbed").glob("*.pcap")) + sorted(
-    (ROOT / "tests" / "capture" / "data").glob("*.pcap")
-)
 
 #: file -> the unbalanced connections, as (protocol, calls, returns), and why.
 CUT = {

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testkit.pcap import OURS, SHARED
 
 import capture
 import capture._http1 as http1
@@ -27,14 +28,6 @@ from capture._http1 import check_turn, check_turns, starts_with_method
 from capture._spans import join_spans
 from capture.protocols import REQUEST_METHODS, detect_tcp
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "data" / "pcaps"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data/pcaps")
-SHARED = sorted(p for p in DATA.glob("*/*") if p.suffix in (".pcap", ".pcapng")) if DATA.is_dir() else []
-OURS = sorted((ROOT / "samples" / "testbed").glob("*.pcap")) + sorted(
-    (ROOT / "tests" / "capture" / "data").glob("*.pcap")
-)
 needs_data = pytest.mark.skipif(not SHARED, reason="../shared/data/pcaps is not present")
 
 _RESP = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"

@@ -16,20 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testkit.pcap import OURS, SHARED
 
 import capture
 import capture._spans as spans_mod
 import capture.source as source
-
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "data" / "pcaps"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data/pcaps")
-KINDS = (".pcap", ".pcapng", ".gz")
-SHARED = sorted(p for p in DATA.glob("*/*") if p.suffix in KINDS) if DATA.is_dir() else []
-OURS = sorted((ROOT / "samples" / "testbed").glob("*.pcap")) + sorted(
-    (ROOT / "tests" / "capture" / "data").glob("*.pcap*")
-)
 
 
 def test_the_extension_is_built() -> None:

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from testkit.pcap import OURS, SHARED, SHARED_PCAPS
 
 import capture
 import tracefmt
@@ -20,13 +21,7 @@ from capture.convert import StreamConverter
 from capture.source import FakeSource, read_packets
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "data" / "pcaps"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data/pcaps")
-SHARED = sorted(p for p in DATA.glob("*/*") if p.suffix in (".pcap", ".pcapng")) if DATA.is_dir() else []
-OURS = sorted((ROOT / "samples" / "testbed").glob("*.pcap")) + sorted(
-    (ROOT / "tests" / "capture" / "data").glob("*.pcap")
-)
+DATA = SHARED_PCAPS
 _PCAPNG_PACKETS = (2, 3, 6)  # packet blocks: obsolete, simple, enhanced
 
 

@@ -6,6 +6,23 @@ import struct
 import subprocess
 from pathlib import Path
 
+_ROOT = Path(__file__).resolve().parents[3]
+#: The real captures beside the project (``../shared/data/pcaps``; in a clone elsewhere,
+#: where they stay at /work/shared).
+SHARED_PCAPS = _ROOT.parent / "shared" / "data" / "pcaps"
+if not SHARED_PCAPS.is_dir():
+    SHARED_PCAPS = Path("/work/shared/data/pcaps")
+#: Every shared capture (pcap and pcapng), empty when they are not present.
+SHARED = (
+    sorted(p for p in SHARED_PCAPS.glob("*/*") if p.suffix in (".pcap", ".pcapng"))
+    if SHARED_PCAPS.is_dir()
+    else []
+)
+#: The project's own captures: the recorded testbed's and the tests' small ones.
+OURS = sorted((_ROOT / "samples" / "testbed").glob("*.pcap")) + sorted(
+    (_ROOT / "tests" / "capture" / "data").glob("*.pcap")
+)
+
 #: pcap link types the tests write.
 ETHERNET = 1
 RAW_IP = 101
