@@ -16,7 +16,10 @@ Uses only timestamp, sender and receiver, so it works for any messaging pattern.
    same ``n_sigma`` level by a Poisson test (in sparse traces a chance pair or two
    would otherwise pass).
 4. Estimates: a spike's message count from the correlation of raw counts (above its
-   background it rises by one per message pair), its delay as its centroid.
+   background it rises by one per message pair), its delay as its centroid. An answer
+   hop (calls into a node and its returns to the caller) also gets its median: the
+   lag by which half its calls' worth of message pairs stand above the background
+   (each call has one answer, so half is known), whatever peaks the delays make.
 5. Paths: from each root, every out-edge; from each vertex (a visit of a node, reached by
    an edge into it), every out-edge of that node whose correlation with the edge in has
    spikes. Edges carry the delays found (most frequent first) and estimated counts; a
@@ -55,6 +58,7 @@ from infer.callpairs import node_codes
 from infer.params import AUTO_LAG_QUANTA, MIN_LAGS, ConvolutionParams
 from tracefmt import OP_CALL, OP_RETURN, ParameterError, SchemaError, op_codes, sort_trace, validate_trace
 from tracefmt.cluster import InProcess
+from tracefmt.pathsfile import hop_delays_s
 from tracefmt.patterns import path_id
 from tracefmt.units import format_duration_ns, format_instant_ns
 
@@ -73,6 +77,8 @@ __all__ = [
 ]
 
 _RING = 12  # half-width of the local background, in spike widths
+#: Most of a median's target that a drifting background may make up (``_Pairs.median``).
+_MEDIAN_DRIFT = 0.1
 _NEG_MARGIN = 8  # quanta of negative lags examined beyond the band (plausibility)
 
 
@@ -104,13 +110,16 @@ class LinearPath:
 
     ``counts[k]`` is the estimated number of messages on hop k (``nodes[k] -> nodes[k+1]``);
     ``delays_s[k]`` the delays (most frequent first) from a message on hop k to the one it
-    causes on hop k+1, with ``delay_counts[k]`` their estimated message counts.
+    causes on hop k+1, with ``delay_counts[k]`` their estimated message counts;
+    ``medians_s[k]`` the median of those delays where hop k+1 answers hop k's calls (a
+    server's response time), else None.
     """
 
     nodes: tuple[str, ...]
     delays_s: tuple[tuple[float, ...], ...]
     delay_counts: tuple[tuple[float, ...], ...]
     counts: tuple[float, ...]
+    medians_s: tuple[float | None, ...] = ()
 
     @property
     def id(self) -> str:
@@ -123,19 +132,22 @@ class LinearPath:
 
     @property
     def latency_s(self) -> float:
-        """Sum of the most frequent delay of every hop."""
-        return float(sum(d[0] for d in self.delays_s))
+        """Sum of every hop's delay: its median where known, else its most frequent."""
+        return float(sum(hop_delays_s(self.to_json(latency=False))))
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, *, latency: bool = True) -> dict[str, Any]:
+        doc = {
             "id": self.id,
             "nodes": list(self.nodes),
             "delays_s": [list(d) for d in self.delays_s],
             "delay_counts": [list(c) for c in self.delay_counts],
+            "medians_s": list(self.medians_s) or [None] * len(self.delays_s),
             "counts": list(self.counts),
             "count": self.count,
-            "latency_s": self.latency_s,
         }
+        if latency:
+            doc["latency_s"] = self.latency_s
+        return doc
 
 
 @dataclass(frozen=True)
@@ -201,6 +213,7 @@ class ConvolutionResult:
                         "count": d["count"],
                         "delays_s": [s.delay_s for s in d["spikes"]],
                         "delay_counts": [s.count for s in d["spikes"]],
+                        "median_s": d["median_s"],
                     }
                     for u, v, d in g.edges(data=True)
                 ],
@@ -222,14 +235,17 @@ class _Pairs:
         corr: Correlator,
         params: ConvolutionParams,
         stats: dict[str, int],
+        edges: _EdgeGraph,
         done: dict[tuple[int, int, bool], _PairResult] | None = None,
     ) -> None:
         self.corr = corr
         self.p = params
         self.stats = stats
+        self.edges = edges
         self.done = done
         self.memo: dict[tuple[int, int], tuple[DelaySpike, ...]] = {}
         self.window_excess: dict[tuple[int, int], float] = {}
+        self.curves: dict[tuple[int, int], np.ndarray] = {}
 
     def spikes(self, e_in: int, e_out: int) -> tuple[DelaySpike, ...]:
         key = (e_in, e_out)
@@ -248,13 +264,38 @@ class _Pairs:
     def _compute(self, e_in: int, e_out: int) -> tuple[DelaySpike, ...]:
         self.stats["pairs_correlated"] += 1
         if self.done is None:
-            spikes, excess = _pair_spikes(self.corr, self.p, e_in, e_out, self.stats)
+            spikes, excess, curve = _pair_spikes(self.corr, self.p, e_in, e_out, self.stats)
         else:
-            spikes, excess, tally = self.done[(e_in, e_out, self.corr.replay(e_in, e_out))]
+            spikes, excess, tally, curve = self.done[(e_in, e_out, self.corr.replay(e_in, e_out))]
             for name, n in tally:
                 self.stats[name] += n
         self.window_excess[(e_in, e_out)] = excess
+        self.curves[(e_in, e_out)] = curve
         return spikes
+
+    def median(self, e_in: int, e_out: int) -> float | None:
+        """The median delay of an answer hop (``e_in`` carries calls into a node, ``e_out``
+        its returns to the caller): each call has one answer, so half of them (of the
+        fewer of calls and returns) have come by the lag where that many message pairs
+        stand above the background, counted from lag 0 (``_curve_median``). ``None``
+        for any other pair, or when the excess never gets there."""
+        spikes = self.spikes(e_in, e_out)
+        if not spikes or not self.edges.answers(e_in, e_out):
+            return None
+        n = self.corr.counts
+        half = 0.5 * float(min(n[e_in], n[e_out]))
+        lag0 = next((s.delay_s for s in spikes if s.lag == 0), None)
+        curve = self.curves[(e_in, e_out)]
+        median = _curve_median(curve, half, self.p.quantum_s, lag0)
+        # The far half's background must hold near lag 0 too: over the second quarter
+        # of the lags the excess must be about nil, or it has been adding up from lag 0
+        # as well (a dense, short trace whose load swings correlate every busy pair:
+        # thousands of pairs a lag).
+        quarter = curve[curve.size // 2 :]
+        drift = abs(float(quarter.mean())) if quarter.size else np.inf
+        if median is None or drift * (median / self.p.quantum_s + 1) > _MEDIAN_DRIFT * half:
+            return None
+        return median
 
 
 class _PairResult(NamedTuple):
@@ -264,6 +305,7 @@ class _PairResult(NamedTuple):
     spikes: tuple[DelaySpike, ...]
     excess: float
     tally: tuple[tuple[str, int], ...]
+    curve: np.ndarray  # message pairs above the background, lags 0 .. max_lag // 2
 
 
 def _pair_spikes(
@@ -273,23 +315,28 @@ def _pair_spikes(
     e_out: int,
     tally: dict[str, Any],
     direct: bool | None = None,
-) -> tuple[tuple[DelaySpike, ...], float]:
-    """The spikes of one (edge in, edge out) pair and its window excess (see
-    ``_Pairs.explained``), counting what the spike tests drop into ``tally``; ``direct``
-    forces the correlation method (``None``: the correlator chooses)."""
+) -> tuple[tuple[DelaySpike, ...], float, np.ndarray]:
+    """The spikes of one (edge in, edge out) pair, its window excess (see
+    ``_Pairs.explained``) and, when it has spikes, its excess at each lag up to half of
+    ``max_lag`` (for ``_Pairs.median``), counting what the spike tests drop into
+    ``tally``; ``direct`` forces the correlation method (``None``: the correlator
+    chooses)."""
     sq, raw = corr.correlate(e_in, e_out, direct)
     ring, core = _ring(p)
     _causal_lag0(corr, e_in, e_out, sq, raw, ring, core)
-    window = _window_excess(corr, raw)
+    curve = _excess_curve(corr, raw)
+    window = float(curve[: max(corr.max_lag // 20, MIN_LAGS) + 1].sum())
+    none = curve[:0]
     z = _standard_scores(sq, corr.neg, p)
     if z is None:
-        return (), window
+        return (), window, none
     peaks = _plausible_peaks(z, sq, corr, p, tally)
     if not peaks:
-        return (), window
+        return (), window, none
     out = _counted_spikes(peaks, corr, p, (e_in, e_out), sq, raw, tally)
     tally["spikes"] += len(out)
-    return tuple(sorted(out, key=lambda s: (-s.count, s.lag))), window
+    near = curve[: corr.max_lag // 2 + 1].copy() if out else none
+    return tuple(sorted(out, key=lambda s: (-s.count, s.lag))), window, near
 
 
 def _ring(p: ConvolutionParams) -> tuple[int, int]:
@@ -423,14 +470,38 @@ def _poisson_at_least(k: int, mean: float) -> float:
     return float(gammainc(k, mean)) if k > 0 else 1.0
 
 
-def _window_excess(corr: Correlator, raw: np.ndarray) -> float:
-    """Message pairs above the background at lags ``0 .. max_lag // 20`` (at least
-    ``MIN_LAGS``), the background being the median over the far half of the lags, where
-    causal delays no longer reach."""
+def _excess_curve(corr: Correlator, raw: np.ndarray) -> np.ndarray:
+    """Message pairs above the background at each lag ``0 .. max_lag``, the background
+    being the median over the far half of the lags, where causal delays no longer
+    reach. Summed over lags ``0 .. max_lag // 20`` (at least ``MIN_LAGS``) it is the
+    pair's window excess."""
     pairs = raw[corr.neg :] * (corr.overlap[corr.neg :] / corr.n_slots)
-    width = max(corr.max_lag // 20, MIN_LAGS)
-    background = float(np.median(pairs[pairs.size // 2 :]))
-    return float((pairs[: width + 1] - background).sum())
+    return pairs - float(np.median(pairs[pairs.size // 2 :]))
+
+
+def _curve_median(curve: np.ndarray, target: float, quantum_s: float, lag0_s: float | None) -> float | None:
+    """The delay by which ``target`` message pairs of the excess ``curve`` have come
+    (None if they never do). Lag 0 holds delays below half a quantum (all at
+    ``lag0_s`` when the messages' times gave it), lag l those within half a quantum of
+    l quanta; within a lag the delay is interpolated. The running maximum of the summed
+    excess is used, so noise that dips below the background does not count twice.
+
+    Examples
+    --------
+    >>> _curve_median(np.array([0.0, 2.0, 6.0, 2.0]), 5.0, 1.0, None)
+    2.0
+    """
+    if not target > 0 or curve.size == 0:
+        return None
+    summed = np.maximum.accumulate(np.cumsum(curve))
+    k = int(np.searchsorted(summed, target))
+    if k >= summed.size:
+        return None
+    before = float(summed[k - 1]) if k else 0.0
+    share = (target - before) / max(float(summed[k]) - before, 1e-12)
+    if k == 0:
+        return lag0_s if lag0_s is not None else 0.5 * share * quantum_s
+    return (k - 0.5 + share) * quantum_s
 
 
 def _below_quantum(
@@ -484,6 +555,7 @@ class _Vertex:
     children: list[int] = field(default_factory=list)
     count: float = 0.0
     alive: bool = True
+    median_s: float | None = None  # an answer hop's median delay (``_Pairs.median``)
 
 
 def _edge_fraction(spikes: tuple[DelaySpike, ...], n_in: int, n_out: int) -> float:
@@ -554,7 +626,7 @@ def infer_convolution(
     done = None
     if runner is not None and not isinstance(runner, InProcess):
         done = _correlate_on(runner, corr, params, _wanted_pairs(graph_in, params, candidates))
-    pairs = _Pairs(corr, params, stats, done)
+    pairs = _Pairs(corr, params, stats, graph_in, done)
     start = _start_edges(candidates, graph_in, pairs, params, notes)
     verts, root_vertex = _grow(start, graph_in, pairs, params, stats, notes)
     if not params.keep_short_paths:
@@ -612,19 +684,47 @@ class _EdgeGraph:
     dst: np.ndarray
     out_edges: list[list[int]]
     in_edges: list[list[int]]
+    calls: np.ndarray  # per edge: every message on it is a call
+    returns: np.ndarray  # and: every one is a return
 
     @classmethod
     def of(cls, trace: pa.Table) -> _EdgeGraph:
         nodes = node_codes(trace)
         n_nodes = len(nodes.names)
         ekey, edge = np.unique(nodes.sender * n_nodes + nodes.receiver, return_inverse=True)
+        edge = edge.ravel()
         src, dst = ekey // n_nodes, ekey % n_nodes
         out_edges: list[list[int]] = [[] for _ in range(n_nodes)]
         in_edges: list[list[int]] = [[] for _ in range(n_nodes)]
         for e, (a, b) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
             out_edges[a].append(e)
             in_edges[b].append(e)
-        return cls(nodes.names, nodes.sender, nodes.receiver, edge.ravel(), src, dst, out_edges, in_edges)
+        ops = op_codes(trace)
+        size = np.bincount(edge, minlength=ekey.size)
+        calls = np.bincount(edge[ops == OP_CALL], minlength=ekey.size) == size
+        returns = np.bincount(edge[ops == OP_RETURN], minlength=ekey.size) == size
+        return cls(
+            nodes.names,
+            nodes.sender,
+            nodes.receiver,
+            edge,
+            src,
+            dst,
+            out_edges,
+            in_edges,
+            calls,
+            returns,
+        )
+
+    def answers(self, e_in: int, e_out: int) -> bool:
+        """Whether ``e_out`` carries the answers to the calls of ``e_in``: A->B all calls,
+        B->A all returns."""
+        return bool(
+            self.calls[e_in]
+            and self.returns[e_out]
+            and self.src[e_in] == self.dst[e_out]
+            and self.dst[e_in] == self.src[e_out]
+        )
 
     @property
     def n_edges(self) -> int:
@@ -808,8 +908,8 @@ def _correlate_group(
     out = []
     for e_in, e_out, direct in group:
         tally = dict.fromkeys(_TALLIED, 0)
-        spikes, window = _pair_spikes(corr, params, e_in, e_out, tally, direct)
-        out.append(_PairResult(spikes, window, tuple((k, n) for k, n in tally.items() if n)))
+        spikes, window, curve = _pair_spikes(corr, params, e_in, e_out, tally, direct)
+        out.append(_PairResult(spikes, window, tuple((k, n) for k, n in tally.items() if n), curve))
     return out
 
 
@@ -908,7 +1008,8 @@ def _grow(
             if len(verts) >= params.max_vertices:
                 notes.append(f"the graph was cut at {params.max_vertices:,} vertices (max_vertices)")
                 return verts, root_vertex
-            verts.append(_Vertex(int(edges.dst[e]), e, v, vx.depth + 1, spikes, count=c))
+            median = pairs.median(vx.edge, e)
+            verts.append(_Vertex(int(edges.dst[e]), e, v, vx.depth + 1, spikes, count=c, median_s=median))
             vx.children.append(len(verts) - 1)
             stack.append(len(verts) - 1)
     return verts, root_vertex
@@ -937,7 +1038,14 @@ def _vertex_graph(verts: list[_Vertex], edges: _EdgeGraph) -> nx.DiGraph:
     for k in alive:
         vx = verts[k]
         if vx.parent >= 0:
-            graph.add_edge(vx.parent, k, edge=edges.label(vx.edge), count=vx.count, spikes=list(vx.spikes))
+            graph.add_edge(
+                vx.parent,
+                k,
+                edge=edges.label(vx.edge),
+                count=vx.count,
+                spikes=list(vx.spikes),
+                median_s=vx.median_s,
+            )
     return graph
 
 
@@ -1017,6 +1125,7 @@ def _drop_short_paths(verts: list[_Vertex], params: ConvolutionParams, stats: di
             stats["short_delays"] += len(cx.spikes) - len(kept)
             if kept:
                 cx.spikes = kept
+                cx.median_s = None  # the pair's excess holds the delays dropped too
             else:
                 stats["short_hops"] += 1
                 for u in _subtree(verts, c):
@@ -1064,6 +1173,7 @@ def _linear_paths(verts: list[_Vertex], roots: Any, names: list[str]) -> list[Li
                         delays_s=tuple(tuple(s.delay_s for s in h.spikes) for h in hops[1:]),
                         delay_counts=tuple(tuple(s.count for s in h.spikes) for h in hops[1:]),
                         counts=tuple(h.count for h in hops),
+                        medians_s=tuple(h.median_s for h in hops[1:]),
                     )
                 )
             for k in kids:

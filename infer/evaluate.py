@@ -24,6 +24,7 @@ from tracefmt import (
     OP_SEND,
     ParameterError,
     SchemaError,
+    hop_delays_s,
     op_codes,
     sort_trace,
     validate_trace,
@@ -416,10 +417,11 @@ class LinearTruth:
 
     def found_in(self, nodes: tuple[str, ...], paths: list[dict[str, Any]], tolerance_s: float) -> bool:
         """Whether one of ``paths`` (of a paths file) starts with the true path ``nodes``
-        and reports, on every hop, a delay within ``tolerance_s`` of the hop's true median."""
+        and reports, on every hop, a delay within ``tolerance_s`` of the hop's true median
+        (the hop's median where it gives one, else any of its delays)."""
         n = len(nodes)
         return any(
-            tuple(p["nodes"][:n]) == nodes and _hops_match(p["delays_s"], self.patterns[nodes], tolerance_s)
+            tuple(p["nodes"][:n]) == nodes and _hops_match(_reported(p), self.patterns[nodes], tolerance_s)
             for p in paths
         )
 
@@ -576,6 +578,16 @@ def true_linear_paths(trace: pa.Table) -> LinearTruth:
     return LinearTruth(patterns, int(lost.size), prefixes)
 
 
+def _reported(path: dict[str, Any]) -> list[list[float]]:
+    """Per hop of a convolution path, the delays it reports for the hop: its median where
+    it gives one (an answer hop), else every delay found (most frequent first)."""
+    medians = path.get("medians_s") or []
+    return [
+        [float(medians[k])] if k < len(medians) and medians[k] is not None else [float(d) for d in ds]
+        for k, ds in enumerate(path["delays_s"])
+    ]
+
+
 def _hops_match(delays: list[list[float]], samples: np.ndarray, tol: float) -> bool:
     """Every hop has a reported delay within ``tol`` of its true median delay."""
     for k in range(samples.shape[1]):
@@ -597,10 +609,11 @@ def evaluate_convolution(
     """Score a convolution paths file against the truth of a synthetic trace.
 
     A true linear path (:func:`true_linear_paths`) is *found* when an inferred path starts
-    with its node sequence and, on every hop, one of the delays reported is within
+    with its node sequence and, on every hop, the delay reported is within
     ``tolerance_s`` (default: the quantum plus the delay band) of the hop's true median
-    delay. An inferred path is a false positive unless its node sequence is a true
-    path's; one that is a true path's beginning is counted as ``partial`` too.
+    delay: the hop's median where the path gives one, else any of its delays. An
+    inferred path is a false positive unless its node sequence is a true path's; one
+    that is a true path's beginning is counted as ``partial`` too.
 
     Returns
     -------
@@ -734,11 +747,12 @@ def _hop_scores(
 ) -> dict[str, Any]:
     """Every hop (a delay at a node, in the context of its path so far) of the true
     paths scored: found (an inferred path goes through it in that context) and near
-    (one of its delays there within ``tol`` of the truth's median)."""
+    (its median there, or where it gives none one of its delays, within ``tol`` of the
+    truth's median)."""
     delays: dict[tuple[str, ...], list[float]] = {}
     for p in inferred:
-        for k, ds in enumerate(p["delays_s"]):
-            delays.setdefault(tuple(p["nodes"][: k + 3]), []).extend(float(d) for d in ds)
+        for k, ds in enumerate(_reported(p)):
+            delays.setdefault(tuple(p["nodes"][: k + 3]), []).extend(ds)
     # A hop in context can lie on several true paths (a branch and its longer twin): its
     # median is over the delays of all of them.
     samples: dict[tuple[str, ...], list[np.ndarray]] = {}
@@ -754,14 +768,16 @@ def _hop_scores(
 def _delay_error(
     truth: LinearTruth, found: set[tuple[str, ...]], inferred: list[dict], tol: float
 ) -> dict[str, float | None]:
-    """Relative error of each found path's most frequent delay per hop against the mean
-    of the true delays within ``tol`` of it: median and 90th percentile."""
+    """Relative error of each found path's delay per hop (its median where it gives one,
+    else its most frequent) against the mean of the true delays within ``tol`` of it:
+    median and 90th percentile."""
     errors = []
     for seq in found:
         samples = truth.patterns[seq]
         p = next(p for p in inferred if tuple(p["nodes"][: len(seq)]) == seq)
+        typical = hop_delays_s(p)
         for k in range(samples.shape[1]):
-            d0 = float(p["delays_s"][k][0])
+            d0 = typical[k]
             near = samples[:, k][np.abs(samples[:, k] - d0) <= tol]
             if near.size and near.mean() > 0:
                 errors.append(abs(d0 - near.mean()) / near.mean())

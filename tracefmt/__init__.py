@@ -50,7 +50,15 @@ from tracefmt.parquet import (
     trace_parts,
     write_trace,
 )
-from tracefmt.pathsfile import PATHS_FORMAT, PATTERN_SORTS, check_paths, check_sort, read_paths, write_paths
+from tracefmt.pathsfile import (
+    PATHS_FORMAT,
+    PATTERN_SORTS,
+    check_paths,
+    check_sort,
+    hop_delays_s,
+    read_paths,
+    write_paths,
+)
 from tracefmt.points import point_timestamps
 from tracefmt.schema import (
     CORE_COLUMNS,
@@ -116,6 +124,7 @@ __all__ = [
     "format_duration_ns",
     "format_instant_ns",
     "format_text_lines",
+    "hop_delays_s",
     "iter_any_trace",
     "iter_text_trace",
     "iter_trace",

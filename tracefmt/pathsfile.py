@@ -22,6 +22,7 @@ __all__ = [
     "PATTERN_SORTS",
     "check_paths",
     "check_sort",
+    "hop_delays_s",
     "read_paths",
     "write_paths",
 ]
@@ -30,6 +31,43 @@ __all__ = [
 PATHS_FORMAT = "wirepath.paths/1"
 #: How patterns are ordered: by total time (count x mean latency) or by instances.
 PATTERN_SORTS = ("total", "count")
+
+
+def hop_delays_s(path: dict[str, Any]) -> list[float]:
+    """The delay of each hop of a convolution path: its median where the path gives one
+    (``medians_s``: a server's response time), else its most frequent delay; 0 for a
+    hop without delays.
+
+    Examples
+    --------
+    >>> hop_delays_s({"delays_s": [[0.001, 0.009], [0.002]], "medians_s": [0.006, None]})
+    [0.006, 0.002]
+    >>> hop_delays_s({"delays_s": [[0.003]]})
+    [0.003]
+    """
+    medians = path.get("medians_s") or []
+    out = []
+    for k, delays in enumerate(path["delays_s"]):
+        median = medians[k] if k < len(medians) else None
+        out.append(float(median) if median is not None else float(delays[0]) if delays else 0.0)
+    return out
+
+
+def _check_medians(path: dict[str, Any], where: str, hops: int) -> None:
+    """A path's optional ``medians_s``: one per delay list, each a number of at least 0
+    or null."""
+    medians = path.get("medians_s")
+    if medians is None:
+        return
+    if not isinstance(medians, list) or len(medians) != hops:
+        raise SchemaError(f"{where}: 'medians_s' must be a list of len(nodes) - 2 = {hops} numbers or nulls")
+    for m in medians:
+        if m is not None and (
+            isinstance(m, bool) or not isinstance(m, int | float) or not m >= 0 or math.isinf(m)
+        ):
+            raise SchemaError(
+                f"{where}: 'medians_s' holds {m!r}: each must be a delay in seconds (>= 0) or null"
+            )
 
 
 def check_sort(sort: str) -> None:
@@ -171,5 +209,6 @@ def check_paths(doc: Any, where: str = "paths") -> None:
                 raise SchemaError(f"{where}: path {k} needs len(nodes) - 1 = {len(nodes) - 1} counts")
             if len(path.get("delays_s", [])) != len(nodes) - 2:
                 raise SchemaError(f"{where}: path {k} needs len(nodes) - 2 = {len(nodes) - 2} delay lists")
+            _check_medians(path, f"{where}: path {k}", len(nodes) - 2)
     else:
         raise SchemaError(f"{where}: unknown algorithm {algorithm!r} (must be nesting or convolution)")

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tracefmt import ParameterError, ParseError, check_paths, read_paths
+from tracefmt import ParameterError, ParseError, check_paths, hop_delays_s, read_paths
 from tracefmt.patterns import path_id
 from trend.numbers import check_number
 from trend.series import parse_time_ns, results_table
@@ -132,7 +132,7 @@ def _path_rows(doc: dict[str, Any], name: str, prefix: str) -> list[tuple[str, f
                 _visits(p["root"], f"{prefix}{p['id']}", rows)
         for path in doc.get("paths") or []:
             pid = f"{prefix}{path.get('id') or path_id(path['nodes'])}"
-            hops = [float(d[0]) for d in path["delays_s"] if d]
+            hops = hop_delays_s(path)
             total = path.get("latency_s")
             rows.append((pid, float(sum(hops) if total is None else total)))
             rows += [(f"{pid}/hop{k}", v) for k, v in enumerate(hops)]

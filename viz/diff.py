@@ -31,7 +31,7 @@ from typing import Any
 
 from tracefmt import ParameterError
 from tracefmt.display import printable
-from tracefmt.pathsfile import check_paths
+from tracefmt.pathsfile import check_paths, hop_delays_s
 from viz.dot import DotGraph, format_s
 from viz.paths import collapse_replicas, mean_of, replica_name, shape_of, visits
 
@@ -476,7 +476,8 @@ def diff_convolution(
 
     Paths are matched by their node sequence. The delay at hop k + 1 (``delays_s[k]``,
     most frequent first) is what ``nodes[k+1]`` takes between a message from
-    ``nodes[k]`` and the one it sends on to ``nodes[k+2]``; the most frequent delays are
+    ``nodes[k]`` and the one it sends on to ``nodes[k+2]``; each hop's delay (its median
+    where the paths give one, else its most frequent, ``tracefmt.hop_delays_s``) is
     compared and pooled over paths by that (from, at, to) triple, weighted by the slow
     run's message count on the later hop (a hop shared by several paths counts once).
     Node names matching a ``collapse`` glob are replaced by the glob. Each change has
@@ -526,7 +527,10 @@ def _pooled_delays(
         if bp is None:
             continue
         nodes = [replica_name(n, collapse) for n in sp["nodes"]]
-        for k, (db, ds) in enumerate(zip(bp["delays_s"], sp["delays_s"], strict=True)):
+        typical = zip(hop_delays_s(bp), hop_delays_s(sp), strict=True)
+        for k, ((db, ds), (tb, ts)) in enumerate(
+            zip(zip(bp["delays_s"], sp["delays_s"], strict=True), typical, strict=True)
+        ):
             # Paths share their first hops (one vertex of the output graph): count each once.
             prefix = tuple(sp["nodes"][: k + 3])
             if not db or not ds or prefix in seen:
@@ -535,6 +539,6 @@ def _pooled_delays(
             weight = float(sp["counts"][k + 1])
             acc = pooled.setdefault((nodes[k], nodes[k + 1], nodes[k + 2]), [0.0, 0.0, 0.0])
             acc[0] += weight
-            acc[1] += weight * float(db[0])
-            acc[2] += weight * float(ds[0])
+            acc[1] += weight * tb
+            acc[2] += weight * ts
     return pooled

@@ -174,7 +174,8 @@ def convolution_dot(doc: dict[str, Any], *, top: int | None = None) -> str:
 
     Edge k (``nodes[k] -> nodes[k+1]``) carries ``counts[k]`` messages; from the second
     hop on it also lists ``delays_s[k-1]``, the delays between a message arriving at
-    ``nodes[k]`` and the one it causes on this hop, most frequent first.
+    ``nodes[k]`` and the one it causes on this hop, most frequent first, after their
+    median where the path gives one (``medians_s[k-1]``).
 
     Examples
     --------
@@ -187,6 +188,7 @@ def convolution_dot(doc: dict[str, Any], *, top: int | None = None) -> str:
     g = DotGraph("convolution", "convolution paths")
     for k, path in enumerate(doc.get("paths", [])[:top]):
         nodes, counts, delays = path["nodes"], path["counts"], path["delays_s"]
+        medians = path.get("medians_s") or [None] * len(delays)
         g.open_cluster(f"c{k}", f"path {k + 1}: {' -> '.join(nodes)}")
         for j, name in enumerate(nodes):
             g.node(f"c{k}n{j}", name)
@@ -194,6 +196,8 @@ def convolution_dot(doc: dict[str, Any], *, top: int | None = None) -> str:
             label = f"{round(counts[j]):,} msgs"
             if j >= 1 and delays[j - 1]:
                 label += "\nafter " + ", ".join(format_s(float(d)) for d in delays[j - 1])
+                if medians[j - 1] is not None:
+                    label += f"\nmedian {format_s(float(medians[j - 1]))}"
             g.edge(f"c{k}n{j}", f"c{k}n{j + 1}", label)
         g.close_cluster()
     return g.text()

@@ -17,6 +17,7 @@ from typing import Any
 
 from tracefmt import ParameterError, check_sort
 from tracefmt.display import printable
+from tracefmt.pathsfile import hop_delays_s
 from tracefmt.patterns import Shape, pattern_id, shape_text
 from tracefmt.units import format_duration_ns
 
@@ -318,16 +319,22 @@ def tree_lines(pattern: dict[str, Any]) -> list[str]:
 
 
 def format_path(path: dict[str, Any]) -> str:
-    """One path of a convolution paths file as text: nodes, with the delays before each hop.
+    """One path of a convolution paths file as text: nodes, with the delays before each
+    hop (most frequent first), led by the hop's median where the path gives one.
 
     Examples
     --------
     >>> format_path({"nodes": ["a", "b", "c"], "delays_s": [[0.0021, 0.008]], "counts": [10, 7]})
     'a -> b -[2.1 ms|8 ms]-> c'
+    >>> format_path({"nodes": ["a", "b", "a"], "delays_s": [[0.00002, 0.005]], "medians_s": [0.004]})
+    'a -> b -[median 4 ms; 20 µs|5 ms]-> a'
     """
     nodes = [printable(str(n)) for n in path["nodes"]]
     parts = [f"{nodes[0]} -> {nodes[1]}"]
+    medians = path.get("medians_s") or []
     for k, node in enumerate(nodes[2:]):
         delays = "|".join(format_duration_ns(round(d * 1e9)) for d in path["delays_s"][k])
+        if k < len(medians) and medians[k] is not None:
+            delays = f"median {format_duration_ns(round(hop_delays_s(path)[k] * 1e9))}; {delays}"
         parts.append(f" -[{delays}]-> {node}")
     return "".join(parts)

@@ -123,6 +123,8 @@ def test_from_paths_of_convolution_paths(tmp_path, capsys):
                 "latency_s": 2.25,
             },
             {"nodes": ["a", "e", "f"], "delays_s": [[0.25]], "counts": [3, 2]},
+            # An answer hop: its median (between the two peaks) is the hop's delay.
+            {"nodes": ["x", "y", "x"], "delays_s": [[0.001, 0.009]], "medians_s": [0.006], "counts": [4, 4]},
         ],
     }
     paths = tmp_path / "conv.json"
@@ -130,12 +132,15 @@ def test_from_paths_of_convolution_paths(tmp_path, capsys):
     assert main(["trend", "from-paths", str(paths), "--store", str(tmp_path), "--build", "1"]) == 0
     got = {s.test: s.values[0] for s in load_series(tmp_path)}
     other = f"path:{path_id(['a', 'e', 'f'])}"
+    answer = f"path:{path_id(['x', 'y', 'x'])}"
     assert got == {
         "path:p7": 2.25,
         "path:p7/hop0": 0.5,
         "path:p7/hop1": 1.5,
         other: 0.25,
         f"{other}/hop0": 0.25,
+        answer: 0.006,
+        f"{answer}/hop0": 0.006,
     }
 
 

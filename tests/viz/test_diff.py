@@ -185,6 +185,18 @@ def test_convolution_diff_pools_hops_once():
     assert shared[0]["change_s"] == 0
 
 
+def test_convolution_diff_compares_an_answer_hops_medians():
+    # AUTH answers from a cache or not: the same two peaks in both runs, but more
+    # misses in the slow one moved its median by 3 ms.
+    base, slow = _conv(0.001), _conv(0.001)
+    for doc, median in ((base, 0.002), (slow, 0.005)):
+        for path in doc["paths"]:
+            path["delays_s"][1] = [0.00004, 0.008]
+            path["medians_s"] = [None, median, None]
+    (change,) = [c for c in diff_convolution(base, slow) if c["label"] == "WS2 -> AUTH -> WS2"]
+    assert change["change_s"] == pytest.approx(0.003)
+
+
 # --- property: an injected wait is found exactly where it was put, whatever the tree --------
 
 _shapes = st.recursive(

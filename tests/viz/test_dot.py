@@ -109,6 +109,13 @@ def test_convolution_path_is_a_chain_with_delays_and_counts():
     assert len(convolution_dot(doc, top=1).split("subgraph")) == 2
 
 
+def test_convolution_answer_hop_shows_its_median():
+    doc = _conv_doc()
+    doc["paths"][0]["medians_s"] = [None, 0.0045]
+    check_paths(doc)
+    assert '"c0n2" -> "c0n3" [label="1,180 msgs\\nafter 3 ms\\nmedian 4.5 ms"];' in paths_dot(doc)
+
+
 @pytest.mark.needs_dot
 def test_convolution_chain_lays_out_in_graphviz():
     graph = _dot_json(paths_dot(_conv_doc()))
