@@ -53,6 +53,32 @@ def hop_delays_s(path: dict[str, Any]) -> list[float]:
     return out
 
 
+def _check_hop_numbers(path: dict[str, Any], where: str) -> None:
+    """A path's ``counts`` and ``delays_s``: numbers of at least 0 (lists of them)."""
+    for k, count in enumerate(path["counts"]):
+        if not _number(count) or count < 0:
+            raise SchemaError(f"{where}: counts[{k}] is {count!r}: each must be a message count (>= 0)")
+    for k, delays in enumerate(path["delays_s"]):
+        if not isinstance(delays, list) or not all(_number(d) and d >= 0 for d in delays):
+            raise SchemaError(
+                f"{where}: delays_s[{k}] is {delays!r}: each must be a list of delays in seconds (>= 0)"
+            )
+
+
+def _first_non_finite(value: Any, where: str) -> str | None:
+    """Where the first NaN or infinite number in a JSON-able ``value`` is, if any."""
+    stack = [(value, where)]
+    while stack:
+        v, at = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return f"{at} is {v}"
+        if isinstance(v, dict):
+            stack.extend((x, f"{at}.{k}") for k, x in reversed(list(v.items())))
+        elif isinstance(v, list | tuple):
+            stack.extend((x, f"{at}[{i}]") for i, x in reversed(list(enumerate(v))))
+    return None
+
+
 def _check_medians(path: dict[str, Any], where: str, hops: int) -> None:
     """A path's optional ``medians_s``: one per delay list, each a number of at least 0
     or null."""
@@ -97,7 +123,11 @@ def write_paths(doc: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     []
     """
     check_paths(doc, str(path))
-    return write_atomic(path, json.dumps(doc, indent=1) + "\n")
+    bad = _first_non_finite(doc, "the document")
+    if bad is not None:
+        # JSON has no NaN or Infinity: tools other than Python's json would refuse the file.
+        raise SchemaError(f"{path}: {bad}: a paths file holds only finite numbers (null where none)")
+    return write_atomic(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
 
 
 def read_paths(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -210,5 +240,6 @@ def check_paths(doc: Any, where: str = "paths") -> None:
             if len(path.get("delays_s", [])) != len(nodes) - 2:
                 raise SchemaError(f"{where}: path {k} needs len(nodes) - 2 = {len(nodes) - 2} delay lists")
             _check_medians(path, f"{where}: path {k}", len(nodes) - 2)
+            _check_hop_numbers(path, f"{where}: path {k}")
     else:
         raise SchemaError(f"{where}: unknown algorithm {algorithm!r} (must be nesting or convolution)")
