@@ -58,6 +58,7 @@ from capture.protocols import (
     parse_stream,
     protocol_codes,
     protocol_names,
+    request_lines_are_http,
     tls_records,
     tls_server_name,
 )
@@ -1071,7 +1072,10 @@ class FlowAssembler:
         way = p * 2 + (~fa).astype(np.int64)
         early = np.arange(len(di)) < before_last[p]
         sent = np.bincount(way[early], weights=s.pay_len[di][early], minlength=2 * pc.count).reshape(-1, 2)
-        cand &= pc.cont | (sent >= 256).all(axis=1) | _opens_with_request(s, di, way, pc.count)
+        settled = pc.cont | (sent >= 256).all(axis=1)
+        if request_lines_are_http():
+            settled |= _opens_with_request(s, di, way, pc.count)
+        cand &= settled
         if self._retry and cand.any():
             sizes = np.diff(np.r_[pc.starts, len(pc.s)])
             cand &= sizes >= np.array([self._retry.get(k, 0) for k in pc.key[pc.starts].tolist()], np.int64)
@@ -1314,12 +1318,15 @@ class FlowAssembler:
         head = k.sstart[np.maximum(gfirst, 0)]
         look = np.minimum(head + 256, gend)
         full = ((gfirst >= 0) & (gend - head >= 256)).reshape(-1, 2).all(axis=1)
-        # A client that opens with a request line is HTTP, whatever else is said (the
-        # first test of detect_tcp, for all connections at once); the others get a look.
+        # A client that opens with a request line is HTTP, whatever else is said (what
+        # detect_tcp would say, for all connections at once, unless a protocol registered
+        # ahead of HTTP may take it); the others get a look.
         c_first = gfirst[0::2]
         http_open = (c_first >= 0) & starts_with_method(
             stream, k.sstart[np.maximum(c_first, 0)], look[0::2], REQUEST_METHODS
         )
+        if not request_lines_are_http():
+            http_open[:] = False
         protos = np.full(cb.count, "tcp", object)
         protos[http_open] = "http"
         for p in np.flatnonzero(~http_open & ~cb.cont).tolist():  # per connection: a look at its first bytes

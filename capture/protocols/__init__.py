@@ -31,6 +31,7 @@ from capture.protocols.registry import (
     protocol_codes,
     protocol_names,
     register,
+    request_lines_are_http,
     unregister,
 )
 from capture.protocols.tls import tls_records, tls_server_name
@@ -50,6 +51,7 @@ __all__ = [
     "protocol_codes",
     "protocol_names",
     "register",
+    "request_lines_are_http",
     "tls_records",
     "tls_server_name",
     "unregister",

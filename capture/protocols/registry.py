@@ -35,6 +35,7 @@ __all__ = [
     "protocol_names",
     "records",
     "register",
+    "request_lines_are_http",
     "unregister",
 ]
 
@@ -93,6 +94,7 @@ _RECORDS: dict[str, Protocol] = {}
 # place, so a thread detecting or parsing meanwhile sees the old tables or the new ones.
 _PARSERS: dict[str, Parser] = {}
 _CHECKS: tuple[tuple[str, Detector], ...] = ()  # stage 1 by rank, then stage 2 by rank
+_STARTS: tuple[str, ...] = ()  # the protocols of stage 1, by rank
 _PORT_OWNER: dict[int, str] = {}
 _NAMES: tuple[str, ...] = ()
 _CODES: dict[str, int] = {}
@@ -213,6 +215,28 @@ def detection_order() -> dict[str, tuple[str, ...]]:
     return {stage: tuple(name for name, _ in _stage(stage)) for stage in ("start", "framing")}
 
 
+#: The built-in protocols whose start tests may run before HTTP's and never take a
+#: connection whose client opens with a request method and a space: HTTP/2's preface
+#: begins "PRI * " ("PRI" is no HTTP/1 method) and a TLS record with byte 0x16.
+_NOT_REQUEST_LINES = frozenset({"http2", "tls"})
+
+
+def request_lines_are_http() -> bool:
+    """Whether a connection whose client opens with a request method and a space is
+    HTTP whatever else its bytes say: no start test that runs before HTTP's may take it
+    (only ``_NOT_REQUEST_LINES`` do). The conversion then marks such connections in bulk,
+    without running :func:`detect_tcp` on each; a protocol registered at runtime ahead
+    of HTTP turns that off.
+
+    Examples
+    --------
+    >>> request_lines_are_http()
+    True
+    """
+    start = _STARTS
+    return "http" in start and set(start[: start.index("http")]) <= _NOT_REQUEST_LINES
+
+
 def _stage(stage: str) -> list[tuple[str, Detector]]:
     """A stage's (protocol, test) by rank; sorted() is stable, so equal ranks keep the
     order of registration."""
@@ -223,8 +247,9 @@ def _stage(stage: str) -> list[tuple[str, Detector]]:
 
 def _derive() -> None:
     """Rebuild the tables detection and parsing read from the records."""
-    global _PARSERS, _CHECKS, _PORT_OWNER, _NAMES, _CODES
+    global _PARSERS, _CHECKS, _STARTS, _PORT_OWNER, _NAMES, _CODES
     _PARSERS = {p.name: p.parse for p in _RECORDS.values() if p.parse is not None}
+    _STARTS = tuple(name for name, _ in _stage("start"))
     _CHECKS = (*_stage("start"), *_stage("framing"))
     _PORT_OWNER = {port: p.name for p in _RECORDS.values() for port in p.ports}
     _NAMES = tuple(_RECORDS)

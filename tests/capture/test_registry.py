@@ -317,6 +317,62 @@ def test_a_capture_of_a_runtime_protocol_converts(toy: Protocol, tmp_path: Path)
     assert registry.protocol_codes()["toy"] == len(PROTOCOLS)
 
 
+def _one_call_capture(path: Path, req: bytes, resp: bytes, port: int = 5555) -> Path:
+    """A capture of one TCP connection: handshake, one request, one response, close."""
+    cli, srv = 0x0A000001, 0x0A000002
+    syn, ack, fin, psh = 0x02, 0x10, 0x11, 0x18
+    frames = [
+        _frame(cli, srv, 40000, port, 100, 0, syn, b""),
+        _frame(srv, cli, port, 40000, 900, 101, syn | ack, b""),
+        _frame(cli, srv, 40000, port, 101, 901, ack, b""),
+        _frame(cli, srv, 40000, port, 101, 901, psh, req),
+        _frame(srv, cli, port, 40000, 901, 101 + len(req), psh, resp),
+        _frame(cli, srv, 40000, port, 101 + len(req), 901 + len(resp), fin, b""),
+        _frame(srv, cli, port, 40000, 901 + len(resp), 102 + len(req), fin, b""),
+        _frame(cli, srv, 40000, port, 102 + len(req), 902 + len(resp), ack, b""),
+    ]
+    return write_pcap(path, [(1_700_000_000_000_000_000 + 1000 * k, f) for k, f in enumerate(frames)])
+
+
+def _webdav_parse(buf: bytes, direction: int, ctx: dict, out: list) -> list:
+    out.append((0, len(buf), "dav", None))
+    return out
+
+
+def test_a_protocol_ranked_ahead_of_http_takes_request_lines(tmp_path: Path) -> None:
+    """A request line is HTTP in bulk only while no test that runs before HTTP's may
+    take it: a protocol registered ahead of HTTP that claims some request lines gets
+    them in a conversion too, as detect_tcp says."""
+    req = b"PROPFIND /dav HTTP/1.1\r\nHost: x\r\n\r\n"
+    resp = b"HTTP/1.1 207 Multi-Status\r\nContent-Length: 0\r\n\r\n"
+    pcap = _one_call_capture(tmp_path / "dav.pcap", req, resp)
+    assert registry.request_lines_are_http()
+    capture.convert_pcaps([pcap], tmp_path / "before.parquet")
+    assert {m["proto"] for m in pq.read_table(tmp_path / "before.parquet").to_pylist()} == {"http"}
+    claims = Check(25, lambda c, s, cp, sp: c.startswith(b"PROPFIND /dav "))
+    register(Protocol("webdav", _webdav_parse, detect_start=claims))
+    try:
+        assert not registry.request_lines_are_http()
+        assert detect_tcp(req, resp, 40000, 5555) == "webdav"
+        capture.convert_pcaps([pcap], tmp_path / "t.parquet")
+        got = pq.read_table(tmp_path / "t.parquet").to_pylist()
+        assert [(m["op"], m["proto"]) for m in got] == [("call", "webdav"), ("return", "webdav")]
+    finally:
+        unregister("webdav")
+    assert registry.request_lines_are_http()
+
+
+def test_http2_and_tls_never_take_a_request_line() -> None:
+    # Why a request line is HTTP in bulk although their tests run before HTTP's.
+    from capture.protocols import REQUEST_METHODS
+
+    tests = {name: registry.get(name).detect_start.test for name in ("http2", "tls")}
+    for method in REQUEST_METHODS:
+        line = method + b" / HTTP/1.1\r\nHost: x\r\n\r\n"
+        for name, test in tests.items():
+            assert not test(line, b"HTTP/1.1 200 OK\r\n\r\n", 40000, 443), (name, method)
+
+
 def test_no_more_protocols_than_a_trace_can_number() -> None:
     room = registry.MAX_PROTOCOLS - len(registry.protocol_names())
     names = [f"many{k}" for k in range(room)]
