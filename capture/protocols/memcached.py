@@ -31,11 +31,17 @@ _MEMCACHED_CMDS = (
 )
 _MEMCACHED_STORE = (b"set", b"add", b"replace", b"append", b"prepend", b"cas")
 _MEMCACHED_QUITQ = 0x17  # binary QUITQ: closes without an answer
+#: The largest body a binary request can declare: memcached's item size limit (-I) is at
+#: most 1 GiB. A Thrift call's name (ASCII, from its ninth byte) read as a body length
+#: is larger when it begins with a letter or "_": 0x41000000 and up.
+_MAX_BODY = 1 << 30
 
 
 def detect_start(client: bytes, server: bytes, sport: int, dport: int) -> bool:
-    """A binary request header (magic 0x80, 24 bytes) answered by a binary response (0x81)
-    or not yet answered, or a text command.
+    """A binary request header (magic 0x80, 24 bytes, a body at least as long as its key
+    and extras and at most ``_MAX_BODY``) answered by a binary response (0x81) or not yet
+    answered, or a text command. An unanswered unframed Thrift call (0x8001 too) fails
+    the body's bound: its name stands where the body length would.
 
     Examples
     --------
@@ -45,9 +51,12 @@ def detect_start(client: bytes, server: bytes, sport: int, dport: int) -> bool:
     True
     >>> detect_start(b"\\x80" + bytes(23), b"HTTP", 40000, 5555)
     False
+    >>> detect_start(b"\\x80\\x01\\x00\\x01\\x00\\x00\\x00\\x08getUsers" + bytes(12), b"", 40000, 5555)
+    False
     """
     if client[:1] == b"\x80" and len(client) >= 24 and server[:1] in (b"\x81", b""):
-        return True
+        key, extras, body = struct.unpack_from(">H B 3x I", client, 2)
+        return key + extras <= body <= _MAX_BODY
     return any(client.startswith(c) for c in _MEMCACHED_CMDS)
 
 

@@ -320,8 +320,9 @@ def _parse_none(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> li
 #   and a name that fits), MySQL packets (a length, a sequence number and a command or
 #   a greeting), PostgreSQL's typed messages (a letter and a length: the loosest).
 # Stage 1 runs whole before stage 2, so a loose start test can still take a stricter
-# framing test's bytes: an unframed Thrift call of 24 bytes or more whose answer was not
-# seen passes memcached's binary test (0x80 first) and is named memcached.
+# framing test's bytes: memcached's binary test (0x80 first) would take an unframed
+# Thrift call (0x8001 first) whose answer was not seen, were it not for the bound on the
+# body length a request declares, where the call's name stands.
 # The rank steps of 10 leave room for a protocol between two others. tests/capture/
 # test_registry.py holds first bytes that more than one test takes, with the verdict.
 for _protocol in (

@@ -221,6 +221,9 @@ TRICKY = [
     pytest.param(MC_GET, MC_MISS, 40000, 5555, "memcached", id="memcached-binary"),
     # ... but a Thrift server answers with 0x8001 where memcached's answers 0x81.
     pytest.param(THRIFT_CALL, THRIFT_REPLY, 40000, 5555, "thrift", id="thrift-unframed"),
+    # Unanswered, the call's name stands where memcached's body length would: too long.
+    pytest.param(THRIFT_CALL + bytes(24), b"", 40000, 5555, "thrift", id="thrift-unframed-unanswered"),
+    pytest.param(MC_GET + bytes(8), b"", 40000, 5555, "memcached", id="memcached-binary-unanswered"),
     # Framed Thrift: a 4-byte length first, like a PostgreSQL startup's.
     pytest.param(_framed(THRIFT_CALL), _framed(THRIFT_REPLY), 40000, 5432, "thrift", id="thrift-framed"),
     # Lower-case memcached text command vs the upper-case HTTP method of the same word.
