@@ -4,6 +4,7 @@
                                      [--presets accurate,fast,paper] [--workloads a,b]
                                      [--datasets hotel_load25,...] [--no-real] [--no-synth]
     python benchmarks/calibration.py --twin-chain [--parallelism 10,42] [--workloads a,b]
+    python benchmarks/calibration.py --fit [--seeds 2] [--presets accurate]
 
 Each ``samples/synth/*.toml`` with RPC calls is generated at ``--messages`` messages at
 each ``--parallelism`` level (one trace when the workload fixes its client loops, as the
@@ -32,13 +33,19 @@ stated at 0.99 or more right at least 98% of the time. A miss is marked ✗.
 default's right rate on each synthetic trace (call pairs from the truth's pairing), on
 its twin (``infer.calibration.twin_pairs`` of the answer), on the twin's twin and one
 level further, and the trace's ECE with the first twin's map alone (c = 0), with the
-shipped correction by the second twin (c = 1), and with it applied twice in log-odds
-(c = 2). No constant c serves every row: that is why the goal is missed at 42.
-It also prints each level's mean log-likelihood per call pair (``Stage.log_likelihood``,
-no truth needed) and the ECE with the twin's map shifted in log-odds by an estimate of
-the twin's optimism made from it: the first step's change of likelihood times the
-second step's change of right rate per change of likelihood (``likelihood`` column; a
-measured alternative to c, not what ships).
+correction by the second twin (c = 1, what ``fast`` and ``paper`` ship), and with it
+applied twice in log-odds (c = 2); no constant c serves every row. It also prints each
+level's mean log-likelihood per call pair (``Stage.log_likelihood``, no truth needed)
+and the ECE with the twin's map moved by the likelihood gap between the trace and its
+twin, as the default ships it (``infer.calibration.OPTIMISM``).
+
+``--fit`` learns ``infer.calibration.OPTIMISM``: for each synthetic workload, level and
+seed (``--seeds``, the configs' seeds moved by 1,000 each), the preset on the trace and
+on its twin; the log-odds shift of the twin's map that gives the trace's calls the
+least ECE (searched from -3 to 3 in steps of 0.05); least squares of that shift on
+``-gap`` and ``-gap * logit(twin right rate)``, ``gap`` the mean log-likelihood per call
+on the twin less on the trace. It prints the coefficients and, per run, the ECE with
+them learnt on every workload but the run's own (leave one workload out).
 
 Progress goes to stderr.
 """
@@ -66,7 +73,7 @@ import numpy as np  # noqa: E402
 import infer  # noqa: E402
 import synth  # noqa: E402
 import tracefmt  # noqa: E402
-from infer.calibration import isotonic, sigmoid, twin_pairs  # noqa: E402
+from infer.calibration import OPTIMISM, isotonic, optimism_shift, sigmoid, twin_pairs  # noqa: E402
 
 
 def _sibling(name: str) -> ModuleType:
@@ -307,30 +314,21 @@ def _logit(p: np.ndarray) -> np.ndarray:
     return np.log(p / (1 - p))
 
 
-def likelihood_shift(levels: list[tuple[np.ndarray, ...]], likelihood: list[float]) -> float:
-    """The twin's optimism in log-odds as the likelihood tells it: the trace-to-twin change
-    of mean log-likelihood per call, times the twin-to-twin's-twin change of right rate
-    (log-odds) per change of likelihood (taken as 0 where the likelihood barely moved,
-    at most 3)."""
-    step = _logit(np.array(right_rate(*levels[1][::2]))) - _logit(np.array(right_rate(*levels[2][::2])))
-    moved = likelihood[1] - likelihood[2]
-    per = float(np.clip(step / moved, 0.0, 3.0)) if abs(moved) > 0.02 else 0.0
-    return (likelihood[0] - likelihood[1]) * per
-
-
 def likelihood_ece(levels: list[tuple[np.ndarray, ...]], likelihood: list[float]) -> float:
-    """The trace's calls' ECE with the first twin's map shifted by ``likelihood_shift``."""
+    """The trace's calls' ECE with the first twin's map moved by the likelihood gap, as
+    the default preset ships it (``infer.calibration.optimism_shift``)."""
     (g0, l0, t0), (g1, l1, t1) = levels[:2]
     k0, k1 = g0 >= 0, g1 >= 0
-    p = infer.Calibration.learn(l1[k1], g1[k1] == t1[k1]).apply(l0[k0])
-    shifted = sigmoid(_logit(p) + likelihood_shift(levels, likelihood))
-    return infer.reliability(shifted, g0[k0] == t0[k0])["ece"]
+    right1 = g1[k1] == t1[k1]
+    p = infer.Calibration.learn(l1[k1], right1).apply(l0[k0])
+    shift = optimism_shift(likelihood[1] - likelihood[0], float(right1.mean()), OPTIMISM[DEFAULT])
+    return infer.reliability(sigmoid(_logit(p) + shift), g0[k0] == t0[k0])["ece"]
 
 
 def eces(levels: list[tuple[np.ndarray, ...]], cs: tuple[float, ...]) -> list[float]:
     """The trace's calls' ECE with the first twin's map corrected ``c`` times by the
     second twin's view of the first (``c = 1``: as ``infer.calibration.twin_calibration``
-    does)."""
+    does for the presets without ``OPTIMISM`` coefficients)."""
     (g0, l0, t0), (g1, l1, t1), (g2, l2, t2) = levels[:3]
     k0, k1, k2 = g0 >= 0, g1 >= 0, g2 >= 0
     right1, right2 = g1[k1] == t1[k1], g2[k2] == t2[k2]
@@ -351,8 +349,8 @@ def twin_chain_table(workloads: list[str], messages: int, asked: list[str]) -> I
     cs = (0.0, 1.0, 2.0)
     yield (
         "| workload | parallelism | right: trace | twin | twin of twin | third twin "
-        "| ECE c = 0 | c = 1 (shipped) | c = 2 | calls overlapping: trace | twin "
-        "| log-likelihood: trace | twin | twin of twin | ECE by likelihood |"
+        "| ECE c = 0 | c = 1 (fast, paper) | c = 2 | calls overlapping: trace | twin "
+        "| log-likelihood: trace | twin | twin of twin | ECE by likelihood gap (default) |"
     )
     yield "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for name in workloads:
@@ -369,6 +367,89 @@ def twin_chain_table(workloads: list[str], messages: int, asked: list[str]) -> I
             yield (
                 f"| {name} | {label} | {rates} | {ece} | {busy[0]:.3f} | {busy[1]:.3f} | {ll} | {by_ll:.3f} |"
             )
+
+
+SHIFTS = np.linspace(-3.0, 3.0, 121)  # the shifts --fit tries, in log-odds
+
+
+@dataclass
+class FitRow:
+    """One synthetic run for ``--fit``: the trace's calls' first-twin probabilities and
+    whether each is right, the features of the shift and the best shift."""
+
+    source: str
+    level: str
+    seed: int
+    first: np.ndarray
+    right: np.ndarray
+    features: np.ndarray
+    best: float
+
+
+def fit_rows(
+    workloads: list[str], messages: int, asked: list[str], seeds: int, preset: str
+) -> Iterator[FitRow]:
+    params = infer.NestingParams.preset(preset)
+    for name in workloads:
+        base = replace(synth.load_config(accuracy.SAMPLES / f"{name}.toml"), messages=messages)
+        for seed in range(seeds):
+            moved = replace(base, seed=base.seed + 1000 * seed) if seed else base
+            for label, cfg in accuracy.levels_of(moved, asked):
+                trace, _ = synth.generate_table(cfg)
+                pairs, truth, names, _ = infer.true_pairs(trace)
+                levels = []
+                for level in range(2):  # the trace, then its twin (as infer_nesting makes it)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", UserWarning)
+                        *_, final = infer.nesting_stages(pairs, len(names), params)
+                    levels.append((final.parent, final.log_odds, truth, final.log_likelihood))
+                    pairs, truth = twin_pairs(pairs, final.parent, seed=level)
+                (g0, l0, t0, ll0), (g1, l1, t1, ll1) = levels
+                k0, k1 = g0 >= 0, g1 >= 0
+                right1 = g1[k1] == t1[k1]
+                first = infer.Calibration.learn(l1[k1], right1).apply(l0[k0])
+                right0 = g0[k0] == t0[k0]
+                gap = ll1 - ll0
+                rate = float(np.clip(right1.mean(), 1e-6, 1 - 1e-6))
+                features = np.array([-gap, -gap * np.log(rate / (1 - rate))])
+                eces_ = [infer.reliability(sigmoid(_logit(first) + s), right0)["ece"] for s in SHIFTS]
+                print(f"{name} at {label}, seed {seed}: done", file=sys.stderr, flush=True)
+                yield FitRow(name, label, seed, first, right0, features, float(SHIFTS[int(np.argmin(eces_))]))
+
+
+def _least_squares(rows: list[FitRow]) -> np.ndarray:
+    x = np.array([r.features for r in rows])
+    return np.linalg.lstsq(x, np.array([r.best for r in rows]), rcond=None)[0]
+
+
+def fit_table(
+    workloads: list[str], messages: int, asked: list[str], seeds: int, preset: str
+) -> Iterator[str]:
+    """``--fit``: the coefficients of ``OPTIMISM`` for ``preset``, and each run's ECE with
+    those learnt leaving its workload out."""
+    rows = list(fit_rows(workloads, messages, asked, seeds, preset))
+    coef = _least_squares(rows)
+    goal = ece_goal(preset)
+    yield f"{preset}: OPTIMISM = ({coef[0]:.3f}, {coef[1]:.3f}) from {len(rows)} runs"
+    yield ""
+    yield (
+        "| workload | parallelism | seed | right | best shift | ECE, best shift | ECE, left out "
+        "| stated ≥ 0.99: right |"
+    )
+    yield "|---|---|---:|---:|---:|---:|---:|---:|"
+    met = 0
+    for r in rows:
+        out = _least_squares([q for q in rows if q.source != r.source])
+        p = sigmoid(_logit(r.first) + float(np.clip(r.features @ out, -3.0, 3.0)))
+        score = infer.reliability(p, r.right)
+        best = infer.reliability(sigmoid(_logit(r.first) + r.best), r.right)["ece"]
+        met += score["ece"] <= goal
+        yield (
+            f"| {r.source} | {r.level} | {r.seed} | {r.right.mean():.1%} | {r.best:+.2f} | {best:.3f} "
+            f"| {_ece_text(score['ece'], goal)} | {_sure_text(score['stated_99']['right_rate'])} |"
+        )
+    yield ""
+    yield f"left out: {met} of {len(rows)} runs meet ECE ≤ {goal:.2f}"
 
 
 def _names(
@@ -395,6 +476,8 @@ def main() -> None:
         action="store_true",
         help="instead: the default's right rate on each synthetic trace and three twins in a row",
     )
+    ap.add_argument("--fit", action="store_true", help="instead: learn infer.calibration.OPTIMISM")
+    ap.add_argument("--seeds", type=int, default=2, help="--fit: seeds per workload and level")
     args = ap.parse_args()
     presets = _names(args.presets, infer.PRESETS, "preset", ap)
     workloads = [] if args.no_synth else _names(args.workloads, accuracy.rpc_workloads(), "workload", ap)
@@ -406,6 +489,11 @@ def main() -> None:
     if args.twin_chain:
         for line in twin_chain_table(workloads, args.messages, asked):
             print(line, flush=True)
+        return
+    if args.fit:
+        for preset in presets:
+            for line in fit_table(workloads, args.messages, asked, args.seeds, preset):
+                print(line, flush=True)
         return
 
     t_start = time.perf_counter()

@@ -18,9 +18,14 @@ the share of the twin's parents that are right at each level of the stated odds 
 calibration (isotonic: a higher odds never maps to a lower probability).
 
 The twin is built from the inferred answer, so where that answer is mostly wrong its
-requests are more regular than the real ones and the twin is easier. A twin of the
-twin measures that optimism where the truth is known (``twin_calibration``); what is
-left of it is in ``docs/inference.md``.
+requests are easier to put together again than the real ones: the twin is easier and
+its map optimistic. A twin dealt out from the true requests is as hard as the trace,
+and the model's mean log-likelihood per call tells the two apart: it is as high on a
+twin of the true requests as on the trace, and higher on the answer's twin the more
+optimistic that is. For the default preset the twin's map is shifted in log-odds by an
+amount learnt on synthetic truth from that gap and the twin's right rate
+(``OPTIMISM``); for the others a twin of the twin measures the optimism where the truth
+is known (``twin_calibration``). docs/inference.md has how well each holds.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ from infer.callpairs import CallPairs
 from infer.patterns import depths, log_confidence_by
 
 __all__ = [
+    "OPTIMISM",
     "Calibration",
     "isotonic",
+    "optimism_shift",
     "reliability",
     "reliability_lines",
     "sigmoid",
@@ -60,6 +67,16 @@ MIN_LINKS = 200
 #: The twin is made of at most this many call pairs (whole requests, a contiguous
 #: stretch of time): enough to fit the map, and a bounded cost on long traces.
 TWIN_MAX_PAIRS = 500_000
+#: How much the twin's map overstates, in log-odds, per preset it was learnt for:
+#: ``(a, b)`` of ``shift = -(a + b * logit(twin right rate)) * gap``, ``gap`` the
+#: answer's mean log-likelihood per call on the twin less on the trace. Least squares
+#: on the shift that calibrates each of 58 synthetic runs best (nine workloads at
+#: parallelism 2, 10 and 42, two seeds): ``python benchmarks/calibration.py --fit``.
+#: The presets without an entry are corrected by a twin of the twin: the default's
+#: coefficients do not carry to them (measured, docs/inference.md).
+OPTIMISM: dict[str, tuple[float, float]] = {"accurate": (2.258, -1.951)}
+#: The shift is held within this many log-odds either way: beyond the fit's range.
+_MAX_SHIFT = 3.0
 
 
 def sigmoid(log_odds: np.ndarray) -> np.ndarray:
@@ -139,6 +156,9 @@ class Calibration:
     #: The share right on the twin of the twin (of its own truth): how much easier a
     #: twin made from an answer is than what the answer came from.
     second_right_rate: float | None = None
+    #: The log-odds the twin's map was moved by for its optimism (``optimism_shift``),
+    #: where the preset has coefficients (``OPTIMISM``).
+    optimism: float | None = None
     #: Knots of the map from an instance's stated log-probability (the sum of its calls'
     #: calibrated log-confidences) to the probability that it is exactly right: its
     #: calls' mistakes are not independent (a swap makes two at once). Empty: the product.
@@ -193,6 +213,7 @@ class Calibration:
             "second_twin_right_rate": None
             if self.second_right_rate is None
             else round(self.second_right_rate, 6),
+            "optimism": None if self.optimism is None else round(self.optimism, 6),
         }
 
 
@@ -252,46 +273,80 @@ def twin_pairs(
     return twin, truth
 
 
+def optimism_shift(gap: float, twin_right_rate: float, coefficients: tuple[float, float]) -> float:
+    """The log-odds to move a twin's map by: ``-(a + b * logit(twin right rate)) * gap``
+    with ``(a, b)`` the ``coefficients`` (``OPTIMISM``), held within ``_MAX_SHIFT``;
+    ``gap`` is the answer's mean log-likelihood per call on the twin less on the trace
+    (positive: the twin is the easier).
+
+    Examples
+    --------
+    >>> round(optimism_shift(0.2, 0.3, OPTIMISM["accurate"]), 3)  # an easy twin, right 3 in 10
+    -0.782
+    >>> optimism_shift(0.0, 0.9, OPTIMISM["accurate"]) + 0.0  # no gap, no shift
+    0.0
+    """
+    a, b = coefficients
+    rate = min(max(twin_right_rate, 1e-6), 1 - 1e-6)
+    shift = -(a + b * float(np.log(rate / (1 - rate)))) * gap
+    return float(np.clip(shift, -_MAX_SHIFT, _MAX_SHIFT))
+
+
 def twin_calibration(
     pairs: CallPairs,
     parent: np.ndarray,
-    infer_parents: Callable[[CallPairs], tuple[np.ndarray, np.ndarray]],
+    infer_parents: Callable[[CallPairs], tuple[np.ndarray, np.ndarray, float]],
     *,
+    log_likelihood: float,
+    optimism: tuple[float, float] | None = None,
     seed: int = 0,
 ) -> Calibration:
     """Learn the calibration on a twin of ``pairs`` (``twin_pairs`` of the inferred
-    ``parent``), corrected by a twin of the twin; ``infer_parents`` runs the same
-    inference on a twin and returns its parents and stated log-odds.
+    ``parent``); ``infer_parents`` runs the same inference on a twin and returns its
+    parents, stated log-odds and mean log-likelihood per call; ``log_likelihood`` is the
+    answer's on the trace.
 
     A twin is made from an answer, not from the truth, and where the answer is often
-    wrong its requests are more regular than the real ones: the twin is easier and a
-    map learnt on it alone is optimistic. The twin of the twin is that much easier
-    than the twin, whose truth is known, so the way its map misjudges the twin
-    (a second, monotone map from the probability it states to the share right on the
-    twin) is applied on top of the twin's map. With fewer than ``MIN_LINKS`` calls given a parent, in the
-    trace or in its twin, nothing is learnt (``Calibration.identity``).
+    wrong the twin is easier and a map learnt on it alone optimistic. With
+    ``optimism`` (the preset's ``OPTIMISM`` coefficients) the twin's map is moved in
+    log-odds by ``optimism_shift`` of how much better the model fits the twin's answer
+    than the trace's. Without, a twin of the twin, whose truth is known, measures how
+    the twin's map misjudges a twin (a second, monotone map from the probability it
+    states to the share right on the twin), and that is applied on top of the twin's
+    map. With fewer than ``MIN_LINKS`` calls given a parent, in the trace or in its
+    twin, nothing is learnt (``Calibration.identity``).
     """
     if int((parent >= 0).sum()) < MIN_LINKS:
         return Calibration.identity()
     twin, truth = twin_pairs(pairs, parent, seed=seed)
-    got, log_odds = infer_parents(twin)
+    got, log_odds, twin_likelihood = infer_parents(twin)
     linked = got >= 0
     if int(linked.sum()) < MIN_LINKS:
         return Calibration.identity()
     right = got[linked] == truth[linked]
     first = Calibration.learn(log_odds[linked], right)
-    second_twin, second_truth = twin_pairs(twin, got, seed=seed + 1)
-    got2, log_odds2 = infer_parents(second_twin)
-    linked2 = got2 >= 0
-    if int(linked2.sum()) < MIN_LINKS:
-        return first
-    second = _odds_map(log_odds2[linked2], got2[linked2] == second_truth[linked2])
-    stated = np.interp(np.clip(log_odds[linked], *_CLIP), *second)
-    correction = isotonic(stated, right, prior=stated)
-    first = replace(first, second_right_rate=float((got2[linked2] == second_truth[linked2]).mean()))
     # One map: the twin's, then the correction, on a fine grid of odds.
     grid = np.unique(np.concatenate([np.linspace(*_CLIP, 2001), first.xs]))
-    calls = replace(first, xs=grid, ys=np.interp(first.apply(grid), *correction))
+    if optimism is not None:
+        shift = optimism_shift(twin_likelihood - log_likelihood, float(right.mean()), optimism)
+        p = np.clip(first.apply(grid), 1e-9, 1 - 1e-9)
+        calls = replace(first, xs=grid, ys=sigmoid(np.log(p / (1 - p)) + shift), optimism=shift)
+    else:
+        second_twin, second_truth = twin_pairs(twin, got, seed=seed + 1)
+        got2, log_odds2, _ = infer_parents(second_twin)
+        linked2 = got2 >= 0
+        if int(linked2.sum()) < MIN_LINKS:
+            return first
+        right2 = got2[linked2] == second_truth[linked2]
+        second = _odds_map(log_odds2[linked2], right2)
+        stated = np.interp(np.clip(log_odds[linked], *_CLIP), *second)
+        correction = isotonic(stated, right, prior=stated)
+        calls = replace(
+            first,
+            xs=grid,
+            ys=np.interp(first.apply(grid), *correction),
+            second_right_rate=float(right2.mean()),
+        )
     return _with_instance_map(calls, got, truth, np.where(got >= 0, calls.apply(log_odds), 1.0))
 
 

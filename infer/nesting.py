@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from infer.calibration import Calibration, sigmoid, twin_calibration
+from infer.calibration import OPTIMISM, Calibration, sigmoid, twin_calibration
 from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
 from infer.candidates import (
     NODE_BITS,
@@ -817,12 +817,18 @@ def infer_nesting(
         answer = _answer(len(nodes.names), same, runner)
         twins = iter(("calibration: the twin", "calibration: the twin's twin"))
 
-        def answer_twin(twin: CallPairs) -> tuple[np.ndarray, np.ndarray]:
-            parents = answer(twin)
+        def answer_twin(twin: CallPairs) -> tuple[np.ndarray, np.ndarray, float]:
+            got = answer(twin)
             say(next(twins, "calibration"))
-            return parents
+            return got
 
-        calibration = twin_calibration(pairs, final.parent, answer_twin)
+        calibration = twin_calibration(
+            pairs,
+            final.parent,
+            answer_twin,
+            log_likelihood=final.log_likelihood,
+            optimism=OPTIMISM.get(params.preset_name or ""),
+        )
     assert final.log_odds is not None
     confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)
     result = _result(nodes.names, pairs, final.parent, confidence, counts, params, info, sort, calibration)
@@ -917,12 +923,13 @@ def _result(
 
 def _answer(
     n_nodes: int, params: NestingParams, runner: Runner | None = None
-) -> Callable[[CallPairs], tuple[np.ndarray, np.ndarray]]:
+) -> Callable[[CallPairs], tuple[np.ndarray, np.ndarray, float]]:
     """The inference ``params`` ask for, as a function of call pairs returning the last
-    stage's parents and log-odds (what a twin is inferred with)."""
+    stage's parents, log-odds and mean log-likelihood per call (what a twin is inferred
+    with)."""
 
-    def run(pairs: CallPairs) -> tuple[np.ndarray, np.ndarray]:
+    def run(pairs: CallPairs) -> tuple[np.ndarray, np.ndarray, float]:
         *_, final = nesting_stages(pairs, n_nodes, params, runner=runner)
-        return final.parent, final.log_odds
+        return final.parent, final.log_odds, final.log_likelihood
 
     return run

@@ -59,6 +59,7 @@ def test_calibration_holds_small_bins_towards_the_stated_odds() -> None:
         "twin_pairs": 4,
         "twin_right_rate": 0.75,
         "second_twin_right_rate": None,
+        "optimism": None,
     }
     # Without the prior two right calls at odds 0 would read as certain.
     assert isotonic(np.zeros(2), np.ones(2))[1].max() == 1.0
@@ -185,3 +186,27 @@ def test_pattern_confidence_is_the_share_of_instances_exactly_right(runs, name) 
     inst = runs[f"{name}/accurate"]["instances"]
     assert inst["ece"] <= 0.05
     assert inst["mean_stated"] == pytest.approx(inst["right_rate"], abs=0.05)
+
+
+def test_the_default_is_corrected_by_the_likelihood_gap_the_others_by_a_second_twin() -> None:
+    cfg = replace(synth.load_config(SAMPLES / "multitier.toml"), messages=20_000, parallelism=8.0, seed=5)
+    trace, _ = synth.generate_table(cfg)
+    default = infer_nesting(trace).calibration.to_json()
+    assert default["second_twin_right_rate"] is None
+    assert default["optimism"] is not None
+    assert abs(default["optimism"]) <= 3.0
+    for preset in ("fast", "paper"):
+        other = infer_nesting(trace, preset).calibration.to_json()
+        assert other["optimism"] is None
+        assert 0.0 <= other["second_twin_right_rate"] <= 1.0
+
+
+def test_optimism_shift_moves_the_map_against_an_easier_twin() -> None:
+    from infer.calibration import OPTIMISM, optimism_shift
+
+    coef = OPTIMISM["accurate"]
+    # An easier twin (the model fits its answer better) is optimistic: the map goes down,
+    # the more so the more wrong the twin; a harder one moves it up; the shift is held.
+    assert optimism_shift(0.2, 0.3, coef) < optimism_shift(0.2, 0.6, coef) < 0.0
+    assert optimism_shift(-0.1, 0.6, coef) > 0.0
+    assert optimism_shift(50.0, 0.3, coef) == -3.0

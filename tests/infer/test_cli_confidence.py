@@ -271,8 +271,17 @@ def eval_json(run: Run, which: Infer) -> dict[str, Any]:
 def test_paths_file_states_each_patterns_confidence(run: Run) -> None:
     doc = run.base.doc
     stats = doc["stats"]["confidence"]
-    assert set(stats) == {"calibration", "twin_pairs", "twin_right_rate", "second_twin_right_rate"}
+    assert set(stats) == {
+        "calibration",
+        "twin_pairs",
+        "twin_right_rate",
+        "second_twin_right_rate",
+        "optimism",
+    }
     assert stats["calibration"] == "twin"
+    # The default's twin is corrected by the likelihood gap, not by a twin of the twin.
+    assert stats["second_twin_right_rate"] is None
+    assert isinstance(stats["optimism"], float)
     assert isinstance(stats["twin_pairs"], int)
     assert stats["twin_pairs"] > 0
     assert 0.0 <= stats["twin_right_rate"] <= 1.0
@@ -399,6 +408,7 @@ def test_no_calibrate_changes_the_confidences_only(run: Run) -> None:
         "twin_pairs": 0,
         "twin_right_rate": None,
         "second_twin_right_rate": None,
+        "optimism": None,
     }
     cal, raw = run.base.table, run.uncalibrated.table
     for col in ("call_row", "return_row", "parent", "instance", "pattern", "candidates"):
