@@ -16,10 +16,11 @@ Uses only timestamp, sender and receiver, so it works for any messaging pattern.
    same ``n_sigma`` level by a Poisson test (in sparse traces a chance pair or two
    would otherwise pass).
 4. Estimates: a spike's message count from the correlation of raw counts (above its
-   background it rises by one per message pair), its delay as its centroid. An answer
-   hop (calls into a node and its returns to the caller) also gets its median: the
-   lag by which half its calls' worth of message pairs stand above the background
-   (each call has one answer, so half is known), whatever peaks the delays make.
+   background it rises by one per message pair), its delay as its centroid. A hop
+   whose messages go one for one (the answers to calls, or calls relayed by a node
+   with one caller) also gets its median: the lag by which half its messages' worth
+   of message pairs stand above the background (the count is known), whatever peaks
+   the delays make.
 5. Paths: from each root, every out-edge; from each vertex (a visit of a node, reached by
    an edge into it), every out-edge of that node whose correlation with the edge in has
    spikes. Edges carry the delays found (most frequent first) and estimated counts; a
@@ -111,8 +112,8 @@ class LinearPath:
     ``counts[k]`` is the estimated number of messages on hop k (``nodes[k] -> nodes[k+1]``);
     ``delays_s[k]`` the delays (most frequent first) from a message on hop k to the one it
     causes on hop k+1, with ``delay_counts[k]`` their estimated message counts;
-    ``medians_s[k]`` the median of those delays where hop k+1 answers hop k's calls (a
-    server's response time), else None.
+    ``medians_s[k]`` the median of those delays where hop k's messages cause hop k+1's
+    one for one (a server's answers to calls, calls relayed), else None.
     """
 
     nodes: tuple[str, ...]
@@ -274,13 +275,14 @@ class _Pairs:
         return spikes
 
     def median(self, e_in: int, e_out: int) -> float | None:
-        """The median delay of an answer hop (``e_in`` carries calls into a node, ``e_out``
-        its returns to the caller): each call has one answer, so half of them (of the
-        fewer of calls and returns) have come by the lag where that many message pairs
-        stand above the background, counted from lag 0 (``_curve_median``). ``None``
-        for any other pair, or when the excess never gets there."""
+        """The median delay of a hop whose messages in and out go one for one
+        (``_EdgeGraph.one_for_one``: the answers to calls, or calls relayed): half of
+        them (of the fewer of the two edges' messages) have come by the lag where that
+        many message pairs stand above the background, counted from lag 0
+        (``_curve_median``). ``None`` for any other pair, or when the excess never gets
+        there, or when the background drifts near lag 0."""
         spikes = self.spikes(e_in, e_out)
-        if not spikes or not self.edges.answers(e_in, e_out):
+        if not spikes or not self.edges.one_for_one(e_in, e_out, self.corr.counts):
             return None
         n = self.corr.counts
         half = 0.5 * float(min(n[e_in], n[e_out]))
@@ -555,7 +557,7 @@ class _Vertex:
     children: list[int] = field(default_factory=list)
     count: float = 0.0
     alive: bool = True
-    median_s: float | None = None  # an answer hop's median delay (``_Pairs.median``)
+    median_s: float | None = None  # a one-for-one hop's median delay (``_Pairs.median``)
 
 
 def _edge_fraction(spikes: tuple[DelaySpike, ...], n_in: int, n_out: int) -> float:
@@ -715,6 +717,19 @@ class _EdgeGraph:
             calls,
             returns,
         )
+
+    def one_for_one(self, e_in: int, e_out: int, counts: np.ndarray) -> bool:
+        """Whether each message of ``e_in`` causes one of ``e_out``: ``e_out`` answers the
+        calls of ``e_in`` (``answers``), or relays them: A -> B and B -> C carry only
+        calls, as many each, and B is called over A -> B alone."""
+        if self.answers(e_in, e_out):
+            return True
+        b = self.dst[e_in]
+        if not (
+            self.calls[e_in] and self.calls[e_out] and self.src[e_out] == b and counts[e_in] == counts[e_out]
+        ):
+            return False
+        return [e for e in self.in_edges[b] if self.calls[e]] == [e_in]
 
     def answers(self, e_in: int, e_out: int) -> bool:
         """Whether ``e_out`` carries the answers to the calls of ``e_in``: A->B all calls,

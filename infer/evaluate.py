@@ -580,7 +580,7 @@ def true_linear_paths(trace: pa.Table) -> LinearTruth:
 
 def _reported(path: dict[str, Any]) -> list[list[float]]:
     """Per hop of a convolution path, the delays it reports for the hop: its median where
-    it gives one (an answer hop), else every delay found (most frequent first)."""
+    it gives one (a one-for-one hop), else every delay found (most frequent first)."""
     medians = path.get("medians_s") or []
     return [
         [float(medians[k])] if k < len(medians) and medians[k] is not None else [float(d) for d in ds]

@@ -35,7 +35,7 @@ PATTERN_SORTS = ("total", "count")
 
 def hop_delays_s(path: dict[str, Any]) -> list[float]:
     """The delay of each hop of a convolution path: its median where the path gives one
-    (``medians_s``: a server's response time), else its most frequent delay; 0 for a
+    (``medians_s``: where messages go one for one, as answers to calls), else its most frequent delay; 0 for a
     hop without delays.
 
     Examples

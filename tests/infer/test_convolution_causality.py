@@ -186,8 +186,9 @@ def test_an_answer_hop_with_two_modes_gets_its_median(seed: int, hits: float) ->
     assert abs(path.medians_s[1] - truth) <= 0.001, (path.medians_s, truth, path.delays_s[1])
     if hits < 0.5:  # the median among the misses: no peak is near it
         assert not any(abs(d - truth) <= 0.001 for d in path.delays_s[1])
-    # Only the answer hop (a -> b, b -> a) has one: c -> a -> b is a call leading to a call.
-    assert path.medians_s[0] is None
+    # a relays each call of c's to b (its only caller, one call each): that hop has its
+    # median too, the 2 ms a waits.
+    assert abs(path.medians_s[0] - 0.002) <= 0.0005
     assert tracefmt.hop_delays_s(path.to_json())[1] == path.medians_s[1]
 
 
@@ -209,6 +210,47 @@ def test_no_median_where_the_background_drifts() -> None:
                 assert m is None or abs(m - medians[k]) <= 0.003, (p.nodes, k, m, medians[k])
     report = infer.evaluate_convolution(r.to_json(), trace)
     assert report["patterns"]["false_negatives"] == 0
+
+
+def _relayed(callers: int, seed: int = 9) -> tuple[pa.Table, np.ndarray]:
+    """Clients c0 .. c{callers - 1} call a; a calls b after 0.2-0.4 ms 40% of the time,
+    else after 4-10 ms; b answers in 1 ms and a answers its caller 1 ms later. Returns
+    the trace and a's delays before its call to b."""
+    rng = np.random.default_rng(seed)
+    rows, t, delays = [], 0.0, []
+    for k in range(4000):
+        t += rng.exponential(0.02)
+        client = f"c{k % callers}"
+        rows.append((t, client, "a", "call", 2 * k))
+        wait = rng.uniform(0.0002, 0.0004) if rng.random() < 0.4 else rng.uniform(0.004, 0.010)
+        delays.append(wait)
+        t_b = t + wait
+        rows.append((t_b, "a", "b", "call", 2 * k + 1))
+        rows.append((t_b + 0.001, "b", "a", "return", 2 * k + 1))
+        rows.append((t_b + 0.002, "a", client, "return", 2 * k))
+    return _rpc(rows), np.array(delays)
+
+
+def test_a_relayed_call_with_two_modes_gets_its_median() -> None:
+    # a is called over c0 -> a alone and calls b once for each call: the calls go one
+    # for one, so half of them have been relayed where half as many pairs as calls
+    # stand above the background. Its wait has two modes and the median among the slow.
+    trace, waits = _relayed(1)
+    r = infer.infer_convolution(trace, quantum_s=0.001, max_lag_s=0.2)
+    path = next(p for p in r.paths if p.nodes[:3] == ("c0", "a", "b"))
+    truth = float(np.median(waits))
+    assert abs(path.medians_s[0] - truth) <= 0.001, (path.medians_s, truth, path.delays_s[0])
+    assert not any(abs(d - truth) <= 0.001 for d in path.delays_s[0])
+
+
+def test_no_relay_median_when_the_node_has_two_callers() -> None:
+    # With two callers nothing says each call over c0 -> a is relayed to b: the calls
+    # from c1 are relayed too, and c0 -> a carries half as many as a -> b.
+    trace, _ = _relayed(2)
+    r = infer.infer_convolution(trace, quantum_s=0.001, max_lag_s=0.2)
+    hops = [p for p in r.paths if p.nodes[1:3] == ("a", "b")]
+    assert hops
+    assert all(p.medians_s[0] is None for p in hops)
 
 
 def test_no_median_without_calls_and_returns() -> None:
