@@ -80,6 +80,9 @@ __all__ = [
 _RING = 12  # half-width of the local background, in spike widths
 #: Most of a median's target that a drifting background may make up (``_Pairs.median``).
 _MEDIAN_DRIFT = 0.1
+#: Most message pairs above the background, per message, that a one-for-one hop holds
+#: near its median (``_Pairs.median``): 1 and noise; calls made two at once make 2.
+_ONE_FOR_ONE = 1.3
 _NEG_MARGIN = 8  # quanta of negative lags examined beyond the band (plausibility)
 
 
@@ -296,6 +299,14 @@ class _Pairs:
         quarter = curve[curve.size // 2 :]
         drift = abs(float(quarter.mean())) if quarter.size else np.inf
         if median is None or drift * (median / self.p.quantum_s + 1) > _MEDIAN_DRIFT * half:
+            return None
+        # One for one in count is not one for one in time: calls made at once over the
+        # same edges pair each call with the others' answers too, and the excess holds
+        # several times the messages (the median would fall to a lower quantile). Up to
+        # twice the median's lag (at least the window excess's lags) it must hold about
+        # as many pairs as messages.
+        reach = max(2 * round(median / self.p.quantum_s), max(self.corr.max_lag // 20, MIN_LAGS))
+        if float(np.cumsum(curve[: reach + 1]).max()) > _ONE_FOR_ONE * 2 * half:
             return None
         return median
 

@@ -55,10 +55,10 @@ def hop_delays_s(path: dict[str, Any]) -> list[float]:
 
 def _check_hop_numbers(path: dict[str, Any], where: str) -> None:
     """A path's ``counts`` and ``delays_s``: numbers of at least 0 (lists of them)."""
-    for k, count in enumerate(path["counts"]):
+    for k, count in enumerate(path.get("counts", [])):
         if not _number(count) or count < 0:
             raise SchemaError(f"{where}: counts[{k}] is {count!r}: each must be a message count (>= 0)")
-    for k, delays in enumerate(path["delays_s"]):
+    for k, delays in enumerate(path.get("delays_s", [])):
         if not isinstance(delays, list) or not all(_number(d) and d >= 0 for d in delays):
             raise SchemaError(
                 f"{where}: delays_s[{k}] is {delays!r}: each must be a list of delays in seconds (>= 0)"

@@ -477,9 +477,9 @@ def diff_convolution(
     Paths are matched by their node sequence. The delay at hop k + 1 (``delays_s[k]``,
     most frequent first) is what ``nodes[k+1]`` takes between a message from
     ``nodes[k]`` and the one it sends on to ``nodes[k+2]``; each hop's delay (its median
-    where the paths give one, else its most frequent, ``tracefmt.hop_delays_s``) is
-    compared and pooled over paths by that (from, at, to) triple, weighted by the slow
-    run's message count on the later hop (a hop shared by several paths counts once).
+    where both runs give one, else its most frequent) is compared and pooled over paths
+    by that (from, at, to) triple, weighted by the slow run's message count on the later
+    hop (a hop shared by several paths counts once).
     Node names matching a ``collapse`` glob are replaced by the glob. Each change has
     its ``label``, its triple as ``nodes``, ``at`` (the middle node), ``base_s``,
     ``slow_s``, ``change_s`` and ``messages``.
@@ -514,6 +514,15 @@ def diff_convolution(
     return out
 
 
+def _compared(base: dict[str, Any], slow: dict[str, Any], k: int) -> tuple[float, float]:
+    """Hop k's delay in each run: the medians where both runs give one (a median against
+    a mode would be a change of statistic, not of delay), else the most frequent ones."""
+    mb, ms = (p.get("medians_s") or [None] * len(p["delays_s"]) for p in (base, slow))
+    if mb[k] is not None and ms[k] is not None:
+        return hop_delays_s(base)[k], hop_delays_s(slow)[k]
+    return float(base["delays_s"][k][0]), float(slow["delays_s"][k][0])
+
+
 def _pooled_delays(
     base: dict[str, Any], slow: dict[str, Any], collapse: Sequence[str]
 ) -> dict[tuple[str, str, str], list[float]]:
@@ -527,15 +536,13 @@ def _pooled_delays(
         if bp is None:
             continue
         nodes = [replica_name(n, collapse) for n in sp["nodes"]]
-        typical = zip(hop_delays_s(bp), hop_delays_s(sp), strict=True)
-        for k, ((db, ds), (tb, ts)) in enumerate(
-            zip(zip(bp["delays_s"], sp["delays_s"], strict=True), typical, strict=True)
-        ):
+        for k, (db, ds) in enumerate(zip(bp["delays_s"], sp["delays_s"], strict=True)):
             # Paths share their first hops (one vertex of the output graph): count each once.
             prefix = tuple(sp["nodes"][: k + 3])
             if not db or not ds or prefix in seen:
                 continue
             seen.add(prefix)
+            tb, ts = _compared(bp, sp, k)
             weight = float(sp["counts"][k + 1])
             acc = pooled.setdefault((nodes[k], nodes[k + 1], nodes[k + 2]), [0.0, 0.0, 0.0])
             acc[0] += weight

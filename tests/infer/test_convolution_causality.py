@@ -253,6 +253,37 @@ def test_no_relay_median_when_the_node_has_two_callers() -> None:
     assert all(p.medians_s[0] is None for p in hops)
 
 
+def test_no_median_where_calls_go_out_two_at_once() -> None:
+    # a calls b twice at once per request: as many answers as calls, but each call
+    # pairs with the other's answer too, so half the calls' worth of pairs comes near
+    # the lower quartile, not the median. One call per request: the median.
+    def trace(calls: int) -> tuple[pa.Table, np.ndarray]:
+        rng = np.random.default_rng(3)
+        rows, t, uid, answers = [], 0.0, 0, []
+        for _ in range(4000):
+            t += rng.exponential(0.03)
+            rows.append((t, "c", "a", "call", uid))
+            root, uid, last = uid, uid + 1, t + 0.001
+            for j in range(calls):
+                d = rng.uniform(0.004, 0.012)
+                answers.append(d)
+                rows.append((t + 0.001 + j * 1e-5, "a", "b", "call", uid))
+                rows.append((t + 0.001 + j * 1e-5 + d, "b", "a", "return", uid))
+                uid, last = uid + 1, max(last, t + 0.001 + j * 1e-5 + d)
+            rows.append((last + 0.001, "a", "c", "return", root))
+        return _rpc(rows), np.array(answers)
+
+    for calls, given in ((1, True), (2, False)):
+        table, answers = trace(calls)
+        r = infer.infer_convolution(table, quantum_s=0.001, max_lag_s=0.2)
+        hops = [p.medians_s[1] for p in r.paths if p.nodes[:4] == ("c", "a", "b", "a")]
+        assert hops, calls
+        if given:
+            assert all(abs(m - np.median(answers)) <= 0.001 for m in hops), (hops, np.median(answers))
+        else:
+            assert all(m is None for m in hops), hops
+
+
 def test_no_median_without_calls_and_returns() -> None:
     # The same messages as one-way sends: nothing says b's messages answer a's.
     trace, _ = _cached()
