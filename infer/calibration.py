@@ -47,6 +47,7 @@ __all__ = [
     "reliability",
     "reliability_lines",
     "sigmoid",
+    "stretch_of",
     "twin_calibration",
     "twin_pairs",
 ]
@@ -240,13 +241,7 @@ def twin_pairs(
     """
     n = len(pairs)
     root = depths(parent)[1]
-    keep = np.arange(n)
-    if n > max_pairs:
-        # Whole requests whose roots start in a middle stretch of about max_pairs pairs.
-        order = np.argsort(pairs.t_call[root], kind="stable")
-        lo = (n - max_pairs) // 2
-        t_lo, t_hi = pairs.t_call[root[order[lo]]], pairs.t_call[root[order[lo + max_pairs - 1]]]
-        keep = np.flatnonzero((pairs.t_call[root] >= t_lo) & (pairs.t_call[root] <= t_hi))
+    keep = _stretch(pairs, root, max_pairs)
     roots = keep[parent[keep] < 0]
     start = pairs.t_call[roots]
     shift = np.zeros(n, np.int64)
@@ -292,6 +287,44 @@ def optimism_shift(gap: float, twin_right_rate: float, coefficients: tuple[float
     return float(np.clip(shift, -_MAX_SHIFT, _MAX_SHIFT))
 
 
+def _stretch(pairs: CallPairs, root: np.ndarray, max_pairs: int) -> np.ndarray:
+    """The pairs a twin is made of: all, or on a trace of more than ``max_pairs`` pairs the
+    whole requests (``root``: each pair's root) whose roots start in a middle stretch of
+    about that many pairs."""
+    n = len(pairs)
+    if n <= max_pairs:
+        return np.arange(n)
+    order = np.argsort(pairs.t_call[root], kind="stable")
+    lo = (n - max_pairs) // 2
+    t_lo, t_hi = pairs.t_call[root[order[lo]]], pairs.t_call[root[order[lo + max_pairs - 1]]]
+    return np.flatnonzero((pairs.t_call[root] >= t_lo) & (pairs.t_call[root] <= t_hi))
+
+
+def stretch_of(
+    pairs: CallPairs, parent: np.ndarray, max_pairs: int = TWIN_MAX_PAIRS
+) -> tuple[CallPairs, np.ndarray]:
+    """The pairs a twin of ``pairs`` is made of (``twin_pairs``), in their own times, and
+    their parents renumbered among them: what the twin is compared with.
+
+    Examples
+    --------
+    >>> t = np.array([0, 1, 10, 11, 20, 21])  # three requests of two calls
+    >>> p = CallPairs(np.arange(6), np.arange(6), t, t + 5, np.arange(6), np.arange(6), 0, 0, 0)
+    >>> part, par = stretch_of(p, np.array([-1, 0, -1, 2, -1, 4]), max_pairs=2)
+    >>> part.t_call.tolist(), par.tolist()
+    ([10, 11], [-1, 0])
+    """
+    keep = _stretch(pairs, depths(parent)[1], max_pairs)
+    at = np.full(len(pairs), -1, np.int64)
+    at[keep] = np.arange(keep.size)
+    old = parent[keep]
+    rows = np.arange(keep.size, dtype=np.int64)
+    part = CallPairs(
+        pairs.caller[keep], pairs.callee[keep], pairs.t_call[keep], pairs.t_return[keep], rows, rows, 0, 0, 0
+    )
+    return part, np.where(old >= 0, at[np.maximum(old, 0)], -1)
+
+
 def twin_calibration(
     pairs: CallPairs,
     parent: np.ndarray,
@@ -299,6 +332,8 @@ def twin_calibration(
     *,
     log_likelihood: float,
     optimism: tuple[float, float] | None = None,
+    likelihood_of: Callable[[CallPairs, np.ndarray], float] | None = None,
+    max_pairs: int = TWIN_MAX_PAIRS,
     seed: int = 0,
 ) -> Calibration:
     """Learn the calibration on a twin of ``pairs`` (``twin_pairs`` of the inferred
@@ -315,10 +350,15 @@ def twin_calibration(
     states to the share right on the twin), and that is applied on top of the twin's
     map. With fewer than ``MIN_LINKS`` calls given a parent, in the trace or in its
     twin, nothing is learnt (``Calibration.identity``).
+
+    A twin of a trace longer than ``max_pairs`` is made of a stretch of it, and the mean
+    likelihood per call depends on how many calls there are: then the gap is taken with
+    ``likelihood_of(pairs, parent)`` (the model learnt from the assignment, its
+    likelihood per call) on the trace's stretch and on the twin's answer alike.
     """
     if int((parent >= 0).sum()) < MIN_LINKS:
         return Calibration.identity()
-    twin, truth = twin_pairs(pairs, parent, seed=seed)
+    twin, truth = twin_pairs(pairs, parent, seed=seed, max_pairs=max_pairs)
     got, log_odds, twin_likelihood = infer_parents(twin)
     linked = got >= 0
     if int(linked.sum()) < MIN_LINKS:
@@ -328,7 +368,10 @@ def twin_calibration(
     # One map: the twin's, then the correction, on a fine grid of odds.
     grid = np.unique(np.concatenate([np.linspace(*_CLIP, 2001), first.xs]))
     if optimism is not None:
-        shift = optimism_shift(twin_likelihood - log_likelihood, float(right.mean()), optimism)
+        gap = twin_likelihood - log_likelihood
+        if len(pairs) > max_pairs and likelihood_of is not None:
+            gap = likelihood_of(twin, got) - likelihood_of(*stretch_of(pairs, parent, max_pairs))
+        shift = optimism_shift(gap, float(right.mean()), optimism)
         p = np.clip(first.apply(grid), 1e-9, 1 - 1e-9)
         calls = replace(first, xs=grid, ys=sigmoid(np.log(p / (1 - p)) + shift), optimism=shift)
     else:

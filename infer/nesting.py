@@ -50,7 +50,7 @@ from infer.candidates import (
     delay_bins,
     skew_tolerance,
 )
-from infer.chains import ChainModel, chain_stages
+from infer.chains import ChainModel, chain_log_likelihood, chain_stages
 from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import log_confidence_by
 from tracefmt import (
@@ -828,6 +828,7 @@ def infer_nesting(
             answer_twin,
             log_likelihood=final.log_likelihood,
             optimism=OPTIMISM.get(params.preset_name or ""),
+            likelihood_of=lambda p, parent: chain_log_likelihood(p, parent, same, len(nodes.names)),
         )
     assert final.log_odds is not None
     confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)

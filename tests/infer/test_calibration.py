@@ -210,3 +210,38 @@ def test_optimism_shift_moves_the_map_against_an_easier_twin() -> None:
     assert optimism_shift(0.2, 0.3, coef) < optimism_shift(0.2, 0.6, coef) < 0.0
     assert optimism_shift(-0.1, 0.6, coef) > 0.0
     assert optimism_shift(50.0, 0.3, coef) == -3.0
+
+
+def test_a_twin_of_a_stretch_is_compared_with_that_stretch() -> None:
+    # A twin of a long trace is made of a middle stretch of it; the likelihood per call
+    # depends on how many calls there are, so the gap is taken between the twin's answer
+    # and the same stretch of the trace's answer, never the whole trace.
+    from infer import NestingParams, nesting_stages, true_pairs
+    from infer.calibration import OPTIMISM, stretch_of, twin_calibration
+
+    cfg = replace(synth.load_config(SAMPLES / "multitier.toml"), messages=8_000, parallelism=4.0, seed=3)
+    trace, _ = synth.generate_table(cfg)
+    pairs, truth, names, _ = true_pairs(trace)
+    params = NestingParams()
+
+    def answer(p: CallPairs) -> tuple[np.ndarray, np.ndarray, float]:
+        *_, final = nesting_stages(p, len(names), params)
+        return final.parent, final.log_odds, final.log_likelihood
+
+    sizes: list[int] = []
+
+    def likelihood_of(p: CallPairs, parent: np.ndarray) -> float:
+        sizes.append(len(p))
+        assert np.all(parent < len(p))
+        return 0.0
+
+    half = len(pairs) // 2
+    cal = twin_calibration(
+        pairs, truth, answer, log_likelihood=99.0, optimism=OPTIMISM["accurate"], likelihood_of=likelihood_of,
+        max_pairs=half,
+    )  # fmt: skip
+    part, _ = stretch_of(pairs, truth, half)
+    assert cal.kind == "twin"
+    assert sizes[0] == sizes[1] == len(part) < len(pairs)
+    # Both sides scored alike: no gap, no shift (log_likelihood=99 of the whole is unused).
+    assert cal.optimism == 0.0
