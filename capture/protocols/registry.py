@@ -215,18 +215,19 @@ def detection_order() -> dict[str, tuple[str, ...]]:
     return {stage: tuple(name for name, _ in _stage(stage)) for stage in ("start", "framing")}
 
 
-#: The built-in protocols whose start tests may run before HTTP's and never take a
-#: connection whose client opens with a request method and a space: HTTP/2's preface
-#: begins "PRI * " ("PRI" is no HTTP/1 method) and a TLS record with byte 0x16.
-_NOT_REQUEST_LINES = frozenset({"http2", "tls"})
+#: The built-in start tests that may run before HTTP's and never take a connection
+#: whose client opens with a request method and a space: HTTP/2's preface begins
+#: "PRI * " ("PRI" is no HTTP/1 method) and a TLS record with byte 0x16.
+_NOT_REQUEST_LINES = {"http2": http2.detect_start, "tls": tls.detect_start}
 
 
 def request_lines_are_http() -> bool:
     """Whether a connection whose client opens with a request method and a space is
     HTTP whatever else its bytes say: no start test that runs before HTTP's may take it
-    (only ``_NOT_REQUEST_LINES`` do). The conversion then marks such connections in bulk,
-    without running :func:`detect_tcp` on each; a protocol registered at runtime ahead
-    of HTTP turns that off.
+    (only the built-in tests of ``_NOT_REQUEST_LINES`` run there, and HTTP's is its
+    own). The conversion then marks such connections in bulk, without running
+    :func:`detect_tcp` on each; a protocol registered at runtime ahead of HTTP, or a
+    built-in one replaced, turns that off.
 
     Examples
     --------
@@ -234,7 +235,14 @@ def request_lines_are_http() -> bool:
     True
     """
     start = _STARTS
-    return "http" in start and set(start[: start.index("http")]) <= _NOT_REQUEST_LINES
+    if "http" not in start or _start_test("http") is not http1.detect_start:
+        return False
+    return all(_start_test(name) is _NOT_REQUEST_LINES.get(name) for name in start[: start.index("http")])
+
+
+def _start_test(name: str) -> Detector | None:
+    check = _RECORDS[name].detect_start
+    return check.test if check is not None else None
 
 
 def _stage(stage: str) -> list[tuple[str, Detector]]:
