@@ -135,7 +135,11 @@ def _path_rows(doc: dict[str, Any], name: str, prefix: str) -> list[tuple[str, f
             hops = hop_delays_s(path)
             total = path.get("latency_s")
             rows.append((pid, float(sum(hops) if total is None else total)))
-            rows += [(f"{pid}/hop{k}", v) for k, v in enumerate(hops)]
+            # One statistic per series: a hop's most frequent delay, and its median in a
+            # series of its own where the run gives one (a run may give it or not).
+            rows += [(f"{pid}/hop{k}", float(d[0])) for k, d in enumerate(path["delays_s"]) if d]
+            medians = path.get("medians_s") or []
+            rows += [(f"{pid}/hop{k}/median", float(m)) for k, m in enumerate(medians) if m is not None]
     except (KeyError, TypeError, IndexError, ValueError) as e:
         raise ParseError(name, 1, f"malformed pattern or path ({type(e).__name__}: {e})") from None
     if not rows:

@@ -123,7 +123,8 @@ def test_from_paths_of_convolution_paths(tmp_path, capsys):
                 "latency_s": 2.25,
             },
             {"nodes": ["a", "e", "f"], "delays_s": [[0.25]], "counts": [3, 2]},
-            # An answer hop: its median (between the two peaks) is the hop's delay.
+            # An answer hop: its median (between the two peaks) is the path's delay there,
+            # and a series of its own beside the hop's most frequent delay.
             {"nodes": ["x", "y", "x"], "delays_s": [[0.001, 0.009]], "medians_s": [0.006], "counts": [4, 4]},
         ],
     }
@@ -140,7 +141,8 @@ def test_from_paths_of_convolution_paths(tmp_path, capsys):
         other: 0.25,
         f"{other}/hop0": 0.25,
         answer: 0.006,
-        f"{answer}/hop0": 0.006,
+        f"{answer}/hop0": 0.001,
+        f"{answer}/hop0/median": 0.006,
     }
 
 
