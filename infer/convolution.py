@@ -289,7 +289,11 @@ class _Pairs:
             return None
         n = self.corr.counts
         half = 0.5 * float(min(n[e_in], n[e_out]))
-        lag0 = next((s.delay_s for s in spikes if s.lag == 0), None)
+        # A spike at lag 0 whose delay was read off the messages' times (all of it within
+        # the first half quantum) places lag 0's pairs; a centroid spread over more lags
+        # does not.
+        q = self.p.quantum_s
+        lag0 = next((s.delay_s for s in spikes if s.lag == 0 and s.delay_s < 0.5 * q), None)
         curve = self.curves[(e_in, e_out)]
         median = _curve_median(curve, half, self.p.quantum_s, lag0)
         # The far half's background must hold near lag 0 too: over the second quarter
