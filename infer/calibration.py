@@ -239,33 +239,38 @@ def twin_pairs(
     >>> len(twin), truth.tolist()
     (4, [-1, 0, -1, 2])
     """
-    n = len(pairs)
     root = depths(parent)[1]
     keep = _stretch(pairs, root, max_pairs)
     roots = keep[parent[keep] < 0]
     start = pairs.t_call[roots]
-    shift = np.zeros(n, np.int64)
+    shift = np.zeros(len(pairs), np.int64)
     shift[roots] = np.random.default_rng(seed).permutation(start) - start
     moved = shift[root[keep]]
-    t_call, t_return = pairs.t_call[keep] + moved, pairs.t_return[keep] + moved
-    order = np.argsort(t_call, kind="stable")
-    at = np.full(n, -1, np.int64)
-    at[keep[order]] = np.arange(order.size)
-    old_parent = parent[keep[order]]
-    truth = np.where(old_parent >= 0, at[np.maximum(old_parent, 0)], -1)
-    rows = np.arange(order.size, dtype=np.int64)
-    twin = CallPairs(
-        pairs.caller[keep[order]],
-        pairs.callee[keep[order]],
-        t_call[order],
-        t_return[order],
+    order = np.argsort(pairs.t_call[keep] + moved, kind="stable")
+    return _taken(pairs, parent, keep[order], moved[order])
+
+
+def _taken(
+    pairs: CallPairs, parent: np.ndarray, index: np.ndarray, moved: np.ndarray | int = 0
+) -> tuple[CallPairs, np.ndarray]:
+    """The pairs ``index`` (in that order, their times moved by ``moved``) as call pairs of
+    their own, and their parents renumbered among them (-1 for a parent not taken)."""
+    at = np.full(len(pairs), -1, np.int64)
+    at[index] = np.arange(index.size)
+    old = parent[index]
+    rows = np.arange(index.size, dtype=np.int64)
+    taken = CallPairs(
+        pairs.caller[index],
+        pairs.callee[index],
+        pairs.t_call[index] + moved,
+        pairs.t_return[index] + moved,
         rows,
         rows,
         0,
         0,
         0,
     )
-    return twin, truth
+    return taken, np.where(old >= 0, at[np.maximum(old, 0)], -1)
 
 
 def optimism_shift(gap: float, twin_right_rate: float, coefficients: tuple[float, float]) -> float:
@@ -314,15 +319,7 @@ def stretch_of(
     >>> part.t_call.tolist(), par.tolist()
     ([10, 11], [-1, 0])
     """
-    keep = _stretch(pairs, depths(parent)[1], max_pairs)
-    at = np.full(len(pairs), -1, np.int64)
-    at[keep] = np.arange(keep.size)
-    old = parent[keep]
-    rows = np.arange(keep.size, dtype=np.int64)
-    part = CallPairs(
-        pairs.caller[keep], pairs.callee[keep], pairs.t_call[keep], pairs.t_return[keep], rows, rows, 0, 0, 0
-    )
-    return part, np.where(old >= 0, at[np.maximum(old, 0)], -1)
+    return _taken(pairs, parent, _stretch(pairs, depths(parent)[1], max_pairs))
 
 
 def twin_calibration(
