@@ -137,10 +137,10 @@ class LinearPath:
     @property
     def latency_s(self) -> float:
         """Sum of every hop's delay: its median where known, else its most frequent."""
-        return float(sum(hop_delays_s(self.to_json(latency=False))))
+        return float(sum(hop_delays_s({"delays_s": self.delays_s, "medians_s": self.medians_s})))
 
-    def to_json(self, *, latency: bool = True) -> dict[str, Any]:
-        doc = {
+    def to_json(self) -> dict[str, Any]:
+        return {
             "id": self.id,
             "nodes": list(self.nodes),
             "delays_s": [list(d) for d in self.delays_s],
@@ -148,10 +148,8 @@ class LinearPath:
             "medians_s": list(self.medians_s) or [None] * len(self.delays_s),
             "counts": list(self.counts),
             "count": self.count,
+            "latency_s": self.latency_s,
         }
-        if latency:
-            doc["latency_s"] = self.latency_s
-        return doc
 
 
 @dataclass(frozen=True)
@@ -295,21 +293,21 @@ class _Pairs:
         q = self.p.quantum_s
         lag0 = next((s.delay_s for s in spikes if s.lag == 0 and s.delay_s < 0.5 * q), None)
         curve = self.curves[(e_in, e_out)]
-        median = _curve_median(curve, half, self.p.quantum_s, lag0)
+        median = _curve_median(curve, half, q, lag0)
         # The far half's background must hold near lag 0 too: over the second quarter
         # of the lags the excess must be about nil, or it has been adding up from lag 0
         # as well (a dense, short trace whose load swings correlate every busy pair:
         # thousands of pairs a lag).
         quarter = curve[curve.size // 2 :]
         drift = abs(float(quarter.mean())) if quarter.size else np.inf
-        if median is None or drift * (median / self.p.quantum_s + 1) > _MEDIAN_DRIFT * half:
+        if median is None or drift * (median / q + 1) > _MEDIAN_DRIFT * half:
             return None
         # One for one in count is not one for one in time: calls made at once over the
         # same edges pair each call with the others' answers too, and the excess holds
         # several times the messages (the median would fall to a lower quantile). Up to
         # twice the median's lag (at least the window excess's lags) it must hold about
         # as many pairs as messages.
-        reach = max(2 * round(median / self.p.quantum_s), max(self.corr.max_lag // 20, MIN_LAGS))
+        reach = max(2 * round(median / q), _window_lags(self.corr))
         if float(np.cumsum(curve[: reach + 1]).max()) > _ONE_FOR_ONE * 2 * half:
             return None
         return median
@@ -342,7 +340,7 @@ def _pair_spikes(
     ring, core = _ring(p)
     _causal_lag0(corr, e_in, e_out, sq, raw, ring, core)
     curve = _excess_curve(corr, raw)
-    window = float(curve[: max(corr.max_lag // 20, MIN_LAGS) + 1].sum())
+    window = float(curve[: _window_lags(corr) + 1].sum())
     none = curve[:0]
     z = _standard_scores(sq, corr.neg, p)
     if z is None:
@@ -487,11 +485,15 @@ def _poisson_at_least(k: int, mean: float) -> float:
     return float(gammainc(k, mean)) if k > 0 else 1.0
 
 
+def _window_lags(corr: Correlator) -> int:
+    """The last lag of a pair's window excess: ``max_lag // 20``, at least ``MIN_LAGS``."""
+    return max(corr.max_lag // 20, MIN_LAGS)
+
+
 def _excess_curve(corr: Correlator, raw: np.ndarray) -> np.ndarray:
     """Message pairs above the background at each lag ``0 .. max_lag``, the background
     being the median over the far half of the lags, where causal delays no longer
-    reach. Summed over lags ``0 .. max_lag // 20`` (at least ``MIN_LAGS``) it is the
-    pair's window excess."""
+    reach. Summed over lags ``0 .. _window_lags`` it is the pair's window excess."""
     pairs = raw[corr.neg :] * (corr.overlap[corr.neg :] / corr.n_slots)
     return pairs - float(np.median(pairs[pairs.size // 2 :]))
 
