@@ -35,8 +35,8 @@ PATTERN_SORTS = ("total", "count")
 
 def hop_delays_s(path: dict[str, Any]) -> list[float]:
     """The delay of each hop of a convolution path: its median where the path gives one
-    (``medians_s``: where messages go one for one, as answers to calls), else its most frequent delay; 0 for a
-    hop without delays.
+    (``medians_s``: where messages go one for one, as answers to calls), else its most
+    frequent delay; 0 for a hop without delays.
 
     Examples
     --------
@@ -88,9 +88,7 @@ def _check_medians(path: dict[str, Any], where: str, hops: int) -> None:
     if not isinstance(medians, list) or len(medians) != hops:
         raise SchemaError(f"{where}: 'medians_s' must be a list of len(nodes) - 2 = {hops} numbers or nulls")
     for m in medians:
-        if m is not None and (
-            isinstance(m, bool) or not isinstance(m, int | float) or not m >= 0 or math.isinf(m)
-        ):
+        if not _number(m, null=True) or (m is not None and m < 0):
             raise SchemaError(
                 f"{where}: 'medians_s' holds {m!r}: each must be a delay in seconds (>= 0) or null"
             )

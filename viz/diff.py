@@ -31,7 +31,7 @@ from typing import Any
 
 from tracefmt import ParameterError
 from tracefmt.display import printable
-from tracefmt.pathsfile import check_paths, hop_delays_s
+from tracefmt.pathsfile import check_paths
 from viz.dot import DotGraph, format_s
 from viz.paths import collapse_replicas, mean_of, replica_name, shape_of, visits
 
@@ -519,7 +519,7 @@ def _compared(base: dict[str, Any], slow: dict[str, Any], k: int) -> tuple[float
     a mode would be a change of statistic, not of delay), else the most frequent ones."""
     mb, ms = (p.get("medians_s") or [None] * len(p["delays_s"]) for p in (base, slow))
     if mb[k] is not None and ms[k] is not None:
-        return hop_delays_s(base)[k], hop_delays_s(slow)[k]
+        return float(mb[k]), float(ms[k])
     return float(base["delays_s"][k][0]), float(slow["delays_s"][k][0])
 
 
