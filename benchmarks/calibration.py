@@ -73,7 +73,14 @@ import numpy as np  # noqa: E402
 import infer  # noqa: E402
 import synth  # noqa: E402
 import tracefmt  # noqa: E402
-from infer.calibration import OPTIMISM, isotonic, optimism_shift, sigmoid, twin_pairs  # noqa: E402
+from infer.calibration import (  # noqa: E402
+    OPTIMISM,
+    isotonic,
+    optimism_features,
+    optimism_shift,
+    sigmoid,
+    twin_pairs,
+)
 
 
 def _sibling(name: str) -> ModuleType:
@@ -375,14 +382,16 @@ SHIFTS = np.linspace(-3.0, 3.0, 121)  # the shifts --fit tries, in log-odds
 @dataclass
 class FitRow:
     """One synthetic run for ``--fit``: the trace's calls' first-twin probabilities and
-    whether each is right, the features of the shift and the best shift."""
+    whether each is right, the likelihood gap and the twin's right rate (what the shift
+    is learnt from), and the best shift."""
 
     source: str
     level: str
     seed: int
     first: np.ndarray
     right: np.ndarray
-    features: np.ndarray
+    gap: float
+    twin_right_rate: float
     best: float
 
 
@@ -409,16 +418,14 @@ def fit_rows(
                 right1 = g1[k1] == t1[k1]
                 first = infer.Calibration.learn(l1[k1], right1).apply(l0[k0])
                 right0 = g0[k0] == t0[k0]
-                gap = ll1 - ll0
-                rate = float(np.clip(right1.mean(), 1e-6, 1 - 1e-6))
-                features = np.array([-gap, -gap * np.log(rate / (1 - rate))])
                 eces_ = [infer.reliability(sigmoid(_logit(first) + s), right0)["ece"] for s in SHIFTS]
                 print(f"{name} at {label}, seed {seed}: done", file=sys.stderr, flush=True)
-                yield FitRow(name, label, seed, first, right0, features, float(SHIFTS[int(np.argmin(eces_))]))
+                best = float(SHIFTS[int(np.argmin(eces_))])
+                yield FitRow(name, label, seed, first, right0, ll1 - ll0, float(right1.mean()), best)
 
 
 def _least_squares(rows: list[FitRow]) -> np.ndarray:
-    x = np.array([r.features for r in rows])
+    x = np.array([optimism_features(r.gap, r.twin_right_rate) for r in rows])
     return np.linalg.lstsq(x, np.array([r.best for r in rows]), rcond=None)[0]
 
 
@@ -427,6 +434,8 @@ def fit_table(
 ) -> Iterator[str]:
     """``--fit``: the coefficients of ``OPTIMISM`` for ``preset``, and each run's ECE with
     those learnt leaving its workload out."""
+    if len(workloads) < 2:
+        raise SystemExit("error: --fit leaves one workload out at a time: give at least two workloads")
     rows = list(fit_rows(workloads, messages, asked, seeds, preset))
     coef = _least_squares(rows)
     goal = ece_goal(preset)
@@ -440,7 +449,7 @@ def fit_table(
     met = 0
     for r in rows:
         out = _least_squares([q for q in rows if q.source != r.source])
-        p = sigmoid(_logit(r.first) + float(np.clip(r.features @ out, -3.0, 3.0)))
+        p = sigmoid(_logit(r.first) + optimism_shift(r.gap, r.twin_right_rate, (out[0], out[1])))
         score = infer.reliability(p, r.right)
         best = infer.reliability(sigmoid(_logit(r.first) + r.best), r.right)["ece"]
         met += score["ece"] <= goal

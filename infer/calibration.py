@@ -43,6 +43,7 @@ __all__ = [
     "OPTIMISM",
     "Calibration",
     "isotonic",
+    "optimism_features",
     "optimism_shift",
     "reliability",
     "reliability_lines",
@@ -286,10 +287,22 @@ def optimism_shift(gap: float, twin_right_rate: float, coefficients: tuple[float
     >>> optimism_shift(0.0, 0.9, OPTIMISM["accurate"]) + 0.0  # no gap, no shift
     0.0
     """
-    a, b = coefficients
-    rate = min(max(twin_right_rate, 1e-6), 1 - 1e-6)
-    shift = -(a + b * float(np.log(rate / (1 - rate)))) * gap
+    shift = float(optimism_features(gap, twin_right_rate) @ np.asarray(coefficients, float))
     return float(np.clip(shift, -_MAX_SHIFT, _MAX_SHIFT))
+
+
+def optimism_features(gap: float, twin_right_rate: float) -> np.ndarray:
+    """What ``OPTIMISM``'s coefficients multiply: ``-gap`` and ``-gap * logit(twin right
+    rate)`` (the rate held within 1e-6 of 0 and 1); ``benchmarks/calibration.py --fit``
+    learns them on these.
+
+    Examples
+    --------
+    >>> optimism_features(0.1, 0.5).tolist()
+    [-0.1, -0.0]
+    """
+    rate = min(max(twin_right_rate, 1e-6), 1 - 1e-6)
+    return np.array([-gap, -gap * float(np.log(rate / (1 - rate)))])
 
 
 def _stretch(pairs: CallPairs, root: np.ndarray, max_pairs: int) -> np.ndarray:
