@@ -292,34 +292,6 @@ def _frame(src: int, dst: int, sport: int, dport: int, seq: int, ack: int, flags
     return b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00" + ip + tcp + data
 
 
-def test_a_capture_of_a_runtime_protocol_converts(toy: Protocol, tmp_path: Path) -> None:
-    """Registered at runtime, the toy is detected, parsed and named in the trace; the
-    built-in protocols keep their numbers."""
-    cli, srv, req, resp = 0x0A000001, 0x0A000002, b"TOY/1 hello there\r\n", b"TOY/1 ok\r\n"
-    syn, ack, fin, psh = 0x02, 0x10, 0x11, 0x18
-    frames = [
-        _frame(cli, srv, 40000, 5555, 100, 0, syn, b""),
-        _frame(srv, cli, 5555, 40000, 900, 101, syn | ack, b""),
-        _frame(cli, srv, 40000, 5555, 101, 901, ack, b""),
-        _frame(cli, srv, 40000, 5555, 101, 901, psh, req),
-        _frame(srv, cli, 5555, 40000, 901, 101 + len(req), psh, resp),
-        _frame(cli, srv, 40000, 5555, 101 + len(req), 901 + len(resp), fin, b""),
-        _frame(srv, cli, 5555, 40000, 901 + len(resp), 102 + len(req), fin, b""),
-        _frame(cli, srv, 40000, 5555, 102 + len(req), 902 + len(resp), ack, b""),
-    ]
-    pcap = write_pcap(
-        tmp_path / "toy.pcap", [(1_700_000_000_000_000_000 + 1000 * k, f) for k, f in enumerate(frames)]
-    )
-    capture.convert_pcaps([pcap], tmp_path / "t.parquet")
-    t = pq.read_table(tmp_path / "t.parquet").to_pylist()
-    assert [(m["op"], m["proto"], m["label"]) for m in t] == [
-        ("call", "toy", "hello"),
-        ("return", "toy", "hello"),
-    ]
-    assert registry.protocol_names()[: len(PROTOCOLS)] == PROTOCOLS
-    assert registry.protocol_codes()["toy"] == len(PROTOCOLS)
-
-
 def _one_call_capture(path: Path, req: bytes, resp: bytes, port: int = 5555) -> Path:
     """A capture of one TCP connection: handshake, one request, one response, close."""
     cli, srv = 0x0A000001, 0x0A000002
@@ -335,6 +307,20 @@ def _one_call_capture(path: Path, req: bytes, resp: bytes, port: int = 5555) -> 
         _frame(cli, srv, 40000, port, 102 + len(req), 902 + len(resp), ack, b""),
     ]
     return write_pcap(path, [(1_700_000_000_000_000_000 + 1000 * k, f) for k, f in enumerate(frames)])
+
+
+def test_a_capture_of_a_runtime_protocol_converts(toy: Protocol, tmp_path: Path) -> None:
+    """Registered at runtime, the toy is detected, parsed and named in the trace; the
+    built-in protocols keep their numbers."""
+    pcap = _one_call_capture(tmp_path / "toy.pcap", b"TOY/1 hello there\r\n", b"TOY/1 ok\r\n")
+    capture.convert_pcaps([pcap], tmp_path / "t.parquet")
+    t = pq.read_table(tmp_path / "t.parquet").to_pylist()
+    assert [(m["op"], m["proto"], m["label"]) for m in t] == [
+        ("call", "toy", "hello"),
+        ("return", "toy", "hello"),
+    ]
+    assert registry.protocol_names()[: len(PROTOCOLS)] == PROTOCOLS
+    assert registry.protocol_codes()["toy"] == len(PROTOCOLS)
 
 
 def _webdav_parse(buf: bytes, direction: int, ctx: dict, out: list) -> list:
