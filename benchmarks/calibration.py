@@ -41,11 +41,14 @@ twin, as the default ships it (``infer.calibration.OPTIMISM``).
 
 ``--fit`` learns ``infer.calibration.OPTIMISM``: for each synthetic workload, level and
 seed (``--seeds``, the configs' seeds moved by 1,000 each), the preset on the trace and
-on its twin; the log-odds shift of the twin's map that gives the trace's calls the
-least ECE (searched from -3 to 3 in steps of 0.05); least squares of that shift on
-``-gap`` and ``-gap * logit(twin right rate)``, ``gap`` the mean log-likelihood per call
-on the twin less on the trace. It prints the coefficients and, per run, the ECE with
-them learnt on every workload but the run's own (leave one workload out).
+on its twin; a logistic regression, each run weighing alike, of whether each of the
+trace's calls is right on ``infer.calibration.correction_features`` (its stated
+log-odds, the twin's map, and the likelihood gap: the mean log-likelihood per call on
+the twin less on the trace, alone and times the logit of the twin's right rate), the
+two weights of the call's own odds held non-negative so that the map stays monotone.
+It prints the coefficients and, per run, the ECE with them learnt on every workload but
+the run's own (leave one workload out), beside the best a single shift of the twin's
+map could do (searched from -3 to 3 in steps of 0.05, with the truth).
 
 Progress goes to stderr.
 """
@@ -69,15 +72,16 @@ HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 import numpy as np  # noqa: E402
+from scipy.optimize import minimize  # noqa: E402
 
 import infer  # noqa: E402
 import synth  # noqa: E402
 import tracefmt  # noqa: E402
 from infer.calibration import (  # noqa: E402
     OPTIMISM,
+    corrected,
+    correction_features,
     isotonic,
-    optimism_features,
-    optimism_shift,
     sigmoid,
     twin_pairs,
 )
@@ -322,14 +326,16 @@ def _logit(p: np.ndarray) -> np.ndarray:
 
 
 def likelihood_ece(levels: list[tuple[np.ndarray, ...]], likelihood: list[float]) -> float:
-    """The trace's calls' ECE with the first twin's map moved by the likelihood gap, as
-    the default preset ships it (``infer.calibration.optimism_shift``)."""
+    """The trace's calls' ECE with the first twin's map corrected for the likelihood gap,
+    as the default preset ships it (``infer.calibration.corrected``)."""
     (g0, l0, t0), (g1, l1, t1) = levels[:2]
     k0, k1 = g0 >= 0, g1 >= 0
     right1 = g1[k1] == t1[k1]
     p = infer.Calibration.learn(l1[k1], right1).apply(l0[k0])
-    shift = optimism_shift(likelihood[1] - likelihood[0], float(right1.mean()), OPTIMISM[DEFAULT])
-    return infer.reliability(sigmoid(_logit(p) + shift), g0[k0] == t0[k0])["ece"]
+    gap = likelihood[1] - likelihood[0]
+    return infer.reliability(
+        corrected(l0[k0], p, gap, float(right1.mean()), OPTIMISM[DEFAULT]), g0[k0] == t0[k0]
+    )["ece"]
 
 
 def eces(levels: list[tuple[np.ndarray, ...]], cs: tuple[float, ...]) -> list[float]:
@@ -381,18 +387,25 @@ SHIFTS = np.linspace(-3.0, 3.0, 121)  # the shifts --fit tries, in log-odds
 
 @dataclass
 class FitRow:
-    """One synthetic run for ``--fit``: the trace's calls' first-twin probabilities and
-    whether each is right, the likelihood gap and the twin's right rate (what the shift
-    is learnt from), and the best shift."""
+    """One synthetic run for ``--fit``: the trace's calls' stated log-odds, the twin's map
+    of them and whether each is right, the likelihood gap and the twin's right rate, and
+    the best single shift of the twin's map (with the truth: what no fit can beat)."""
 
     source: str
     level: str
     seed: int
+    stated: np.ndarray
     first: np.ndarray
     right: np.ndarray
     gap: float
     twin_right_rate: float
     best: float
+
+    def features(self) -> np.ndarray:
+        return correction_features(self.stated, self.first, self.gap, self.twin_right_rate)
+
+    def corrected(self, coefficients: tuple[float, ...]) -> np.ndarray:
+        return corrected(self.stated, self.first, self.gap, self.twin_right_rate, coefficients)
 
 
 def fit_rows(
@@ -421,12 +434,25 @@ def fit_rows(
                 eces_ = [infer.reliability(sigmoid(_logit(first) + s), right0)["ece"] for s in SHIFTS]
                 print(f"{name} at {label}, seed {seed}: done", file=sys.stderr, flush=True)
                 best = float(SHIFTS[int(np.argmin(eces_))])
-                yield FitRow(name, label, seed, first, right0, ll1 - ll0, float(right1.mean()), best)
+                yield FitRow(name, label, seed, l0[k0], first, right0, ll1 - ll0, float(right1.mean()), best)
 
 
-def _least_squares(rows: list[FitRow]) -> np.ndarray:
-    x = np.array([optimism_features(r.gap, r.twin_right_rate) for r in rows])
-    return np.linalg.lstsq(x, np.array([r.best for r in rows]), rcond=None)[0]
+def _logistic(rows: list[FitRow]) -> tuple[float, float, float, float, float]:
+    """Weighted logistic regression of right on the rows' features, each run weighing
+    alike, the weights of the stated odds and the twin's map (columns 1 and 2) held
+    non-negative."""
+    x = np.vstack([r.features() for r in rows])
+    y = np.concatenate([r.right for r in rows]).astype(float)
+    w = np.concatenate([np.full(r.right.size, 1.0 / max(r.right.size, 1)) for r in rows])
+
+    def loss(beta: np.ndarray) -> tuple[float, np.ndarray]:
+        z = x @ beta
+        return float(-(w * (y * z - np.logaddexp(0.0, z))).sum()), -(x.T @ (w * (y - sigmoid(z))))
+
+    start = np.array([0.0, 0.0, 1.0, 0.0, 0.0])  # the twin's map alone
+    bounds = [(None, None), (0.0, None), (0.0, None), (None, None), (None, None)]
+    beta = minimize(loss, start, jac=True, method="L-BFGS-B", bounds=bounds).x
+    return tuple(float(b) for b in beta)  # type: ignore[return-value]
 
 
 def fit_table(
@@ -437,9 +463,9 @@ def fit_table(
     if len(workloads) < 2:
         raise SystemExit("error: --fit leaves one workload out at a time: give at least two workloads")
     rows = list(fit_rows(workloads, messages, asked, seeds, preset))
-    coef = _least_squares(rows)
+    coef = _logistic(rows)
     goal = ece_goal(preset)
-    yield f"{preset}: OPTIMISM = ({coef[0]:.3f}, {coef[1]:.3f}) from {len(rows)} runs"
+    yield f"{preset}: OPTIMISM = ({', '.join(f'{c:.3f}' for c in coef)}) from {len(rows)} runs"
     yield ""
     yield (
         "| workload | parallelism | seed | right | best shift | ECE, best shift | ECE, left out "
@@ -448,9 +474,7 @@ def fit_table(
     yield "|---|---|---:|---:|---:|---:|---:|---:|"
     met = 0
     for r in rows:
-        out = _least_squares([q for q in rows if q.source != r.source])
-        p = sigmoid(_logit(r.first) + optimism_shift(r.gap, r.twin_right_rate, (out[0], out[1])))
-        score = infer.reliability(p, r.right)
+        score = infer.reliability(r.corrected(_logistic([q for q in rows if q.source != r.source])), r.right)
         best = infer.reliability(sigmoid(_logit(r.first) + r.best), r.right)["ece"]
         met += score["ece"] <= goal
         yield (

@@ -22,10 +22,11 @@ requests are easier to put together again than the real ones: the twin is easier
 its map optimistic. A twin dealt out from the true requests is as hard as the trace,
 and the model's mean log-likelihood per call tells the two apart: it is as high on a
 twin of the true requests as on the trace, and higher on the answer's twin the more
-optimistic that is. For the default preset the twin's map is shifted in log-odds by an
-amount learnt on synthetic truth from that gap and the twin's right rate
-(``OPTIMISM``); for the others a twin of the twin measures the optimism where the truth
-is known (``twin_calibration``). docs/inference.md has how well each holds.
+optimistic that is. So each preset's probability is a logistic model, learnt on
+synthetic truth (``OPTIMISM``), of the call's stated odds, the twin's map and that
+gap, never above the twin's map (``corrected``); with settings of one's own, which
+no fit was made for, a twin of the twin measures the optimism where the truth is
+known (``twin_calibration``). docs/inference.md has how well each holds.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from infer.patterns import depths, log_confidence_by
 __all__ = [
     "OPTIMISM",
     "Calibration",
+    "corrected",
+    "correction_features",
     "isotonic",
     "optimism_features",
     "optimism_shift",
@@ -69,14 +72,20 @@ MIN_LINKS = 200
 #: The twin is made of at most this many call pairs (whole requests, a contiguous
 #: stretch of time): enough to fit the map, and a bounded cost on long traces.
 TWIN_MAX_PAIRS = 500_000
-#: How much the twin's map overstates, in log-odds, per preset it was learnt for:
-#: ``(a, b)`` of ``shift = -(a + b * logit(twin right rate)) * gap``, ``gap`` the
-#: answer's mean log-likelihood per call on the twin less on the trace. Least squares
-#: on the shift that calibrates each of 58 synthetic runs best (nine workloads at
-#: parallelism 2, 10 and 42, two seeds): ``python benchmarks/calibration.py --fit``.
-#: The presets without an entry are corrected by a twin of the twin: the default's
-#: coefficients do not carry to them (measured, docs/inference.md).
-OPTIMISM: dict[str, tuple[float, float]] = {"accurate": (2.258, -1.951)}
+#: Per preset, the logistic model that turns a call's stated log-odds ``x`` and the
+#: twin's map ``m(x)`` into its probability (``corrected``): ``(c, w_stated, w_twin, a,
+#: b)`` of ``c + w_stated * x + w_twin * logit(m(x)) + shift``, ``shift = -(a + b *
+#: logit(twin right rate)) * gap`` (``optimism_shift``), ``gap`` the answer's mean
+#: log-likelihood per call on the twin less on the trace, the result never above
+#: ``m(x)``. Weighted logistic regression (each run weighing alike) on every call of 58
+#: synthetic runs per preset (nine workloads at parallelism 2, 10 and 42, two seeds):
+#: ``python benchmarks/calibration.py --fit``. Settings other than a preset's are
+#: corrected by a twin of the twin instead (``twin_calibration``).
+OPTIMISM: dict[str, tuple[float, float, float, float, float]] = {
+    "accurate": (-0.096, 0.0, 0.969, 2.162, -1.094),
+    "fast": (-0.259, 0.024, 0.970, 1.290, -0.855),
+    "paper": (-0.295, 0.593, 0.797, 2.107, -0.592),
+}
 #: The shift is held within this many log-odds either way: beyond the fit's range.
 _MAX_SHIFT = 3.0
 
@@ -158,8 +167,8 @@ class Calibration:
     #: The share right on the twin of the twin (of its own truth): how much easier a
     #: twin made from an answer is than what the answer came from.
     second_right_rate: float | None = None
-    #: The log-odds the twin's map was moved by for its optimism (``optimism_shift``),
-    #: where the preset has coefficients (``OPTIMISM``).
+    #: The run's term of the preset's correction in log-odds (``optimism_shift``: from
+    #: the likelihood gap), where the preset has coefficients (``OPTIMISM``).
     optimism: float | None = None
     #: Knots of the map from an instance's stated log-probability (the sum of its calls'
     #: calibrated log-confidences) to the probability that it is exactly right: its
@@ -274,35 +283,99 @@ def _taken(
     return taken, np.where(old >= 0, at[np.maximum(old, 0)], -1)
 
 
-def optimism_shift(gap: float, twin_right_rate: float, coefficients: tuple[float, float]) -> float:
-    """The log-odds to move a twin's map by: ``-(a + b * logit(twin right rate)) * gap``
-    with ``(a, b)`` the ``coefficients`` (``OPTIMISM``), held within ``_MAX_SHIFT``;
-    ``gap`` is the answer's mean log-likelihood per call on the twin less on the trace
-    (positive: the twin is the easier).
+#: Stated odds and the twin's probabilities enter ``corrected`` as log-odds held within
+#: this bound (probabilities within 1e-6 of 0 and 1): odds beyond only restate certainty.
+_LOGIT_BOUND = float(np.log((1 - 1e-6) / 1e-6))
+
+
+def _logit(p: np.ndarray | float) -> np.ndarray:
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
+def optimism_shift(
+    gap: float, twin_right_rate: float, coefficients: tuple[float, float, float, float, float]
+) -> float:
+    """The run's term of ``corrected``: ``-(a + b * logit(twin right rate)) * gap``
+    with ``a, b`` the last two of the preset's ``coefficients`` (``OPTIMISM``), held
+    within ``_MAX_SHIFT``; ``gap`` is the answer's mean log-likelihood per call on the
+    twin less on the trace (positive: the twin is the easier).
 
     Examples
     --------
-    >>> round(optimism_shift(0.2, 0.3, OPTIMISM["accurate"]), 3)  # an easy twin, right 3 in 10
-    -0.782
-    >>> optimism_shift(0.0, 0.9, OPTIMISM["accurate"]) + 0.0  # no gap, no shift
+    >>> coef = (0.0, 0.0, 1.0, 2.0, -2.0)
+    >>> round(optimism_shift(0.2, 0.3, coef), 3)  # an easy twin, right 3 in 10
+    -0.739
+    >>> optimism_shift(0.0, 0.9, coef) + 0.0  # no gap, no shift
     0.0
     """
-    shift = float(optimism_features(gap, twin_right_rate) @ np.asarray(coefficients, float))
+    shift = float(optimism_features(gap, twin_right_rate) @ np.asarray(coefficients[3:], float))
     return float(np.clip(shift, -_MAX_SHIFT, _MAX_SHIFT))
 
 
 def optimism_features(gap: float, twin_right_rate: float) -> np.ndarray:
-    """What ``OPTIMISM``'s coefficients multiply: ``-gap`` and ``-gap * logit(twin right
-    rate)`` (the rate held within 1e-6 of 0 and 1); ``benchmarks/calibration.py --fit``
-    learns them on these.
+    """What ``OPTIMISM``'s last two coefficients multiply: ``-gap`` and ``-gap *
+    logit(twin right rate)`` (the rate held within 1e-6 of 0 and 1).
 
     Examples
     --------
     >>> optimism_features(0.1, 0.5).tolist()
     [-0.1, -0.0]
     """
-    rate = min(max(twin_right_rate, 1e-6), 1 - 1e-6)
-    return np.array([-gap, -gap * float(np.log(rate / (1 - rate)))])
+    return np.array([-gap, -gap * float(_logit(twin_right_rate))])
+
+
+def correction_features(
+    stated: np.ndarray, twin: np.ndarray, gap: float, twin_right_rate: float
+) -> np.ndarray:
+    """The columns ``OPTIMISM``'s coefficients multiply, one row per call: 1, the stated
+    log-odds and the twin map's probability as log-odds (both held within
+    ``_LOGIT_BOUND``), and ``optimism_features``; ``benchmarks/calibration.py --fit``
+    learns the coefficients on them.
+
+    Examples
+    --------
+    >>> correction_features(np.array([0.0, np.inf]), np.array([0.5, 1.0]), 0.1, 0.5).round(2).tolist()
+    [[1.0, 0.0, 0.0, -0.1, -0.0], [1.0, 13.82, 13.82, -0.1, -0.0]]
+    """
+    n = np.shape(stated)[0]
+    return np.column_stack(
+        [
+            np.ones(n),
+            np.clip(stated, -_LOGIT_BOUND, _LOGIT_BOUND),
+            _logit(twin),
+            np.tile(optimism_features(gap, twin_right_rate), (n, 1)),
+        ]
+    )
+
+
+def corrected(
+    stated: np.ndarray,
+    twin: np.ndarray,
+    gap: float,
+    twin_right_rate: float,
+    coefficients: tuple[float, float, float, float, float],
+) -> np.ndarray:
+    """The probability of calls with ``stated`` log-odds whose twin's map gives ``twin``:
+    the logistic model of ``OPTIMISM`` (``coefficients``) on ``correction_features``,
+    its run's term held by ``optimism_shift``, never above ``twin``: a twin's map is
+    corrected down where it is optimistic, not raised past what the twin showed
+    (raising it put calls stated at 0.99 or more right 94.5% of the time on one
+    synthetic run of ``fast``). Non-decreasing in ``stated`` where ``twin`` is, since
+    the fit keeps both weights non-negative.
+
+    Examples
+    --------
+    >>> coef = (0.0, 0.0, 1.0, 2.0, -2.0)  # the twin's map alone, moved for the gap
+    >>> stated, twin = np.array([0.0, 5.0]), np.array([0.5, 0.9])
+    >>> corrected(stated, twin, 0.2, 0.3, coef).round(3).tolist()  # an easier twin: down
+    [0.323, 0.811]
+    >>> corrected(stated, twin, -0.2, 0.3, coef).tolist()  # a harder one: not raised
+    [0.5, 0.9]
+    """
+    x = correction_features(stated, twin, 0.0, twin_right_rate)[:, :3]
+    shift = optimism_shift(gap, twin_right_rate, coefficients)
+    return np.minimum(sigmoid(x @ np.asarray(coefficients[:3], float) + shift), twin)
 
 
 def _stretch(pairs: CallPairs, root: np.ndarray, max_pairs: int) -> np.ndarray:
@@ -341,7 +414,7 @@ def twin_calibration(
     infer_parents: Callable[[CallPairs], tuple[np.ndarray, np.ndarray, float]],
     *,
     log_likelihood: float,
-    optimism: tuple[float, float] | None = None,
+    optimism: tuple[float, float, float, float, float] | None = None,
     likelihood_of: Callable[[CallPairs, np.ndarray], float] | None = None,
     max_pairs: int = TWIN_MAX_PAIRS,
     seed: int = 0,
@@ -353,13 +426,14 @@ def twin_calibration(
 
     A twin is made from an answer, not from the truth, and where the answer is often
     wrong the twin is easier and a map learnt on it alone optimistic. With
-    ``optimism`` (the preset's ``OPTIMISM`` coefficients) the twin's map is moved in
-    log-odds by ``optimism_shift`` of how much better the model fits the twin's answer
-    than the trace's. Without, a twin of the twin, whose truth is known, measures how
-    the twin's map misjudges a twin (a second, monotone map from the probability it
-    states to the share right on the twin), and that is applied on top of the twin's
-    map. With fewer than ``MIN_LINKS`` calls given a parent, in the trace or in its
-    twin, nothing is learnt (``Calibration.identity``).
+    ``optimism`` (the preset's ``OPTIMISM`` coefficients) a call's probability is
+    ``corrected`` from its stated odds, the twin's map and how much better the model
+    fits the twin's answer than the trace's (``optimism_shift``). Without, a twin of
+    the twin, whose truth is known, measures how the twin's map misjudges a twin (a
+    second, monotone map from the probability it states to the share right on the
+    twin), and that is applied on top of the twin's map. With fewer than ``MIN_LINKS``
+    calls given a parent, in the trace or in its twin, nothing is learnt
+    (``Calibration.identity``).
 
     A twin of a trace longer than ``max_pairs`` is made of a stretch of it, and the mean
     likelihood per call depends on how many calls there are: then the gap is taken with
@@ -382,8 +456,8 @@ def twin_calibration(
         if len(pairs) > max_pairs and likelihood_of is not None:
             gap = likelihood_of(twin, got) - likelihood_of(*stretch_of(pairs, parent, max_pairs))
         shift = optimism_shift(gap, float(right.mean()), optimism)
-        p = np.clip(first.apply(grid), 1e-9, 1 - 1e-9)
-        calls = replace(first, xs=grid, ys=sigmoid(np.log(p / (1 - p)) + shift), optimism=shift)
+        ys = corrected(grid, first.apply(grid), gap, float(right.mean()), optimism)
+        calls = replace(first, xs=grid, ys=ys, optimism=shift)
     else:
         second_twin, second_truth = twin_pairs(twin, got, seed=seed + 1)
         got2, log_odds2, _ = infer_parents(second_twin)
