@@ -231,7 +231,7 @@ def test_busy_traces_the_twin_of_the_twin_misjudged_are_calibrated(name, paralle
     assert sure["calls"] == 0 or sure["right_rate"] >= 0.98
 
 
-def test_the_correction_keeps_the_order_of_the_odds_and_never_raises_the_twin() -> None:
+def test_the_correction_keeps_the_order_of_the_odds_and_raises_no_call_to_near_certainty() -> None:
     from infer.calibration import _CLIP, OPTIMISM, corrected
 
     grid = np.linspace(*_CLIP, 4001)
@@ -239,11 +239,14 @@ def test_the_correction_keeps_the_order_of_the_odds_and_never_raises_the_twin() 
     for coef in OPTIMISM.values():
         assert coef[1] >= 0
         assert coef[2] >= 0
-        for gap, rate in ((0.25, 0.3), (-0.2, 0.7), (0.0, 0.95)):
+        for gap, rate in ((0.25, 0.3), (-0.2, 0.7), (-0.5, 0.2), (0.0, 0.95)):
             p = corrected(grid, twin, gap, rate, coef)
             assert np.all(np.diff(p) >= 0)
-            assert np.all(p <= twin)
             assert np.all((p > 0) & (p < 1))
+            raised = p > twin
+            assert np.all(p[raised] <= 0.98)
+        # A much harder twin (negative gap, mostly wrong) raises the middle of the map.
+        assert np.any(corrected(grid, twin, -0.5, 0.2, coef) > twin)
 
 
 def test_a_twin_of_a_stretch_is_compared_with_that_stretch() -> None:
