@@ -243,6 +243,23 @@ def test_a_relayed_call_with_two_modes_gets_its_median() -> None:
     assert not any(abs(d - truth) <= 0.001 for d in path.delays_s[0])
 
 
+@pytest.mark.parametrize("cut", ["end", "start"])
+def test_a_relay_cut_by_the_capture_still_gets_its_median(cut: str) -> None:
+    # The capture stops after the last call reached a (or starts after the first was
+    # relayed): a -> b carries one call fewer than c0 -> a, and the hop still relays.
+    trace, waits = _relayed(1)
+    ts = trace["timestamp"].cast(pa.int64()).to_numpy()
+    into_a = np.flatnonzero(trace["sender"].to_numpy(zero_copy_only=False) == "c0")  # calls into a
+    if cut == "end":  # up to the last call into a, not its relay
+        kept = ts <= ts[into_a[-1]]
+    else:  # from just after the first call into a, before its relay
+        kept = ts > ts[into_a[0]]
+    cut_trace = trace.filter(pa.array(kept))
+    r = infer.infer_convolution(cut_trace, quantum_s=0.001, max_lag_s=0.2)
+    path = next(p for p in r.paths if p.nodes[:3] == ("c0", "a", "b"))
+    assert abs(path.medians_s[0] - float(np.median(waits))) <= 0.001, path.medians_s
+
+
 def test_no_relay_median_when_the_node_has_two_callers() -> None:
     # With two callers nothing says each call over c0 -> a is relayed to b: the calls
     # from c1 are relayed too, and c0 -> a carries half as many as a -> b.
