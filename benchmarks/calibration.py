@@ -33,10 +33,10 @@ stated at 0.99 or more right at least 98% of the time. A miss is marked ✗.
 default's right rate on each synthetic trace (call pairs from the truth's pairing), on
 its twin (``infer.calibration.twin_pairs`` of the answer), on the twin's twin and one
 level further, and the trace's ECE with the first twin's map alone (c = 0), with the
-correction by the second twin (c = 1, what ``fast`` and ``paper`` ship), and with it
+correction by the second twin (c = 1, what settings of one's own get), and with it
 applied twice in log-odds (c = 2); no constant c serves every row. It also prints each
 level's mean log-likelihood per call pair (``Stage.log_likelihood``, no truth needed)
-and the ECE with the twin's map moved by the likelihood gap between the trace and its
+and the ECE with the twin's map corrected for the likelihood gap between the trace and its
 twin, as the default ships it (``infer.calibration.OPTIMISM``).
 
 ``--fit`` learns ``infer.calibration.OPTIMISM``: for each synthetic workload, level and
@@ -341,7 +341,7 @@ def likelihood_ece(levels: list[tuple[np.ndarray, ...]], likelihood: list[float]
 def eces(levels: list[tuple[np.ndarray, ...]], cs: tuple[float, ...]) -> list[float]:
     """The trace's calls' ECE with the first twin's map corrected ``c`` times by the
     second twin's view of the first (``c = 1``: as ``infer.calibration.twin_calibration``
-    does for the presets without ``OPTIMISM`` coefficients)."""
+    does for settings without ``OPTIMISM`` coefficients)."""
     (g0, l0, t0), (g1, l1, t1), (g2, l2, t2) = levels[:3]
     k0, k1, k2 = g0 >= 0, g1 >= 0, g2 >= 0
     right1, right2 = g1[k1] == t1[k1], g2[k2] == t2[k2]
@@ -362,7 +362,7 @@ def twin_chain_table(workloads: list[str], messages: int, asked: list[str]) -> I
     cs = (0.0, 1.0, 2.0)
     yield (
         "| workload | parallelism | right: trace | twin | twin of twin | third twin "
-        "| ECE c = 0 | c = 1 (fast, paper) | c = 2 | calls overlapping: trace | twin "
+        "| ECE c = 0 | c = 1 (own settings) | c = 2 | calls overlapping: trace | twin "
         "| log-likelihood: trace | twin | twin of twin | ECE by likelihood gap (default) |"
     )
     yield "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"

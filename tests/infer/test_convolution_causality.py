@@ -250,10 +250,8 @@ def test_a_relay_cut_by_the_capture_still_gets_its_median(cut: str) -> None:
     trace, waits = _relayed(1)
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     into_a = np.flatnonzero(trace["sender"].to_numpy(zero_copy_only=False) == "c0")  # calls into a
-    if cut == "end":  # up to the last call into a, not its relay
-        kept = ts <= ts[into_a[-1]]
-    else:  # from just after the first call into a, before its relay
-        kept = ts > ts[into_a[0]]
+    # Up to the last call into a (not its relay), or from just after the first one.
+    kept = ts <= ts[into_a[-1]] if cut == "end" else ts > ts[into_a[0]]
     cut_trace = trace.filter(pa.array(kept))
     r = infer.infer_convolution(cut_trace, quantum_s=0.001, max_lag_s=0.2)
     path = next(p for p in r.paths if p.nodes[:3] == ("c0", "a", "b"))
