@@ -225,6 +225,12 @@ class Correlator:
         lags = np.arange(-self.neg, self.max_lag + 1)
         self.overlap = np.maximum(self.n_slots - np.abs(lags), 1).astype(np.float64)
 
+    def at_ends(self, e: int, lags: int) -> tuple[int, int]:
+        """Messages of edge ``e`` in the trace's first ``lags`` quanta and in its last."""
+        s = self._slots[self._bounds[e] : self._bounds[e + 1]]  # in time order within an edge
+        head = int(np.searchsorted(s, lags, side="left"))
+        return head, int(s.size - np.searchsorted(s, self.n_slots - lags, side="left"))
+
     def __getstate__(self) -> dict[str, object]:
         # Shipped to other processes (a cluster's workers) without its caches, which
         # the receiver rebuilds as it needs them; ``copy.copy`` gives a fresh-cached twin.

@@ -83,9 +83,6 @@ _MEDIAN_DRIFT = 0.1
 #: Most message pairs above the background, per message, that a one-for-one hop holds
 #: near its median (``_Pairs.median``): 1 and noise; calls made two at once make 2.
 _ONE_FOR_ONE = 1.3
-#: A relay's two edges may differ in count by this share (at least one message): a
-#: capture that starts or stops while calls are being relayed cuts a few of them.
-_RELAY_SLACK = 0.01
 _NEG_MARGIN = 8  # quanta of negative lags examined beyond the band (plausibility)
 
 
@@ -286,7 +283,7 @@ class _Pairs:
         (``_curve_median``). ``None`` for any other pair, or when the excess never gets
         there, or when the background drifts near lag 0."""
         spikes = self.spikes(e_in, e_out)
-        if not spikes or not self.edges.one_for_one(e_in, e_out, self.corr.counts):
+        if not spikes or not self.edges.one_for_one(e_in, e_out, self.corr):
             return None
         n = self.corr.counts
         half = 0.5 * float(min(n[e_in], n[e_out]))
@@ -738,18 +735,19 @@ class _EdgeGraph:
             returns,
         )
 
-    def one_for_one(self, e_in: int, e_out: int, counts: np.ndarray) -> bool:
+    def one_for_one(self, e_in: int, e_out: int, corr: Correlator) -> bool:
         """Whether each message of ``e_in`` causes one of ``e_out``: ``e_out`` answers the
         calls of ``e_in`` (``answers``), or relays them: A -> B and B -> C carry only
-        calls, as many each (to ``_RELAY_SLACK``), and B is called over A -> B alone."""
+        calls, and B is called over A -> B alone, as often as it calls C but for what
+        the capture's ends cut (``_relay_counts_agree``)."""
         if self.answers(e_in, e_out):
             return True
         b = self.dst[e_in]
-        n_in, n_out = int(counts[e_in]), int(counts[e_out])
-        alike = abs(n_in - n_out) <= max(1.0, _RELAY_SLACK * max(n_in, n_out))
-        if not (self.calls[e_in] and self.calls[e_out] and self.src[e_out] == b and alike):
+        if not (self.calls[e_in] and self.calls[e_out] and self.src[e_out] == b):
             return False
-        return [e for e in self.in_edges[b] if self.calls[e]] == [e_in]
+        return _relay_counts_agree(corr, e_in, e_out) and [e for e in self.in_edges[b] if self.calls[e]] == [
+            e_in
+        ]
 
     def answers(self, e_in: int, e_out: int) -> bool:
         """Whether ``e_out`` carries the answers to the calls of ``e_in``: A->B all calls,
@@ -767,6 +765,17 @@ class _EdgeGraph:
 
     def label(self, e: int) -> str:
         return f"{self.names[self.src[e]]}->{self.names[self.dst[e]]}"
+
+
+def _relay_counts_agree(corr: Correlator, e_in: int, e_out: int) -> bool:
+    """Whether ``e_out`` carries one call for each of ``e_in``'s, but for those a capture's
+    ends cut: a call in the last lag window may be relayed after the capture stopped, a
+    relay in the first may answer a call from before it began. A node that forwards
+    only some of its calls (a cache answering the rest) falls short by more."""
+    _, late_in = corr.at_ends(e_in, corr.max_lag)
+    early_out, _ = corr.at_ends(e_out, corr.max_lag)
+    short = int(corr.counts[e_in]) - int(corr.counts[e_out])
+    return -early_out <= short <= late_in
 
 
 def _correlator(

@@ -212,16 +212,20 @@ def test_no_median_where_the_background_drifts() -> None:
     assert report["patterns"]["false_negatives"] == 0
 
 
-def _relayed(callers: int, seed: int = 9) -> tuple[pa.Table, np.ndarray]:
+def _relayed(callers: int, seed: int = 9, forwarded: float = 1.0) -> tuple[pa.Table, np.ndarray]:
     """Clients c0 .. c{callers - 1} call a; a calls b after 0.2-0.4 ms 40% of the time,
-    else after 4-10 ms; b answers in 1 ms and a answers its caller 1 ms later. Returns
-    the trace and a's delays before its call to b."""
+    else after 4-10 ms; b answers in 1 ms and a answers its caller 1 ms later. A share
+    ``1 - forwarded`` of the calls a answers itself after 1 ms, calling no one. Returns
+    the trace and a's delays before its calls to b."""
     rng = np.random.default_rng(seed)
     rows, t, delays = [], 0.0, []
     for k in range(4000):
         t += rng.exponential(0.02)
         client = f"c{k % callers}"
         rows.append((t, client, "a", "call", 2 * k))
+        if forwarded < 1.0 and rng.random() >= forwarded:
+            rows.append((t + 0.001, "a", client, "return", 2 * k))
+            continue
         wait = rng.uniform(0.0002, 0.0004) if rng.random() < 0.4 else rng.uniform(0.004, 0.010)
         delays.append(wait)
         t_b = t + wait
@@ -256,6 +260,17 @@ def test_a_relay_cut_by_the_capture_still_gets_its_median(cut: str) -> None:
     r = infer.infer_convolution(cut_trace, quantum_s=0.001, max_lag_s=0.2)
     path = next(p for p in r.paths if p.nodes[:3] == ("c0", "a", "b"))
     assert abs(path.medians_s[0] - float(np.median(waits))) <= 0.001, path.medians_s
+
+
+def test_no_relay_median_when_the_node_answers_some_calls_itself() -> None:
+    # a forwards 99.5% of its calls (it answers the rest itself): 24 calls short of one
+    # for one over 4,000 (within 1% of them), more than the capture's ends could cut (6
+    # calls in the last lag window), so nothing says which calls it relays.
+    trace, _ = _relayed(1, forwarded=0.995)
+    r = infer.infer_convolution(trace, quantum_s=0.001, max_lag_s=0.2)
+    hops = [p for p in r.paths if p.nodes[1:3] == ("a", "b")]
+    assert hops
+    assert all(p.medians_s[0] is None for p in hops)
 
 
 def test_no_relay_median_when_the_node_has_two_callers() -> None:
