@@ -402,9 +402,11 @@ class FitRow:
     best: float
 
     def features(self) -> np.ndarray:
+        """The run's calls' rows of what the coefficients multiply."""
         return correction_features(self.stated, self.first, self.gap, self.twin_right_rate)
 
     def corrected(self, coefficients: tuple[float, ...]) -> np.ndarray:
+        """The run's calls' probabilities as ``infer_nesting`` would state them."""
         return corrected(self.stated, self.first, self.gap, self.twin_right_rate, coefficients)
 
 
@@ -451,8 +453,10 @@ def _logistic(rows: list[FitRow]) -> tuple[float, float, float, float, float]:
 
     start = np.array([0.0, 0.0, 1.0, 0.0, 0.0])  # the twin's map alone
     bounds = [(None, None), (0.0, None), (0.0, None), (None, None), (None, None)]
-    beta = minimize(loss, start, jac=True, method="L-BFGS-B", bounds=bounds).x
-    return tuple(float(b) for b in beta)  # type: ignore[return-value]
+    fit = minimize(loss, start, jac=True, method="L-BFGS-B", bounds=bounds)
+    if not fit.success:
+        raise SystemExit(f"error: the logistic fit did not converge ({fit.message})")
+    return tuple(float(b) for b in fit.x)  # type: ignore[return-value]
 
 
 def fit_table(

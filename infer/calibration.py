@@ -24,7 +24,7 @@ and the model's mean log-likelihood per call tells the two apart: it is as high 
 twin of the true requests as on the trace, and higher on the answer's twin the more
 optimistic that is. So each preset's probability is a logistic model, learnt on
 synthetic truth (``OPTIMISM``), of the call's stated odds, the twin's map and that
-gap, never raised past the twin's map to 0.98 or more (``corrected``); with settings
+gap, never raised past the twin's map above 0.98 (``corrected``); with settings
 of one's own, which no fit was made for, a twin of the twin measures the optimism
 where the truth is known (``twin_calibration``). docs/inference.md has how well each holds.
 """
@@ -76,8 +76,8 @@ TWIN_MAX_PAIRS = 500_000
 #: twin's map ``m(x)`` into its probability (``corrected``): ``(c, w_stated, w_twin, a,
 #: b)`` of ``c + w_stated * x + w_twin * logit(m(x)) + shift``, ``shift = -(a + b *
 #: logit(twin right rate)) * gap`` (``optimism_shift``), ``gap`` the answer's mean
-#: log-likelihood per call on the twin less on the trace, raised past ``m(x)`` only
-#: below 0.98. Weighted logistic regression (each run weighing alike) on every call of 58
+#: log-likelihood per call on the twin less on the trace, raised past ``m(x)`` to at
+#: most 0.98. Weighted logistic regression (each run weighing alike) on every call of 58
 #: synthetic runs per preset (nine workloads at parallelism 2, 10 and 42, two seeds):
 #: ``python benchmarks/calibration.py --fit``. Settings other than a preset's are
 #: corrected by a twin of the twin instead (``twin_calibration``).
@@ -86,7 +86,7 @@ OPTIMISM: dict[str, tuple[float, float, float, float, float]] = {
     "fast": (-0.259, 0.024, 0.970, 1.290, -0.855),
     "paper": (-0.295, 0.593, 0.797, 2.107, -0.592),
 }
-#: ``corrected`` raises no probability past the twin's map to this or more.
+#: ``corrected`` raises no probability past the twin's map above this.
 _RAISE_BOUND = 0.98
 #: The shift is held within this many log-odds either way: beyond the fit's range.
 _MAX_SHIFT = 3.0
@@ -311,6 +311,8 @@ def optimism_shift(
     >>> optimism_shift(0.0, 0.9, coef) + 0.0  # no gap, no shift
     0.0
     """
+    if not np.isfinite(gap):  # a likelihood that could not be taken says nothing
+        return 0.0
     shift = float(optimism_features(gap, twin_right_rate) @ np.asarray(coefficients[3:], float))
     return float(np.clip(shift, -_MAX_SHIFT, _MAX_SHIFT))
 
@@ -342,13 +344,15 @@ def correction_features(
     """
     n = np.shape(stated)[0]
     return np.column_stack(
-        [
-            np.ones(n),
-            np.clip(stated, -_LOGIT_BOUND, _LOGIT_BOUND),
-            _logit(twin),
-            np.tile(optimism_features(gap, twin_right_rate), (n, 1)),
-        ]
+        [_call_columns(stated, twin), np.tile(optimism_features(gap, twin_right_rate), (n, 1))]
     )
+
+
+def _call_columns(stated: np.ndarray, twin: np.ndarray) -> np.ndarray:
+    """``correction_features``' columns of each call's own: 1, its stated log-odds and
+    its twin map's probability as log-odds, both held within ``_LOGIT_BOUND``."""
+    x = np.clip(stated, -_LOGIT_BOUND, _LOGIT_BOUND)
+    return np.column_stack([np.ones(np.shape(stated)[0]), x, _logit(twin)])
 
 
 def corrected(
@@ -361,7 +365,7 @@ def corrected(
     """The probability of calls with ``stated`` log-odds whose twin's map gives ``twin``:
     the logistic model of ``OPTIMISM`` (``coefficients``) on ``correction_features``,
     its run's term held by ``optimism_shift``. A probability may be raised past the
-    twin's map only below ``_RAISE_BOUND``: near certainty the twin's own evidence must
+    twin's map to at most ``_RAISE_BOUND``: near certainty the twin's own evidence must
     carry it (raised there, 471 calls of one synthetic run of ``fast`` stated at 0.99 or
     more were right 94.5% of the time). Non-decreasing in ``stated`` where ``twin`` is,
     since the fit keeps both weights non-negative.
@@ -375,7 +379,7 @@ def corrected(
     >>> corrected(stated, twin, -0.2, 0.3, coef).round(3).tolist()  # a harder one: up, below 0.98
     [0.677, 0.98]
     """
-    x = correction_features(stated, twin, 0.0, twin_right_rate)[:, :3]
+    x = _call_columns(stated, twin)
     shift = optimism_shift(gap, twin_right_rate, coefficients)
     p = sigmoid(x @ np.asarray(coefficients[:3], float) + shift)
     return np.minimum(p, np.maximum(twin, _RAISE_BOUND))

@@ -209,7 +209,9 @@ def test_optimism_shift_moves_the_map_against_an_easier_twin() -> None:
         # An easier twin (the model fits its answer better) is optimistic: the map goes
         # down, the more so the more wrong the twin; the shift is held.
         assert optimism_shift(0.2, 0.3, coef) < optimism_shift(0.2, 0.6, coef) < 0.0
+        assert optimism_shift(-0.1, 0.6, coef) > 0.0  # a harder twin: up
         assert optimism_shift(50.0, 0.3, coef) == -3.0
+        assert optimism_shift(float("nan"), 0.3, coef) == 0.0  # no likelihood, no shift
 
 
 @pytest.mark.parametrize(
@@ -217,8 +219,9 @@ def test_optimism_shift_moves_the_map_against_an_easier_twin() -> None:
     [("gateway-fanout", 10.0, "paper"), ("children-d-cc", 10.0, "paper"), ("children-0-2", 42.0, "fast")],
 )
 def test_busy_traces_the_twin_of_the_twin_misjudged_are_calibrated(name, parallelism, preset) -> None:
-    # Seeds and sizes the fit never saw. With a twin of the twin's correction instead
-    # (as these presets had it) the error was 0.085, 0.108 and 0.077.
+    # Workloads and levels the fit learnt from, at a seed and a size it never saw. With a
+    # twin of the twin's correction instead (as these presets had it) the error was
+    # 0.085, 0.108 and 0.077.
     cfg = replace(
         synth.load_config(SAMPLES / f"{name}.toml"), messages=30_000, parallelism=parallelism, seed=7
     )
