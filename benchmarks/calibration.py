@@ -421,13 +421,15 @@ def fit_rows(
             for label, cfg in accuracy.levels_of(moved, asked):
                 trace, _ = synth.generate_table(cfg)
                 pairs, truth, names, _ = infer.true_pairs(trace)
-                levels = []
+                levels, settings = [], params
                 for level in range(2):  # the trace, then its twin (as infer_nesting makes it)
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", UserWarning)
-                        *_, final = infer.nesting_stages(pairs, len(names), params)
+                        *_, final = infer.nesting_stages(pairs, len(names), settings)
                     levels.append((final.parent, final.log_odds, truth, final.log_likelihood))
                     pairs, truth = twin_pairs(pairs, final.parent, seed=level)
+                    # The twin is inferred with the trace's tolerance, as infer_nesting does.
+                    settings = params.with_overrides(tolerance_s=final.tolerance_s, auto_tolerance=False)
                 (g0, l0, t0, ll0), (g1, l1, t1, ll1) = levels
                 k0, k1 = g0 >= 0, g1 >= 0
                 right1 = g1[k1] == t1[k1]
