@@ -481,7 +481,10 @@ def twin_calibration(
             ys=np.interp(first.apply(grid), *correction),
             second_right_rate=float(right2.mean()),
         )
-    return _with_instance_map(calls, got, truth, np.where(got >= 0, calls.apply(log_odds), 1.0))
+    # The request map goes from the product of calibrated confidences to being exactly
+    # right: on the twin the twin's own map calibrates them, as ``calls`` does the trace's
+    # (``calls`` on the twin would be under-confident and the map learnt from it optimistic).
+    return _with_instance_map(calls, got, truth, np.where(got >= 0, first.apply(log_odds), 1.0))
 
 
 def _with_instance_map(

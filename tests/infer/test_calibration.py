@@ -234,6 +234,20 @@ def test_busy_traces_the_twin_of_the_twin_misjudged_are_calibrated(name, paralle
     assert sure["calls"] == 0 or sure["right_rate"] >= 0.98
 
 
+def test_a_request_confidence_is_mapped_from_the_twins_own_confidences() -> None:
+    # The request map is learnt on the twin from the product of the twin's own calibrated
+    # confidences, and applied to the product of the trace's: learnt from the trace's
+    # correction applied to the twin (under-confident there), it gave 0.055.
+    cfg = replace(
+        synth.load_config(SAMPLES / "gateway-fanout.toml"), messages=30_000, parallelism=10.0, seed=7
+    )
+    trace, _ = synth.generate_table(cfg)
+    r = infer_nesting(trace)
+    inst = evaluate_paths(r.to_json(), trace, instances=r.instances_table())["confidence"]["instances"]
+    assert inst["right_rate"] < 0.5
+    assert inst["ece"] <= 0.05
+
+
 def test_the_correction_keeps_the_order_of_the_odds_and_raises_no_call_to_near_certainty() -> None:
     from infer.calibration import _CLIP, OPTIMISM, corrected
 
