@@ -376,7 +376,7 @@ def corrected(
     >>> stated, twin = np.array([0.0, 5.0]), np.array([0.5, 0.97])
     >>> corrected(stated, twin, 0.2, 0.3, coef).round(3).tolist()  # an easier twin: down
     [0.323, 0.939]
-    >>> corrected(stated, twin, -0.2, 0.3, coef).round(3).tolist()  # a harder one: up, below 0.98
+    >>> corrected(stated, twin, -0.2, 0.3, coef).round(3).tolist()  # a harder one: up, 0.98 at most
     [0.677, 0.98]
     """
     x = _call_columns(stated, twin)

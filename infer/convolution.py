@@ -745,9 +745,8 @@ class _EdgeGraph:
         b = self.dst[e_in]
         if not (self.calls[e_in] and self.calls[e_out] and self.src[e_out] == b):
             return False
-        return _relay_counts_agree(corr, e_in, e_out) and [e for e in self.in_edges[b] if self.calls[e]] == [
-            e_in
-        ]
+        callers = [e for e in self.in_edges[b] if self.calls[e]]
+        return callers == [e_in] and _relay_counts_agree(corr, e_in, e_out)
 
     def answers(self, e_in: int, e_out: int) -> bool:
         """Whether ``e_out`` carries the answers to the calls of ``e_in``: A->B all calls,

@@ -249,8 +249,9 @@ def test_a_relayed_call_with_two_modes_gets_its_median() -> None:
 
 @pytest.mark.parametrize("cut", ["end", "start"])
 def test_a_relay_cut_by_the_capture_still_gets_its_median(cut: str) -> None:
-    # The capture stops after the last call reached a (or starts after the first was
-    # relayed): a -> b carries one call fewer than c0 -> a, and the hop still relays.
+    # The capture stops after the last call reached a, before its relay (or starts just
+    # after the first call reached a): the two edges' counts differ by the calls the cut
+    # split, and the hop still relays.
     trace, waits = _relayed(1)
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
     into_a = np.flatnonzero(trace["sender"].to_numpy(zero_copy_only=False) == "c0")  # calls into a
