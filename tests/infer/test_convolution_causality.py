@@ -409,13 +409,13 @@ def test_hotel_request_found_hop_by_hop(load: int) -> None:
     medians = np.median(truth.patterns[seq], axis=0)
     # Each hop's delay (its median where it answers a call) within a quantum of the
     # truth's median. reservation and rate answer from a cache or not (two modes, the
-    # median between them), so only a median can be; rate's cache answers about half
-    # its calls, which puts its median on a knife edge (a dozen pairs either way move
-    # it from one mode to the other): all hops but that one must be near.
+    # median between them), so only a median can be. rate's cache answers about half
+    # its calls: at loads 25 and 125 the summed excess passes half the calls at lag 0
+    # (pairs of one quantum beyond the background) and falls back below it, so the
+    # median is where it passes half for good.
     got = tracefmt.hop_delays_s(path.to_json())
     near = [abs(d - m) <= 0.001 for d, m in zip(got, medians, strict=True)]
-    rate = seq.index("rate") - 1
-    assert all(ok for k, ok in enumerate(near) if k != rate), (got, medians.tolist())
+    assert all(near), (got, medians.tolist())
     reservation = seq.index("reservation") - 1
     assert not any(abs(d - medians[reservation]) <= 0.001 for d in path.delays_s[reservation])
 
