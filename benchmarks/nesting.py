@@ -2,6 +2,8 @@
 
     python benchmarks/nesting.py [--messages 200000] [--parallelism 5] [--big 2000000]
         [--big-parallelism 5] [--high 775000] [--high-parallelism 45] [--workdir DIR]
+    python benchmarks/nesting.py --before REV [--compare CONFIG:MESSAGES:PARALLELISM,...]
+        [--presets fast,accurate] [--repeat 3]
 
 The reference is the paper's algorithm written the plain way: a Python loop per message
 for call pairs and candidates, dictionaries for the scoreboard, a loop per child for
@@ -15,6 +17,12 @@ default is the default without its calibration (``calibrate=False``): what confi
 that means what it says costs. Goals are the default preset's: 20 times the
 reference's speed, 2,000,000 messages in 10 s and 1 GB, 775,000 messages at
 parallelism 45 in 30 s. About ten minutes in all.
+
+With ``--before REV`` it compares instead: the tree at git revision REV (checked out in a
+temporary worktree) and this one, each in fresh processes taking turns on the same
+traces (``--compare``: sample configs, messages and parallelism), best of ``--repeat``
+runs per preset, and whether the two give the same answer (parents, confidences and
+the paths file, by hash).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import argparse
 import bisect
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -143,6 +152,88 @@ print(json.dumps({"seconds": dt, "rss_mb": int(hwm.split()[1]) / 1024, "pairs": 
                   "parallelism": r.mean_parallelism, "rounds": r.trace_info.get("chain_rounds_run", 0)}))
 """
 
+_COMPARE_CHILD = """
+import hashlib, json, sys, time
+import infer, tracefmt
+t = tracefmt.read_trace(sys.argv[1], columns=())
+best = float("inf")
+for _ in range(int(sys.argv[3])):
+    t0 = time.perf_counter()
+    r = infer.infer_nesting(t, sys.argv[2])
+    best = min(best, time.perf_counter() - t0)
+h = hashlib.sha256(r.parent.tobytes() + r.confidence.tobytes())
+h.update(json.dumps(r.to_json(), sort_keys=True).encode())
+hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:'))
+print(json.dumps({"seconds": best, "rss_mb": int(hwm.split()[1]) / 1024, "answer": h.hexdigest()}))
+"""
+
+#: ``--compare``'s default: the benchmark's own workload, and traces of many nodes and of
+#: calls made at once, where the chain model's tables are large.
+COMPARE = ",".join(
+    [
+        "multitier.toml:200000:5",
+        "gateway-fanout.toml:8000:6",
+        "gateway-fanout.toml:200000:10",
+        "children-parallel.toml:50000:42",
+    ]
+)
+
+
+def compare_before(rev: str, specs: str, presets: list[str], repeat: int, work: Path) -> None:
+    """Time REV's tree against this one on the same traces, turn about, fresh processes."""
+    root = Path(__file__).resolve().parent.parent
+    before = work / f"before-{rev.replace('/', '_')}"
+    if not before.exists():
+        subprocess.run(
+            ["git", "-C", str(root), "worktree", "add", "--detach", str(before), rev],
+            check=True,
+            capture_output=True,
+        )
+    trees = {"before": before, "now": root}
+    print(f"before: {rev} ({before}); now: {root}; best of {repeat} per process", flush=True)
+    print(
+        f"{'trace':<44}{'preset':>10}{'before s':>10}{'now s':>10}{'speed-up':>10}"
+        f"{'before MB':>11}{'now MB':>9}  same answer"
+    )
+    for spec in specs.split(","):
+        name, messages, parallelism = spec.split(":")
+        path = work / f"compare-{name}-{messages}-{parallelism}.parquet"
+        if not path.exists():
+            cfg = replace(
+                synth.load_config(CONFIG.parent / name),
+                messages=int(messages),
+                parallelism=float(parallelism),
+            )
+            synth.generate_trace(cfg, path)
+        for preset in presets:
+            got = {}
+            for tree in ("before", "now", "before", "now"):  # turn about, twice
+                env = {**os.environ, "PYTHONPATH": str(trees[tree])}
+                res = subprocess.run(
+                    [sys.executable, "-c", _COMPARE_CHILD, str(path), preset, str(repeat)],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    cwd=work,
+                )
+                run = json.loads(res.stdout)
+                if tree not in got or run["seconds"] < got[tree]["seconds"]:
+                    got[tree] = run
+            b, n = got["before"], got["now"]
+            print(
+                f"{name + ' ' + messages + ' at ' + parallelism:<44}{preset:>10}{b['seconds']:>10.2f}"
+                f"{n['seconds']:>10.2f}{b['seconds'] / n['seconds']:>9.2f}x{b['rss_mb']:>11.0f}"
+                f"{n['rss_mb']:>9.0f}  {'yes' if b['answer'] == n['answer'] else 'NO'}",
+                flush=True,
+            )
+    subprocess.run(
+        ["git", "-C", str(root), "worktree", "remove", "--force", str(before)],
+        check=False,
+        capture_output=True,
+    )
+
+
 # Table columns after the reference; accurate is the default, "accurate:uncalibrated" the
 # default without its calibration (the cost of confidence that means what it says).
 PRESETS = ("paper", "fast", "accurate:uncalibrated", "accurate")
@@ -172,9 +263,21 @@ def main() -> None:
     ap.add_argument("--high", type=int, default=775_000, help="messages of the high-parallelism trace")
     ap.add_argument("--high-parallelism", type=float, default=45.0)
     ap.add_argument("--workdir", default=None, help="keep the big traces here (reused when present)")
+    ap.add_argument("--before", metavar="REV", help="compare the tree at this git revision with this one")
+    ap.add_argument("--compare", default=COMPARE, help="CONFIG:MESSAGES:PARALLELISM,... (with --before)")
+    ap.add_argument("--presets", default="fast,accurate", help="presets to compare (with --before)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="runs per process (two processes per tree), the best kept (with --before)",
+    )
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="wirepath-nesting-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.before:
+        compare_before(args.before, args.compare, args.presets.split(","), args.repeat, work.resolve())
+        return
     base = synth.load_config(CONFIG)
     cfg = replace(base, messages=args.messages, parallelism=args.parallelism)
     trace, _ = synth.generate_table(cfg)

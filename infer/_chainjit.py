@@ -86,6 +86,7 @@ def _edge(
     edges: np.ndarray,
     n_bins: np.int64,
     table: np.ndarray,
+    slot: np.ndarray,
     keys: np.ndarray,
     values: np.ndarray,
     unseen: np.float64,
@@ -103,10 +104,18 @@ def _edge(
     else:
         out_peer, t_out = caller[out_pair], t_return[out_pair]
     head_in = (node * n_nodes + in_peer) * 3 + in_kind
-    cell = ((head_in * n_nodes + out_peer) * 2 + out_kind) * (2 * n_bins) + _bin(t_out - t_in, edges, n_bins)
-    if table.size > 0:  # every cell's score, the choice's log-probability folded in
-        if cell < table.size:
-            return table[cell]
+    head_out = (head_in * n_nodes + out_peer) * 2 + out_kind
+    delay_bin = _bin(t_out - t_in, edges, n_bins)
+    cell = head_out * (2 * n_bins) + delay_bin
+    # The tables have the choice's log-probability folded in (``ChainModel.kernel_arguments``).
+    if table.size > 0:
+        if slot.size == 0:  # every cell up to the largest key
+            if cell < table.size:
+                return table[cell]
+            return choice[head_in] + unseen
+        row = slot[head_out]  # the learnt heads' rows
+        if row >= 0:
+            return table[row * (2 * n_bins) + delay_bin]
         return choice[head_in] + unseen
     score = choice[head_in]
     if keys.size == 0:
@@ -130,6 +139,7 @@ def _chain(
     edges: np.ndarray,
     n_bins: np.int64,
     table: np.ndarray,
+    slot: np.ndarray,
     keys: np.ndarray,
     values: np.ndarray,
     unseen: np.float64,
@@ -147,14 +157,14 @@ def _chain(
             total += _edge(
                 _CALL, o, _CALL, kid,
                 t_call, t_return, caller, callee, n_nodes, edges, n_bins,
-                table, keys, values, unseen, choice,
+                table, slot, keys, values, unseen, choice,
             )  # fmt: skip
             latest, latest_t = kid, t_return[kid]
         elif t_call[kid] < latest_t:  # called while an earlier sibling is out: at once
             total += _edge(
                 _SENT, prev, _CALL, kid,
                 t_call, t_return, caller, callee, n_nodes, edges, n_bins,
-                table, keys, values, unseen, choice,
+                table, slot, keys, values, unseen, choice,
             )  # fmt: skip
             if t_return[kid] > latest_t:
                 latest, latest_t = kid, t_return[kid]
@@ -162,7 +172,7 @@ def _chain(
             total += _edge(
                 _RETURN, latest, _CALL, kid,
                 t_call, t_return, caller, callee, n_nodes, edges, n_bins,
-                table, keys, values, unseen, choice,
+                table, slot, keys, values, unseen, choice,
             )  # fmt: skip
             latest, latest_t = kid, t_return[kid]
         prev = kid
@@ -170,12 +180,12 @@ def _chain(
         return total + _edge(
             _CALL, o, _RETURN, o,
             t_call, t_return, caller, callee, n_nodes, edges, n_bins,
-            table, keys, values, unseen, choice,
+            table, slot, keys, values, unseen, choice,
         )  # fmt: skip
     return total + _edge(
         _RETURN, latest, _RETURN, o,
         t_call, t_return, caller, callee, n_nodes, edges, n_bins,
-        table, keys, values, unseen, choice,
+        table, slot, keys, values, unseen, choice,
     )  # fmt: skip
 
 
@@ -199,6 +209,7 @@ def spliced_likelihood(
     edges: np.ndarray,
     n_bins: np.int64,
     table: np.ndarray,
+    slot: np.ndarray,
     keys: np.ndarray,
     values: np.ndarray,
     unseen: np.float64,
@@ -235,14 +246,14 @@ def spliced_likelihood(
                 total += _edge(
                     _CALL, o, _CALL, kid,
                     t_call, t_return, caller, callee, n_nodes, edges, n_bins,
-                    table, keys, values, unseen, choice,
+                    table, slot, keys, values, unseen, choice,
                 )  # fmt: skip
                 latest, latest_t = kid, t_return[kid]
             elif t_call[kid] < latest_t:
                 total += _edge(
                     _SENT, prev, _CALL, kid,
                     t_call, t_return, caller, callee, n_nodes, edges, n_bins,
-                    table, keys, values, unseen, choice,
+                    table, slot, keys, values, unseen, choice,
                 )  # fmt: skip
                 if t_return[kid] > latest_t:
                     latest, latest_t = kid, t_return[kid]
@@ -250,7 +261,7 @@ def spliced_likelihood(
                 total += _edge(
                     _RETURN, latest, _CALL, kid,
                     t_call, t_return, caller, callee, n_nodes, edges, n_bins,
-                    table, keys, values, unseen, choice,
+                    table, slot, keys, values, unseen, choice,
                 )  # fmt: skip
                 latest, latest_t = kid, t_return[kid]
             prev = kid
@@ -258,13 +269,13 @@ def spliced_likelihood(
             total += _edge(
                 _CALL, o, _RETURN, o,
                 t_call, t_return, caller, callee, n_nodes, edges, n_bins,
-                table, keys, values, unseen, choice,
+                table, slot, keys, values, unseen, choice,
             )  # fmt: skip
         else:
             total += _edge(
                 _RETURN, latest, _RETURN, o,
                 t_call, t_return, caller, callee, n_nodes, edges, n_bins,
-                table, keys, values, unseen, choice,
+                table, slot, keys, values, unseen, choice,
             )  # fmt: skip
         out[s] = total
     return out
@@ -288,6 +299,7 @@ def run_move_gains(
     edges: np.ndarray,
     n_bins: np.int64,
     table: np.ndarray,
+    slot: np.ndarray,
     keys: np.ndarray,
     values: np.ndarray,
     unseen: np.float64,
@@ -313,7 +325,7 @@ def run_move_gains(
             n += 1
         gain = -_chain(
             p, buf, n, t_call,
-            t_return, caller, callee, n_nodes, edges, n_bins, table, keys, values, unseen, choice,
+            t_return, caller, callee, n_nodes, edges, n_bins, table, slot, keys, values, unseen, choice,
         )  # fmt: skip
         n = 0
         for j in range(start[p], start[p] + count[p]):
@@ -322,7 +334,7 @@ def run_move_gains(
                 n += 1
         gain += _chain(
             p, buf, n, t_call,
-            t_return, caller, callee, n_nodes, edges, n_bins, table, keys, values, unseen, choice,
+            t_return, caller, callee, n_nodes, edges, n_bins, table, slot, keys, values, unseen, choice,
         )  # fmt: skip
         n = 0
         for j in range(start[q], start[q] + count[q]):
@@ -330,7 +342,7 @@ def run_move_gains(
             n += 1
         gain -= _chain(
             q, buf, n, t_call,
-            t_return, caller, callee, n_nodes, edges, n_bins, table, keys, values, unseen, choice,
+            t_return, caller, callee, n_nodes, edges, n_bins, table, slot, keys, values, unseen, choice,
         )  # fmt: skip
         # Merge the destination's children and the run, both in call order.
         a, b, n = start[q], f, 0
@@ -348,7 +360,7 @@ def run_move_gains(
             n += 1
         out[s] = gain + _chain(
             q, buf, n, t_call,
-            t_return, caller, callee, n_nodes, edges, n_bins, table, keys, values, unseen, choice,
+            t_return, caller, callee, n_nodes, edges, n_bins, table, slot, keys, values, unseen, choice,
         )  # fmt: skip
     return out
 
