@@ -74,11 +74,14 @@ __all__ = [
 # least likely learnt edge: finite, so that two unseen alternatives still compare on
 # the rest.
 _UNSEEN_BELOW = np.log(1e6)
-#: Keys spanning at most this many cells get a table of every cell (one gather per
-#: lookup, a few ms to build); more get rows of the learnt heads only (two gathers).
-#: Measured: the rows cost a gateway trace of 8,000 messages 1.7 s against 5.4-6.2 s
-#: with a table of every cell, but children-parallel, whose keys span few cells, 8% more.
+#: Keys spanning at most this many cells, or ``_FLAT_PER_PAIR`` per call pair, get a
+#: table of every cell (one gather per lookup, rebuilt with each round's model); more
+#: get rows of the learnt heads only (two gathers). Measured (``benchmarks/nesting.py
+#: --before``): rows took a gateway trace of 8,000 messages from 0.95 to 0.31 s (keys
+#: over 8.6 M cells, 4,000 pairs), but multitier at 200,000 messages from 2.5 to 2.9 s
+#: (2.5 M cells, 100,000 pairs), where the table is used often enough to pay.
 _FLAT_CELLS = 1 << 20
+_FLAT_PER_PAIR = 32
 # Event kinds: a call received (at its callee), a return received (at its caller), and a
 # call sent (at its caller), which the next of a group of calls made at once follows.
 _CALL, _RETURN, _SENT = 0, 1, 2
@@ -229,7 +232,7 @@ class ChainModel:
     keys: np.ndarray
     values: np.ndarray
     #: Every cell's log-density by key (``unseen`` for cells not learnt) where the keys
-    #: span at most ``_FLAT_CELLS``; else the learnt cells as rows of delay bins, one row
+    #: span few cells (``_FLAT_CELLS``); else the learnt cells as rows of delay bins, one row
     #: per output head (a key less its bin) that has any, and ``slot`` gives each head's
     #: row (-1: never learnt). None where the heads are too many (``_head_space``): then
     #: a lookup searches ``keys``.
@@ -278,7 +281,7 @@ class ChainModel:
         model.values = np.log(prob / bin_widths(params)[keys % nb])
         if model.values.size:
             model.unseen = float(model.values.min()) - _UNSEEN_BELOW
-        model._build_table()
+        model._build_table(len(pairs))
         model.choice = _fan_out_choice(heads, total, n_nodes)
         # The assignment's own log-likelihood, from its edges' cells counted above.
         model.own_log_likelihood = float((learnt_count * model.lookup(learnt_keys)).sum())
@@ -290,7 +293,7 @@ class ChainModel:
         space = 6 * self.n_nodes**3
         return space if self.keys.size and space <= DENSE_TABLE else None
 
-    def _build_table(self) -> None:
+    def _build_table(self, n_pairs: int) -> None:
         """``table`` (and ``slot``): one or two gathers per lookup instead of a search.
         Over many nodes only the learnt heads get a row: a table of every cell up to the
         largest key (up to 16 M, 128 MB, rebuilt with each round's model) cost more than
@@ -300,7 +303,7 @@ class ChainModel:
         if space is None:
             return
         flat = int(self.keys.max()) + 1
-        if flat <= _FLAT_CELLS:
+        if flat <= max(_FLAT_CELLS, _FLAT_PER_PAIR * n_pairs):
             self.table = np.full(flat, self.unseen)
             self.table[self.keys] = self.values
             return
@@ -354,7 +357,7 @@ class ChainModel:
         if self.edges.size == 0:
             self.edges = _bin_edges(self.params)
         if self.table is None and self._head_space() is not None:
-            self._build_table()
+            self._build_table(len(pairs))
         if self.table is not None and self.kernel_table is None:
             # Every cell with its input head's fan-out choice added (``lookup``'s sum).
             nb = 2 * self.params.n_bins

@@ -384,6 +384,48 @@ def test_the_compiled_chains_are_the_numpy_chains() -> None:
         assert compiled == pytest.approx(model.chain_likelihood(pairs, par, *spliced), abs=1e-9)
 
 
+#: How each lookup form is forced: the chain module's thresholds.
+_LOOKUP_FORMS = {
+    "every cell": {"_FLAT_CELLS": 1 << 30},
+    "rows of learnt heads": {"_FLAT_CELLS": 0, "_FLAT_PER_PAIR": 0},
+    "search": {"DENSE_TABLE": 0},
+}
+
+
+@pytest.mark.parametrize("form", list(_LOOKUP_FORMS))
+def test_every_lookup_form_gives_the_same_scores_and_answer(
+    form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The chain model looks a cell up in a table of every cell (keys spanning few
+    # cells), in rows of the heads it learnt (many nodes), or by searching its keys
+    # (too many heads): the same values, so the same scores to the bit and the same
+    # parents and confidences, in numpy and in the compiled loop.
+    import infer.chains as chains
+
+    cfg = replace(synth.load_config(FANOUT), messages=3_000, parallelism=6.0, seed=4)
+    trace = synth.generate_table(cfg)[0]
+    nodes = node_codes(trace)
+    pairs = match_calls(trace, nodes)
+    plain = infer_nesting(trace, "fast")
+    cells = ChainModel.cells(
+        ChainModel.learn(pairs, plain.parent, NestingParams(), len(nodes.names)),
+        pairs,
+        *chain_edges(pairs, plain.parent),
+    )
+    with monkeypatch.context() as m:
+        m.setattr(chains, "DENSE_TABLE", 0)
+        searched = ChainModel.learn(pairs, plain.parent, NestingParams(), len(nodes.names)).lookup(cells)
+    for name, value in _LOOKUP_FORMS[form].items():
+        monkeypatch.setattr(chains, name, value)
+    model = ChainModel.learn(pairs, plain.parent, NestingParams(), len(nodes.names))
+    assert (model.table is None) == (form == "search")
+    assert (model.slot is not None) == (form == "rows of learnt heads")
+    assert np.array_equal(model.lookup(cells), searched)
+    again = infer_nesting(trace, "fast")
+    assert np.array_equal(again.parent, plain.parent)
+    assert np.array_equal(again.confidence, plain.confidence)
+
+
 def test_log_odds_weigh_every_neighbour_by_its_likelihood(busy) -> None:
     # A call's odds are against every assignment that changes its parent by one
     # proposal: each other candidate parent (brute force: the whole assignment with the
