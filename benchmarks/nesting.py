@@ -20,9 +20,10 @@ parallelism 45 in 30 s. About ten minutes in all.
 
 With ``--before REV`` it compares instead: the tree at git revision REV (checked out in a
 temporary worktree) and this one, each in fresh processes taking turns on the same
-traces (``--compare``: sample configs, messages and parallelism), best of ``--repeat``
-runs per preset, and whether the two give the same answer (parents, confidences and
-the paths file, by hash).
+traces (``--compare``: sample configs, messages and parallelism), two processes per
+tree, the best of ``--repeat`` runs, and whether all four give the same answer
+(parents, confidences and the paths file, by hash). A module the older tree lacks is
+taken from the installed wirepath.
 """
 
 from __future__ import annotations
@@ -179,59 +180,69 @@ COMPARE = ",".join(
 )
 
 
+def _timed_child(tree: Path, trace: Path, preset: str, repeat: int, work: Path) -> dict:
+    """One fresh process of ``tree`` (first on the path, before the installed wirepath)
+    inferring ``trace``: its best time, peak RSS and the answer's hash."""
+    res = subprocess.run(
+        [sys.executable, "-c", _COMPARE_CHILD, str(trace), preset, str(repeat)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        cwd=work,
+        check=False,
+    )
+    if res.returncode != 0:
+        raise SystemExit(f"error: {preset} on {trace.name} failed in {tree}:\n{res.stderr.strip()}")
+    return json.loads(res.stdout)
+
+
 def compare_before(rev: str, specs: str, presets: list[str], repeat: int, work: Path) -> None:
-    """Time REV's tree against this one on the same traces, turn about, fresh processes."""
+    """Time REV's tree against this one on the same traces, turn about, fresh processes:
+    the best time of each tree's two processes, the lower peak RSS (the first process
+    of a new tree also compiles the loops), and whether all four answers agree."""
     root = Path(__file__).resolve().parent.parent
     before = work / f"before-{rev.replace('/', '_')}"
-    if not before.exists():
-        subprocess.run(
-            ["git", "-C", str(root), "worktree", "add", "--detach", str(before), rev],
-            check=True,
-            capture_output=True,
-        )
+    subprocess.run(
+        ["git", "-C", str(root), "worktree", "remove", "--force", str(before)], capture_output=True
+    )
+    subprocess.run(
+        ["git", "-C", str(root), "worktree", "add", "--detach", str(before), rev],
+        check=True,
+        capture_output=True,
+    )
     trees = {"before": before, "now": root}
     print(f"before: {rev} ({before}); now: {root}; best of {repeat} per process", flush=True)
     print(
         f"{'trace':<44}{'preset':>10}{'before s':>10}{'now s':>10}{'speed-up':>10}"
         f"{'before MB':>11}{'now MB':>9}  same answer"
     )
-    for spec in specs.split(","):
-        name, messages, parallelism = spec.split(":")
-        path = work / f"compare-{name}-{messages}-{parallelism}.parquet"
-        if not path.exists():
-            cfg = replace(
-                synth.load_config(CONFIG.parent / name),
-                messages=int(messages),
-                parallelism=float(parallelism),
-            )
-            synth.generate_trace(cfg, path)
-        for preset in presets:
-            got = {}
-            for tree in ("before", "now", "before", "now"):  # turn about, twice
-                env = {**os.environ, "PYTHONPATH": str(trees[tree])}
-                res = subprocess.run(
-                    [sys.executable, "-c", _COMPARE_CHILD, str(path), preset, str(repeat)],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                    env=env,
-                    cwd=work,
+    try:
+        for spec in specs.split(","):
+            name, messages, parallelism = spec.split(":")
+            path = work / f"compare-{name}-{messages}-{parallelism}.parquet"
+            if not path.exists():
+                cfg = replace(
+                    synth.load_config(CONFIG.parent / name),
+                    messages=int(messages),
+                    parallelism=float(parallelism),
                 )
-                run = json.loads(res.stdout)
-                if tree not in got or run["seconds"] < got[tree]["seconds"]:
-                    got[tree] = run
-            b, n = got["before"], got["now"]
-            print(
-                f"{name + ' ' + messages + ' at ' + parallelism:<44}{preset:>10}{b['seconds']:>10.2f}"
-                f"{n['seconds']:>10.2f}{b['seconds'] / n['seconds']:>9.2f}x{b['rss_mb']:>11.0f}"
-                f"{n['rss_mb']:>9.0f}  {'yes' if b['answer'] == n['answer'] else 'NO'}",
-                flush=True,
-            )
-    subprocess.run(
-        ["git", "-C", str(root), "worktree", "remove", "--force", str(before)],
-        check=False,
-        capture_output=True,
-    )
+                synth.generate_trace(cfg, path)
+            for preset in presets:
+                runs: dict[str, list[dict]] = {"before": [], "now": []}
+                for tree in ("before", "now", "before", "now"):  # turn about, twice
+                    runs[tree].append(_timed_child(trees[tree], path, preset, repeat, work))
+                b, n = (min(r["seconds"] for r in runs[t]) for t in ("before", "now"))
+                b_mb, n_mb = (min(r["rss_mb"] for r in runs[t]) for t in ("before", "now"))
+                same = len({r["answer"] for t in runs for r in runs[t]}) == 1
+                print(
+                    f"{name + ' ' + messages + ' at ' + parallelism:<44}{preset:>10}{b:>10.2f}{n:>10.2f}"
+                    f"{b / n:>9.2f}x{b_mb:>11.0f}{n_mb:>9.0f}  {'yes' if same else 'NO'}",
+                    flush=True,
+                )
+    finally:
+        subprocess.run(
+            ["git", "-C", str(root), "worktree", "remove", "--force", str(before)], capture_output=True
+        )
 
 
 # Table columns after the reference; accurate is the default, "accurate:uncalibrated" the

@@ -74,12 +74,13 @@ __all__ = [
 # least likely learnt edge: finite, so that two unseen alternatives still compare on
 # the rest.
 _UNSEEN_BELOW = np.log(1e6)
-#: Keys spanning at most this many cells, or ``_FLAT_PER_PAIR`` per call pair, get a
-#: table of every cell (one gather per lookup, rebuilt with each round's model); more
-#: get rows of the learnt heads only (two gathers). Measured (``benchmarks/nesting.py
-#: --before``): rows took a gateway trace of 8,000 messages from 0.95 to 0.31 s (keys
-#: over 8.6 M cells, 4,000 pairs), but multitier at 200,000 messages from 2.5 to 2.9 s
-#: (2.5 M cells, 100,000 pairs), where the table is used often enough to pay.
+#: Keys spanning at most this many cells, or ``_FLAT_PER_PAIR`` per call pair (and
+#: never over ``DENSE_TABLE``), get a table of every cell (one gather per lookup,
+#: rebuilt with each round's model); more get rows of the learnt heads only (two
+#: gathers). Measured (``benchmarks/nesting.py --before``): rows took the default on a
+#: gateway trace of 8,000 messages from 1.10 to 0.35 s (keys over 8.6 M cells, 4,000
+#: pairs); on multitier at 200,000 messages (2.5 M cells, 100,000 pairs) they looked
+#: 0.87x in one run and were within noise in controlled reruns: the table stays there.
 _FLAT_CELLS = 1 << 20
 _FLAT_PER_PAIR = 32
 # Event kinds: a call received (at its callee), a return received (at its caller), and a
@@ -232,13 +233,15 @@ class ChainModel:
     keys: np.ndarray
     values: np.ndarray
     #: Every cell's log-density by key (``unseen`` for cells not learnt) where the keys
-    #: span few cells (``_FLAT_CELLS``); else the learnt cells as rows of delay bins, one row
-    #: per output head (a key less its bin) that has any, and ``slot`` gives each head's
-    #: row (-1: never learnt). None where the heads are too many (``_head_space``): then
-    #: a lookup searches ``keys``.
+    #: span few cells for the pairs (``_FLAT_CELLS``, ``_FLAT_PER_PAIR``); else the learnt
+    #: cells as rows of delay bins, one row per output head (a key less its bin) that has
+    #: any, and ``slot`` gives each head's row (-1: never learnt). None where the heads or
+    #: the rows' cells are too many (``DENSE_TABLE``): then a lookup searches ``keys``.
     table: np.ndarray | None
     unseen: float = -_UNSEEN_BELOW
     slot: np.ndarray | None = None
+    #: Whether ``table`` and ``slot`` were built (a worker rebuilds them once).
+    tables_built: bool = False
     #: Per input head (node, peer, kind): the log-probability of the choice a call's
     #: link makes at its caller, the next call leaving while it is out (fan-out) or
     #: after it returned; 0 for received calls, which make no such choice.
@@ -295,20 +298,24 @@ class ChainModel:
 
     def _build_table(self, n_pairs: int) -> None:
         """``table`` (and ``slot``): one or two gathers per lookup instead of a search.
-        Over many nodes only the learnt heads get a row: a table of every cell up to the
-        largest key (up to 16 M, 128 MB, rebuilt with each round's model) cost more than
-        the lookups it served, 3.5 of 4.1 s on an 8,000-message trace."""
+        Where the keys span many cells for the pairs only the learnt heads get a row: a
+        table of every cell up to the largest key (up to 16 M, 128 MB, rebuilt with each
+        round's model) cost more than the lookups it served, 3.5 of 4.1 s on an
+        8,000-message trace."""
         space = self._head_space()
         self.table = self.slot = None
+        self.tables_built = True
         if space is None:
             return
         flat = int(self.keys.max()) + 1
-        if flat <= max(_FLAT_CELLS, _FLAT_PER_PAIR * n_pairs):
+        if flat <= min(DENSE_TABLE, max(_FLAT_CELLS, _FLAT_PER_PAIR * n_pairs)):
             self.table = np.full(flat, self.unseen)
             self.table[self.keys] = self.values
             return
         nb = 2 * self.params.n_bins
         heads, row = np.unique(self.keys // nb, return_inverse=True)
+        if heads.size * nb > DENSE_TABLE:  # fine bins over many heads: search
+            return
         self.slot = np.full(space, -1, np.int64)
         self.slot[heads] = np.arange(heads.size)
         self.table = np.full(heads.size * nb, self.unseen)
@@ -318,7 +325,7 @@ class ChainModel:
         # Sent to a cluster's workers every round: the tables are rebuilt there, where
         # ``kernel_arguments`` needs them (a lookup without them searches the learnt
         # cells, with the same values).
-        return {**self.__dict__, "table": None, "slot": None, "kernel_table": None}
+        return {**self.__dict__, "table": None, "slot": None, "kernel_table": None, "tables_built": False}
 
     def spliced_likelihood(
         self,
@@ -356,7 +363,7 @@ class ChainModel:
         (made here, on first use: a model learnt only for a likelihood needs none)."""
         if self.edges.size == 0:
             self.edges = _bin_edges(self.params)
-        if self.table is None and self._head_space() is not None:
+        if not self.tables_built:
             self._build_table(len(pairs))
         if self.table is not None and self.kernel_table is None:
             # Every cell with its input head's fan-out choice added (``lookup``'s sum).

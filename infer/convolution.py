@@ -500,16 +500,18 @@ def _excess_curve(corr: Correlator, raw: np.ndarray) -> np.ndarray:
 
 def _curve_median(curve: np.ndarray, target: float, quantum_s: float, lag0_s: float | None) -> float | None:
     """The delay by which ``target`` message pairs of the excess ``curve`` have come
-    for good (None if they never do): the last lag whose summed excess is below the
-    target before half as much again has come (``1.5 * target``, the upper quartile
-    where ``target`` is half the messages). Lag 0 holds delays below half a quantum (all
-    at ``lag0_s`` when the messages' times gave it), lag l those within half a quantum
-    of l quanta; within a lag the delay is interpolated.
+    for good (None if they never do). Lag 0 holds delays below half a quantum (all at
+    ``lag0_s`` when the messages' times gave it), lag l those within half a quantum of
+    l quanta; within a lag the delay is interpolated.
 
-    The sum may pass the target early and fall back: pairs of one quantum beyond what
-    the background expects lift lag 0 and leave the next lags short (on TraceWeaver's
-    hotel at load 125, 27 pairs too many at lag 0 and 29 too few over lags 1-4). So the
-    crossing that counts is the last one before the sum is well past the target.
+    Where the summed excess gets well past the target (half as much again: the upper
+    quartile when ``target`` is half the messages), the crossing is the last one before
+    that, interpolated between the sums themselves. The sum may pass the target early
+    and fall back: pairs of one quantum beyond what the background expects lift lag 0
+    and leave the next lags short (on TraceWeaver's hotel at load 125, 27 pairs too many
+    at lag 0 and 29 too few over lags 1-4). Where it never gets well past, a late dip
+    below the target is as likely noise as a crossing, so the first crossing of its
+    running maximum is taken (noise that dips does not count twice).
 
     Examples
     --------
@@ -517,17 +519,21 @@ def _curve_median(curve: np.ndarray, target: float, quantum_s: float, lag0_s: fl
     2.0
     >>> _curve_median(np.array([6.0, -3.0, 1.0, 4.0]), 5.0, 1.0, None)  # past at 0, back below
     2.75
+    >>> round(_curve_median(np.array([0.0, 6.0, 0.0, -2.0, 2.0]), 5.0, 1.0, None), 3)  # never well past
+    1.333
     """
     if not target > 0 or curve.size == 0:
         return None
     summed = np.cumsum(curve)
-    # Search up to where the sum first reaches half as much again as the target.
     well_past = np.flatnonzero(summed >= 1.5 * target)
-    end = int(well_past[0]) + 1 if well_past.size else summed.size
-    below = np.flatnonzero(summed[:end] < target)
-    k = int(below[-1]) + 1 if below.size else 0
-    if k >= end or summed[k] < target:
-        return None
+    if well_past.size:
+        below = np.flatnonzero(summed[: well_past[0]] < target)
+        k = int(below[-1]) + 1 if below.size else 0
+    else:
+        summed = np.maximum.accumulate(summed)
+        k = int(np.searchsorted(summed, target))
+        if k >= summed.size:
+            return None
     before = float(summed[k - 1]) if k else 0.0
     share = (target - before) / max(float(summed[k]) - before, 1e-12)
     if k == 0:

@@ -398,29 +398,52 @@ def test_every_lookup_form_gives_the_same_scores_and_answer(
 ) -> None:
     # The chain model looks a cell up in a table of every cell (keys spanning few
     # cells), in rows of the heads it learnt (many nodes), or by searching its keys
-    # (too many heads): the same values, so the same scores to the bit and the same
-    # parents and confidences, in numpy and in the compiled loop.
+    # (too many heads): the same values for every cell (learnt or not, past the last
+    # key too), so the same compiled chain scores to the bit, after a trip to a worker
+    # too, and the same parents and confidences.
+    import pickle
+
     import infer.chains as chains
+    from infer.chains import _Members
 
     cfg = replace(synth.load_config(FANOUT), messages=3_000, parallelism=6.0, seed=4)
     trace = synth.generate_table(cfg)[0]
     nodes = node_codes(trace)
+    n_nodes = len(nodes.names)
     pairs = match_calls(trace, nodes)
-    plain = infer_nesting(trace, "fast")
-    cells = ChainModel.cells(
-        ChainModel.learn(pairs, plain.parent, NestingParams(), len(nodes.names)),
-        pairs,
-        *chain_edges(pairs, plain.parent),
-    )
     with monkeypatch.context() as m:
         m.setattr(chains, "DENSE_TABLE", 0)
-        searched = ChainModel.learn(pairs, plain.parent, NestingParams(), len(nodes.names)).lookup(cells)
+        plain = infer_nesting(trace, "fast")
+        searched = ChainModel.learn(pairs, plain.parent, NestingParams(), n_nodes)
+    assert searched.table is None
+    rng = np.random.default_rng(5)
+    cells = np.concatenate(
+        [
+            searched.keys,
+            searched.keys + 1,
+            rng.integers(0, 6 * n_nodes**3 * 2 * NestingParams().n_bins, 50_000),
+            searched.cells(pairs, *chain_edges(pairs, plain.parent)),
+        ]
+    )
+    chunks = list(CandidateChunks(pairs, 0, Scoreboard(NestingParams(), n_nodes), siblings=True))
+
+    def scores(model: ChainModel) -> list[np.ndarray]:
+        out = []
+        for ch in chunks:
+            c, par, group, members = _Members.of_chunk(ch, plain.parent)
+            insert, rank, remove = members.toggled()
+            out.append(model.spliced_likelihood(pairs, par, group, c, members, insert, rank, remove))
+        return out
+
+    expected = scores(searched)
     for name, value in _LOOKUP_FORMS[form].items():
         monkeypatch.setattr(chains, name, value)
-    model = ChainModel.learn(pairs, plain.parent, NestingParams(), len(nodes.names))
+    model = ChainModel.learn(pairs, plain.parent, NestingParams(), n_nodes)
     assert (model.table is None) == (form == "search")
     assert (model.slot is not None) == (form == "rows of learnt heads")
-    assert np.array_equal(model.lookup(cells), searched)
+    assert np.array_equal(model.lookup(cells), searched.lookup(cells))
+    for got in (scores(model), scores(pickle.loads(pickle.dumps(model)))):
+        assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
     again = infer_nesting(trace, "fast")
     assert np.array_equal(again.parent, plain.parent)
     assert np.array_equal(again.confidence, plain.confidence)
