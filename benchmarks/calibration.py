@@ -82,6 +82,7 @@ from infer.calibration import (  # noqa: E402
     corrected,
     correction_features,
     isotonic,
+    logit,
     sigmoid,
     twin_pairs,
 )
@@ -320,11 +321,6 @@ def right_rate(got: np.ndarray, truth: np.ndarray) -> float:
     return float((got[linked] == truth[linked]).mean())
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, 1e-6, 1 - 1e-6)
-    return np.log(p / (1 - p))
-
-
 def likelihood_ece(levels: list[tuple[np.ndarray, ...]], likelihood: list[float]) -> float:
     """The trace's calls' ECE with the first twin's map corrected for the likelihood gap,
     as the default preset ships it (``infer.calibration.corrected``)."""
@@ -350,9 +346,9 @@ def eces(levels: list[tuple[np.ndarray, ...]], cs: tuple[float, ...]) -> list[fl
     stated = np.interp(np.clip(l1[k1], *TWIN_CLIP), *second)
     correction = isotonic(stated, right1, prior=stated)
     p = first.apply(l0[k0])
-    shift = _logit(np.interp(p, *correction)) - _logit(p)
+    shift = logit(np.interp(p, *correction)) - logit(p)
     right0 = g0[k0] == t0[k0]
-    return [infer.reliability(sigmoid(_logit(p) + c * shift), right0)["ece"] for c in cs]
+    return [infer.reliability(sigmoid(logit(p) + c * shift), right0)["ece"] for c in cs]
 
 
 def twin_chain_table(workloads: list[str], messages: int, asked: list[str]) -> Iterator[str]:
@@ -435,7 +431,7 @@ def fit_rows(
                 right1 = g1[k1] == t1[k1]
                 first = infer.Calibration.learn(l1[k1], right1).apply(l0[k0])
                 right0 = g0[k0] == t0[k0]
-                eces_ = [infer.reliability(sigmoid(_logit(first) + s), right0)["ece"] for s in SHIFTS]
+                eces_ = [infer.reliability(sigmoid(logit(first) + s), right0)["ece"] for s in SHIFTS]
                 print(f"{name} at {label}, seed {seed}: done", file=sys.stderr, flush=True)
                 best = float(SHIFTS[int(np.argmin(eces_))])
                 yield FitRow(name, label, seed, l0[k0], first, right0, ll1 - ll0, float(right1.mean()), best)
@@ -481,7 +477,7 @@ def fit_table(
     met = 0
     for r in rows:
         score = infer.reliability(r.corrected(_logistic([q for q in rows if q.source != r.source])), r.right)
-        best = infer.reliability(sigmoid(_logit(r.first) + r.best), r.right)["ece"]
+        best = infer.reliability(sigmoid(logit(r.first) + r.best), r.right)["ece"]
         met += score["ece"] <= goal
         yield (
             f"| {r.source} | {r.level} | {r.seed} | {r.right.mean():.1%} | {r.best:+.2f} | {best:.3f} "

@@ -46,6 +46,7 @@ __all__ = [
     "corrected",
     "correction_features",
     "isotonic",
+    "logit",
     "optimism_features",
     "optimism_shift",
     "reliability",
@@ -290,7 +291,14 @@ def _taken(
 _LOGIT_BOUND = float(np.log((1 - 1e-6) / 1e-6))
 
 
-def _logit(p: np.ndarray | float) -> np.ndarray:
+def logit(p: np.ndarray | float) -> np.ndarray:
+    """The log-odds of ``p``, held within 1e-6 of 0 and 1 (``sigmoid``'s inverse there).
+
+    Examples
+    --------
+    >>> logit(np.array([0.5, 1.0])).round(2).tolist()
+    [0.0, 13.82]
+    """
     p = np.clip(p, 1e-6, 1 - 1e-6)
     return np.log(p / (1 - p))
 
@@ -326,7 +334,7 @@ def optimism_features(gap: float, twin_right_rate: float) -> np.ndarray:
     >>> optimism_features(0.1, 0.5).tolist()
     [-0.1, -0.0]
     """
-    return np.array([-gap, -gap * float(_logit(twin_right_rate))])
+    return np.array([-gap, -gap * float(logit(twin_right_rate))])
 
 
 def correction_features(
@@ -352,7 +360,7 @@ def _call_columns(stated: np.ndarray, twin: np.ndarray) -> np.ndarray:
     """``correction_features``' columns of each call's own: 1, its stated log-odds and
     its twin map's probability as log-odds, both held within ``_LOGIT_BOUND``."""
     x = np.clip(stated, -_LOGIT_BOUND, _LOGIT_BOUND)
-    return np.column_stack([np.ones(np.shape(stated)[0]), x, _logit(twin)])
+    return np.column_stack([np.ones(np.shape(stated)[0]), x, logit(twin)])
 
 
 def corrected(
