@@ -370,7 +370,8 @@ class ChainModel:
             nb = 2 * self.params.n_bins
             if self.slot is None:  # flat: an input head's cells are one block of the keys
                 block = nb * 2 * self.n_nodes
-                self.kernel_table = np.repeat(self.choice, block)[: self.table.size] + self.table
+                reached = -(-self.table.size // block)  # input heads up to the largest key
+                self.kernel_table = np.repeat(self.choice[:reached], block)[: self.table.size] + self.table
             else:
                 heads = np.flatnonzero(self.slot >= 0)  # in row order
                 rows = self.table.reshape(-1, nb)
