@@ -205,11 +205,16 @@ def compare_before(rev: str, specs: str, presets: list[str], repeat: int, work: 
     subprocess.run(
         ["git", "-C", str(root), "worktree", "remove", "--force", str(before)], capture_output=True
     )
-    subprocess.run(
+    made = subprocess.run(
         ["git", "-C", str(root), "worktree", "add", "--detach", str(before), rev],
-        check=True,
         capture_output=True,
+        text=True,
     )
+    if made.returncode != 0:
+        lines = made.stderr.strip().splitlines() or ["git worktree add failed"]
+        raise SystemExit(
+            f"error: cannot check out {rev!r} for --before: {lines[-1]}; give a commit of this repository"
+        )
     trees = {"before": before, "now": root}
     print(f"before: {rev} ({before}); now: {root}; best of {repeat} per process", flush=True)
     print(
