@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -168,6 +169,7 @@ def open_runner(scheduler: str | None = None, workers: int | None = None) -> Ite
         ) from None
     with contextlib.ExitStack() as stack:
         if scheduler is not None:
+            _refuse_early(scheduler)
             try:
                 client = stack.enter_context(Client(scheduler, timeout="5s"))
             except (OSError, TimeoutError) as exc:
@@ -175,6 +177,29 @@ def open_runner(scheduler: str | None = None, workers: int | None = None) -> Ite
         else:
             client = stack.enter_context(Client(_local_cluster(stack, workers)))
         yield DaskRunner(client)
+
+
+def _refuse_early(scheduler: str) -> None:
+    """One error line at once when a TCP scheduler address refuses connections.
+
+    Dask's client retries a refused address until its timeout (5 s here); a mistyped
+    port or a scheduler that is not running is known at the first attempt. Addresses of
+    other transports, and hosts that do not answer at all, are left to the client.
+    """
+    rest = scheduler.removeprefix("tcp://")
+    if "://" in rest:
+        return
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=5).close()
+    except ConnectionRefusedError as exc:
+        raise ParameterError(
+            f"no Dask scheduler answers at {scheduler!r} ({exc.strerror}: is `dask scheduler` running there?)"
+        ) from None
+    except OSError:
+        return
 
 
 def _local_cluster(stack: contextlib.ExitStack, workers: int | None) -> Any:

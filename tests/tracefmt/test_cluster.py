@@ -85,3 +85,18 @@ def test_no_cluster_without_flags_and_not_both() -> None:
         pass
     with pytest.raises(ParameterError, match="at least 1"), open_runner(workers=0):
         pass
+
+
+@pytest.mark.parametrize("address", ["tcp://127.0.0.1:{port}", "127.0.0.1:{port}", "tcp://localhost:{port}"])
+def test_a_port_that_refuses_is_named_at_once(address: str) -> None:
+    """A scheduler address whose port refuses connections fails at the first attempt
+    (the client would retry until its timeout), with the cause and what to check."""
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    where = address.format(port=port)
+    refused = r"no Dask scheduler answers at .*refused.*dask scheduler"
+    with pytest.raises(ParameterError, match=refused), open_runner(where):
+        pass
