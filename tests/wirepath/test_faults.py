@@ -530,9 +530,6 @@ WATCHED = {
             "infer",
             "nesting",
             "{big}/s.parquet",
-            # The paper's preset writes as the default does, in a third of the time.
-            "--preset",
-            "paper",
             "--no-calibrate",
             "--out",
             "{out}/p.json",
