@@ -41,7 +41,9 @@ $(STAMP): pyproject.toml setup.py capture/native.c | debs
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "wirepath needs Python >= 3.11; found " + sys.version.split()[0])'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# --no-compile: bytecode is written on first import, for the modules that are imported,
+	@# not for every module of every package (half of a fresh install's time).
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev]'
 	@touch $@
 
 debs:
