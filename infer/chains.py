@@ -58,7 +58,7 @@ from infer.candidates import (
 )
 from infer.params import NestingParams
 from tracefmt import ParameterError
-from tracefmt.cluster import Runner, split_evenly
+from tracefmt.cluster import Runner, side_by_side, split_evenly
 from tracefmt.patterns import sibling_groups
 
 __all__ = [
@@ -345,12 +345,16 @@ class ChainModel:
         s = owner.size
         none = np.full(s, -1, np.int64)
         i64 = np.int64
-        return spliced_likelihood(
+        per_entry = (
             owner.astype(i64, copy=False),
             group.astype(i64, copy=False),
             none if insert is None else insert.astype(i64, copy=False),
             none if insert_rank is None else insert_rank.astype(i64, copy=False),
             none if remove_rank is None else remove_rank.astype(i64, copy=False),
+        )
+        return side_by_side(
+            spliced_likelihood,
+            per_entry,
             c.astype(i64, copy=False),
             members.pos.astype(i64, copy=False),
             members.start.astype(i64, copy=False),
@@ -590,11 +594,9 @@ def _run_moves(
 
     src, dst, first, length = (np.concatenate(a) for a in zip(*props, strict=True))
     i64 = np.int64
-    gain = run_move_gains(
-        src.astype(i64),
-        dst.astype(i64),
-        first.astype(i64),
-        length.astype(i64),
+    gain = side_by_side(
+        run_move_gains,
+        (src.astype(i64), dst.astype(i64), first.astype(i64), length.astype(i64)),
         order.astype(i64),
         start.astype(i64),
         count.astype(i64),

@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
+
+import numpy as np
 
 from tracefmt.errors import MissingToolError, ParameterError, WirepathError
 
@@ -210,8 +215,9 @@ def _local_cluster(stack: contextlib.ExitStack, workers: int | None) -> Any:
     # Dask starts workers with MALLOC_TRIM_THRESHOLD_ set, which fixes glibc's mmap
     # threshold at 128 KiB: every numpy array above it is mapped and unmapped, and
     # the tasks took 1.5-2.3x the CPU of one process. Without it, the workers
-    # allocate as one process does. One numpy thread each, as in one process.
-    single = {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1}
+    # allocate as one process does. One thread each for numpy's libraries and for
+    # wirepath's compiled loops (``local_threads``): the processes share the cores.
+    single = {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1, "NUMBA_NUM_THREADS": 1}
     with dask.config.set({"distributed.nanny.pre-spawn-environ": single}):
         return stack.enter_context(
             LocalCluster(
@@ -221,6 +227,72 @@ def _local_cluster(stack: contextlib.ExitStack, workers: int | None) -> Any:
                 dashboard_address=":0",  # a free port: clusters side by side do not collide
             )
         )
+
+
+def local_threads() -> int:
+    """Threads a verb may run side by side in this process: numba's count
+    (``NUMBA_NUM_THREADS``, by default this machine's cores). Dask workers that
+    wirepath starts have 1: their processes already share the cores."""
+    import numba
+
+    return max(1, int(numba.config.NUMBA_NUM_THREADS))
+
+
+#: Fewer entries than this a thread are not worth starting one for.
+MIN_PER_THREAD = 65_536
+
+
+def side_by_side(
+    kernel: Callable[..., np.ndarray], per_entry: tuple[np.ndarray, ...], *rest: Any
+) -> np.ndarray:
+    """``kernel(*per_entry, *rest)`` with the entries cut into one slice per thread
+    (``local_threads``, at most one per ``MIN_PER_THREAD`` entries) run at once.
+
+    For compiled loops that release the GIL and compute each entry on its own (entry
+    *i* of the result from entry *i* of each ``per_entry`` array and all of ``rest``):
+    the result is the same to the last bit as one call's.
+
+    Examples
+    --------
+    >>> side_by_side(lambda a, b, k: a * b + k, (np.arange(4), np.arange(4)), 1).tolist()
+    [1, 2, 5, 10]
+    """
+    n = per_entry[0].size
+    threads = min(local_threads(), n // MIN_PER_THREAD)
+    if threads <= 1:
+        return kernel(*per_entry, *rest)
+    parts = _pool(local_threads()).map(
+        lambda ab: kernel(*(a[ab[0] : ab[1]] for a in per_entry), *rest), split_evenly(n, threads)
+    )
+    return np.concatenate(list(parts))
+
+
+# One pool for the process, of ``local_threads`` threads: starting threads for every call
+# cost about 0.5 ms, a few percent of an inference that makes hundreds of calls.
+_POOL: dict[int, ThreadPoolExecutor] = {}  # its size -> the pool (one at most)
+_POOL_LOCK = threading.Lock()
+
+
+def _pool(size: int) -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        pool = _POOL.get(size)
+        if pool is None:
+            for old in _POOL.values():  # NUMBA_NUM_THREADS changed: the old one finishes its work
+                old.shutdown(wait=False)
+            _POOL.clear()
+            pool = _POOL[size] = ThreadPoolExecutor(size, thread_name_prefix="wirepath")
+        return pool
+
+
+def _forget_pool() -> None:
+    # A forked child has none of its parent's threads (nor a lock one of them held): it
+    # starts a pool of its own.
+    global _POOL_LOCK
+    _POOL.clear()
+    _POOL_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:

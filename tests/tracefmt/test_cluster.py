@@ -34,7 +34,12 @@ def _tasks() -> SimpleNamespace:
     def die(k: int) -> int:
         os._exit(3)  # the worker process is gone, as when a machine fails
 
-    return SimpleNamespace(weighted=weighted, pick=pick, refuse=refuse, die=die)
+    def threads(k: int) -> int:
+        from tracefmt.cluster import local_threads
+
+        return local_threads()
+
+    return SimpleNamespace(weighted=weighted, pick=pick, refuse=refuse, die=die, threads=threads)
 
 
 @pytest.mark.parametrize(("n", "parts"), [(10, 3), (2, 4), (0, 2), (7, 1), (100, 8)])
@@ -63,6 +68,8 @@ def test_a_cluster_maps_like_one_process() -> None:
         assert run.map(t.pick, [1, 0], rows=rows) == [table[1].sum(), table[0].sum()]
         with pytest.raises(ParameterError, match="item 3 is bad"):
             run.map(t.refuse, list(range(6)))
+        # The workers share the cores: their compiled loops run on one thread each.
+        assert run.map(t.threads, [0, 1]) == [1, 1]
 
 
 @pytest.mark.slow
@@ -100,3 +107,24 @@ def test_a_port_that_refuses_is_named_at_once(address: str) -> None:
     refused = r"no Dask scheduler answers at .*refused.*dask scheduler"
     with pytest.raises(ParameterError, match=refused), open_runner(where):
         pass
+
+
+def test_threads_side_by_side_in_a_forked_child_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool of threads ``side_by_side`` keeps is not carried into a forked child
+    (whose threads are gone): the child starts its own and gets the same answer."""
+    import signal
+
+    import tracefmt.cluster as cluster
+
+    monkeypatch.setattr(cluster, "MIN_PER_THREAD", 2)
+    monkeypatch.setattr(cluster, "local_threads", lambda: 2)
+    a = np.arange(10)
+    expected = (a * 3).tolist()
+    assert cluster.side_by_side(lambda x, k: x * k, (a,), 3).tolist() == expected  # the pool starts
+    pid = os.fork()
+    if pid == 0:  # the child: a hang is ended by the alarm, a wrong answer by the exit code
+        signal.alarm(20)
+        ok = cluster.side_by_side(lambda x, k: x * k, (a,), 3).tolist() == expected
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
