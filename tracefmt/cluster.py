@@ -195,15 +195,17 @@ def _refuse_early(scheduler: str) -> None:
     if "://" in rest:
         return
     host, sep, port = rest.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
         return
     try:
-        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=5).close()
+        # A refusal comes back within one round trip; a host that does not answer is
+        # the client's to wait for, so this waits little.
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=1).close()
     except ConnectionRefusedError as exc:
         raise ParameterError(
             f"no Dask scheduler answers at {scheduler!r} ({exc.strerror}: is `dask scheduler` running there?)"
         ) from None
-    except OSError:
+    except (OSError, ValueError):  # unreachable, unresolvable, a name the codec refuses
         return
 
 
@@ -217,8 +219,13 @@ def _local_cluster(stack: contextlib.ExitStack, workers: int | None) -> Any:
     # the tasks took 1.5-2.3x the CPU of one process. Without it, the workers
     # allocate as one process does. One thread each for numpy's libraries and for
     # wirepath's compiled loops (``local_threads``): the processes share the cores.
-    single = {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1, "NUMBA_NUM_THREADS": 1}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": single}):
+    # numba's count is set inside each worker (``environ``): set before the spawn, it
+    # would stay set in this process too, and its own loops would run on one thread.
+    single = {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1}
+    worker_env = {"NUMBA_NUM_THREADS": 1}
+    with dask.config.set(
+        {"distributed.nanny.pre-spawn-environ": single, "distributed.nanny.environ": worker_env}
+    ):
         return stack.enter_context(
             LocalCluster(
                 n_workers=workers,
@@ -232,13 +239,19 @@ def _local_cluster(stack: contextlib.ExitStack, workers: int | None) -> Any:
 def local_threads() -> int:
     """Threads a verb may run side by side in this process: numba's count
     (``NUMBA_NUM_THREADS``, by default this machine's cores). Dask workers that
-    wirepath starts have 1: their processes already share the cores."""
+    wirepath starts have 1: their processes already share the cores.
+
+    Examples
+    --------
+    >>> local_threads() >= 1
+    True
+    """
     import numba
 
     return max(1, int(numba.config.NUMBA_NUM_THREADS))
 
 
-#: Fewer entries than this a thread are not worth starting one for.
+#: Fewer entries than this a thread are not worth handing to another thread.
 MIN_PER_THREAD = 65_536
 
 
@@ -252,12 +265,37 @@ def side_by_side(
     *i* of the result from entry *i* of each ``per_entry`` array and all of ``rest``):
     the result is the same to the last bit as one call's.
 
+    Parameters
+    ----------
+    kernel : callable
+        Returns one value per entry, a 1-D array. It must not call ``side_by_side``
+        itself (the slices run on the pool it would wait for).
+    per_entry : tuple of ndarray
+        Arrays of one length, one item per entry: cut into slices.
+    *rest
+        Passed whole to every slice.
+
+    Returns
+    -------
+    ndarray
+        The slices' results, concatenated in order.
+
+    Raises
+    ------
+    ValueError
+        The ``per_entry`` arrays differ in length (a compiled loop would read past the
+        shorter one).
+
     Examples
     --------
     >>> side_by_side(lambda a, b, k: a * b + k, (np.arange(4), np.arange(4)), 1).tolist()
     [1, 2, 5, 10]
     """
     n = per_entry[0].size
+    if any(a.size != n for a in per_entry):
+        raise ValueError(
+            f"per-entry arrays of lengths {[a.size for a in per_entry]}: they must be one length"
+        )
     threads = min(local_threads(), n // MIN_PER_THREAD)
     if threads <= 1:
         return kernel(*per_entry, *rest)
@@ -267,7 +305,7 @@ def side_by_side(
     return np.concatenate(list(parts))
 
 
-# One pool for the process, of ``local_threads`` threads: starting threads for every call
+# One pool for the process, of ``local_threads`` threads: a pool started for every call
 # cost about 0.5 ms, a few percent of an inference that makes hundreds of calls.
 _POOL: dict[int, ThreadPoolExecutor] = {}  # its size -> the pool (one at most)
 _POOL_LOCK = threading.Lock()
@@ -277,8 +315,8 @@ def _pool(size: int) -> ThreadPoolExecutor:
     with _POOL_LOCK:
         pool = _POOL.get(size)
         if pool is None:
-            for old in _POOL.values():  # NUMBA_NUM_THREADS changed: the old one finishes its work
-                old.shutdown(wait=False)
+            # NUMBA_NUM_THREADS changed. The old pool is dropped, not shut down: a caller
+            # that took it a moment ago may still hand it work; its threads end with it.
             _POOL.clear()
             pool = _POOL[size] = ThreadPoolExecutor(size, thread_name_prefix="wirepath")
         return pool

@@ -487,8 +487,8 @@ def test_log_odds_weigh_every_neighbour_by_its_likelihood(busy) -> None:
 
 def test_compiled_loops_cut_among_threads_give_the_one_thread_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     # The chain scores and the run moves' gains are computed a slice per thread: every
-    # entry on its own, so the answer of three threads, slices of a few entries (cut
-    # through calls made at once), is the answer of one to the last bit.
+    # entry on its own, so the answer of three threads (every call cut in three, runs
+    # of calls made at once cut through), is the answer of one to the last bit.
     import tracefmt.cluster as cluster
 
     cfg = replace(synth.load_config(FANOUT), messages=3_000, parallelism=6.0, seed=4)
@@ -508,8 +508,7 @@ def test_compiled_loops_cut_among_threads_give_the_one_thread_answer(monkeypatch
         m.setattr(cluster, "MIN_PER_THREAD", 7)
         m.setattr(cluster, "split_evenly", counted)
         three = infer_nesting(trace)
-    assert calls  # it did cut
-    assert set(calls) == {3}
+    assert 3 in calls  # it did cut
     assert np.array_equal(one.parent, three.parent)
     assert np.array_equal(one.confidence, three.confidence)
     assert [p.to_json() for p in one.patterns] == [p.to_json() for p in three.patterns]

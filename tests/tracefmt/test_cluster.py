@@ -54,7 +54,10 @@ def test_split_evenly_covers_everything_in_order(n: int, parts: int) -> None:
 
 @pytest.mark.slow
 def test_a_cluster_maps_like_one_process() -> None:
+    from tracefmt.cluster import local_threads
+
     t = _tasks()
+    here = local_threads()
     table = np.arange(60.0).reshape(20, 3)
     expected = InProcess().map(t.weighted, list(range(20)), table=table, scale=0.5)
     with open_runner(workers=2) as run:
@@ -68,8 +71,14 @@ def test_a_cluster_maps_like_one_process() -> None:
         assert run.map(t.pick, [1, 0], rows=rows) == [table[1].sum(), table[0].sum()]
         with pytest.raises(ParameterError, match="item 3 is bad"):
             run.map(t.refuse, list(range(6)))
-        # The workers share the cores: their compiled loops run on one thread each.
+        # The workers share the cores: their compiled loops run on one thread each,
+        # and this process keeps its own count.
         assert run.map(t.threads, [0, 1]) == [1, 1]
+    assert os.environ.get("NUMBA_NUM_THREADS") != "1" or here == 1
+    import numba.core.config
+
+    numba.core.config.reload_config()  # as numba does at its next compile
+    assert local_threads() == here
 
 
 @pytest.mark.slow
@@ -117,14 +126,19 @@ def test_threads_side_by_side_in_a_forked_child_too(monkeypatch: pytest.MonkeyPa
     import tracefmt.cluster as cluster
 
     monkeypatch.setattr(cluster, "MIN_PER_THREAD", 2)
+    with pytest.raises(ValueError, match="one length"):
+        cluster.side_by_side(lambda x, y: x + y, (np.arange(3), np.arange(4)))
     monkeypatch.setattr(cluster, "local_threads", lambda: 2)
     a = np.arange(10)
     expected = (a * 3).tolist()
     assert cluster.side_by_side(lambda x, k: x * k, (a,), 3).tolist() == expected  # the pool starts
     pid = os.fork()
     if pid == 0:  # the child: a hang is ended by the alarm, a wrong answer by the exit code
-        signal.alarm(20)
-        ok = cluster.side_by_side(lambda x, k: x * k, (a,), 3).tolist() == expected
-        os._exit(0 if ok else 3)
+        ok = False
+        try:
+            signal.alarm(20)
+            ok = cluster.side_by_side(lambda x, k: x * k, (a,), 3).tolist() == expected
+        finally:
+            os._exit(0 if ok else 3)  # never back into the test session
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
