@@ -4,7 +4,8 @@ host, with three faults injected one run each. Root only; skipped when a server 
 or a Python package of the testbed is missing.
 
 One base run and three fault runs (300 requests each from 16 keep-alive clients, about
-a minute and a half in all) are shared by the tests below.
+a minute and a half in all) are shared by the tests below. Their own target, `make
+testbed-check` (CI runs it after `make test`), keeps `make test` under ten minutes.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ CLIENTS = 16
 THINK_S = 0.32
 SKEW_MS = 40.0
 
-pytestmark = [pytest.mark.slow, pytest.mark.needs_root]
+pytestmark = [pytest.mark.slow, pytest.mark.needs_root, pytest.mark.testbed]
 
 
 def _realbed() -> ModuleType:
