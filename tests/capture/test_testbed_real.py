@@ -5,7 +5,7 @@ or a Python package of the testbed is missing.
 
 One base run and three fault runs (300 requests each from 16 keep-alive clients, about
 a minute and a half in all) are shared by the tests below. Their own target, `make
-testbed-check` (CI runs it after `make test`), keeps `make test` under ten minutes.
+testbed-check`, keeps `make test` under ten minutes.
 """
 
 from __future__ import annotations
