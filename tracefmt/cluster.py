@@ -296,10 +296,11 @@ def side_by_side(
         raise ValueError(
             f"per-entry arrays of lengths {[a.size for a in per_entry]}: they must be one length"
         )
-    threads = min(local_threads(), n // MIN_PER_THREAD)
+    size = local_threads()
+    threads = min(size, n // MIN_PER_THREAD)
     if threads <= 1:
         return kernel(*per_entry, *rest)
-    parts = _pool(local_threads()).map(
+    parts = _pool(size).map(
         lambda ab: kernel(*(a[ab[0] : ab[1]] for a in per_entry), *rest), split_evenly(n, threads)
     )
     return np.concatenate(list(parts))
