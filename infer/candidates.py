@@ -318,6 +318,23 @@ class Offer:
         pick = best_parents(c, par, score, t_call, n)
         return cls(c[pick].astype(index), par[pick].astype(index), score[pick], kids_t, total)
 
+    def moved(self, lo: int) -> Offer:
+        """The offer with its pair indices moved by ``lo`` (64-bit): from a window of the
+        pairs starting at pair ``lo`` to the trace's.
+
+        >>> Offer.of(np.array([1]), np.array([0]), np.array([0.5]), np.array([0, 5])).moved(10).kids.tolist()
+        [11]
+        """
+        if lo == 0:
+            return self
+        return Offer(
+            self.kids.astype(np.int64) + lo,
+            self.parent.astype(np.int64) + lo,
+            self.score,
+            self.total_kids.astype(np.int64) + lo,
+            self.total,
+        )
+
 
 class BestSoFar:
     """Each child's best candidate over chunks: highest score, then earliest parent call."""

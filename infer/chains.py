@@ -46,6 +46,7 @@ import numpy as np
 
 from infer.callpairs import CallPairs
 from infer.candidates import (
+    _KEEP_BYTES,
     DENSE_TABLE,
     BestSoFar,
     CandidateChunks,
@@ -252,6 +253,9 @@ class ChainModel:
     kernel_table: np.ndarray | None = None
     #: The log-likelihood of the assignment the model was learnt from, under it.
     own_log_likelihood: float = 0.0
+    #: The call pairs it was learnt from: what sizes its tables, on a worker too, where
+    #: a task holds only a window of them.
+    n_pairs: int = 0
 
     def cells(
         self,
@@ -284,7 +288,8 @@ class ChainModel:
         model.values = np.log(prob / bin_widths(params)[keys % nb])
         if model.values.size:
             model.unseen = float(model.values.min()) - _UNSEEN_BELOW
-        model._build_table(len(pairs))
+        model.n_pairs = len(pairs)
+        model._build_table(model.n_pairs)
         model.choice = _fan_out_choice(heads, total, n_nodes)
         # The assignment's own log-likelihood, from its edges' cells counted above.
         model.own_log_likelihood = float((learnt_count * model.lookup(learnt_keys)).sum())
@@ -368,7 +373,7 @@ class ChainModel:
         if self.edges.size == 0:
             self.edges = _bin_edges(self.params)
         if not self.tables_built:
-            self._build_table(len(pairs))
+            self._build_table(self.n_pairs or len(pairs))
         if self.table is not None and self.kernel_table is None:
             # Every cell with its input head's fan-out choice added (``lookup``'s sum).
             nb = 2 * self.params.n_bins
@@ -464,16 +469,16 @@ def _round(
     parent: np.ndarray,
     model: ChainModel,
     runner: Runner | None = None,
-    shared_pairs: Any = None,
+    windows: _Windows | None = None,
 ) -> tuple[_Proposals, np.ndarray, np.ndarray]:
     """Score every candidate; propose each child's best move, the swaps of two calls to
     one node that sit in each other's place and the moves of runs of calls made at once
     (every swap and run, whatever its gain). Also returns each child's score at its
     parent and the sum of exp(score) over its other candidates (for confidences).
 
-    With a ``runner`` of more than one worker, the chunks are scored by its tasks
-    (``shared_pairs``: ``pairs`` as the runner shares them)."""
-    tally = _scored(pairs, chunks, parent, model, runner, shared_pairs)
+    With a ``runner`` of more than one worker, the chunks are scored by its tasks, a
+    window of the pairs each (``windows``, made once per inference)."""
+    tally = _scored(pairs, chunks, parent, model, runner, windows)
     parts = [_best_moves(tally, parent)]
     if tally.swaps:
         parts.append(_swap_moves(tally, parent))
@@ -487,22 +492,22 @@ def _scored(
     parent: np.ndarray,
     model: ChainModel,
     runner: Runner | None,
-    shared_pairs: Any,
+    windows: _Windows | None,
 ) -> _Tally:
     """Every chunk's candidates scored and tallied, here or by ``runner``'s tasks."""
     tally = _Tally(len(pairs))
+    homes = _Homes.of(pairs, parent)
     if runner is None or chunks.ranges is None or runner.width <= 1:
         for ch in chunks:
-            _score_chunk(pairs, ch, parent, model, chunks.tol_ns, tally)
+            _score_chunk(pairs, ch, homes, model, chunks.tol_ns, tally)
         return tally
     # The chunks' scoring on the cluster's workers, folded here in chunk order: the
     # same sums in the same order as above, so the same answer to the last bit.
-    groups = [chunks.ranges[a:b] for a, b in split_evenly(len(chunks.ranges), 4 * runner.width)]
-    for scored in runner.map(
-        _score_ranges, groups, pairs=shared_pairs, parent=parent, model=model, tol_ns=chunks.tol_ns
-    ):
-        for chunk_tally in scored:
-            chunk_tally.fold_into(tally, pairs.t_call)
+    items = (windows or _Windows(pairs, chunks, runner.width)).items(homes)
+    scored = runner.map(_score_window, items, model=model, tol_ns=chunks.tol_ns)
+    for w, tallies in zip(items, scored, strict=True):
+        for chunk_tally in tallies:
+            chunk_tally.fold_into(tally, pairs.t_call, w.lo)
     return tally
 
 
@@ -656,17 +661,21 @@ class _ChunkTally:
         child, par, other, score = swaps
         self.swaps = (_narrow(child), _narrow(par), _narrow(other), score)
 
-    def fold_into(self, tally: _Tally, t_call: np.ndarray) -> None:
+    def fold_into(self, tally: _Tally, t_call: np.ndarray, lo: int = 0) -> None:
+        """Add this chunk's part to ``tally``, its pair indices (from a window starting
+        at pair ``lo``) made the trace's."""
         # In the order _score_chunk makes its calls.
         if self.here is not None:
-            tally.set_here(*self.here)
+            kids, score = self.here
+            tally.set_here(kids.astype(np.int64) + lo, score)
         if self.best is not None:
-            tally.best.take(self.best, t_call)
+            tally.best.take(self.best.moved(lo), t_call)
         if self.away is not None:
-            tally.away.take(self.away, t_call)
+            tally.away.take(self.away.moved(lo), t_call)
         if self.swaps is not None:
             # Back to 64 bits: the swap keys are products of pair indices.
-            tally.add_swaps(tuple(a.astype(np.int64) if a.dtype != np.float64 else a for a in self.swaps))
+            moved = (a if a.dtype == np.float64 else lo + a.astype(np.int64) for a in self.swaps)
+            tally.add_swaps(tuple(moved))
 
 
 def _narrow(index: np.ndarray) -> np.ndarray:
@@ -674,43 +683,151 @@ def _narrow(index: np.ndarray) -> np.ndarray:
     return index.astype(np.int32) if index.size == 0 or int(index.max()) < 1 << 31 else index
 
 
-def _score_ranges(
-    ranges: list[tuple[int, int]], *, pairs: CallPairs, parent: np.ndarray, model: ChainModel, tol_ns: int
-) -> list[_ChunkTally]:
-    """A cluster task: score the chunks of parents ``ranges`` (``CandidateChunks.ranges``)."""
+@dataclass(frozen=True)
+class _Homes:
+    """The assignment a round scores: each pair's parent (-1: a root) and that parent's
+    call and return times, so that a window of the pairs is scored without the pairs
+    its calls' parents lie in (in a window, -2: a parent outside it)."""
+
+    parent: np.ndarray
+    call: np.ndarray
+    ret: np.ndarray
+
+    @classmethod
+    def of(cls, pairs: CallPairs, parent: np.ndarray) -> _Homes:
+        h = np.maximum(parent, 0)
+        return cls(parent, pairs.t_call[h], pairs.t_return[h])
+
+    def window(self, lo: int, hi: int) -> _Homes:
+        """Pairs ``lo`` to ``hi - 1``, their parents as indices into that window."""
+        p = self.parent[lo:hi]
+        inside = (p >= lo) & (p < hi)
+        local = np.where(inside, p - lo, np.where(p < 0, -1, -2))
+        index = np.int32 if hi - lo < 1 << 31 else np.int64
+        return _Homes(local.astype(index), self.call[lo:hi], self.ret[lo:hi])
+
+
+@dataclass(frozen=True)
+class _Window:
+    """A cluster task's share of a chain round: consecutive chunks of parents
+    (``spans``, pair indices) and the call pairs from ``lo`` on that their candidates
+    lie in (``fields``: caller, callee, call and return times), with the assignment
+    scored (``homes``, indices into the window). ``token`` names the inference, for the
+    chunks a worker keeps between rounds."""
+
+    token: int
+    lo: int
+    spans: tuple[tuple[int, int], ...]
+    fields: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    homes: _Homes | None = None
+
+    def pairs(self) -> CallPairs:
+        none = np.zeros(0, np.int64)
+        return CallPairs(*self.fields, none, none, 0, 0, 0)
+
+
+#: Chunks of parents (each about ``CHUNK_PAIRS`` candidates) in one cluster task: tasks
+#: of a bounded size keep a worker's memory flat whatever the trace's length.
+_TASK_CHUNKS = 8
+
+
+class _Windows:
+    """The windows of one inference's chain rounds on a cluster, cut on first use: its
+    chunks of parents in groups of at most ``_TASK_CHUNKS`` (and at least four per
+    worker), each with the pairs its candidates lie in. A parent's candidates start
+    and end within its call, widened by the tolerance, so a group of parents ``s`` to
+    ``e - 1`` needs the pairs called from the first one's call less the tolerance up to
+    the latest return plus it: the overlap between windows is exact, not guessed."""
+
+    def __init__(self, pairs: CallPairs, chunks: CandidateChunks, width: int) -> None:
+        import secrets
+
+        self.pairs, self.chunks, self.width = pairs, chunks, width
+        self.token = secrets.randbits(62)
+        self.windows: list[_Window] | None = None
+
+    def _cut(self, ranges: list[tuple[int, int]]) -> list[_Window]:
+        p, tol_ns = self.pairs, self.chunks.tol_ns
+        tc, tr = p.t_call, p.t_return
+        out = []
+        for a, b in split_evenly(len(ranges), max(4 * self.width, -(-len(ranges) // _TASK_CHUNKS))):
+            if a == b:
+                continue
+            s, e = ranges[a][0], ranges[b - 1][1]
+            lo = int(np.searchsorted(tc, tc[s] - tol_ns, "left"))
+            hi = max(int(np.searchsorted(tc, tr[s:e].max() + tol_ns, "right")), e)
+            fields = (p.caller[lo:hi], p.callee[lo:hi], tc[lo:hi], tr[lo:hi])
+            out.append(_Window(self.token, lo, tuple(ranges[a:b]), fields))
+        return out
+
+    def items(self, homes: _Homes) -> list[_Window]:
+        """The round's tasks: each window with the assignment scored."""
+        assert self.chunks.ranges is not None
+        if self.windows is None:
+            self.windows = self._cut(self.chunks.ranges)
+        return [
+            _Window(w.token, w.lo, w.spans, w.fields, homes.window(w.lo, w.lo + w.fields[0].size))
+            for w in self.windows
+        ]
+
+
+def _score_window(w: _Window, *, model: ChainModel, tol_ns: int) -> list[_ChunkTally]:
+    """A cluster task: score the chunks of window ``w`` (indices into the window)."""
+    pairs = w.pairs()
+    assert w.homes is not None
+    plan: CandidatePlan | None = None
     out = []
-    for span in ranges:
+    for span in w.spans:
+        key = (w.token, span)
+        ch = _WORKER_CHUNKS.get(key)
+        if ch is None:
+            plan = plan or CandidatePlan(pairs, tol_ns)
+            c, par = plan.pairs_of(span[0] - w.lo, span[1] - w.lo)
+            ch = Chunk(c, par, np.zeros(0, np.int32), Siblings(par, pairs.t_call[c], pairs.t_return[c]))
+            _WORKER_CHUNKS.put(key, ch)
         tally = _ChunkTally()
-        _score_chunk(pairs, _worker_chunk(pairs, tol_ns, span), parent, model, tol_ns, tally)
+        _score_chunk(pairs, ch, w.homes, model, tol_ns, tally)
         out.append(tally)
     return out
 
 
-# A worker's chunks of the pairs it was sent, kept between rounds: the pairs object is
-# the same for every task of one inference while its scattered copy lives.
-_WORKER_CHUNKS: dict[int, tuple[CallPairs, CandidatePlan, dict[tuple[int, int], Chunk]]] = {}
+class _KeptChunks:
+    """A worker's enumerated chunks, kept between rounds up to ``budget`` bytes (the
+    oldest dropped first, to be enumerated again when asked for): a worker's memory
+    stays bounded whatever the trace's length."""
+
+    def __init__(self, budget: int) -> None:
+        import collections
+        import threading
+
+        self.budget = budget
+        self.nbytes = 0
+        self.dropped = 0  # chunks let go to stay within the budget
+        self._kept: collections.OrderedDict[tuple[int, tuple[int, int]], Chunk] = collections.OrderedDict()
+        self._lock = threading.Lock()  # a worker may run tasks in several threads
+
+    def get(self, key: tuple[int, tuple[int, int]]) -> Chunk | None:
+        with self._lock:
+            return self._kept.get(key)
+
+    def put(self, key: tuple[int, tuple[int, int]], chunk: Chunk) -> None:
+        with self._lock:
+            if key in self._kept or chunk.nbytes > self.budget:
+                return
+            self._kept[key] = chunk
+            self.nbytes += chunk.nbytes
+            while self.nbytes > self.budget:
+                self.nbytes -= self._kept.popitem(last=False)[1].nbytes
+                self.dropped += 1
 
 
-def _worker_chunk(pairs: CallPairs, tol_ns: int, span: tuple[int, int]) -> Chunk:
-    """The chunk of parents ``span`` (with its siblings index; chain rounds read no
-    scoreboard cells), enumerated on this worker once and kept."""
-    entry = _WORKER_CHUNKS.get(id(pairs))
-    if entry is None or entry[0] is not pairs or entry[1].tol_ns != tol_ns:
-        if len(_WORKER_CHUNKS) >= 2:  # an inference and its calibration twin at most
-            _WORKER_CHUNKS.pop(next(iter(_WORKER_CHUNKS)))
-        entry = (pairs, CandidatePlan(pairs, tol_ns), {})
-        _WORKER_CHUNKS[id(pairs)] = entry
-    kept = entry[2]
-    if span not in kept:
-        c, par = entry[1].pairs_of(*span)
-        kept[span] = Chunk(c, par, np.zeros(0, np.int32), Siblings(par, pairs.t_call[c], pairs.t_return[c]))
-    return kept[span]
+_WORKER_CHUNKS = _KeptChunks(_KEEP_BYTES)
 
 
 def _score_chunk(
     pairs: CallPairs,
     ch: Chunk,
-    parent: np.ndarray,
+    homes: _Homes,
     model: ChainModel,
     tol_ns: int,
     tally: _Tally | _ChunkTally,
@@ -726,7 +843,7 @@ def _score_chunk(
     tc, tr = pairs.t_call, pairs.t_return
     if ch.c.size == 0:
         return
-    c, par, group, members = _Members.of_chunk(ch, parent)
+    c, par, group, members = _Members.of_chunk(ch, homes.parent)
     member, rank, sib = members.member, members.rank, ch.siblings
     base = model.spliced_likelihood(pairs, par[sib.run], np.arange(sib.run.size), c, members)
     # With each candidate put in (a non-member) or taken out (a member).
@@ -754,9 +871,9 @@ def _score_chunk(
         pairs.callee.astype(np.int64, copy=False),
     )
     # The occupant must fit in the child's own parent to take its place there.
-    home, other = parent[c[k]], c[o]
-    h = np.maximum(home, 0)
-    fits = (home >= 0) & (tc[other] >= tc[h] - tol_ns) & (tr[other] <= tr[h] + tol_ns)
+    kid, other = c[k], c[o]
+    fits = homes.parent[kid] != -1
+    fits &= (tc[other] >= homes.call[kid] - tol_ns) & (tr[other] <= homes.ret[kid] + tol_ns)
     k, o, other = k[fits], o[fits], other[fits]
     if k.size == 0:
         return
@@ -877,11 +994,12 @@ def chain_stages(
     parent = parent.copy()
     n = len(pairs)
     fixed = None if model_from is None else ChainModel.learn(pairs, model_from, params, n_nodes)
-    shared = runner.share(pairs) if runner is not None and runner.width > 1 else None
+    on_cluster = runner is not None and runner.width > 1
+    windows = _Windows(pairs, chunks, runner.width) if on_cluster else None  # type: ignore[union-attr]
     for r in range(params.chains):
         model = fixed or (first_model if r == 0 and first_model else None)
         model = model or ChainModel.learn(pairs, parent, params, n_nodes)
-        proposals, here, others = _round(pairs, chunks, parent, model, runner, shared)
+        proposals, here, others = _round(pairs, chunks, parent, model, runner, windows)
         log_odds = neighbourhood_log_odds(pairs, parent, proposals, here, others)
         moves = proposals.independent(n)
         runs = moves.count > 1
@@ -897,7 +1015,7 @@ def chain_stages(
             # The answer's confidence comes from scoring the answer itself, under the
             # model it implies, not the assignment the round started from.
             model = fixed or ChainModel.learn(pairs, parent, params, n_nodes)
-            proposals, here, others = _round(pairs, chunks, parent, model, runner, shared)
+            proposals, here, others = _round(pairs, chunks, parent, model, runner, windows)
             log_odds = neighbourhood_log_odds(pairs, parent, proposals, here, others)
         yield parent.copy(), log_odds, moved, gain
         if last:

@@ -4,6 +4,7 @@ one process gives, to the last bit (parents, confidences, patterns, calibration)
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 from dataclasses import replace
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import synth
-from infer import candidates, infer_nesting
+from infer import candidates, chains, infer_nesting
 from infer.callpairs import match_calls, node_codes
 from infer.candidates import BestSoFar, CandidatePlan, Offer
 from tracefmt import write_trace
@@ -114,3 +115,39 @@ def test_two_schedulers_at_once_are_refused() -> None:
 
     with pytest.raises(ParameterError, match="not both"), open_runner("tcp://127.0.0.1:8786", 2):
         pass
+
+
+class _PickledTasks:
+    """Two 'workers' in this process (a test seam): every item, common argument and
+    result crosses pickle, as it crosses the network to a cluster's workers."""
+
+    width = 2
+
+    def __init__(self) -> None:
+        self.windows: list = []
+
+    def map(self, fn, items, **common):
+        common = pickle.loads(pickle.dumps(common))
+        items = [pickle.loads(pickle.dumps(i)) for i in items]
+        self.windows.extend(i for i in items if isinstance(i, chains._Window))
+        return [pickle.loads(pickle.dumps(fn(i, **common))) for i in items]
+
+    def share(self, value):
+        return value
+
+
+def test_windows_of_the_pairs_give_the_one_process_answer(fanout, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each task gets only the pairs its chunks' candidates lie in, and a worker keeps
+    its chunks up to a budget: with one small chunk a window, parents outside the
+    windows and chunks enumerated again, the answer is the one process's to the bit."""
+    monkeypatch.setattr(candidates, "CHUNK_PAIRS", 1 << 12)
+    monkeypatch.setattr(chains, "_TASK_CHUNKS", 1)
+    kept = chains._KeptChunks(budget=1 << 18)
+    monkeypatch.setattr(chains, "_WORKER_CHUNKS", kept)
+    here = infer_nesting(fanout)
+    run = _PickledTasks()
+    _same(here, infer_nesting(fanout, runner=run))
+    n = len(here.pairs)
+    assert kept.dropped > 0  # the budget let chunks go, and they were made again
+    assert all(w.fields[0].size < n // 4 for w in run.windows)  # windows, not the trace
+    assert any((w.homes.parent == -2).any() for w in run.windows)  # parents outside
