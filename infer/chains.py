@@ -683,6 +683,10 @@ def _narrow(index: np.ndarray) -> np.ndarray:
     return index.astype(np.int32) if index.size == 0 or int(index.max()) < 1 << 31 else index
 
 
+#: Pairs of a window whose parent lies outside it, and that parent's call and return times.
+_Far = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
 @dataclass(frozen=True)
 class _Homes:
     """The assignment a round scores: each pair's parent (-1: a root) and that parent's
@@ -694,17 +698,25 @@ class _Homes:
     ret: np.ndarray
 
     @classmethod
-    def of(cls, pairs: CallPairs, parent: np.ndarray) -> _Homes:
+    def of(cls, pairs: CallPairs, parent: np.ndarray, far: _Far | None = None) -> _Homes:
+        """``far``: the pairs whose parent is not among ``pairs`` (-2), with that
+        parent's call and return times."""
         h = np.maximum(parent, 0)
-        return cls(parent, pairs.t_call[h], pairs.t_return[h])
+        call, ret = pairs.t_call[h], pairs.t_return[h]
+        if far is not None:
+            at, far_call, far_ret = far
+            call[at], ret[at] = far_call, far_ret
+        return cls(parent, call, ret)
 
-    def window(self, lo: int, hi: int) -> _Homes:
-        """Pairs ``lo`` to ``hi - 1``, their parents as indices into that window."""
+    def window(self, lo: int, hi: int) -> tuple[np.ndarray, _Far]:
+        """Pairs ``lo`` to ``hi - 1``: their parents as indices into that window, and
+        ``far`` (``of``) for those whose parent lies outside it. Four bytes a pair and
+        twenty for each of the few outside: what crosses to a worker every round."""
         p = self.parent[lo:hi]
-        inside = (p >= lo) & (p < hi)
-        local = np.where(inside, p - lo, np.where(p < 0, -1, -2))
+        local = np.where((p >= lo) & (p < hi), p - lo, np.where(p < 0, -1, -2))
         index = np.int32 if hi - lo < 1 << 31 else np.int64
-        return _Homes(local.astype(index), self.call[lo:hi], self.ret[lo:hi])
+        far = np.flatnonzero(local == -2)
+        return local.astype(index), (far.astype(index), self.call[lo:hi][far], self.ret[lo:hi][far])
 
 
 @dataclass(frozen=True)
@@ -712,18 +724,23 @@ class _Window:
     """A cluster task's share of a chain round: consecutive chunks of parents
     (``spans``, pair indices) and the call pairs from ``lo`` on that their candidates
     lie in (``fields``: caller, callee, call and return times), with the assignment
-    scored (``homes``, indices into the window). ``token`` names the inference, for the
-    chunks a worker keeps between rounds."""
+    scored (``parent`` and ``far``, ``_Homes.window``). ``token`` names the inference,
+    for the chunks a worker keeps between rounds."""
 
     token: int
     lo: int
     spans: tuple[tuple[int, int], ...]
     fields: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-    homes: _Homes | None = None
+    parent: np.ndarray | None = None
+    far: _Far | None = None
 
     def pairs(self) -> CallPairs:
         none = np.zeros(0, np.int64)
         return CallPairs(*self.fields, none, none, 0, 0, 0)
+
+    def homes(self, pairs: CallPairs) -> _Homes:
+        assert self.parent is not None
+        return _Homes.of(pairs, self.parent, self.far)
 
 
 #: Chunks of parents (each about ``CHUNK_PAIRS`` candidates) in one cluster task: tasks
@@ -756,7 +773,9 @@ class _Windows:
             s, e = ranges[a][0], ranges[b - 1][1]
             lo = int(np.searchsorted(tc, tc[s] - tol_ns, "left"))
             hi = max(int(np.searchsorted(tc, tr[s:e].max() + tol_ns, "right")), e)
-            fields = (p.caller[lo:hi], p.callee[lo:hi], tc[lo:hi], tr[lo:hi])
+            # Node codes in 32 bits: a task's fields cross to a worker every round.
+            codes = p.caller[lo:hi].astype(np.int32), p.callee[lo:hi].astype(np.int32)
+            fields = (*codes, tc[lo:hi], tr[lo:hi])
             out.append(_Window(self.token, lo, tuple(ranges[a:b]), fields))
         return out
 
@@ -766,7 +785,7 @@ class _Windows:
         if self.windows is None:
             self.windows = self._cut(self.chunks.ranges)
         return [
-            _Window(w.token, w.lo, w.spans, w.fields, homes.window(w.lo, w.lo + w.fields[0].size))
+            _Window(w.token, w.lo, w.spans, w.fields, *homes.window(w.lo, w.lo + w.fields[0].size))
             for w in self.windows
         ]
 
@@ -774,7 +793,7 @@ class _Windows:
 def _score_window(w: _Window, *, model: ChainModel, tol_ns: int) -> list[_ChunkTally]:
     """A cluster task: score the chunks of window ``w`` (indices into the window)."""
     pairs = w.pairs()
-    assert w.homes is not None
+    homes = w.homes(pairs)
     plan: CandidatePlan | None = None
     out = []
     for span in w.spans:
@@ -786,7 +805,7 @@ def _score_window(w: _Window, *, model: ChainModel, tol_ns: int) -> list[_ChunkT
             ch = Chunk(c, par, np.zeros(0, np.int32), Siblings(par, pairs.t_call[c], pairs.t_return[c]))
             _WORKER_CHUNKS.put(key, ch)
         tally = _ChunkTally()
-        _score_chunk(pairs, ch, w.homes, model, tol_ns, tally)
+        _score_chunk(pairs, ch, homes, model, tol_ns, tally)
         out.append(tally)
     return out
 

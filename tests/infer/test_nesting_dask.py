@@ -150,4 +150,4 @@ def test_windows_of_the_pairs_give_the_one_process_answer(fanout, monkeypatch: p
     n = len(here.pairs)
     assert kept.dropped > 0  # the budget let chunks go, and they were made again
     assert all(w.fields[0].size < n // 4 for w in run.windows)  # windows, not the trace
-    assert any((w.homes.parent == -2).any() for w in run.windows)  # parents outside
+    assert any((w.parent == -2).any() for w in run.windows)  # parents outside
