@@ -278,16 +278,6 @@ class ChainModel:
     def learn(cls, pairs: CallPairs, parent: np.ndarray, params: NestingParams, n_nodes: int) -> ChainModel:
         model = cls(params, n_nodes, np.zeros(0, np.int64), np.zeros(0), None)
         keys, count = np.unique(model.cells(pairs, *chain_edges(pairs, parent)), return_counts=True)
-        return cls.of_counts(keys, count, params, n_nodes, len(pairs))
-
-    @classmethod
-    def of_counts(
-        cls, keys: np.ndarray, count: np.ndarray, params: NestingParams, n_nodes: int, n_pairs: int
-    ) -> ChainModel:
-        """The model of the edges counted per cell (``keys`` sorted and distinct), as
-        :meth:`learn` makes it from an assignment of ``n_pairs`` call pairs: a cluster's
-        tasks count the cells of their windows, and the counts add up exactly."""
-        model = cls(params, n_nodes, np.zeros(0, np.int64), np.zeros(0), None)
         learnt_keys, learnt_count = keys, count
         nb = 2 * params.n_bins
         # (node, input kind and peer) is the key's head less the output's part.
@@ -298,7 +288,7 @@ class ChainModel:
         model.values = np.log(prob / bin_widths(params)[keys % nb])
         if model.values.size:
             model.unseen = float(model.values.min()) - _UNSEEN_BELOW
-        model.n_pairs = n_pairs
+        model.n_pairs = len(pairs)
         model._build_table(model.n_pairs)
         model.choice = _fan_out_choice(heads, total, n_nodes)
         # The assignment's own log-likelihood, from its edges' cells counted above.
@@ -741,9 +731,6 @@ class _Window:
     lo: int
     spans: tuple[tuple[int, int], ...]
     fields: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-    #: The calls whose chains this window counts for the model (``_count_window``):
-    #: the windows' shares cover every pair once.
-    owned: tuple[int, int] = (0, 0)
     parent: np.ndarray | None = None
     far: _Far | None = None
 
@@ -779,23 +766,17 @@ class _Windows:
     def _cut(self, ranges: list[tuple[int, int]]) -> list[_Window]:
         p, tol_ns = self.pairs, self.chunks.tol_ns
         tc, tr = p.t_call, p.t_return
-        groups = [
-            g
-            for g in split_evenly(len(ranges), max(4 * self.width, -(-len(ranges) // _TASK_CHUNKS)))
-            if g[0] < g[1]
-        ]
-        # Each window also counts the chains of the calls from its first parent up to the
-        # next window's (the first from 0, the last to the end): parents without
-        # candidates, in no chunk, are counted too.
-        owned = [0, *(ranges[a][0] for a, _ in groups[1:]), len(p)]
         out = []
-        for (a, b), s, e in zip(groups, owned, owned[1:], strict=False):
+        for a, b in split_evenly(len(ranges), max(4 * self.width, -(-len(ranges) // _TASK_CHUNKS))):
+            if a == b:
+                continue
+            s, e = ranges[a][0], ranges[b - 1][1]
             lo = int(np.searchsorted(tc, tc[s] - tol_ns, "left"))
             hi = max(int(np.searchsorted(tc, tr[s:e].max() + tol_ns, "right")), e)
             # Node codes in 32 bits: a task's fields cross to a worker every round.
             codes = p.caller[lo:hi].astype(np.int32), p.callee[lo:hi].astype(np.int32)
             fields = (*codes, tc[lo:hi], tr[lo:hi])
-            out.append(_Window(self.token, lo, tuple(ranges[a:b]), fields, (s, e)))
+            out.append(_Window(self.token, lo, tuple(ranges[a:b]), fields))
         return out
 
     def items(self, homes: _Homes) -> list[_Window]:
@@ -804,38 +785,9 @@ class _Windows:
         if self.windows is None:
             self.windows = self._cut(self.chunks.ranges)
         return [
-            _Window(w.token, w.lo, w.spans, w.fields, w.owned, *homes.window(w.lo, w.lo + w.fields[0].size))
+            _Window(w.token, w.lo, w.spans, w.fields, *homes.window(w.lo, w.lo + w.fields[0].size))
             for w in self.windows
         ]
-
-    def learn(self, runner: Runner, parent: np.ndarray, params: NestingParams, n_nodes: int) -> ChainModel:
-        """``ChainModel.learn`` by the cluster's tasks: each counts the cells of the
-        chains of the calls it owns, and the counts are summed here (exact in any
-        order). Should a window miss a child (a parent that is not among its child's
-        candidates), the model is learnt here instead."""
-        if self.chunks.ranges is None:  # not enumerated yet: no windows to count in
-            return ChainModel.learn(self.pairs, parent, params, n_nodes)
-        homes = _Homes.of(self.pairs, parent)
-        counted = runner.map(_count_window, self.items(homes), params=params, n_nodes=n_nodes)
-        if sum(k for _, _, k in counted) != int((parent >= 0).sum()):
-            return ChainModel.learn(self.pairs, parent, params, n_nodes)
-        keys, inverse = np.unique(np.concatenate([k for k, _, _ in counted]), return_inverse=True)
-        count = np.bincount(inverse.ravel(), weights=np.concatenate([c for _, c, _ in counted]))
-        return ChainModel.of_counts(keys, count.astype(np.int64), params, n_nodes, len(self.pairs))
-
-
-def _count_window(w: _Window, *, params: NestingParams, n_nodes: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """A cluster task: the cells of the chains of the calls window ``w`` owns, counted
-    (distinct keys, counts), and how many children those chains hold."""
-    pairs = w.pairs()
-    assert w.parent is not None
-    a, b = w.owned[0] - w.lo, w.owned[1] - w.lo
-    kid = np.flatnonzero((w.parent >= a) & (w.parent < b))
-    order = kid[np.lexsort((pairs.t_call[kid], w.parent[kid]))]
-    edges = _sequence_edges(pairs, np.arange(a, b), order, w.parent[order].astype(np.int64) - a)[:4]
-    model = ChainModel(params, n_nodes, np.zeros(0, np.int64), np.zeros(0), None)
-    keys, count = np.unique(model.cells(pairs, *edges), return_counts=True)
-    return keys, count, int(kid.size)
 
 
 def _score_window(w: _Window, *, model: ChainModel, tol_ns: int) -> list[_ChunkTally]:
@@ -1063,15 +1015,9 @@ def chain_stages(
     fixed = None if model_from is None else ChainModel.learn(pairs, model_from, params, n_nodes)
     on_cluster = runner is not None and runner.width > 1
     windows = _Windows(pairs, chunks, runner.width) if on_cluster else None  # type: ignore[union-attr]
-
-    def learn(parent: np.ndarray) -> ChainModel:
-        if windows is None or runner is None:
-            return ChainModel.learn(pairs, parent, params, n_nodes)
-        return windows.learn(runner, parent, params, n_nodes)
-
     for r in range(params.chains):
         model = fixed or (first_model if r == 0 and first_model else None)
-        model = model or learn(parent)
+        model = model or ChainModel.learn(pairs, parent, params, n_nodes)
         proposals, here, others = _round(pairs, chunks, parent, model, runner, windows)
         log_odds = neighbourhood_log_odds(pairs, parent, proposals, here, others)
         moves = proposals.independent(n)
@@ -1087,7 +1033,7 @@ def chain_stages(
         if last and moved:
             # The answer's confidence comes from scoring the answer itself, under the
             # model it implies, not the assignment the round started from.
-            model = fixed or learn(parent)
+            model = fixed or ChainModel.learn(pairs, parent, params, n_nodes)
             proposals, here, others = _round(pairs, chunks, parent, model, runner, windows)
             log_odds = neighbourhood_log_odds(pairs, parent, proposals, here, others)
         yield parent.copy(), log_odds, moved, gain

@@ -17,8 +17,6 @@ import synth
 from infer import candidates, chains, infer_nesting
 from infer.callpairs import match_calls, node_codes
 from infer.candidates import BestSoFar, CandidatePlan, Offer
-from infer.evaluate import true_pairs
-from infer.params import NestingParams
 from tracefmt import write_trace
 from tracefmt.cluster import open_runner
 
@@ -127,10 +125,8 @@ class _PickledTasks:
 
     def __init__(self) -> None:
         self.windows: list = []
-        self.tasks: set = set()
 
     def map(self, fn, items, **common):
-        self.tasks.add(fn.__name__)
         common = pickle.loads(pickle.dumps(common))
         items = [pickle.loads(pickle.dumps(i)) for i in items]
         self.windows.extend(i for i in items if isinstance(i, chains._Window))
@@ -152,32 +148,6 @@ def test_windows_of_the_pairs_give_the_one_process_answer(fanout, monkeypatch: p
     run = _PickledTasks()
     _same(here, infer_nesting(fanout, runner=run))
     n = len(here.pairs)
-    assert {"_score_window", "_count_window"} <= run.tasks  # scored and learnt there
     assert kept.dropped > 0  # the budget let chunks go, and they were made again
     assert all(w.fields[0].size < n // 4 for w in run.windows)  # windows, not the trace
     assert any((w.parent == -2).any() for w in run.windows)  # parents outside
-
-
-def test_a_model_counted_in_windows_is_the_model_learnt_whole(fanout, monkeypatch) -> None:
-    """The windows' cell counts add up to the whole trace's, and where a child lies
-    outside its parent's window (a parent that is not among its candidates) the model
-    is learnt whole instead: the same model either way."""
-    monkeypatch.setattr(candidates, "CHUNK_PAIRS", 1 << 12)
-    monkeypatch.setattr(chains, "_TASK_CHUNKS", 1)
-    pairs, truth, names, _ = true_pairs(fanout)
-    params = NestingParams.preset("accurate")
-    chunks = candidates.CandidateChunks(pairs, 0, candidates.Scoreboard(params, len(names)), siblings=True)
-    list(chunks)  # enumerated once, as the first pass does: the windows' chunks are known
-    windows = chains._Windows(pairs, chunks, 2)
-    far = truth.copy()
-    late = int(np.flatnonzero(truth >= 0)[-1])
-    far[late] = 0  # the trace's first call, long over when this one is made
-    for parent in (truth, far):
-        run = _PickledTasks()
-        whole = chains.ChainModel.learn(pairs, parent, params, len(names))
-        counted = windows.learn(run, parent, params, len(names))
-        assert "_count_window" in run.tasks
-        assert len(windows.windows) > 8
-        assert np.array_equal(whole.keys, counted.keys)
-        assert np.array_equal(whole.values, counted.values)
-        assert whole.own_log_likelihood == counted.own_log_likelihood
