@@ -512,3 +512,54 @@ def test_compiled_loops_cut_among_threads_give_the_one_thread_answer(monkeypatch
     assert np.array_equal(one.parent, three.parent)
     assert np.array_equal(one.confidence, three.confidence)
     assert [p.to_json() for p in one.patterns] == [p.to_json() for p in three.patterns]
+
+
+def _same_model(a: ChainModel, b: ChainModel) -> None:
+    for f in ("keys", "values", "choice"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert a.unseen == b.unseen
+    assert a.own_log_likelihood == b.own_log_likelihood
+    assert all(np.array_equal(x, y) for x, y in zip(a.counted, b.counted, strict=True))
+
+
+def test_a_model_counted_again_where_calls_moved_is_the_model_learnt_whole(busy) -> None:
+    """``relearn`` takes off the old chains of the calls whose children changed and
+    adds their new ones: the model is the one learnt from scratch, to the bit, for
+    moves that empty a parent, fill a childless one, make roots and undo roots."""
+    pairs, params, n_nodes = busy["pairs"], busy["params"], busy["n_nodes"]
+    rng = np.random.default_rng(5)
+    before = busy["start"].copy()
+    model = ChainModel.learn(pairs, before, params, n_nodes)
+    for step in range(4):
+        after = before.copy()
+        moved = rng.choice(len(pairs), 40 + 200 * step, replace=False)
+        after[moved] = busy["truth"][moved]  # some become roots, some stop being roots
+        after[moved[:5]] = -1
+        model = model.relearn(pairs, before, after)
+        _same_model(model, ChainModel.learn(pairs, after, params, n_nodes))
+        before = after
+    assert model.relearn(pairs, before, before.copy()) is model  # nothing moved
+
+
+def test_rounds_with_models_counted_again_give_the_answer_of_models_learnt_whole(
+    busy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infer import chains
+
+    pairs, params = busy["pairs"], NestingParams(board="joint", density=True, chains=6)
+
+    def run() -> list:
+        return list(chains.chain_stages(pairs, busy["chunks"], busy["start"], params, busy["n_nodes"]))
+
+    fast = run()
+    monkeypatch.setattr(
+        ChainModel,
+        "relearn",
+        lambda self, p, before, after: ChainModel.learn(p, after, params, busy["n_nodes"]),
+    )
+    whole = run()
+    assert len(fast) == len(whole) >= 3
+    for (pa, la, ma, ga), (pb, lb, mb, gb) in zip(fast, whole, strict=True):
+        assert np.array_equal(pa, pb)
+        assert np.array_equal(la, lb)
+        assert (ma, ga) == (mb, gb)
