@@ -13,6 +13,7 @@ until a cluster is asked for.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import os
@@ -28,6 +29,10 @@ from tracefmt.errors import MissingToolError, ParameterError, WirepathError
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+#: Tasks of one map a worker thread is given at a time (one running, the next one's
+#: item already there).
+IN_FLIGHT = 2
 
 #: What to install when a cluster is asked for and Dask is missing.
 DASK_HINT = "pip install 'wirepath[dask]'"
@@ -88,22 +93,42 @@ class DaskRunner:
     def map(self, fn: Callable[..., R], items: Sequence[Any], **common: Any) -> list[R]:
         if not items:
             return []
-        from dask.distributed import Future
+        from dask.distributed import Future, as_completed
 
         fresh = {k: self.share(v) for k, v in common.items() if not isinstance(v, Future)}
         args = {**common, **fresh}
         # Item i always goes to the same worker (i modulo the workers, in address
         # order): a map repeated with the same items (a chain round after another)
         # finds what its tasks kept there the time before. Items travel as data, not
-        # inside the task graph through the scheduler.
-        workers = sorted(self.client.nthreads())
-        sent, futures = [], []
-        for i, item in enumerate(items):
-            where = [workers[i % len(workers)]]
-            sent.append(self.client.scatter([item], workers=where, hash=False)[0])
-            futures.append(self.client.submit(fn, sent[-1], workers=where, pure=False, **args))
+        # inside the task graph through the scheduler, and only ``IN_FLIGHT`` per
+        # worker thread at a time, each let go once its result is here: a worker holds
+        # a few items and results, not its share of the map, whatever the input's size.
+        nthreads = self.client.nthreads()
+        workers = sorted(nthreads)
+        queues = [collections.deque(range(w, len(items), len(workers))) for w in range(len(workers))]
+        results: list[Any] = [None] * len(items)
+        live: dict[Any, tuple[int, Any, Any]] = {}  # per task in flight: item index, item, task
+
+        def submit(w: int) -> Any:
+            i = queues[w].popleft()
+            where = [workers[w]]
+            item = self.client.scatter([items[i]], workers=where, hash=False)[0]
+            task = self.client.submit(fn, item, workers=where, pure=False, **args)
+            live[task.key] = (i, item, task)
+            return task
+
         try:
-            return self.client.gather(futures)
+            slots = [w for w in range(len(workers)) for _ in range(IN_FLIGHT * nthreads[workers[w]])]
+            done = as_completed([submit(w) for w in slots if queues[w]], with_results=True)
+            for task, result in done:
+                i, item, _ = live.pop(task.key)
+                results[i] = result
+                task.release()
+                item.release()
+                w = i % len(workers)
+                if queues[w]:
+                    done.add(submit(w))
+            return results
         except WirepathError:
             raise  # a task's own error (bad input), as one process would raise it
         except Exception as exc:
@@ -112,7 +137,7 @@ class DaskRunner:
             what = f"{type(exc).__name__}: {exc}"
             raise WirepathError(f"the Dask cluster failed during the run ({what})") from None
         finally:
-            for f in [*futures, *sent, *fresh.values()]:
+            for f in [*(f for _, *fs in live.values() for f in fs), *fresh.values()]:
                 f.release()
 
     def share(self, value: Any) -> Any:

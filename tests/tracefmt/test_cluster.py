@@ -39,7 +39,15 @@ def _tasks() -> SimpleNamespace:
 
         return local_threads()
 
-    return SimpleNamespace(weighted=weighted, pick=pick, refuse=refuse, die=die, threads=threads)
+    def held(k: int, *, pause: float) -> int:
+        import time
+
+        from distributed import get_worker
+
+        time.sleep(pause)
+        return len(get_worker().data)  # items and results this worker holds now
+
+    return SimpleNamespace(weighted=weighted, pick=pick, refuse=refuse, die=die, threads=threads, held=held)
 
 
 @pytest.mark.parametrize(("n", "parts"), [(10, 3), (2, 4), (0, 2), (7, 1), (100, 8)])
@@ -148,3 +156,18 @@ def test_per_entry_arrays_of_different_lengths_are_refused() -> None:
 
     with pytest.raises(ValueError, match="one length"):
         side_by_side(lambda x, y: x + y, (np.arange(3), np.arange(4)))
+
+
+@pytest.mark.slow
+def test_a_worker_holds_a_few_items_of_a_map_not_its_share() -> None:
+    """Items go to a worker a few at a time and are let go with their results: what a
+    worker holds does not grow with the map (40 items, 20 per worker)."""
+    from tracefmt.cluster import IN_FLIGHT
+
+    t = _tasks()
+    with open_runner(workers=2) as run:
+        held = run.map(t.held, list(range(40)), pause=0.02)
+    assert len(held) == 40
+    # The items in flight and results not yet let go (a release can lag a task or two),
+    # where a worker given its whole share at once holds its 20 items.
+    assert max(held) <= 4 * IN_FLIGHT, held
