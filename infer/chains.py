@@ -903,7 +903,7 @@ class _KeptChunks:
 #: What a worker keeps of its chunks. Less than one process keeps (``_KEEP_BYTES``): a
 #: worker holds only its share, and a chunk not kept costs its enumeration again (about
 #: a fifth of its scoring) in tasks that are a small part of a cluster run (the driver's
-#: part is most of it: 37 of 276 s in maps on 20 M messages), while memory that does
+#: part is most of it: 41 of 282 s in maps on 20 M messages), while memory that does
 #: not grow with the trace is what lets a worker take any share.
 _WORKER_KEEP_BYTES = 128 << 20
 
