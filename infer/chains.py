@@ -1080,8 +1080,7 @@ def chain_stages(
     parent = parent.copy()
     n = len(pairs)
     fixed = None if model_from is None else ChainModel.learn(pairs, model_from, params, n_nodes)
-    on_cluster = runner is not None and runner.width > 1
-    windows = _Windows(pairs, chunks, runner.width) if on_cluster else None  # type: ignore[union-attr]
+    windows = _Windows(pairs, chunks, runner.width) if runner is not None and runner.width > 1 else None
     # The model of each round is the last one's, counted again where calls moved.
     model, learnt_from = first_model, parent.copy()
 
