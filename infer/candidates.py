@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.ndimage import gaussian_filter1d
@@ -201,14 +202,25 @@ class Scoreboard:
         self.keys = np.zeros(0, np.int64)
         self.values = np.zeros(0)
         self._table: np.ndarray | None = None
+        self._table_built = False
         self._head: np.ndarray | None = None
 
-    def cell_keys(self, pairs: CallPairs, c: np.ndarray, par: np.ndarray) -> np.ndarray:
+    def heads(self, pairs: CallPairs) -> np.ndarray:
+        """(caller, node) of every pair as a parent, in a cell key: one gather per
+        candidate in ``cell_keys``."""
         n = self.n_nodes
-        if self._head is None or self._head.size != len(pairs):
-            # (caller, node) of every pair as a parent, once: one gather per candidate.
-            self._head = ((pairs.caller * n + pairs.callee) * n).astype(np.int64)
-        triple = self._head[par] + pairs.callee[c]
+        return ((pairs.caller.astype(np.int64) * n + pairs.callee) * n).astype(np.int64)
+
+    def cell_keys(
+        self, pairs: CallPairs, c: np.ndarray, par: np.ndarray, head: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The cells of candidates ``(c, par)``; ``head``: ``heads(pairs)``, made once here
+        for the trace's pairs when not given (a window's task gives its own)."""
+        if head is None:
+            if self._head is None or self._head.size != len(pairs):
+                self._head = self.heads(pairs)
+            head = self._head
+        triple = head[par] + pairs.callee[c]
         key = triple * self.n_bins + delay_bins(pairs.t_call[c] - pairs.t_call[par], self.params)
         if self.params.board == "joint":
             key = key * self.n_bins + delay_bins(pairs.t_return[par] - pairs.t_return[c], self.params)
@@ -219,8 +231,24 @@ class Scoreboard:
         if self._dense is not None:
             self._dense += np.bincount(cells, weights=weight, minlength=self._dense.size)
             return
-        keys, inv = np.unique(cells, return_inverse=True)
-        self._parts.append((keys, np.bincount(inv.ravel(), weights=weight, minlength=keys.size)))
+        self.add_sums(*cell_sums(cells, weight))
+
+    def add_sums(self, keys: np.ndarray, sums: np.ndarray) -> None:
+        """Add one chunk's sums per cell (``cell_sums``, made where the chunk was, a
+        cluster's worker): in chunk order, exactly what ``add`` of its cells adds."""
+        if self._dense is not None:
+            # Each cell's sum is the one bincount makes, and a cell the chunk has not
+            # gets 0 added there: the same table to the last bit.
+            self._dense[keys] += sums
+            return
+        self._parts.append((keys, sums))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent to a cluster's workers once learnt: its cells and scores, not the pairs'
+        # heads (the size of the trace), the sums it was learnt from or its lookup
+        # table (up to 128 MB, made again there from the cells).
+        gone = {"_head": None, "_parts": [], "_dense": None, "_table": None, "_table_built": False}
+        return {**self.__dict__, **gone}
 
     def finish(self) -> None:
         if self._dense is not None:
@@ -250,15 +278,21 @@ class Scoreboard:
             else:
                 values = values / width[self.keys % nb]
         self.values = values
+        self._build_table()
+
+    def _build_table(self) -> None:
         # A small key space gets a direct table: one gather per lookup instead of a search.
         space = int(self.keys.max()) + 1 if self.keys.size else 0
-        self._table = None
+        table = None
         if space <= DENSE_TABLE:
-            self._table = np.zeros(space)
-            self._table[self.keys] = values
+            table = np.zeros(space)
+            table[self.keys] = self.values
+        self._table, self._table_built = table, True
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """Scores of cells (from ``cell_keys``); 0 for a cell nothing was added to."""
+        if not self._table_built:  # sent to a worker without it
+            self._build_table()
         if self._table is not None:
             if keys.size == 0 or int(keys.max()) < self._table.size:
                 return self._table[keys]
@@ -439,6 +473,14 @@ class CandidateChunks:
         if kept is not None:
             self.kept = kept
 
+    def spans(self) -> list[tuple[int, int]]:
+        """The chunks' parent ranges, in order (``ranges``), without enumerating the
+        candidates when they are not known yet: what a cluster's windows are cut from."""
+        if self.ranges is None:
+            plan = CandidatePlan(self.pairs, self.tol_ns)
+            self.ranges = [(s, e) for s, e in plan.ranges if int(plan.sizes[s:e].sum())]
+        return self.ranges
+
 
 class CandidatePlan:
     """How the candidate pairs are enumerated: the children sorted by (caller, call
@@ -507,6 +549,17 @@ class CandidatePlan:
         for start, end in self.ranges:
             if int(self.sizes[start:end].sum()):
                 yield (start, end), *self.pairs_of(start, end)
+
+
+def cell_sums(cells: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``cells`` and each one's sum of ``weight``, added in the cells' order.
+
+    >>> k, s = cell_sums(np.array([3, 1, 3]), np.array([0.5, 1.0, 0.25]))
+    >>> k.tolist(), s.tolist()
+    ([1, 3], [1.0, 0.75])
+    """
+    keys, inv = np.unique(cells, return_inverse=True)
+    return keys, np.bincount(inv.ravel(), weights=weight, minlength=keys.size)
 
 
 def candidates_by_parent(

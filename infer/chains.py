@@ -37,10 +37,7 @@ never leaves.
 
 from __future__ import annotations
 
-import collections
 import functools
-import secrets
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,16 +49,15 @@ from infer.candidates import (
     DENSE_TABLE,
     BestSoFar,
     CandidateChunks,
-    CandidatePlan,
     Chunk,
     Offer,
-    Siblings,
     bin_widths,
     delay_bins,
 )
 from infer.params import NestingParams
+from infer.windows import Homes, Window, Windows
 from tracefmt import ParameterError
-from tracefmt.cluster import Runner, side_by_side, split_evenly
+from tracefmt.cluster import Runner, side_by_side
 from tracefmt.patterns import sibling_groups
 
 __all__ = [
@@ -86,6 +82,8 @@ _UNSEEN_BELOW = np.log(1e6)
 #: 0.87x in one run and were within noise in controlled reruns: the table stays there.
 _FLAT_CELLS = 1 << 20
 _FLAT_PER_PAIR = 32
+#: ``relearn`` counts the whole assignment again once more than 1 in this many calls moved.
+_RELEARN_MOVED = 4
 # Event kinds: a call received (at its callee), a return received (at its caller), and a
 # call sent (at its caller), which the next of a group of calls made at once follows.
 _CALL, _RETURN, _SENT = 0, 1, 2
@@ -300,9 +298,13 @@ class ChainModel:
         >>> bool(np.array_equal(m.values, ChainModel.learn(p, b, NestingParams(), 3).values))
         True
         """
-        if self.counted is None:  # a model sent to a worker keeps no counts
-            return ChainModel.learn(pairs, after, self.params, self.n_nodes)
         changed = np.flatnonzero(before != after)
+        # A model sent to a worker keeps no counts; and where many calls moved, counting
+        # their chains twice (taken off, added back) costs more than counting all once
+        # (an eighth moved: 0.26 s against 0.85 s on a million call pairs; half: 0.05 s
+        # against 0.03 s on 100,000).
+        if self.counted is None or changed.size > len(pairs) // _RELEARN_MOVED:
+            return ChainModel.learn(pairs, after, self.params, self.n_nodes)
         owners = np.unique(np.concatenate([before[changed], after[changed]]))
         owners = owners[owners >= 0]
         if owners.size == 0:
@@ -526,7 +528,7 @@ def _round(
     parent: np.ndarray,
     model: ChainModel,
     runner: Runner | None = None,
-    windows: _Windows | None = None,
+    windows: Windows | None = None,
 ) -> tuple[_Proposals, np.ndarray, np.ndarray]:
     """Score every candidate; propose each child's best move, the swaps of two calls to
     one node that sit in each other's place and the moves of runs of calls made at once
@@ -549,18 +551,18 @@ def _scored(
     parent: np.ndarray,
     model: ChainModel,
     runner: Runner | None,
-    windows: _Windows | None,
+    windows: Windows | None,
 ) -> _Tally:
     """Every chunk's candidates scored and tallied, here or by ``runner``'s tasks."""
     tally = _Tally(len(pairs))
-    homes = _Homes.of(pairs, parent)
-    if runner is None or chunks.ranges is None or runner.width <= 1:
+    homes = Homes.of(pairs, parent)
+    if runner is None or runner.width <= 1:
         for ch in chunks:
             _score_chunk(pairs, ch, homes, model, chunks.tol_ns, tally)
         return tally
     # The chunks' scoring on the cluster's workers, folded here in chunk order: the
     # same sums in the same order as above, so the same answer to the last bit.
-    items = (windows or _Windows(pairs, chunks, runner.width)).items(homes)
+    items = (windows or Windows(pairs, chunks.spans(), chunks.tol_ns, runner.width)).items(homes)
     scored = runner.map(_score_window, items, model=model, tol_ns=chunks.tol_ns)
     for w, tallies in zip(items, scored, strict=True):
         for chunk_tally in tallies:
@@ -740,180 +742,22 @@ def _narrow(index: np.ndarray) -> np.ndarray:
     return index.astype(np.int32) if index.size == 0 or int(index.max()) < 1 << 31 else index
 
 
-#: Pairs of a window whose parent lies outside it, and that parent's call and return times.
-_Far = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
-@dataclass(frozen=True)
-class _Homes:
-    """The assignment a round scores: each pair's parent (-1: a root) and that parent's
-    call and return times, so that a window of the pairs is scored without the pairs
-    its calls' parents lie in (in a window, -2: a parent outside it)."""
-
-    parent: np.ndarray
-    call: np.ndarray
-    ret: np.ndarray
-
-    @classmethod
-    def of(cls, pairs: CallPairs, parent: np.ndarray, far: _Far | None = None) -> _Homes:
-        """``far``: the pairs whose parent is not among ``pairs`` (-2), with that
-        parent's call and return times."""
-        h = np.maximum(parent, 0)
-        call, ret = pairs.t_call[h], pairs.t_return[h]
-        if far is not None:
-            at, far_call, far_ret = far
-            call[at], ret[at] = far_call, far_ret
-        return cls(parent, call, ret)
-
-    def window(self, lo: int, hi: int) -> tuple[np.ndarray, _Far]:
-        """Pairs ``lo`` to ``hi - 1``: their parents as indices into that window, and
-        ``far`` (``of``) for those whose parent lies outside it. Four bytes a pair and
-        twenty for each of the few outside, with the window's fields (24 bytes a pair):
-        what crosses to a worker every round."""
-        p = self.parent[lo:hi]
-        local = np.where((p >= lo) & (p < hi), p - lo, np.where(p < 0, -1, -2))
-        index = np.int32 if hi - lo < 1 << 31 else np.int64
-        far = np.flatnonzero(local == -2)
-        return local.astype(index), (far.astype(index), self.call[lo:hi][far], self.ret[lo:hi][far])
-
-
-@dataclass(frozen=True)
-class _Window:
-    """A cluster task's share of a chain round: consecutive chunks of parents
-    (``spans``, pair indices) and the call pairs from ``lo`` on that their candidates
-    lie in (``fields``: caller, callee, call and return times), with the assignment
-    scored (``parent`` and ``far``, ``_Homes.window``). ``token`` names the inference,
-    for the chunks a worker keeps between rounds."""
-
-    token: int
-    lo: int
-    spans: tuple[tuple[int, int], ...]
-    fields: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-    parent: np.ndarray | None = None
-    far: _Far | None = None
-
-    def pairs(self) -> CallPairs:
-        none = np.zeros(0, np.int64)
-        return CallPairs(*self.fields, none, none, 0, 0, 0)
-
-    def homes(self, pairs: CallPairs) -> _Homes:
-        assert self.parent is not None
-        return _Homes.of(pairs, self.parent, self.far)
-
-
-#: Chunks of parents (each about ``CHUNK_PAIRS`` candidates) in one cluster task: tasks
-#: of a bounded size keep a worker's memory flat whatever the trace's length.
-_TASK_CHUNKS = 8
-
-
-class _Windows:
-    """The windows of one inference's chain rounds on a cluster, cut on first use: its
-    chunks of parents in groups of at most ``_TASK_CHUNKS`` (and at least four per
-    worker), each with the pairs its candidates lie in. A parent's candidates start
-    and end within its call, widened by the tolerance, so a group of parents ``s`` to
-    ``e - 1`` needs the pairs called from the first one's call less the tolerance up to
-    the latest return plus it: the overlap between windows is exact, not guessed."""
-
-    def __init__(self, pairs: CallPairs, chunks: CandidateChunks, width: int) -> None:
-        self.pairs, self.chunks, self.width = pairs, chunks, width
-        self.token = secrets.randbits(62)
-        self.windows: list[_Window] | None = None
-
-    def _cut(self, ranges: list[tuple[int, int]]) -> list[_Window]:
-        p, tol_ns = self.pairs, self.chunks.tol_ns
-        tc, tr = p.t_call, p.t_return
-        out = []
-        for a, b in split_evenly(len(ranges), max(4 * self.width, -(-len(ranges) // _TASK_CHUNKS))):
-            if a == b:
-                continue
-            s, e = ranges[a][0], ranges[b - 1][1]
-            lo = int(np.searchsorted(tc, tc[s] - tol_ns, "left"))
-            hi = max(int(np.searchsorted(tc, tr[s:e].max() + tol_ns, "right")), e)
-            # Node codes in 32 bits: a task's fields cross to a worker every round.
-            codes = p.caller[lo:hi].astype(np.int32), p.callee[lo:hi].astype(np.int32)
-            fields = (*codes, tc[lo:hi], tr[lo:hi])
-            out.append(_Window(self.token, lo, tuple(ranges[a:b]), fields))
-        return out
-
-    def items(self, homes: _Homes) -> list[_Window]:
-        """The round's tasks: each window with the assignment scored."""
-        assert self.chunks.ranges is not None
-        if self.windows is None:
-            self.windows = self._cut(self.chunks.ranges)
-        return [
-            _Window(w.token, w.lo, w.spans, w.fields, *homes.window(w.lo, w.lo + w.fields[0].size))
-            for w in self.windows
-        ]
-
-
-def _score_window(w: _Window, *, model: ChainModel, tol_ns: int) -> list[_ChunkTally]:
+def _score_window(w: Window, *, model: ChainModel, tol_ns: int) -> list[_ChunkTally]:
     """A cluster task: score the chunks of window ``w`` (indices into the window)."""
     pairs = w.pairs()
     homes = w.homes(pairs)
-    plan: CandidatePlan | None = None
     out = []
-    for span in w.spans:
-        key = (w.token, span)
-        ch = _WORKER_CHUNKS.get(key)
-        if ch is None:
-            plan = plan or CandidatePlan(pairs, tol_ns)
-            c, par = plan.pairs_of(span[0] - w.lo, span[1] - w.lo)
-            ch = Chunk(c, par, np.zeros(0, np.int32), Siblings(par, pairs.t_call[c], pairs.t_return[c]))
-            _WORKER_CHUNKS.put(key, ch)
+    for ch in w.chunks(pairs, tol_ns):
         tally = _ChunkTally()
         _score_chunk(pairs, ch, homes, model, tol_ns, tally)
         out.append(tally)
     return out
 
 
-class _KeptChunks:
-    """A worker's enumerated chunks, kept between rounds up to ``budget`` bytes: a
-    worker's memory stays bounded whatever the trace's length. Once full, the chunks of
-    other inferences (finished ones, or another client's) are let go, oldest first, and
-    then new chunks are not kept but enumerated again each time: rounds ask for a
-    worker's chunks in the same order every time, and letting the oldest go would let
-    go the very one asked for next (no chunk would ever be found)."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.nbytes = 0
-        self.dropped = 0  # chunks let go or not kept, to stay within the budget
-        self._kept: collections.OrderedDict[tuple[int, tuple[int, int]], Chunk] = collections.OrderedDict()
-        self._lock = threading.Lock()  # a worker may run tasks in several threads
-
-    def get(self, key: tuple[int, tuple[int, int]]) -> Chunk | None:
-        with self._lock:
-            return self._kept.get(key)
-
-    def put(self, key: tuple[int, tuple[int, int]], chunk: Chunk) -> None:
-        with self._lock:
-            if key in self._kept:
-                return
-            others = [k for k in self._kept if k[0] != key[0]]
-            while others and self.nbytes + chunk.nbytes > self.budget:
-                self.nbytes -= self._kept.pop(others.pop(0)).nbytes
-                self.dropped += 1
-            if self.nbytes + chunk.nbytes > self.budget:
-                self.dropped += 1
-                return
-            self._kept[key] = chunk
-            self.nbytes += chunk.nbytes
-
-
-#: What a worker keeps of its chunks. Less than one process keeps (``_KEEP_BYTES``): a
-#: worker holds only its share, and a chunk not kept costs its enumeration again (about
-#: a fifth of its scoring) in tasks that are a small part of a cluster run (the driver's
-#: part is most of it: 41 of 282 s in maps on 20 M messages), while memory that does
-#: not grow with the trace is what lets a worker take any share.
-_WORKER_KEEP_BYTES = 128 << 20
-
-_WORKER_CHUNKS = _KeptChunks(_WORKER_KEEP_BYTES)
-
-
 def _score_chunk(
     pairs: CallPairs,
     ch: Chunk,
-    homes: _Homes,
+    homes: Homes,
     model: ChainModel,
     tol_ns: int,
     tally: _Tally | _ChunkTally,
@@ -1059,6 +903,7 @@ def chain_stages(
     *,
     first_model: ChainModel | None = None,
     runner: Runner | None = None,
+    windows: Windows | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int, float]]:
     """Chain rounds from ``parent``, one ``(parent, log_odds, moved, gain)`` per round.
 
@@ -1073,14 +918,16 @@ def chain_stages(
     (say the true parents of a synthetic trace) instead of the current one.
     ``first_model``, the model already learnt from ``parent``, saves learning it again
     for the first round. ``runner`` scores the candidates by tasks of its workers
-    (``tracefmt.cluster``), with the same answer.
+    (``tracefmt.cluster``), with the same answer; ``windows``, the inference's windows
+    of the pairs (``infer.windows``) when its earlier stages ran there too.
     """
     if 6 * n_nodes**3 * 2 * params.n_bins >= 1 << 62:
         raise ParameterError(f"{n_nodes} nodes are too many for chain rounds (use chains=0)")
     parent = parent.copy()
     n = len(pairs)
     fixed = None if model_from is None else ChainModel.learn(pairs, model_from, params, n_nodes)
-    windows = _Windows(pairs, chunks, runner.width) if runner is not None and runner.width > 1 else None
+    if windows is None and runner is not None and runner.width > 1:
+        windows = Windows(pairs, chunks.spans(), chunks.tol_ns, runner.width)
     # The model of each round is the last one's, counted again where calls moved.
     model, learnt_from = first_model, parent.copy()
 

@@ -45,14 +45,17 @@ from infer.candidates import (
     BestSoFar,
     CandidateChunks,
     Chunk,
+    Offer,
     Scoreboard,
     bin_widths,
+    cell_sums,
     delay_bins,
     skew_tolerance,
 )
 from infer.chains import ChainModel, chain_log_likelihood, chain_stages
 from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import log_confidence_by
+from infer.windows import Homes, Window, Windows
 from tracefmt import (
     ParameterError,
     SchemaError,
@@ -435,6 +438,23 @@ class _GapBoard:
         board.values = count / area
         return board, chunk_keys
 
+    @classmethod
+    def of_counts(
+        cls, params: NestingParams, n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    ) -> _GapBoard:
+        """The board ``learn`` gives, from each chunk's distinct member cells, their
+        counts and areas (``_window_gap_counts``, made by a cluster's tasks): counts
+        are integers, so the sum is exact in any order."""
+        board = cls(params, n_nodes)
+        keys, counts, areas = (np.concatenate(a) for a in zip(*parts, strict=True)) if parts else ((),) * 3
+        board.keys, inv = np.unique(np.asarray(keys, np.int64), return_inverse=True)
+        count = np.bincount(inv.ravel(), weights=np.asarray(counts, float), minlength=board.keys.size)
+        area = np.ones(board.keys.size)
+        if params.density and board.keys.size:
+            area[inv.ravel()] = areas
+        board.values = count / area
+        return board
+
     def lookup(self, key: np.ndarray) -> np.ndarray:
         """Scores of cells (from ``cells``); 0 for a cell no chosen child fell in."""
         if self.keys.size == 0:
@@ -540,7 +560,9 @@ class Stage:
 class _Scoring:
     """What every stage scores with: the call pairs, their candidates in chunks, the
     scoreboard of the first pass, each pair's number of candidates (``counts``) and the
-    clock-skew tolerance the candidates were found with."""
+    clock-skew tolerance the candidates were found with; on a cluster (``runner`` of
+    more than one worker) the windows of the pairs its tasks score (``infer.windows``)
+    and the scoreboard as the workers have it."""
 
     pairs: CallPairs
     n_nodes: int
@@ -549,10 +571,18 @@ class _Scoring:
     board: Scoreboard
     counts: np.ndarray
     tolerance_s: float
+    runner: Runner | None = None
+    windows: Windows | None = None
+    shared_board: Any = None
 
     @classmethod
     def learn(
-        cls, pairs: CallPairs, n_nodes: int, params: NestingParams, counts: np.ndarray | None
+        cls,
+        pairs: CallPairs,
+        n_nodes: int,
+        params: NestingParams,
+        counts: np.ndarray | None,
+        runner: Runner | None = None,
     ) -> _Scoring:
         """The candidates and the scoreboard of pass 1, where each child's candidates
         share one unit of weight (``counts`` filled in place when given)."""
@@ -571,23 +601,76 @@ class _Scoring:
         if counts is None:
             counts = np.zeros(n, np.int64)
         counts[:] = 0
-        for ch in chunks:
-            counts += np.bincount(ch.c, minlength=n)
-        for ch in chunks:
-            board.add(ch.cells, 1.0 / counts[ch.c])
+        if runner is None or runner.width <= 1:
+            for ch in chunks:
+                counts += np.bincount(ch.c, minlength=n)
+            for ch in chunks:
+                board.add(ch.cells, 1.0 / counts[ch.c])
+            board.finish()
+            return cls(pairs, n_nodes, params, chunks, board, counts, tolerance_s)
+        # The tasks count their chunks' candidates, then sum each chunk's weights per
+        # cell; the sums are added here in chunk order, as ``add`` adds them above.
+        windows = Windows(pairs, chunks.spans(), tol_ns, runner.width)
+        items = windows.items()
+        for w, part in zip(items, runner.map(_window_counts, items, tol_ns=tol_ns), strict=True):
+            counts[w.lo : w.hi] += part
+        items = windows.items(data=(counts.astype(np.int32) if n < 1 << 31 else counts,))
+        for sums in runner.map(_window_cell_sums, items, board=board, tol_ns=tol_ns):
+            for keys, weight in sums:
+                board.add_sums(keys, weight)
         board.finish()
-        return cls(pairs, n_nodes, params, chunks, board, counts, tolerance_s)
+        shared = runner.share(board)
+        return cls(pairs, n_nodes, params, chunks, board, counts, tolerance_s, runner, windows, shared)
+
+    def first_pass(self) -> BestSoFar:
+        """Pass 1: every child's best parent by the scoreboard and the penalties over
+        all candidates."""
+        if self.windows is None:
+            return _first_pass(self.pairs, self.chunks, self.board, self.params, self.n_nodes)
+        return self._folded(self.windows.items(), board=self.shared_board, gaps=None)
+
+    def refine(self, previous: np.ndarray, sibling: bool) -> BestSoFar:
+        """One penalty round, or with ``sibling`` one sibling round, from ``previous``."""
+        if self.windows is None:
+            return _refine(self.pairs, self.chunks, self.board, self.params, self.n_nodes, previous, sibling)
+        assert self.runner is not None
+        items = self.windows.items(Homes.of(self.pairs, previous))
+        gaps = None
+        if sibling:
+            empty = _GapBoard(self.params, self.n_nodes)
+            parts = self.runner.map(_window_gap_counts, items, gaps=empty, tol_ns=self.chunks.tol_ns)
+            gaps = _GapBoard.of_counts(self.params, self.n_nodes, [p for ps in parts for p in ps])
+        return self._folded(items, board=None if sibling else self.shared_board, gaps=gaps)
+
+    def _folded(self, items: list[Window], **common: Any) -> BestSoFar:
+        """The offers of every window's chunks (``_window_offers``) folded here in chunk
+        order: what the one-process pass gives, to the last bit."""
+        assert self.runner is not None
+        best = BestSoFar(len(self.pairs))
+        tol_ns = self.chunks.tol_ns
+        scored = self.runner.map(
+            _window_offers, items, params=self.params, n_nodes=self.n_nodes, tol_ns=tol_ns, **common
+        )
+        for w, offers in zip(items, scored, strict=True):
+            for offer in offers:
+                best.take(offer.moved(w.lo), self.pairs.t_call)
+        return best
 
     def stage(
-        self, name: str, k: int, best: BestSoFar, before: np.ndarray | None
+        self, name: str, k: int, best: BestSoFar, before: tuple[np.ndarray, ChainModel] | None
     ) -> tuple[Stage, ChainModel]:
         """The stage a scoreboard round ends with (loops cut), and the chain model learnt
-        from its assignment (what the first chain round judges by)."""
+        from its assignment (what the first chain round judges by); ``before``: the
+        stage before's parents and model, which this one's is counted again from."""
         n = len(self.pairs)
         parent, share = best.result(self.counts)
         parent = _without_loops(self.pairs, parent)
-        moved = n if before is None else int(np.count_nonzero(parent != before))
-        model = ChainModel.learn(self.pairs, parent, self.params, self.n_nodes)
+        if before is None:
+            moved = n
+            model = ChainModel.learn(self.pairs, parent, self.params, self.n_nodes)
+        else:
+            moved = int(np.count_nonzero(parent != before[0]))
+            model = before[1].relearn(self.pairs, before[0], parent)
         ll = model.own_log_likelihood / max(n, 1)
         with np.errstate(divide="ignore"):
             log_odds = np.where(parent >= 0, np.log(share) - np.log1p(-share), np.inf)
@@ -639,20 +722,18 @@ def nesting_stages(
     """
     params = params or NestingParams()
     params.check()
-    scoring = _Scoring.learn(pairs, n_nodes, params, counts)
+    scoring = _Scoring.learn(pairs, n_nodes, params, counts, runner)
     # No name holds the first pass's choices: they go once the stage is made.
-    last, model = scoring.stage(
-        "first pass", 1, _first_pass(pairs, scoring.chunks, scoring.board, params, n_nodes), None
-    )
+    last, model = scoring.stage("first pass", 1, scoring.first_pass(), None)
     yield last
     # Refinement rounds: the penalties count the children each parent actually got in
     # the round before, not every child it could have had.
     plain = params.rounds if params.penalized else 0
     for k in range(plain + params.siblings):
         sibling = k >= plain
-        best = _refine(pairs, scoring.chunks, scoring.board, params, n_nodes, last.parent, sibling)
+        best = scoring.refine(last.parent, sibling)
         name, number = ("sibling round", k - plain + 1) if sibling else ("penalty round", k + 1)
-        last, model = scoring.stage(name, number, best, last.parent)
+        last, model = scoring.stage(name, number, best, (last.parent, model))
         yield last
     if params.chains:
         rounds = _chain_rounds(scoring, last, model, runner)
@@ -673,6 +754,7 @@ def _chain_rounds(
         scoring.n_nodes,
         first_model=model,
         runner=runner,
+        windows=scoring.windows,
     )
     for k, (parent, log_odds, moved, gain) in enumerate(rounds, 1):
         # A round's moves raise the likelihood under the model learnt from the stage
@@ -699,20 +781,28 @@ def _first_pass(
     the penalties are exact; each child keeps its best parent so far."""
     best = BestSoFar(len(pairs))
     for ch in chunks:
-        c, par = ch.c, ch.par
-        score = board.lookup(ch.cells)
-        if params.overlap_penalty:
-            score = score * _penalty(ch.siblings.overlaps(None), params.overlap_penalty)
-        if params.same_node_penalty:
-            dest = par.astype(np.int64) * n_nodes + pairs.callee[c]
-            _, inv, cnt = np.unique(dest, return_inverse=True, return_counts=True)
-            # 1 + the other candidates to that destination
-            score = score * cnt[inv.ravel()].astype(float) ** -params.same_node_penalty
-        if params.children_penalty:
-            _, inv, cnt = np.unique(par, return_inverse=True, return_counts=True)
-            score = score * cnt[inv.ravel()].astype(float) ** -params.children_penalty
-        best.offer(c, par, score, pairs.t_call)
+        score = _first_scores(pairs, ch, board.lookup(ch.cells), params, n_nodes)
+        best.offer(ch.c, ch.par, score, pairs.t_call)
     return best
+
+
+def _first_scores(
+    pairs: CallPairs, ch: Chunk, score: np.ndarray, params: NestingParams, n_nodes: int
+) -> np.ndarray:
+    """A chunk's scoreboard scores (``score``) with the first pass's penalties, counted
+    over every candidate of each parent."""
+    c, par = ch.c, ch.par
+    if params.overlap_penalty:
+        score = score * _penalty(ch.siblings.overlaps(None), params.overlap_penalty)
+    if params.same_node_penalty:
+        dest = par.astype(np.int64) * n_nodes + pairs.callee[c]
+        _, inv, cnt = np.unique(dest, return_inverse=True, return_counts=True)
+        # 1 + the other candidates to that destination
+        score = score * cnt[inv.ravel()].astype(float) ** -params.same_node_penalty
+    if params.children_penalty:
+        _, inv, cnt = np.unique(par, return_inverse=True, return_counts=True)
+        score = score * cnt[inv.ravel()].astype(float) ** -params.children_penalty
+    return score
 
 
 def _refine(
@@ -734,12 +824,100 @@ def _refine(
             score = board.lookup(ch.cells)
         else:
             score = gaps.lookup(gap_keys[i] if gap_keys is not None else gaps.cells(pairs, ch, member)[0])
-        if params.overlap_penalty:
-            score = score * _penalty(ch.siblings.overlaps(member), params.overlap_penalty)
-        if chosen is not None:
-            score = score * chosen.penalty(pairs, ch.c, ch.par, params)
-        best.offer(ch.c, ch.par, score, pairs.t_call)
+        best.offer(ch.c, ch.par, _refined_scores(pairs, ch, score, member, chosen, params), pairs.t_call)
     return best
+
+
+def _refined_scores(
+    pairs: CallPairs,
+    ch: Chunk,
+    score: np.ndarray,
+    member: np.ndarray,
+    chosen: _Chosen | None,
+    params: NestingParams,
+) -> np.ndarray:
+    """A chunk's board scores (``score``) with a refinement round's penalties, counted
+    over the children each parent was given (``member``, ``chosen``)."""
+    if params.overlap_penalty:
+        score = score * _penalty(ch.siblings.overlaps(member), params.overlap_penalty)
+    if chosen is not None:
+        score = score * chosen.penalty(pairs, ch.c, ch.par, params)
+    return score
+
+
+# The scoreboard stages' cluster tasks (``_Scoring``): each gets a window of the pairs
+# (``infer.windows``) and answers per chunk, in window indices.
+
+
+def _window_counts(w: Window, *, tol_ns: int) -> np.ndarray:
+    """A task: each of the window's pairs' candidate parents among its chunks."""
+    pairs = w.pairs()
+    counts = np.zeros(len(pairs), np.int64)
+    for ch in w.chunks(pairs, tol_ns):
+        counts += np.bincount(ch.c, minlength=len(pairs))
+    return counts
+
+
+def _window_cell_sums(w: Window, *, board: Scoreboard, tol_ns: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A task: per chunk, its candidates' scoreboard cells and the sum per cell of one
+    unit of weight shared among each child's candidates (``w.data``: the counts)."""
+    pairs = w.pairs()
+    head = board.heads(pairs)
+    (counts,) = w.data
+    chunks = w.chunks(pairs, tol_ns)
+    return [cell_sums(board.cell_keys(pairs, ch.c, ch.par, head), 1.0 / counts[ch.c]) for ch in chunks]
+
+
+def _window_gap_counts(
+    w: Window, *, gaps: _GapBoard, tol_ns: int
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A task: per chunk, the distinct gap cells of the children each parent was given,
+    their counts and areas (``_GapBoard.of_counts``)."""
+    pairs = w.pairs()
+    assert w.parent is not None
+    out = []
+    for ch in w.chunks(pairs, tol_ns):
+        member = w.parent[ch.c] == ch.par
+        key, area = gaps.cells(pairs, ch, member)
+        keys, first, count = np.unique(key[member], return_index=True, return_counts=True)
+        out.append((keys, count, area[member][first]))
+    return out
+
+
+def _window_offers(
+    w: Window,
+    *,
+    board: Scoreboard | None,
+    gaps: _GapBoard | None,
+    params: NestingParams,
+    n_nodes: int,
+    tol_ns: int,
+) -> list[Offer]:
+    """A task: each chunk's offer (``Offer``) for the first pass (no ``w.parent``) or a
+    refinement round from ``w.parent``, scored by ``board`` or the sibling round's
+    ``gaps``."""
+    pairs = w.pairs()
+    head = board.heads(pairs) if board is not None else None
+    previous = w.parent
+    chosen = None
+    if previous is not None and (params.same_node_penalty or params.children_penalty):
+        chosen = _Chosen(pairs, previous)
+    out = []
+    for ch in w.chunks(pairs, tol_ns):
+        if previous is None:
+            assert board is not None
+            score = board.lookup(board.cell_keys(pairs, ch.c, ch.par, head))
+            score = _first_scores(pairs, ch, score, params, n_nodes)
+        else:
+            member = previous[ch.c] == ch.par
+            if gaps is not None:
+                score = gaps.lookup(gaps.cells(pairs, ch, member)[0])
+            else:
+                assert board is not None
+                score = board.lookup(board.cell_keys(pairs, ch.c, ch.par, head))
+            score = _refined_scores(pairs, ch, score, member, chosen, params)
+        out.append(Offer.of(ch.c, ch.par, score, pairs.t_call))
+    return out
 
 
 def infer_nesting(

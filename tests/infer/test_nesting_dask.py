@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import synth
-from infer import candidates, chains, infer_nesting
+from infer import candidates, infer_nesting, windows
 from infer.callpairs import match_calls, node_codes
 from infer.candidates import BestSoFar, CandidatePlan, Offer
 from tracefmt import write_trace
@@ -125,11 +125,13 @@ class _PickledTasks:
 
     def __init__(self) -> None:
         self.windows: list = []
+        self.tasks: set[str] = set()
 
     def map(self, fn, items, **common):
+        self.tasks.add(fn.__name__)
         common = pickle.loads(pickle.dumps(common))
         items = [pickle.loads(pickle.dumps(i)) for i in items]
-        self.windows.extend(i for i in items if isinstance(i, chains._Window))
+        self.windows.extend(i for i in items if isinstance(i, windows.Window))
         return [pickle.loads(pickle.dumps(fn(i, **common))) for i in items]
 
     def share(self, value):
@@ -142,11 +144,13 @@ def test_windows_of_the_pairs_give_the_one_process_answer(
 ) -> None:
     """Each task gets only the pairs its chunks' candidates lie in, and a worker keeps
     its chunks up to a budget: with one small chunk a window, parents outside the
-    windows and chunks enumerated again, the answer is the one process's to the bit."""
+    windows and chunks enumerated again, the answer is the one process's to the bit.
+    Every stage runs in the tasks: the scoreboard's counts and sums, the first pass,
+    the penalty and sibling rounds (the sibling round's board too) and chain rounds."""
     monkeypatch.setattr(candidates, "CHUNK_PAIRS", 1 << 12)
-    monkeypatch.setattr(chains, "_TASK_CHUNKS", 1)
-    kept = chains._KeptChunks(budget=1 << 18)
-    monkeypatch.setattr(chains, "_WORKER_CHUNKS", kept)
+    monkeypatch.setattr(windows, "TASK_CHUNKS", 1)
+    kept = windows.KeptChunks(budget=1 << 18)
+    monkeypatch.setattr(windows, "WORKER_CHUNKS", kept)
     # With a skew tolerance a window reaches that much further on each side.
     here = infer_nesting(fanout, tolerance_s=tolerance_s)
     run = _PickledTasks()
@@ -155,7 +159,38 @@ def test_windows_of_the_pairs_give_the_one_process_answer(
     assert kept.dropped > 0  # the budget kept some chunks out: they were made again
     assert 0 < kept.nbytes <= kept.budget
     assert all(w.fields[0].size < n // 4 for w in run.windows)  # windows, not the trace
-    assert any((w.parent == -2).any() for w in run.windows)  # parents outside
+    assert any(w.parent is not None and (w.parent == -2).any() for w in run.windows)  # parents outside
+    assert run.tasks == {
+        "_window_counts",
+        "_window_cell_sums",
+        "_window_offers",
+        "_window_gap_counts",
+        "_score_window",
+    }
+
+
+@pytest.mark.parametrize(
+    ("settings", "sparse"),
+    [
+        ({"same_node_penalty": 1.0, "children_penalty": 0.5}, False),
+        ({"board": "delay", "smooth_bins": 2.0, "density": False}, False),
+        ({}, True),
+    ],
+)
+def test_scoreboard_stages_in_windows_give_the_one_process_answer(
+    fanout, settings: dict, sparse: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first pass and the refinement rounds in windows, with every penalty counted
+    there (over a chunk's candidates or the children its parents were given), the
+    paper's board, and a scoreboard of sums per chunk rather than one dense table."""
+    monkeypatch.setattr(candidates, "CHUNK_PAIRS", 1 << 12)
+    monkeypatch.setattr(windows, "TASK_CHUNKS", 1)
+    if sparse:
+        monkeypatch.setattr(candidates, "DENSE_TABLE", 1 << 10)
+    here = infer_nesting(fanout, chains=0, **settings)
+    run = _PickledTasks()
+    _same(here, infer_nesting(fanout, chains=0, runner=run, **settings))
+    assert "_window_offers" in run.tasks
 
 
 def test_a_full_worker_keeps_its_chunks_and_lets_other_inferences_go() -> None:
@@ -166,7 +201,7 @@ def test_a_full_worker_keeps_its_chunks_and_lets_other_inferences_go() -> None:
     def chunk() -> candidates.Chunk:
         return candidates.Chunk(np.zeros(100, np.int32), np.zeros(100, np.int32), np.zeros(0, np.int32), None)
 
-    kept = chains._KeptChunks(budget=3 * chunk().nbytes)
+    kept = windows.KeptChunks(budget=3 * chunk().nbytes)
     for s in range(3):
         kept.put((1, (s, s + 1)), chunk())
     for s in range(5):  # a new inference: the old one's chunks go first, then no room
