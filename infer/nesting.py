@@ -466,43 +466,73 @@ class _GapBoard:
 def _break_cycles(parent: np.ndarray) -> np.ndarray:
     """``parent`` with every loop of parent links cut at its earliest (lowest) pair.
 
-    Pointer doubling, no loop per call: after k steps each pair knows its 2^k-th
-    ancestor and the lowest pair on the way; a pair still not at a root after more
-    steps than there are pairs leads into a loop, whose lowest pair is found from the
-    loop itself.
-
     Examples
     --------
     >>> _break_cycles(np.array([1, 0, 1, -1, 3])).tolist()
     [-1, 0, 1, -1, 3]
     """
-    n = parent.size
-    if n == 0:
-        return parent
-    sentinel = n  # a root's parent, pointing to itself
-    up = np.append(np.where(parent >= 0, parent, sentinel), sentinel)
-    low = np.arange(n + 1)
-    for _ in range(max(n.bit_length(), 1) + 1):
-        low = np.minimum(low, low[up])
-        up = up[up]
-    stuck = np.flatnonzero(up[:n] != sentinel)
-    if stuck.size == 0:
-        return parent
-    # up[v] is on v's loop, and low there is the loop's lowest pair (the path walked
-    # from it is longer than the loop).
     out = parent.copy()
-    out[np.unique(low[up[stuck]])] = -1
+    out[_loop_lows(parent, np.arange(parent.size))] = -1
     return out
 
 
+def _loop_lows(up: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """The lowest ``low`` of each loop of the links ``up`` (-1: none), one per loop.
+
+    Pointer doubling, no loop per element: after k steps each element knows its 2^k-th
+    successor and the lowest ``low`` on the way; one still not at the end after more
+    steps than there are elements leads into a loop, whose lowest is found from the
+    loop itself.
+
+    >>> _loop_lows(np.array([1, 2, 0, -1]), np.array([7, 3, 5, 0])).tolist()
+    [3]
+    """
+    n = up.size
+    if n == 0:
+        return np.zeros(0, low.dtype)
+    sentinel = n  # the end of a path, pointing to itself
+    nxt = np.append(np.where(up >= 0, up, sentinel), sentinel)
+    least = np.append(low, np.iinfo(np.int64).max)
+    for _ in range(max(n.bit_length(), 1) + 1):
+        least = np.minimum(least, least[nxt])
+        nxt = nxt[nxt]
+    stuck = np.flatnonzero(nxt[:n] != sentinel)
+    # nxt[v] is on v's loop, and least there is the loop's lowest (the path walked from
+    # it is longer than the loop).
+    return np.unique(least[nxt[stuck]])
+
+
 def _without_loops(pairs: CallPairs, parent: np.ndarray) -> np.ndarray:
-    """``parent`` with loops cut (``_break_cycles``). Calls that hold each other (equal
-    times, or overlapping within the tolerance) can choose each other: a loop has no
-    root. Without a parent calling no earlier than its child there is no loop to look for."""
+    """``parent`` with every loop cut at its lowest pair, as ``_break_cycles`` cuts them.
+
+    Calls that hold each other (equal times, or overlapping within the tolerance) can
+    choose each other: a loop has no root. Going up a loop the call times cannot fall
+    at every step, so every loop holds a *back* link, from a call to a parent called no
+    earlier; there are few (calls that stray within the tolerance). Only they are
+    followed: from each, up the links that go back in time to the next back link (or a
+    root), noting the lowest pair passed; the loops of those few steps are the loops of
+    the whole, with the same lowest pairs (0.1 s a stage of 2.5 M call pairs searched as
+    a whole, a few ms this way).
+    """
+    n = parent.size
     kid = np.flatnonzero(parent >= 0)
-    if np.any(pairs.t_call[parent[kid]] >= pairs.t_call[kid]):
-        return _break_cycles(parent)
-    return parent
+    back = kid[pairs.t_call[parent[kid]] >= pairs.t_call[kid]]
+    if back.size == 0:
+        return parent
+    slot = np.full(n, -1, np.int64)  # each back link's place among them
+    slot[back] = np.arange(back.size)
+    # Up from each back link's parent over links that go back in time (forward ones
+    # only, which make no loop): at most the tree's depth of steps.
+    at, low = parent[back].copy(), back.copy()
+    going = np.flatnonzero((at >= 0) & (slot[np.maximum(at, 0)] < 0))
+    while going.size:
+        low[going] = np.minimum(low[going], at[going])
+        at[going] = parent[at[going]]
+        going = going[(at[going] >= 0) & (slot[np.maximum(at[going], 0)] < 0)]
+    up = np.where(at >= 0, slot[np.maximum(at, 0)], -1)
+    out = parent.copy()
+    out[_loop_lows(up, low)] = -1
+    return out
 
 
 @dataclass(frozen=True)

@@ -769,6 +769,33 @@ def test_break_cycles_cuts_every_loop_at_its_lowest_call() -> None:
     assert _break_cycles(np.zeros(0, np.int64)).size == 0
 
 
+def test_loops_are_cut_from_the_back_links_alone_as_from_the_whole() -> None:
+    """``_without_loops`` follows only the links to a parent called no earlier (every
+    loop holds one) and cuts each loop where ``_break_cycles``, which searches every
+    link, does: at its lowest pair, tails into loops kept."""
+    from infer.callpairs import CallPairs
+    from infer.nesting import _break_cycles, _without_loops
+
+    rng = np.random.default_rng(5)
+    loops = 0
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        # Coarse times (calls at one instant); pairs in call order, as the trace's are,
+        # or not (then a loop's lowest pair need not be its back link).
+        t_call = rng.integers(0, 12, n)
+        if rng.random() < 0.5:
+            t_call = np.sort(t_call)
+        # Mostly forward links (a parent called earlier), some back, some roots.
+        parent = np.where(rng.random(n) < 0.2, -1, rng.integers(0, n, n))
+        parent[parent == np.arange(n)] = -1
+        pairs = CallPairs(np.zeros(n, np.int64), np.ones(n, np.int64), t_call, t_call + 5,
+                          np.arange(n), np.arange(n), 0, 0, 0)  # fmt: skip
+        want = _break_cycles(parent)
+        loops += int((want != parent).sum())
+        assert _without_loops(pairs, parent).tolist() == want.tolist()
+    assert loops > 100
+
+
 def test_a_delay_injected_in_a_fan_out_is_found_on_its_visit() -> None:
     # gateway-fanout-slow.toml makes RECS 20 ms slower when the home page calls it (at
     # once with PROFILE and, sometimes, ADS), not when a search does. Inferred with the
