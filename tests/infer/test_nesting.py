@@ -836,3 +836,16 @@ def test_a_delay_injected_in_a_fan_out_is_found_on_its_visit() -> None:
             assert abs(got_delta) < 0.001
         checked += 1
     assert checked >= 4
+
+
+def test_one_process_keeps_a_quarter_of_the_memory_available_for_its_candidates(tmp_path: Path) -> None:
+    from infer.candidates import keep_budget
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       25165824 kB\nMemAvailable:   16777216 kB\n")
+    assert keep_budget(str(meminfo)) == 4 << 30
+    meminfo.write_text("MemTotal:       2097152 kB\nMemAvailable:    1048576 kB\n")
+    assert keep_budget(str(meminfo)) == 640 << 20  # never below the fixed budget
+    meminfo.write_text("MemTotal:       2097152 kB\n")
+    assert keep_budget(str(meminfo)) == 640 << 20  # unknown: the fixed budget
+    assert keep_budget(str(tmp_path / "none")) == 640 << 20
