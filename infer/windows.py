@@ -34,7 +34,7 @@ __all__ = ["Homes", "KeptChunks", "Window", "Windows"]
 #: of a bounded size keep a worker's memory flat whatever the trace's length.
 TASK_CHUNKS = 8
 
-#: What a worker keeps of its chunks. Less than one process keeps (``_KEEP_BYTES``): a
+#: What a worker keeps of its chunks. Less than one process keeps (``keep_budget()``): a
 #: worker holds only its share, and a chunk not kept costs its enumeration again (about
 #: a fifth of its scoring) in tasks that are a small part of a cluster run (the driver's
 #: part is most of it: 41 of 282 s in maps on 20 M messages), while memory that does
@@ -101,12 +101,21 @@ class Window:
         return self.lo + self.fields[0].size
 
     def pairs(self) -> CallPairs:
+        """The window's call pairs, their node codes back in 64 bits (as one process has
+        them: keys made from them must not wrap round, which NumPy 1's arithmetic on
+        32-bit arrays would let them)."""
         none = np.zeros(0, np.int64)
-        return CallPairs(*self.fields, none, none, 0, 0, 0)
+        caller, callee, tc, tr = self.fields
+        return CallPairs(caller.astype(np.int64), callee.astype(np.int64), tc, tr, none, none, 0, 0, 0)
 
     def homes(self, pairs: CallPairs) -> Homes:
+        return Homes.of(pairs, self.parents(), self.far)
+
+    def parents(self) -> np.ndarray:
+        """The assignment scored, as window indices in 64 bits (-1: a root, -2: a parent
+        outside the window)."""
         assert self.parent is not None
-        return Homes.of(pairs, self.parent, self.far)
+        return self.parent.astype(np.int64)
 
     def chunks(self, pairs: CallPairs, tol_ns: int) -> Iterator[Chunk]:
         """The window's chunks (window indices, without scoreboard cells), as this
@@ -125,7 +134,7 @@ class Window:
 
 class Windows:
     """The windows of one inference on a cluster: its chunks of parents (``ranges``, in
-    order) in groups of at most ``TASK_CHUNKS`` (and at least four per worker), each with
+    order) in groups of at most ``TASK_CHUNKS`` (and at least four per worker thread), each with
     the pairs its candidates lie in (``tol_ns``: the tolerance the candidates were found
     with). One set serves every stage, so a worker's kept chunks serve them all."""
 

@@ -522,10 +522,16 @@ def _same_model(a: ChainModel, b: ChainModel) -> None:
     assert all(np.array_equal(x, y) for x, y in zip(a.counted, b.counted, strict=True))
 
 
-def test_a_model_counted_again_where_calls_moved_is_the_model_learnt_whole(busy) -> None:
+def test_a_model_counted_again_where_calls_moved_is_the_model_learnt_whole(
+    busy, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``relearn`` takes off the old chains of the calls whose children changed and
     adds their new ones: the model is the one learnt from scratch, to the bit, for
     moves that empty a parent, fill a childless one, make roots and undo roots."""
+    from infer import chains
+
+    # Counted again however many moved (past a quarter it would learn the whole).
+    monkeypatch.setattr(chains, "_RELEARN_MOVED", 1)
     pairs, params, n_nodes = busy["pairs"], busy["params"], busy["n_nodes"]
     rng = np.random.default_rng(5)
     before = busy["start"].copy()
@@ -546,6 +552,7 @@ def test_rounds_with_models_counted_again_give_the_answer_of_models_learnt_whole
 ) -> None:
     from infer import chains
 
+    monkeypatch.setattr(chains, "_RELEARN_MOVED", 1)  # counted again, however many moved
     pairs, params = busy["pairs"], NestingParams(board="joint", density=True, chains=6)
 
     def run() -> list:

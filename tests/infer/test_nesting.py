@@ -769,12 +769,16 @@ def test_break_cycles_cuts_every_loop_at_its_lowest_call() -> None:
     assert _break_cycles(np.zeros(0, np.int64)).size == 0
 
 
-def test_loops_are_cut_from_the_back_links_alone_as_from_the_whole() -> None:
+def test_loops_are_cut_from_the_back_links_alone_as_from_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     """``_without_loops`` follows only the links to a parent called no earlier (every
     loop holds one) and cuts each loop where ``_break_cycles``, which searches every
     link, does: at its lowest pair, tails into loops kept."""
+    from infer import nesting
     from infer.callpairs import CallPairs
     from infer.nesting import _break_cycles, _without_loops
+
+    # However many back links (these small cases have many): not the whole searched.
+    monkeypatch.setattr(nesting, "_FEW_BACK_LINKS", 1)
 
     rng = np.random.default_rng(5)
     loops = 0
@@ -841,11 +845,22 @@ def test_a_delay_injected_in_a_fan_out_is_found_on_its_visit() -> None:
 def test_one_process_keeps_a_quarter_of_the_memory_available_for_its_candidates(tmp_path: Path) -> None:
     from infer.candidates import keep_budget
 
-    meminfo = tmp_path / "meminfo"
+    meminfo, cgroup = tmp_path / "meminfo", tmp_path / "cgroup"
+    cgroup.mkdir()
+
+    def budget() -> int:
+        return keep_budget(str(meminfo), str(cgroup))
+
     meminfo.write_text("MemTotal:       25165824 kB\nMemAvailable:   16777216 kB\n")
-    assert keep_budget(str(meminfo)) == 4 << 30
+    assert budget() == 4 << 30
+    # A container's limit, less what it uses, when that is less than the host has free.
+    (cgroup / "memory.max").write_text(f"{6 << 30}\n")
+    (cgroup / "memory.current").write_text(f"{2 << 30}\n")
+    assert budget() == 1 << 30
+    (cgroup / "memory.max").write_text("max\n")
+    assert budget() == 4 << 30
     meminfo.write_text("MemTotal:       2097152 kB\nMemAvailable:    1048576 kB\n")
-    assert keep_budget(str(meminfo)) == 640 << 20  # never below the fixed budget
+    assert budget() == 640 << 20  # never below the fixed budget
     meminfo.write_text("MemTotal:       2097152 kB\n")
-    assert keep_budget(str(meminfo)) == 640 << 20  # unknown: the fixed budget
+    assert budget() == 640 << 20  # unknown: the fixed budget
     assert keep_budget(str(tmp_path / "none")) == 640 << 20

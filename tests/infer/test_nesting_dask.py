@@ -1,5 +1,6 @@
-"""Nesting on a Dask cluster: the chain rounds' chunks scored by workers give the answer
-one process gives, to the last bit (parents, confidences, patterns, calibration)."""
+"""Nesting on a Dask cluster: every stage's chunks scored by workers, in windows of the
+pairs, give the answer one process gives, to the last bit (parents, confidences,
+patterns, calibration)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import synth
 from infer import candidates, infer_nesting, nesting, windows
 from infer.callpairs import match_calls, node_codes
 from infer.candidates import BestSoFar, CandidatePlan, Offer
+from infer.nesting import NestingParams, nesting_stages
 from tracefmt import write_trace
 from tracefmt.cluster import open_runner
 
@@ -198,6 +200,29 @@ def test_scoreboard_stages_in_windows_give_the_one_process_answer(
     run = _PickledTasks()
     _same(here, infer_nesting(fanout, chains=0, runner=run, **settings))
     assert "_window_offers" in run.tasks
+
+
+@pytest.mark.parametrize("settings", [{"siblings": 0}, {}, {"tolerance_s": 0.003, "chains": 2}])
+def test_every_stage_in_windows_is_the_one_process_stage(
+    fanout, settings: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stage by stage, not only the last: a scoreboard summed in another order changes
+    the first pass's shares, which a sibling round (scored on a board of integer
+    counts) or a chain round can hide in the answer."""
+    monkeypatch.setattr(candidates, "CHUNK_PAIRS", 1 << 12)
+    monkeypatch.setattr(windows, "TASK_CHUNKS", 1)
+    nodes = node_codes(fanout)
+    pairs = match_calls(fanout, nodes)
+    params = NestingParams(**settings)
+    run = _PickledTasks()
+    here = list(nesting_stages(pairs, len(nodes.names), params))
+    there = list(nesting_stages(pairs, len(nodes.names), params, runner=run))
+    assert [s.name for s in here] == [s.name for s in there]
+    for a, b in zip(here, there, strict=True):
+        assert np.array_equal(a.parent, b.parent), a.name
+        assert np.array_equal(a.log_odds, b.log_odds), a.name
+        assert a.log_likelihood == b.log_likelihood, a.name
+    assert "_window_cell_sums" in run.tasks
 
 
 def test_a_full_worker_keeps_its_chunks_and_lets_other_inferences_go() -> None:
