@@ -420,31 +420,33 @@ class _GapBoard:
     ) -> tuple[_GapBoard, list[np.ndarray] | None]:
         """The board of the gaps around every child at the parent it was given, and every
         chunk's cells for scoring them (None when the chunks are not kept in memory)."""
-        board = cls(params, n_nodes)
-        keys, areas = [], []
+        empty = cls(params, n_nodes)
+        parts = []
         chunk_keys: list[np.ndarray] | None = [] if chunks.kept is not None else None
         for ch in chunks:
-            member = parent[ch.c] == ch.par
-            key, area = board.cells(pairs, ch, member)
+            key, part = empty.counted(pairs, ch, parent[ch.c] == ch.par)
             if chunk_keys is not None:
                 chunk_keys.append(key)
-            keys.append(key[member])
-            areas.append(area[member])
-        all_keys = np.concatenate(keys) if keys else np.zeros(0, np.int64)
-        board.keys, inv, count = np.unique(all_keys, return_inverse=True, return_counts=True)
-        area = np.ones(board.keys.size)
-        if params.density and all_keys.size:
-            area[inv.ravel()] = np.concatenate(areas)
-        board.values = count / area
-        return board, chunk_keys
+            parts.append(part)
+        return cls.of_counts(params, n_nodes, parts), chunk_keys
+
+    def counted(
+        self, pairs: CallPairs, ch: Chunk, member: np.ndarray
+    ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """A chunk's cell keys (``cells``), and its part of the board: the distinct
+        cells of the children its parents were given (``member``), their counts and
+        areas (``of_counts`` sums the parts)."""
+        key, area = self.cells(pairs, ch, member)
+        keys, first, count = np.unique(key[member], return_index=True, return_counts=True)
+        return key, (keys, count, area[member][first])
 
     @classmethod
     def of_counts(
         cls, params: NestingParams, n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
     ) -> _GapBoard:
-        """The board ``learn`` gives, from each chunk's distinct member cells, their
-        counts and areas (``_window_gap_counts``, made by a cluster's tasks): counts
-        are integers, so the sum is exact in any order."""
+        """The board of the chunks' parts (``counted``: each chunk's distinct member
+        cells, their counts and areas, made here or by a cluster's tasks): counts are
+        integers, so the sum is exact in any order."""
         board = cls(params, n_nodes)
         keys, counts, areas = (np.concatenate(a) for a in zip(*parts, strict=True)) if parts else ((),) * 3
         board.keys, inv = np.unique(np.asarray(keys, np.int64), return_inverse=True)
@@ -923,13 +925,7 @@ def _window_gap_counts(
     their counts and areas (``_GapBoard.of_counts``)."""
     pairs = w.pairs()
     parent = w.parents()
-    out = []
-    for ch in w.chunks(pairs, tol_ns):
-        member = parent[ch.c] == ch.par
-        key, area = gaps.cells(pairs, ch, member)
-        keys, first, count = np.unique(key[member], return_index=True, return_counts=True)
-        out.append((keys, count, area[member][first]))
-    return out
+    return [gaps.counted(pairs, ch, parent[ch.c] == ch.par)[1] for ch in w.chunks(pairs, tol_ns)]
 
 
 def _window_offers(
@@ -952,17 +948,16 @@ def _window_offers(
         chosen = _Chosen(pairs, previous)
     out = []
     for ch in w.chunks(pairs, tol_ns):
-        if previous is None:
+        member = previous[ch.c] == ch.par if previous is not None else None
+        if gaps is not None:
+            assert member is not None
+            score = gaps.lookup(gaps.cells(pairs, ch, member)[0])
+        else:
             assert board is not None
             score = board.lookup(board.cell_keys(pairs, ch.c, ch.par, head))
+        if member is None:
             score = _first_scores(pairs, ch, score, params, n_nodes)
         else:
-            member = previous[ch.c] == ch.par
-            if gaps is not None:
-                score = gaps.lookup(gaps.cells(pairs, ch, member)[0])
-            else:
-                assert board is not None
-                score = board.lookup(board.cell_keys(pairs, ch.c, ch.par, head))
             score = _refined_scores(pairs, ch, score, member, chosen, params)
         out.append(Offer.of(ch.c, ch.par, score, pairs.t_call))
     return out

@@ -139,7 +139,6 @@ class Windows:
     with). One set serves every stage, so a worker's kept chunks serve them all."""
 
     def __init__(self, pairs: CallPairs, ranges: list[tuple[int, int]], tol_ns: int, width: int) -> None:
-        self.pairs, self.tol_ns = pairs, tol_ns
         self.token = secrets.randbits(62)
         tc, tr = pairs.t_call, pairs.t_return
         self.windows: list[Window] = []
