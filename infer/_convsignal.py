@@ -12,6 +12,7 @@ the square-rooted peak height does not.
 from __future__ import annotations
 
 import copy
+import functools
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -168,6 +169,20 @@ def _extents(z: np.ndarray, peaks: np.ndarray, floor_sigma: float) -> tuple[np.n
     return lo, hi
 
 
+def _delays(
+    t_out: np.ndarray, t_in: np.ndarray, lo: np.ndarray, hi: np.ndarray, limit: int
+) -> np.ndarray | None:
+    """``t_out[i] - t_in[j]`` for every message out ``i`` and ``j`` in ``lo[i]:hi[i]``
+    (``None`` past ``limit`` pairs)."""
+    k = np.maximum(hi - lo, 0)
+    total = int(k.sum())
+    if total > limit:
+        return None
+    out = np.repeat(np.arange(k.size), k)
+    starts = np.repeat(lo - np.cumsum(k) + k, k)
+    return t_out[out] - t_in[starts + np.arange(total)]
+
+
 class Correlator:
     """Per-edge signals of one trace and their cross-correlations over lags ``[-neg, max_lag]``.
 
@@ -319,13 +334,45 @@ class Correlator:
             return None
         lo, hi, _, t_out, t_in = self._same_slot(e_in, e_out)
         first_after = np.clip(np.searchsorted(t_in, t_out, side="right"), lo, hi)
-        k = first_after - lo  # messages in the slot at or before it, per message out
-        total = int(k.sum())
-        if total > limit:
+        return _delays(t_out, t_in, lo, first_after, limit)
+
+    @functools.cached_property
+    def resolution_ns(self) -> int:
+        """The timestamps' resolution: the largest power of ten nanoseconds (up to a
+        second) that divides every one of them (1 without ``times``)."""
+        if self._times is None:
+            return 1
+        return next((10**k for k in range(9, 0, -1) if not (self._times % 10**k).any()), 1)
+
+    def near_delays(
+        self, e_in: int, e_out: int, before_ns: int, after_ns: int, limit: int = 2_000_000
+    ) -> np.ndarray | None:
+        """The delays (ns) of every pair of a message on ``e_in`` and one on ``e_out``
+        sent less than ``after_ns`` after it or ``before_ns`` before it, whatever their
+        slots: the shortest lags at the messages' own resolution. ``None`` without
+        ``times`` or past ``limit`` pairs."""
+        if self._times is None:
             return None
-        out = np.repeat(np.arange(k.size), k)
-        starts = np.repeat(lo - np.cumsum(k) + k, k)
-        return t_out[out] - t_in[starts + np.arange(total)]
+        t_in, t_out, lo, hi = self._between(e_in, e_out, -before_ns, after_ns)
+        return _delays(t_out, t_in, lo, hi, limit)
+
+    def pairs_between(self, e_in: int, e_out: int, low_ns: int, high_ns: int) -> int:
+        """How many pairs of a message on ``e_in`` and one on ``e_out`` sent more than
+        ``low_ns`` and less than ``high_ns`` after it (0 without ``times``)."""
+        if self._times is None:
+            return 0
+        _, _, lo, hi = self._between(e_in, e_out, low_ns, high_ns)
+        return int(np.maximum(hi - lo, 0).sum())
+
+    def _between(self, e_in: int, e_out: int, low_ns: int, high_ns: int) -> tuple[np.ndarray, ...]:
+        """Both edges' times and, per message out, the bounds of the messages in sent
+        more than ``low_ns`` and less than ``high_ns`` before it."""
+        assert self._times is not None
+        t_in = self._times[self._bounds[e_in] : self._bounds[e_in + 1]]
+        t_out = self._times[self._bounds[e_out] : self._bounds[e_out + 1]]
+        lo = np.searchsorted(t_in, t_out - high_ns, side="right")
+        hi = np.searchsorted(t_in, t_out - low_ns, side="left")
+        return t_in, t_out, lo, hi
 
     def same_slot_unordered(self, e_in: int, e_out: int) -> tuple[float, float]:
         """The pairs at lag 0 whose message on ``e_out`` is earlier than the one on

@@ -346,9 +346,13 @@ def _pair_spikes(
     if z is None:
         return (), window, none
     peaks = _plausible_peaks(z, sq, corr, p, tally)
-    if not peaks:
-        return (), window, none
-    out = _counted_spikes(peaks, corr, p, (e_in, e_out), sq, raw, tally)
+    out = _counted_spikes(peaks, corr, p, (e_in, e_out), sq, raw, tally) if peaks else []
+    if not any(s.lag <= 1 for s in out):
+        fine = _fine_spike(corr, p, e_in, e_out, raw)
+        if fine is not None:
+            tally["spikes_fine"] += 1
+            tally["spikes_within_quantum"] += 1
+            out.append(fine)
     tally["spikes"] += len(out)
     near = curve[: corr.max_lag // 2 + 1].copy() if out else none
     return tuple(sorted(out, key=lambda s: (-s.count, s.lag))), window, near
@@ -478,6 +482,59 @@ def _spike_delay(
 
 
 _SUB_BINS = 20  # bins of a quantum when a delay shorter than it is read off message times
+_MIN_FINE_BINS = 4  # a quantum the timestamps cut into fewer bins hides nothing finer
+
+
+def _fine_spike(
+    corr: Correlator, p: ConvolutionParams, e_in: int, e_out: int, raw: np.ndarray
+) -> DelaySpike | None:
+    """A spike within the first quantum that the quantum hides, read off the messages'
+    own times: the run of twentieths of a quantum after the message in whose pairs stand
+    furthest above the background (Poisson, tested against every run tried).
+
+    At the quantum's resolution a short, rare relation sits in one lag whose local
+    background a stronger relation at negative lags lifts: on TraceWeaver's media at
+    load 125, ``compose-review-service`` answers ``text-service`` 0.1-0.5 ms after
+    ``movie-review-service`` answers it in 5% of the requests, while in the others it
+    answered ``text-service`` 3-5 ms before. The background here is the highest of the
+    pairs' density over the quantum before the message in, over the quantum after the
+    first and over lags 2 .. the ring: a bump on the shoulder of a relation at negative
+    lags is no spike, nor is the rising edge of one that peaks past the first quantum
+    (``compose-review-service`` answering one uploader 0.5-2 ms after another's upload
+    came: the uploads of a request arrive together). Ties (delay 0) count on neither
+    side: their order is unknown."""
+    q_ns = p.quantum_s * 1e9
+    # Bins no finer than the timestamps (whole seconds put every delay on a bin's edge).
+    bins = min(_SUB_BINS, int(q_ns // corr.resolution_ns))
+    if bins < _MIN_FINE_BINS:
+        return None
+    q = round(q_ns)
+    delays = corr.near_delays(e_in, e_out, 0, q)
+    if delays is None or delays.size == 0:
+        return None
+    after = np.bincount(delays * bins // q, minlength=bins)[:bins].astype(np.float64)
+    before = corr.pairs_between(e_in, e_out, -q, 0)
+    beyond = corr.pairs_between(e_in, e_out, q - 1, 2 * q)
+    ring, _ = _ring(p)
+    pairs = raw[corr.neg :] * (corr.overlap[corr.neg :] / corr.n_slots)
+    far = float(np.median(pairs[2 : 2 + ring])) if pairs.size > 2 else 0.0
+    bg = max(far, before, beyond, 1.0) / bins
+    summed = np.concatenate([[0.0], np.cumsum(after)])
+    i, j = np.triu_indices(bins + 1, k=1)
+    seen = summed[j] - summed[i]
+    expected = bg * (j - i)
+    tail = np.where(seen > 0, gammainc(np.maximum(seen, 1.0), expected), 1.0)
+    best = int(np.argmin(tail))
+    if tail[best] * i.size > float(ndtr(-p.n_sigma)):
+        return None
+    lo, hi = int(i[best]), int(j[best])
+    w = np.maximum(after[lo:hi] - bg, 0.0)
+    mid = (np.arange(lo, hi) + 0.5) * (q_ns / bins)
+    count = float(seen[best] - expected[best])
+    z = count / float(np.sqrt(expected[best]))
+    if not w.sum() > 0:
+        return None
+    return DelaySpike(float((mid * w).sum() / w.sum()) / 1e9, 0, count, z)
 
 
 def _poisson_at_least(k: int, mean: float) -> float:
@@ -848,7 +905,8 @@ def _new_stats(trace: pa.Table, edges: _EdgeGraph, corr: Correlator) -> dict[str
     """The run's counters, at zero."""
     counters = (
         "pairs_correlated spikes spikes_negative spikes_at_max_lag spikes_too_few_pairs "
-        "spikes_within_quantum cut_min_count cut_repeats cut_root cut_depth short_delays short_hops"
+        "spikes_within_quantum spikes_fine cut_min_count cut_repeats cut_root cut_depth "
+        "short_delays short_hops"
     )
     return {
         "messages": trace.num_rows,
@@ -975,7 +1033,14 @@ def _correlate_group(
 
 
 #: The counters ``_pair_spikes`` adds to.
-_TALLIED = ("spikes", "spikes_negative", "spikes_at_max_lag", "spikes_too_few_pairs", "spikes_within_quantum")
+_TALLIED = (
+    "spikes",
+    "spikes_negative",
+    "spikes_at_max_lag",
+    "spikes_too_few_pairs",
+    "spikes_within_quantum",
+    "spikes_fine",
+)
 
 
 def _correlate_on(

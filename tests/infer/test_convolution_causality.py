@@ -141,6 +141,63 @@ def test_a_node_that_only_answers_is_no_root() -> None:
     assert "c" in r.roots
 
 
+def _hidden(causal: bool, seed: int = 7, n: int = 4000, share: float = 0.06) -> pa.Table:
+    """Mostly a sends to y 3-5 ms before x sends to a (no cause: the wrong order); in a
+    ``share`` of the cases x sends to a and a sends to y 0.1-0.4 ms later (``causal``),
+    or at a random moment within 20 ms (not)."""
+    rng = np.random.default_rng(seed)
+    rows, t = [], 0.0
+    for _ in range(n):
+        t += rng.exponential(0.004)
+        if rng.random() < share:
+            rows.append((t, "x", "a"))
+            rows.append((t + (rng.uniform(1e-4, 4e-4) if causal else rng.uniform(0, 0.02)), "a", "y"))
+        else:
+            rows.append((t, "a", "y"))
+            rows.append((t + rng.uniform(0.003, 0.005), "x", "a"))
+    return _sends(rows)
+
+
+def test_a_rare_short_relation_beside_a_strong_earlier_one_is_found() -> None:
+    # At 1 ms the rare relation sits in lag 0, whose local background the strong
+    # relation at lags -3 .. -5 lifts: no spike there. At the messages' own resolution it
+    # stands well above the pairs' density before and after it.
+    r = infer.infer_convolution(_hidden(True), quantum_s=0.001, max_lag_s=0.1, root=["x"])
+    path = next(p for p in r.paths if p.nodes == ("x", "a", "y"))
+    assert r.stats["spikes_fine"] == 1
+    assert 0.15e-3 <= path.delays_s[0][0] <= 0.35e-3  # 0.25 ms on average
+    assert 0.6 * 240 <= path.count <= 1.4 * 240  # 6% of 4,000
+    # Where the rare case is no relation (the same messages, a at random), nothing.
+    r = infer.infer_convolution(_hidden(False), quantum_s=0.001, max_lag_s=0.1, root=["x"])
+    assert not any(p.nodes[:3] == ("x", "a", "y") for p in r.paths)
+    assert r.stats["spikes_fine"] == 0
+
+
+def test_the_rising_edge_of_a_later_relation_is_no_spike_within_the_quantum() -> None:
+    # a sends to y 1.5 ms (sd 0.4 ms) after each of x's messages: its first quantum holds
+    # the relation's rising edge, denser than the quantum before it, but no denser than
+    # the quantum after it. The hop is the spike at lag 1 or 2, not a fine one.
+    rng = np.random.default_rng(11)
+    t = np.cumsum(rng.exponential(0.01, 4000))
+    rows = [(s, "x", "a") for s in t] + [(s + rng.normal(0.0015, 0.0004), "a", "y") for s in t]
+    r = infer.infer_convolution(_sends(rows), quantum_s=0.001, max_lag_s=0.1, root=["x"])
+    path = next(p for p in r.paths if p.nodes == ("x", "a", "y"))
+    assert r.stats["spikes_fine"] == 0
+    assert abs(path.delays_s[0][0] - 0.0015) <= 0.0005
+
+
+def test_no_finer_reading_than_the_timestamps_resolution() -> None:
+    # Whole-second stamps and a quantum of 2 s: every delay is a whole second, which
+    # bins of a twentieth of the quantum would show as spikes at every second.
+    rng = np.random.default_rng(2)
+    t = np.cumsum(rng.exponential(3.0, 5000)).round()
+    rows = [(s, "x", "a") for s in t] + [(s + rng.integers(0, 4), "a", "y") for s in t]
+    rows += [(s, "u", "a") for s in np.cumsum(rng.exponential(3.0, 5000)).round()]
+    r = infer.infer_convolution(_sends(rows), quantum_s=2.0, max_lag_s=200.0, root=["x", "u"])
+    assert r.stats["spikes_fine"] == 0
+    assert not any(p.nodes[:3] == ("u", "a", "y") for p in r.paths)
+
+
 def test_an_answer_within_a_sliver_of_a_quantum_is_measured() -> None:
     # b answers in 20-40 µs, so nearly every answer shares its call's millisecond and
     # lag 1 holds nothing above the background: the delay comes from the times.
@@ -420,6 +477,61 @@ def test_hotel_request_found_hop_by_hop(load: int) -> None:
     assert all(near), (got, medians.tolist())
     reservation = seq.index("reservation") - 1
     assert not any(abs(d - medians[reservation]) <= 0.001 for d in path.delays_s[reservation])
+
+
+@needs_data
+@pytest.mark.slow
+@pytest.mark.parametrize("load", [25, 75])
+def test_media_branches_found_hop_by_hop(load: int) -> None:
+    # Every branch that 5% of the requests take, every hop within a quantum of the
+    # truth's median. The last to come: compose-review-service answering an uploader
+    # 0.1-0.5 ms after user-review-service answers it (in the requests where that
+    # uploader came last), beside answers to uploaders 3-5 ms earlier in the others.
+    trace = tracefmt.read_jaeger(DATA / f"media_load{load}.jsonl.gz")
+    result = infer.infer_convolution(trace, quantum_s=0.001, max_lag_s=1.0)
+    doc = result.to_json()
+    requests = int(np.unique(trace["true_instance"].to_numpy()).size)
+    truth = infer.true_linear_paths(trace)
+    main = [s for s in truth.patterns if truth.count(s) >= 0.05 * requests]
+    missed = [s for s in main if not any(tuple(p["nodes"][: len(s)]) == s for p in doc["paths"])]
+    assert not missed
+    hops = infer.evaluate_convolution(doc, trace, min_true_count=int(np.ceil(0.05 * requests)))["hops"]
+    assert hops["near"] == hops["true"], hops
+    assert result.stats["spikes_fine"] >= 1
+
+
+@needs_data
+@pytest.mark.slow
+def test_fine_spikes_are_on_truly_causal_pairs() -> None:
+    # Every spike read off the messages' times within the first quantum, for every pair
+    # of edges through a node of the three media recordings, joins edges that the truth
+    # links (a message on the second caused by one on the first), but for at most one
+    # in six.
+    from collections import Counter
+
+    from infer import convolution as conv
+    from infer.evaluate import true_causes
+
+    verdicts = []
+    for load in (25, 75, 125):
+        trace = tracefmt.sort_trace(
+            tracefmt.validate_trace(tracefmt.read_jaeger(DATA / f"media_load{load}.jsonl.gz"))
+        )
+        edges = conv._EdgeGraph.of(trace)
+        cause = true_causes(trace)
+        has = cause >= 0
+        linked = set(zip(edges.edge[cause[has]].tolist(), edges.edge[has].tolist(), strict=True))
+        params = infer.ConvolutionParams(quantum_s=0.001, max_lag_s=1.0)
+        corr, _, _ = conv._correlator(trace, edges, params, [])
+        for node in range(len(edges.names)):
+            for e_in in edges.in_edges[node]:
+                for e_out in edges.out_edges[node]:
+                    tally: Counter[str] = Counter()
+                    conv._pair_spikes(corr, params, e_in, e_out, tally)
+                    if tally["spikes_fine"]:
+                        verdicts.append((e_in, e_out) in linked)
+    assert len(verdicts) >= 6
+    assert sum(verdicts) >= 5 / 6 * len(verdicts), verdicts
 
 
 def _nesting_hops(visit: dict, out: list[tuple[tuple[str, str, str], dict]]) -> None:
