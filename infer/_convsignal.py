@@ -344,17 +344,40 @@ class Correlator:
             return 1
         return next((10**k for k in range(9, 0, -1) if not (self._times % 10**k).any()), 1)
 
-    def near_delays(
-        self, e_in: int, e_out: int, before_ns: int, after_ns: int, limit: int = 2_000_000
-    ) -> np.ndarray | None:
-        """The delays (ns) of every pair of a message on ``e_in`` and one on ``e_out``
-        sent less than ``after_ns`` after it or ``before_ns`` before it, whatever their
-        slots: the shortest lags at the messages' own resolution. ``None`` without
-        ``times`` or past ``limit`` pairs."""
+    def binned_delays(
+        self, e_in: int, e_out: int, edges_ns: np.ndarray, limit: int = 2_000_000
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """How many pairs of a message on ``e_in`` and one on ``e_out`` sent ``d`` after it
+        fall in each bin ``edges_ns[k] <= d < edges_ns[k + 1]`` (increasing), and the sum
+        of their ``d`` (ns); past ``limit`` pairs counted bin by bin without listing
+        them (zeros without ``times``)."""
+        bins = edges_ns.size - 1
         if self._times is None:
-            return None
-        t_in, t_out, lo, hi = self._between(e_in, e_out, -before_ns, after_ns)
-        return _delays(t_out, t_in, lo, hi, limit)
+            return np.zeros(bins), np.zeros(bins)
+        t_in = self._times[self._bounds[e_in] : self._bounds[e_in + 1]]
+        t_out = self._times[self._bounds[e_out] : self._bounds[e_out + 1]]
+        if t_in.size == 0 or t_out.size == 0:
+            return np.zeros(bins), np.zeros(bins)
+        lo = np.searchsorted(t_in, t_out - edges_ns[-1], side="right")
+        hi = np.searchsorted(t_in, t_out - edges_ns[0], side="right")
+        delays = _delays(t_out, t_in, lo, hi, limit)
+        if delays is not None:  # few enough to list: one pass
+            k = np.searchsorted(edges_ns, delays, side="right") - 1
+            count = np.bincount(k, minlength=bins)[:bins].astype(np.float64)
+            return count, np.bincount(k, weights=delays.astype(np.float64), minlength=bins)[:bins]
+        # Times from the first message in, as floats: sums of absolute nanoseconds
+        # overflow 64 bits, and a delay's sum needs no nanosecond.
+        base = t_in[0]
+        rel_out = (t_out - base).astype(np.float64)
+        within = np.concatenate([[0.0], np.cumsum((t_in - base).astype(np.float64))])
+        # Per edge, per message out: the messages in no later than it less the edge.
+        upto = [np.searchsorted(t_in, t_out - edge, side="right") for edge in edges_ns.tolist()]
+        count, total = np.zeros(bins), np.zeros(bins)
+        for k in range(bins):
+            n = upto[k] - upto[k + 1]
+            count[k] = float(n.sum())
+            total[k] = float((n * rel_out).sum() - (within[upto[k]] - within[upto[k + 1]]).sum())
+        return count, total
 
     def pairs_between(self, e_in: int, e_out: int, low_ns: int, high_ns: int) -> int:
         """How many pairs of a message on ``e_in`` and one on ``e_out`` sent more than

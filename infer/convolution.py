@@ -489,8 +489,9 @@ def _fine_spike(
     corr: Correlator, p: ConvolutionParams, e_in: int, e_out: int, raw: np.ndarray
 ) -> DelaySpike | None:
     """A spike within the first quantum that the quantum hides, read off the messages'
-    own times: the run of twentieths of a quantum after the message in whose pairs stand
-    furthest above the background (Poisson, tested against every run tried).
+    own times: the run of bins (twentieths of a quantum, never finer than the stamps)
+    after the message in whose pairs stand furthest above the background, kept when its
+    Poisson tail, times the runs tried, is below the ``n_sigma`` level.
 
     At the quantum's resolution a short, rare relation sits in one lag whose local
     background a stronger relation at negative lags lifts: on TraceWeaver's media at
@@ -503,38 +504,71 @@ def _fine_spike(
     (``compose-review-service`` answering one uploader 0.5-2 ms after another's upload
     came: the uploads of a request arrive together). Ties (delay 0) count on neither
     side: their order is unknown."""
-    q_ns = p.quantum_s * 1e9
-    # Bins no finer than the timestamps (whole seconds put every delay on a bin's edge).
-    bins = min(_SUB_BINS, int(q_ns // corr.resolution_ns))
-    if bins < _MIN_FINE_BINS:
+    layout = _fine_bins(p.quantum_s * 1e9, corr.resolution_ns)
+    if layout is None:
         return None
-    q = round(q_ns)
-    delays = corr.near_delays(e_in, e_out, 0, q)
-    if delays is None or delays.size == 0:
+    res, per_bin, bins = layout
+    q = res * per_bin * bins  # the quantum in whole stamps
+    # Bin k holds the stamps k * per_bin .. (k + 1) * per_bin - 1; bin 0 not stamp 0.
+    edges = np.arange(bins + 1, dtype=np.int64) * (res * per_bin)
+    edges[0] = 1
+    after, sums = corr.binned_delays(e_in, e_out, edges)
+    if not after.any():
         return None
-    after = np.bincount(delays * bins // q, minlength=bins)[:bins].astype(np.float64)
-    before = corr.pairs_between(e_in, e_out, -q, 0)
-    beyond = corr.pairs_between(e_in, e_out, q - 1, 2 * q)
+    stamps = np.full(bins, float(per_bin))
+    stamps[0] -= 1  # the tie's stamp
     ring, _ = _ring(p)
     pairs = raw[corr.neg :] * (corr.overlap[corr.neg :] / corr.n_slots)
     far = float(np.median(pairs[2 : 2 + ring])) if pairs.size > 2 else 0.0
-    bg = max(far, before, beyond, 1.0) / bins
-    summed = np.concatenate([[0.0], np.cumsum(after)])
+    before = corr.pairs_between(e_in, e_out, -q, 0) / (q // res - 1)
+    beyond = corr.pairs_between(e_in, e_out, q - 1, 2 * q) / (q // res)
+    per_stamp = max(far / (q // res), before, beyond, 1.0 / (q // res))
+    expected_bin = per_stamp * stamps
+    seen_sum = np.concatenate([[0.0], np.cumsum(after)])
+    expected_sum = np.concatenate([[0.0], np.cumsum(expected_bin)])
     i, j = np.triu_indices(bins + 1, k=1)
-    seen = summed[j] - summed[i]
-    expected = bg * (j - i)
-    tail = np.where(seen > 0, gammainc(np.maximum(seen, 1.0), expected), 1.0)
-    best = int(np.argmin(tail))
-    if tail[best] * i.size > float(ndtr(-p.n_sigma)):
+    seen = seen_sum[j] - seen_sum[i]
+    expected = expected_sum[j] - expected_sum[i]
+    # Ranked by the likelihood ratio (a tail underflows to 0 for many runs of a strong
+    # relation), judged by the tail.
+    more = seen > expected  # a run of the tie's stamp alone expects nothing and holds nothing
+    ratio = np.zeros(seen.size)
+    ratio[more] = (
+        seen[more] * np.log(seen[more] / np.maximum(expected[more], 1e-300)) - (seen - expected)[more]
+    )
+    best = int(np.argmax(ratio))
+    if not ratio[best] > 0 or _poisson_at_least(round(seen[best]), expected[best]) * i.size > ndtr(
+        -p.n_sigma
+    ):
         return None
     lo, hi = int(i[best]), int(j[best])
-    w = np.maximum(after[lo:hi] - bg, 0.0)
-    mid = (np.arange(lo, hi) + 0.5) * (q_ns / bins)
-    count = float(seen[best] - expected[best])
-    z = count / float(np.sqrt(expected[best]))
+    w = np.maximum(after[lo:hi] - expected_bin[lo:hi], 0.0)
     if not w.sum() > 0:
         return None
-    return DelaySpike(float((mid * w).sum() / w.sum()) / 1e9, 0, count, z)
+    mean = sums[lo:hi] / np.maximum(after[lo:hi], 1.0)  # each bin's delays, as they were
+    count = float(seen[best] - expected[best])
+    z = count / float(np.sqrt(expected[best]))
+    return DelaySpike(float((mean * w).sum() / w.sum()) / 1e9, 0, count, z)
+
+
+def _fine_bins(q_ns: float, res: int) -> tuple[int, int, int] | None:
+    """How ``_fine_spike`` cuts a quantum of ``q_ns`` for stamps of ``res`` ns: ``(res,
+    stamps per bin, bins)``, every bin the same number of stamps (a bin of more stamps
+    than its neighbours would stand out from a flat background: a 25 ms quantum over
+    whole milliseconds cut in twentieths), at most ``_SUB_BINS`` bins; ``None`` for
+    fewer than ``_MIN_FINE_BINS`` (the quantum is not a whole number of stamps, or too
+    few of them).
+
+    Examples
+    --------
+    >>> _fine_bins(1e6, 1), _fine_bins(25e6, 10**6), _fine_bins(360e9, 10**9), _fine_bins(2e9, 10**9)
+    ((1, 50000, 20), (1000000, 5, 5), (1000000000, 18, 20), None)
+    """
+    stamps = round(q_ns / res)
+    if stamps < _MIN_FINE_BINS or abs(stamps * res - q_ns) > 0.5:
+        return None
+    bins = next(b for b in range(min(_SUB_BINS, stamps), 0, -1) if stamps % b == 0)
+    return (res, stamps // bins, bins) if bins >= _MIN_FINE_BINS else None
 
 
 def _poisson_at_least(k: int, mean: float) -> float:

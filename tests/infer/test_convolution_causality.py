@@ -198,6 +198,86 @@ def test_no_finer_reading_than_the_timestamps_resolution() -> None:
     assert not any(p.nodes[:3] == ("u", "a", "y") for p in r.paths)
 
 
+def _fine_of(trace: pa.Table, quantum_s: float) -> object:
+    """``_fine_spike`` of the one edge pair through ``a`` (x -> a, a -> y)."""
+    from infer import convolution as conv
+
+    trace = tracefmt.sort_trace(tracefmt.validate_trace(trace))
+    params = infer.ConvolutionParams(quantum_s=quantum_s, max_lag_s=100 * quantum_s)
+    edges = conv._EdgeGraph.of(trace)
+    corr, _, _ = conv._correlator(trace, edges, params, [])
+    a = edges.names.index("a")
+    e_in, e_out = edges.in_edges[a][0], edges.out_edges[a][0]
+    _, raw = corr.correlate(e_in, e_out)
+    return conv._fine_spike(corr, params, e_in, e_out, raw)
+
+
+@pytest.mark.parametrize(
+    ("quantum_s", "stamp_s", "gap_s"), [(0.025, 0.001, 0.01), (0.05, 0.001, 0.01), (30.0, 1.0, 10.0)]
+)
+def test_no_fine_spike_where_bins_hold_unequal_stamps(quantum_s: float, stamp_s: float, gap_s: float) -> None:
+    # Two independent edges. A 25 ms quantum of whole milliseconds cut in twentieths
+    # gives bins of one stamp and of two: the fuller ones stood out from a flat
+    # background as spikes (z 10-12), and a path x -> a -> y came of it.
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        x = np.floor(np.cumsum(rng.exponential(gap_s, 20_000)) / stamp_s) * stamp_s
+        y = np.floor(np.cumsum(rng.exponential(gap_s, 20_000)) / stamp_s) * stamp_s
+        trace = _sends([(t, "x", "a") for t in x] + [(t, "a", "y") for t in y])
+        assert _fine_of(trace, quantum_s) is None
+        r = infer.infer_convolution(trace, quantum_s=quantum_s, max_lag_s=100 * quantum_s, root=["x"])
+        assert not any(p.nodes[:3] == ("x", "a", "y") for p in r.paths)
+
+
+def test_a_fine_delay_is_the_delays_own_mean() -> None:
+    # Whole milliseconds, a 10 ms quantum: a bin is one stamp, and 5% of x's messages
+    # are forwarded exactly 3 ms later. The bin's middle would say 3.5 ms.
+    rng = np.random.default_rng(5)
+    t = np.round(np.cumsum(rng.exponential(0.05, 4000)), 3)
+    fwd = rng.random(t.size) < 0.05
+    other = np.round(np.cumsum(rng.exponential(0.05, 4000)), 3)
+    rows = (
+        [(s, "x", "a") for s in t] + [(s + 0.003, "a", "y") for s in t[fwd]] + [(s, "a", "y") for s in other]
+    )
+    spike = _fine_of(_sends(rows), 0.01)
+    assert spike is not None
+    assert abs(spike.delay_s - 0.003) < 1e-6
+    assert 0.9 * fwd.sum() <= spike.count <= 1.1 * fwd.sum()
+
+
+def test_a_strong_fine_relation_is_counted_whole() -> None:
+    # Every message forwarded 2.5-3.5 ms later over a thin background: the tails of
+    # many runs of bins underflow to 0, and the first of them (bins 0-5) was taken,
+    # half the pairs at 2.7 ms. Ranked by the likelihood ratio, the run holds them all.
+    rng = np.random.default_rng(3)
+    t = np.cumsum(rng.exponential(0.05, 4000))
+    d = rng.uniform(0.0025, 0.0035, t.size)
+    spike = _fine_of(_sends([(s, "x", "a") for s in t] + [(s, "a", "y") for s in t + d]), 0.01)
+    assert spike is not None
+    assert abs(spike.delay_s - d.mean()) < 0.0001
+    assert spike.count >= 0.95 * t.size
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_binned_delays_listed_or_counted_bin_by_bin_match_every_pair(seed: int) -> None:
+    from infer._convsignal import Correlator
+
+    rng = np.random.default_rng(seed)
+    times = np.sort(rng.integers(0, 2000, 600)) + 1_700_000_000_000_000_000  # ties, epoch ns
+    edge = rng.integers(0, 2, times.size)
+    corr = Correlator(times // 100, edge, 2, 20_000_000_000_000, 10, 10, times=times)
+    edges_ns = np.array([1, 7, 20, 33, 60])
+    t_in, t_out = times[edge == 0], times[edge == 1]
+    d = (t_out[None, :] - t_in[:, None]).ravel()
+    k = np.searchsorted(edges_ns, d, side="right") - 1
+    inside = (d >= edges_ns[0]) & (d < edges_ns[-1])
+    want = np.bincount(k[inside], minlength=4), np.bincount(k[inside], weights=d[inside], minlength=4)
+    for limit in (2_000_000, 0):  # listed, then bin by bin
+        count, total = corr.binned_delays(0, 1, edges_ns, limit=limit)
+        assert count.tolist() == want[0].tolist()
+        assert np.allclose(total, want[1], rtol=0, atol=1e-3 * max(1, want[0].sum()))
+
+
 def test_an_answer_within_a_sliver_of_a_quantum_is_measured() -> None:
     # b answers in 20-40 µs, so nearly every answer shares its call's millisecond and
     # lag 1 holds nothing above the background: the delay comes from the times.
