@@ -147,7 +147,7 @@ class _PickledTasks:
         return value
 
 
-@pytest.mark.parametrize("tolerance_s", [0.0, 0.003])
+@pytest.mark.parametrize("tolerance_s", [0.0, 0.001])
 def test_windows_of_the_pairs_give_the_one_process_answer(
     fanout, tolerance_s: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
