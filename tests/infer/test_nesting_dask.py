@@ -82,7 +82,7 @@ def test_every_preset_gives_the_same_answer_on_a_cluster(cluster, preset: str) -
 @pytest.mark.slow
 def test_infer_nesting_cli_with_workers_writes_the_same_paths(tmp_path: Path) -> None:
     trace = tmp_path / "t.parquet"
-    write_trace(_trace("gateway-fanout.toml", 8_000, 6.0, 1), trace)
+    write_trace(_trace("gateway-fanout.toml", 3_000, 6.0, 1), trace)
     docs = []
     for extra in ([], ["--workers", "2"]):
         out = tmp_path / f"p{len(extra)}.json"
