@@ -530,6 +530,8 @@ WATCHED = {
             "infer",
             "nesting",
             "{big}/s.parquet",
+            "--preset",  # the paper's: a third of the default's time, the same files written
+            "paper",
             "--no-calibrate",
             "--out",
             "{out}/p.json",
