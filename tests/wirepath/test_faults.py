@@ -530,8 +530,6 @@ WATCHED = {
             "infer",
             "nesting",
             "{big}/s.parquet",
-            "--preset",  # the paper's: a third of the default's time, the same files written
-            "paper",
             "--no-calibrate",
             "--out",
             "{out}/p.json",
