@@ -354,12 +354,10 @@ class Correlator:
         bins = edges_ns.size - 1
         if self._times is None:
             return np.zeros(bins), np.zeros(bins)
-        t_in = self._times[self._bounds[e_in] : self._bounds[e_in + 1]]
-        t_out = self._times[self._bounds[e_out] : self._bounds[e_out + 1]]
+        # Whole nanoseconds: edges[0] <= d is edges[0] - 1 < d.
+        t_in, t_out, lo, hi = self._between(e_in, e_out, int(edges_ns[0]) - 1, int(edges_ns[-1]))
         if t_in.size == 0 or t_out.size == 0:
             return np.zeros(bins), np.zeros(bins)
-        lo = np.searchsorted(t_in, t_out - edges_ns[-1], side="right")
-        hi = np.searchsorted(t_in, t_out - edges_ns[0], side="right")
         delays = _delays(t_out, t_in, lo, hi, limit)
         if delays is not None:  # few enough to list: one pass
             k = np.searchsorted(edges_ns, delays, side="right") - 1

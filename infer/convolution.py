@@ -435,7 +435,7 @@ def _counted_spikes(
     # the number of message pairs at each lag (undoing the overlap scaling).
     unscale = corr.overlap[neg:] / corr.n_slots
     raw_bg = local_background(raw, ring, core)[neg:] * unscale
-    raw_pairs = raw[neg:] * unscale
+    raw_pairs = _pairs_per_lag(corr, raw)
     series = raw if p.count_estimate == "raw" else sq
     excess = (series - local_background(series, ring, core))[neg:] * unscale
     # A spike must also stand out as a count of message pairs: in a sparse trace a few
@@ -508,7 +508,8 @@ def _fine_spike(
     if layout is None:
         return None
     res, per_bin, bins = layout
-    q = res * per_bin * bins  # the quantum in whole stamps
+    steps = per_bin * bins  # the quantum's timestamp steps
+    q = res * steps
     # Bin k holds the stamps k * per_bin .. (k + 1) * per_bin - 1; bin 0 not stamp 0.
     edges = np.arange(bins + 1, dtype=np.int64) * (res * per_bin)
     edges[0] = 1
@@ -518,11 +519,11 @@ def _fine_spike(
     stamps = np.full(bins, float(per_bin))
     stamps[0] -= 1  # the tie's stamp
     ring, _ = _ring(p)
-    pairs = raw[corr.neg :] * (corr.overlap[corr.neg :] / corr.n_slots)
+    pairs = _pairs_per_lag(corr, raw)
     far = float(np.median(pairs[2 : 2 + ring])) if pairs.size > 2 else 0.0
-    before = corr.pairs_between(e_in, e_out, -q, 0) / (q // res - 1)
-    beyond = corr.pairs_between(e_in, e_out, q - 1, 2 * q) / (q // res)
-    per_stamp = max(far / (q // res), before, beyond, 1.0 / (q // res))
+    before = corr.pairs_between(e_in, e_out, -q, 0) / (steps - 1)
+    beyond = corr.pairs_between(e_in, e_out, q - 1, 2 * q) / steps
+    per_stamp = max(far / steps, before, beyond, 1.0 / steps)
     expected_bin = per_stamp * stamps
     seen_sum = np.concatenate([[0.0], np.cumsum(after)])
     expected_sum = np.concatenate([[0.0], np.cumsum(expected_bin)])
@@ -581,11 +582,17 @@ def _window_lags(corr: Correlator) -> int:
     return max(corr.max_lag // 20, MIN_LAGS)
 
 
+def _pairs_per_lag(corr: Correlator, raw: np.ndarray) -> np.ndarray:
+    """Message pairs at each lag ``0 .. max_lag`` of the raw-count correlation (undoing
+    its scaling by the overlap)."""
+    return raw[corr.neg :] * (corr.overlap[corr.neg :] / corr.n_slots)
+
+
 def _excess_curve(corr: Correlator, raw: np.ndarray) -> np.ndarray:
     """Message pairs above the background at each lag ``0 .. max_lag``, the background
     being the median over the far half of the lags, where causal delays no longer
     reach. Summed over lags ``0 .. _window_lags`` it is the pair's window excess."""
-    pairs = raw[corr.neg :] * (corr.overlap[corr.neg :] / corr.n_slots)
+    pairs = _pairs_per_lag(corr, raw)
     return pairs - float(np.median(pairs[pairs.size // 2 :]))
 
 
