@@ -1,6 +1,7 @@
 """Convolution speed: the multitier trace at 1 ms, run time against S, and a direct baseline.
 
     python benchmarks/convolution.py [--messages 200000] [--skip-big-fft]
+    python benchmarks/convolution.py --fine-ab [--messages 200000] [--repeat 3]
 
 1. ``samples/synth/multitier.toml`` (about 200,000 messages, parallelism 40) at quantum
    1 ms, and the same workload with one client loop (parallelism 1), whose trace is
@@ -12,6 +13,11 @@
 3. The baseline: the same edge-pair correlations at lags 0 .. max_lag computed
    directly with ``numpy.correlate`` (O(S x lags) per pair), side by side with the FFT
    on the same pairs, with the largest difference between the two.
+
+``--fine-ab`` instead times what the spike within the first quantum (read off the
+messages' times, ``infer.convolution._fine_spike``) costs: both traces at 1 ms, band
+2 ms, lags to 1 s, with it switched off and on in turn in one process, best of
+``--repeat`` CPU seconds each.
 """
 
 from __future__ import annotations
@@ -102,14 +108,43 @@ def naive_vs_fft(trace: pa.Table, quantum_s: float, max_lag: int) -> str:
     )
 
 
+def fine_ab(traces: list[tuple[str, pa.Table]], repeat: int) -> None:
+    """``--fine-ab``: CPU seconds with the fine spike off and on, turn about."""
+    from infer import convolution
+
+    kept = convolution._fine_spike
+    print("| trace | messages | without the fine spike | with it | fine spikes |")
+    print("|---|---:|---:|---:|---:|")
+    for name, trace in traces:
+        best = {False: np.inf, True: np.inf}
+        for _ in range(repeat):
+            for on in (False, True):
+                # A benchmark seam: the run as it was before the fine spike existed.
+                convolution._fine_spike = kept if on else (lambda *_a, **_k: None)
+                t0 = time.process_time()
+                r = infer.infer_convolution(trace, quantum_s=0.001, max_lag_s=1.0, band_s=0.002)
+                best[on] = min(best[on], time.process_time() - t0)
+        convolution._fine_spike = kept
+        print(
+            f"| {name} | {trace.num_rows:,} | {best[False]:.3f} s | {best[True]:.3f} s | "
+            f"{r.stats['spikes_fine']} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--skip-big-fft", action="store_true", help="leave out the FFT run at S in the millions")
+    ap.add_argument("--fine-ab", action="store_true", help="instead: the fine spike's cost, off and on")
+    ap.add_argument("--repeat", type=int, default=3, help="--fine-ab: runs of each, the best kept")
     args = ap.parse_args()
     lines = []
     dense = make_trace(args.messages, 40.0)
     sparse = make_trace(args.messages, 1.0)
+    if args.fine_ab:
+        fine_ab([("multitier.toml (parallelism 40)", dense), ("same, parallelism 1", sparse)], args.repeat)
+        return
     for name, trace in (("multitier.toml (parallelism 40)", dense), ("same, parallelism 1", sparse)):
         ts = trace["timestamp"].cast(pa.int64()).to_numpy()
         span = (ts.max() - ts.min()) / 1e9
