@@ -20,7 +20,9 @@ Uses only timestamp, sender and receiver, so it works for any messaging pattern.
    whose messages go one for one (the answers to calls, or calls relayed by a node
    with one caller) also gets its median: the lag by which half its messages' worth
    of message pairs stand above the background (the count is known), whatever peaks
-   the delays make.
+   the delays make. A hop into a join (a message out after answers over several
+   edges, each one per message out) gets the median of its message out's last
+   answer: the answers' pairs summed, the earliest half of the messages' worth.
 5. Paths: from each root, every out-edge; from each vertex (a visit of a node, reached by
    an edge into it), every out-edge of that node whose correlation with the edge in has
    spikes. Edges carry the delays found (most frequent first) and estimated counts; a
@@ -83,6 +85,9 @@ _MEDIAN_DRIFT = 0.1
 #: Most message pairs above the background, per message, that a one-for-one hop holds
 #: near its median (``_Pairs.median``): 1 and noise; calls made two at once make 2.
 _ONE_FOR_ONE = 1.3
+#: Least share of a join's messages out that each input's pairs must explain, within the
+#: window excess's lags (``_Pairs._join_inputs``): about all, but for noise.
+_JOINED = 0.75
 _NEG_MARGIN = 8  # quanta of negative lags examined beyond the band (plausibility)
 
 
@@ -293,14 +298,8 @@ class _Pairs:
         q = self.p.quantum_s
         lag0 = next((s.delay_s for s in spikes if s.lag == 0 and s.delay_s < 0.5 * q), None)
         curve = self.curves[(e_in, e_out)]
-        median = _curve_median(curve, half, q, lag0)
-        # The far half's background must hold near lag 0 too: over the second quarter
-        # of the lags the excess must be about nil, or it has been adding up from lag 0
-        # as well (a dense, short trace whose load swings correlate every busy pair:
-        # thousands of pairs a lag).
-        quarter = curve[curve.size // 2 :]
-        drift = abs(float(quarter.mean())) if quarter.size else np.inf
-        if median is None or drift * (median / q + 1) > _MEDIAN_DRIFT * half:
+        median = _level_median(curve, half, q, lag0)
+        if median is None:
             return None
         # One for one in count is not one for one in time: calls made at once over the
         # same edges pair each call with the others' answers too, and the excess holds
@@ -311,6 +310,53 @@ class _Pairs:
         if float(np.cumsum(curve[: reach + 1]).max()) > _ONE_FOR_ONE * 2 * half:
             return None
         return median
+
+    def join_median(self, e_in: int, e_out: int) -> float | None:
+        """The median delay of a hop into a join: a node whose messages on ``e_out`` each
+        follow one message of every edge in of several (``_join_inputs``), ``e_in`` one
+        of them. Each message out is caused by the last of its inputs, so its delay is
+        the shortest of theirs: half of the messages out have their cause by the lag
+        where the inputs' excess curves, summed, hold half that many pairs. The delays
+        from the inputs that came earlier add up later, past the ones that count. On
+        TraceWeaver's node at load 75 ``service1`` answers ``init-service`` after both
+        ``service2`` and ``service3`` have answered: ``service2``'s pairs alone put the
+        hop at 1.61 ms (its answers that came first wait for ``service3``'s), the
+        truth's median is 0 ms (whole-millisecond stamps). ``None`` when ``e_in`` is
+        not such an input or the summed excess never gets there."""
+        inputs = self._join_inputs(e_out)
+        if e_in not in inputs:
+            return None
+        curve = np.sum([self.curves[(g, e_out)] for g in inputs], axis=0)
+        return _level_median(curve, 0.5 * float(self.corr.counts[e_out]), self.p.quantum_s, None)
+
+    def _join_inputs(self, e_out: int) -> list[int]:
+        """The edges into ``e_out``'s sender that this run has correlated with it, found
+        spikes with, and that carry as many messages as ``e_out`` but for what the
+        capture's ends cut (``_relay_counts_agree``); none unless there are two."""
+        b = self.edges.src[e_out]
+        n_out = float(self.corr.counts[e_out])
+        inputs = [
+            g
+            for g in self.edges.in_edges[b]
+            if self.edges.returns[g]
+            and self.memo.get((g, e_out))
+            and _relay_counts_agree(self.corr, g, e_out)
+        ]
+        spiked = sum(s.count for g in inputs for s in self.memo[(g, e_out)])
+        return inputs if len(inputs) >= 2 and spiked >= _JOINED * n_out else []
+
+
+def _level_median(curve: np.ndarray, target: float, quantum_s: float, lag0_s: float | None) -> float | None:
+    """``_curve_median``, or None where the background drifts: over the second half of
+    the lags the excess must be about nil, or it has been adding up from lag 0 as well
+    (a dense, short trace whose load swings correlate every busy pair: thousands of
+    pairs a lag)."""
+    median = _curve_median(curve, target, quantum_s, lag0_s)
+    far = curve[curve.size // 2 :]
+    drift = abs(float(far.mean())) if far.size else np.inf
+    if median is None or drift * (median / quantum_s + 1) > _MEDIAN_DRIFT * target:
+        return None
+    return median
 
 
 class _PairResult(NamedTuple):
@@ -764,6 +810,7 @@ def infer_convolution(
     pairs = _Pairs(corr, params, stats, graph_in, done)
     start = _start_edges(candidates, graph_in, pairs, params, notes)
     verts, root_vertex = _grow(start, graph_in, pairs, params, stats, notes)
+    _join_medians(verts, pairs)
     if not params.keep_short_paths:
         _drop_short_paths(verts, params, stats)
     _recount(verts, root_vertex.values(), corr.counts, params, stats)
@@ -1180,6 +1227,17 @@ def _grow(
             vx.children.append(len(verts) - 1)
             stack.append(len(verts) - 1)
     return verts, root_vertex
+
+
+def _join_medians(verts: list[_Vertex], pairs: _Pairs) -> None:
+    """Give each hop into a join its median (``_Pairs.join_median``), once every pair
+    the paths reach is correlated: a join's inputs come by different paths."""
+    for vx in verts:
+        if vx.parent < 0 or vx.median_s is not None or not vx.spikes:
+            continue
+        e_in = verts[vx.parent].edge
+        if e_in >= 0:
+            vx.median_s = pairs.join_median(e_in, vx.edge)
 
 
 def _transitions(verts: list[_Vertex], v: int) -> dict[tuple[int, int], int]:
