@@ -121,7 +121,8 @@ class LinearPath:
     ``delays_s[k]`` the delays (most frequent first) from a message on hop k to the one it
     causes on hop k+1, with ``delay_counts[k]`` their estimated message counts;
     ``medians_s[k]`` the median of those delays where hop k's messages cause hop k+1's
-    one for one (a server's answers to calls, calls relayed), else None.
+    one for one (a server's answers to calls, calls relayed) or join (``_Pairs.join_median``),
+    else None.
     """
 
     nodes: tuple[str, ...]
