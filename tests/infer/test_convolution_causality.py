@@ -461,16 +461,16 @@ def test_no_median_without_calls_and_returns() -> None:
     assert all(m is None for p in r.paths for m in p.medians_s)
 
 
-def test_causal_paths_of_calls_made_at_once() -> None:
-    # The gateway calls its backends at once: each backend is a branch of the request,
-    # and the branch whose answer comes last goes on to the request's return.
+def _gateway(seed: int, messages: int, parallelism: int, b1: str, b2: str, after: str = "") -> pa.Table:
+    """A gateway that calls b1 and b2 at once (delays ``[mean, sd]`` in seconds) and
+    answers its client after the later answer (``after``: an ``after_s`` line)."""
     cfg = synth.parse_config(
-        """
+        f"""
 nodes = ["client", "GW", "b1", "b2"]
 [trace]
-seed = 2
-messages = 800
-parallelism = 1
+seed = {seed}
+messages = {messages}
+parallelism = {parallelism}
 resolution_s = 1e-6
 [[tracelet]]
 client = "client"
@@ -479,21 +479,28 @@ think_s = [0.01, 0.05]
 id = "gw"
 to = "GW"
 before_s = [0.0005, 0.0001]
+{after}
 [[tracelet.call]]
 parent = "gw"
 to = "b1"
 group = "fan"
 lead_s = [0.0001, 0.00005]
-before_s = [0.001, 0.0002]
+before_s = {b1}
 [[tracelet.call]]
 parent = "gw"
 to = "b2"
 group = "fan"
 lead_s = [0.0001, 0.00005]
-before_s = [0.001, 0.0002]
+before_s = {b2}
 """
     )
-    table, _ = synth.generate_table(cfg)
+    return synth.generate_table(cfg)[0]
+
+
+def test_causal_paths_of_calls_made_at_once() -> None:
+    # The gateway calls its backends at once: each backend is a branch of the request,
+    # and the branch whose answer comes last goes on to the request's return.
+    table = _gateway(2, 800, 1, "[0.001, 0.0002]", "[0.001, 0.0002]")
     truth = infer.true_linear_paths(table)
     assert truth.broken_instances == 0
     branches = {seq for seq in truth.patterns if seq[:2] == ("client", "GW")}
@@ -506,40 +513,10 @@ before_s = [0.001, 0.0002]
     assert sum(truth.prefix_counts().values()) == table.num_rows
 
 
-def _join_trace(b1: str) -> pa.Table:
-    """The gateway calls b1 and b2 at once and answers 0.3 ms after the later answer;
-    b2 is slower, so b1's answer usually waits for b2's."""
-    cfg = synth.parse_config(
-        f"""
-nodes = ["client", "GW", "b1", "b2"]
-[trace]
-seed = 3
-messages = 40000
-parallelism = 2
-resolution_s = 1e-6
-[[tracelet]]
-client = "client"
-think_s = [0.01, 0.05]
-[[tracelet.call]]
-id = "gw"
-to = "GW"
-before_s = [0.0005, 0.0001]
-after_s = [0.0003, 0.0001]
-[[tracelet.call]]
-parent = "gw"
-to = "b1"
-group = "fan"
-lead_s = [0.0001, 0.00005]
-before_s = {b1}
-[[tracelet.call]]
-parent = "gw"
-to = "b2"
-group = "fan"
-lead_s = [0.0001, 0.00005]
-before_s = [0.0045, 0.0012]
-"""
-    )
-    return synth.generate_table(cfg)[0]
+def _join_trace() -> pa.Table:
+    """The gateway answers 0.3 ms after the later answer; b2 is slower, so b1's answer
+    usually waits for b2's."""
+    return _gateway(3, 40000, 2, "[0.002, 0.0008]", "[0.0045, 0.0012]", "after_s = [0.0003, 0.0001]")
 
 
 def test_join_hops_read_the_last_answer() -> None:
@@ -547,7 +524,7 @@ def test_join_hops_read_the_last_answer() -> None:
     # b1 answered last (4%); in the others it waits for b2's, 2.5 ms on average. The
     # pairs of b1's answers alone put the hop at 2.8 ms; its cause being the later of
     # the two answers, the hop is read from both answers' pairs together.
-    trace = _join_trace("[0.002, 0.0008]")
+    trace = _join_trace()
     truth = infer.true_linear_paths(trace)
     joins = {s: np.median(truth.patterns[s][:, -1]) for s in truth.patterns if s[-2:] == ("GW", "client")}
     assert {s[-3] for s in joins} == {"b1", "b2"}
@@ -566,7 +543,7 @@ def test_no_join_of_one_answer() -> None:
     # so there is no join, and a hop from an answer to an answer is not one for one
     # either (only a call's own answer is): the hop keeps its spike's delay, the wait
     # for b2 included.
-    trace = _join_trace("[0.002, 0.0008]")
+    trace = _join_trace()
     one = trace.filter(pa.compute.not_equal(trace["receiver"], "b2"))
     one = one.filter(pa.compute.not_equal(one["sender"], "b2"))
     r = infer.infer_convolution(one, quantum_s=0.001, max_lag_s=0.2)
