@@ -85,8 +85,8 @@ _MEDIAN_DRIFT = 0.1
 #: Most message pairs above the background, per message, that a one-for-one hop holds
 #: near its median (``_Pairs.median``): 1 and noise; calls made two at once make 2.
 _ONE_FOR_ONE = 1.3
-#: Least share of a join's messages out that each input's pairs must explain, within the
-#: window excess's lags (``_Pairs._join_inputs``): about all, but for noise.
+#: Least share of a join's messages out that its inputs' spikes must explain together
+#: (``_Pairs._join_inputs``): each message out has its cause among them, but for noise.
 _JOINED = 0.75
 _NEG_MARGIN = 8  # quanta of negative lags examined beyond the band (plausibility)
 
@@ -331,9 +331,11 @@ class _Pairs:
         return _level_median(curve, 0.5 * float(self.corr.counts[e_out]), self.p.quantum_s, None)
 
     def _join_inputs(self, e_out: int) -> list[int]:
-        """The edges into ``e_out``'s sender that this run has correlated with it, found
-        spikes with, and that carry as many messages as ``e_out`` but for what the
-        capture's ends cut (``_relay_counts_agree``); none unless there are two."""
+        """The answers into ``e_out``'s sender (edges of returns) that this run has
+        correlated with ``e_out`` and found spikes with, each carrying as many messages
+        as ``e_out`` but for what the capture's ends cut (``_relay_counts_agree``); none
+        unless there are two and their spikes together explain ``_JOINED`` of the
+        messages out."""
         b = self.edges.src[e_out]
         n_out = float(self.corr.counts[e_out])
         inputs = [
@@ -348,10 +350,10 @@ class _Pairs:
 
 
 def _level_median(curve: np.ndarray, target: float, quantum_s: float, lag0_s: float | None) -> float | None:
-    """``_curve_median``, or None where the background drifts: over the second half of
-    the lags the excess must be about nil, or it has been adding up from lag 0 as well
-    (a dense, short trace whose load swings correlate every busy pair: thousands of
-    pairs a lag)."""
+    """``_curve_median``, or None where the background drifts: over the curve's far half
+    (the second quarter of the lags) the excess must be about nil, or it has been
+    adding up from lag 0 as well (a dense, short trace whose load swings correlate
+    every busy pair: thousands of pairs a lag)."""
     median = _curve_median(curve, target, quantum_s, lag0_s)
     far = curve[curve.size // 2 :]
     drift = abs(float(far.mean())) if far.size else np.inf
