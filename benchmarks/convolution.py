@@ -2,6 +2,7 @@
 
     python benchmarks/convolution.py [--messages 200000] [--skip-big-fft]
     python benchmarks/convolution.py --fine-ab [--messages 200000] [--repeat 3]
+    python benchmarks/convolution.py --join-ab [--messages 200000] [--repeat 5]
 
 1. ``samples/synth/multitier.toml`` (about 200,000 messages, parallelism 40) at quantum
    1 ms, and the same workload with one client loop (parallelism 1), whose trace is
@@ -17,7 +18,9 @@
 ``--fine-ab`` instead times what the spike within the first quantum (read off the
 messages' times, ``infer.convolution._fine_spike``) costs: both traces at 1 ms, band
 2 ms, lags to 1 s, with it switched off and on in turn in one process, best of
-``--repeat`` CPU seconds each.
+``--repeat`` CPU seconds each. ``--join-ab`` does the same for the medians of hops into
+joins (``infer.convolution._join_medians``) on the multitier trace and TraceWeaver's
+node and media recordings at load 75 (when ``../shared/data/traceweaver`` is there).
 """
 
 from __future__ import annotations
@@ -108,26 +111,29 @@ def naive_vs_fft(trace: pa.Table, quantum_s: float, max_lag: int) -> str:
     )
 
 
-def fine_ab(traces: list[tuple[str, pa.Table]], repeat: int) -> None:
-    """``--fine-ab``: CPU seconds with the fine spike off and on, turn about."""
+def ab(traces: list[tuple[str, pa.Table]], repeat: int, seam: str, label: str) -> None:
+    """``--fine-ab`` / ``--join-ab``: CPU seconds with ``infer.convolution``'s step
+    ``seam`` switched off and on, turn about, the best of ``repeat`` each; beside them
+    the fine spikes and the hops given a median by the last run."""
     from infer import convolution
 
-    kept = convolution._fine_spike
-    print("| trace | messages | without the fine spike | with it | fine spikes |")
-    print("|---|---:|---:|---:|---:|")
+    kept = getattr(convolution, seam)
+    print(f"| trace | messages | without {label} | with it | fine spikes | hops with a median |")
+    print("|---|---:|---:|---:|---:|---:|")
     for name, trace in traces:
         best = {False: np.inf, True: np.inf}
         for _ in range(repeat):
             for on in (False, True):
-                # A benchmark seam: the run as it was before the fine spike existed.
-                convolution._fine_spike = kept if on else (lambda *_a, **_k: None)
+                # A benchmark seam: the run as it was before the step existed.
+                setattr(convolution, seam, kept if on else (lambda *_a, **_k: None))
                 t0 = time.process_time()
                 r = infer.infer_convolution(trace, quantum_s=0.001, max_lag_s=1.0, band_s=0.002)
                 best[on] = min(best[on], time.process_time() - t0)
-        convolution._fine_spike = kept
+        setattr(convolution, seam, kept)
+        medians = sum(m is not None for p in r.paths for m in p.medians_s)
         print(
             f"| {name} | {trace.num_rows:,} | {best[False]:.3f} s | {best[True]:.3f} s | "
-            f"{r.stats['spikes_fine']} |",
+            f"{r.stats['spikes_fine']} | {medians} |",
             flush=True,
         )
 
@@ -137,13 +143,32 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--skip-big-fft", action="store_true", help="leave out the FFT run at S in the millions")
     ap.add_argument("--fine-ab", action="store_true", help="instead: the fine spike's cost, off and on")
-    ap.add_argument("--repeat", type=int, default=3, help="--fine-ab: runs of each, the best kept")
+    ap.add_argument("--join-ab", action="store_true", help="instead: the join medians' cost, off and on")
+    ap.add_argument("--repeat", type=int, default=3, help="--fine-ab, --join-ab: runs of each, the best kept")
     args = ap.parse_args()
     lines = []
     dense = make_trace(args.messages, 40.0)
     sparse = make_trace(args.messages, 1.0)
     if args.fine_ab:
-        fine_ab([("multitier.toml (parallelism 40)", dense), ("same, parallelism 1", sparse)], args.repeat)
+        ab(
+            [("multitier.toml (parallelism 40)", dense), ("same, parallelism 1", sparse)],
+            args.repeat,
+            "_fine_spike",
+            "the fine spike",
+        )
+        return
+    if args.join_ab:
+        real = [
+            ROOT.parent / "shared" / "data" / "traceweaver" / f"{n}_load75.jsonl.gz"
+            for n in ("node", "media")
+        ]
+        recordings = [(p.name.split(".")[0], tracefmt.read_jaeger(p)) for p in real if p.is_file()]
+        ab(
+            [("multitier.toml (parallelism 40)", dense), *recordings],
+            args.repeat,
+            "_join_medians",
+            "join medians",
+        )
         return
     for name, trace in (("multitier.toml (parallelism 40)", dense), ("same, parallelism 1", sparse)):
         ts = trace["timestamp"].cast(pa.int64()).to_numpy()
