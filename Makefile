@@ -29,8 +29,9 @@ demo: setup
 	@echo "demo output: $(DEMO)/ (report.html, diff.svg, slow-top.svg; merged.parquet, paths.json, ...)"
 
 # The real testbed's tests (a minute and a half of recordings) have their own target.
+# One pytest worker per core (pytest-xdist): the suite takes half the time on two.
 test: setup lint
-	$(BIN)/pytest -m "not testbed"
+	$(BIN)/pytest -m "not testbed" -n auto
 
 lint: setup
 	$(BIN)/ruff check .
