@@ -83,6 +83,7 @@ from infer.calibration import (  # noqa: E402
     correction_features,
     isotonic,
     logit,
+    map_odds,
     sigmoid,
     twin_pairs,
 )
@@ -282,7 +283,6 @@ def reliability_table(rows: list[Row]) -> list[str]:
 
 
 LEVELS = 4  # the trace, its twin, the twin's twin, and one more
-TWIN_CLIP = (-30.0, 60.0)
 
 
 def chain(
@@ -342,8 +342,8 @@ def eces(levels: list[tuple[np.ndarray, ...]], cs: tuple[float, ...]) -> list[fl
     k0, k1, k2 = g0 >= 0, g1 >= 0, g2 >= 0
     right1, right2 = g1[k1] == t1[k1], g2[k2] == t2[k2]
     first = infer.Calibration.learn(l1[k1], right1)
-    second = isotonic(np.clip(l2[k2], *TWIN_CLIP), right2, prior=sigmoid(l2[k2]))
-    stated = np.interp(np.clip(l1[k1], *TWIN_CLIP), *second)
+    second = isotonic(map_odds(l2[k2]), right2, prior=sigmoid(l2[k2]))
+    stated = np.interp(map_odds(l1[k1]), *second)
     correction = isotonic(stated, right1, prior=stated)
     p = first.apply(l0[k0])
     shift = logit(np.interp(p, *correction)) - logit(p)

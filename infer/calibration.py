@@ -47,6 +47,7 @@ __all__ = [
     "correction_features",
     "isotonic",
     "logit",
+    "map_odds",
     "optimism_features",
     "optimism_shift",
     "reliability",
@@ -60,6 +61,9 @@ __all__ = [
 #: Stated log-odds are clipped to this range before the map: beyond it a model's odds
 #: only restate its certainty (roots and calls with a single candidate are inf).
 _CLIP = (-30.0, 60.0)
+#: Where a map reads odds of inf (a call with no other candidate): past the clip's top,
+#: so that such calls, all but always right, are not pooled with the highest finite odds.
+_SURE = _CLIP[1] + 1.0
 #: Quantile bins of the stated odds that the isotonic fit starts from.
 _BINS = 200
 #: Instances' log-probabilities are floored here before their map (about 1e-13).
@@ -104,19 +108,31 @@ def isotonic(
     """A non-decreasing fit of ``y`` (0/1 outcomes) on ``x``, as knots ``(xs, ys)`` to
     interpolate between: ``x`` is cut at its quantiles into at most ``bins`` bins, and
     adjacent bins are pooled while a lower one has the higher mean (pool adjacent
-    violators). With ``prior`` (a probability per outcome), each bin also holds
-    ``_PRIOR_WEIGHT`` outcomes at its mean prior: a bin of a few outcomes stays near
-    what was stated, a bin of hundreds says what happened.
+    violators). A value that at least a bin's share of ``x`` holds is a bin of its own:
+    the odds of calls with no other candidate (all clipped to one bound) are not pooled
+    with the highest finite odds, which are right less often. With ``prior`` (a
+    probability per outcome), each bin also holds ``_PRIOR_WEIGHT`` outcomes at its mean
+    prior: a bin of a few outcomes stays near what was stated, a bin of hundreds says
+    what happened.
 
     Examples
     --------
     >>> xs, ys = isotonic(np.array([0.0, 1, 2, 3]), np.array([0, 1, 0, 1]), bins=4)
     >>> ys.tolist()
     [0.0, 0.0, 0.5, 0.5, 1.0, 1.0]
+    >>> x = np.array([1.0, 2, 3, 9, 9, 9])  # 9: odds clipped at their bound
+    >>> isotonic(x, np.array([0, 1, 0, 1, 1, 1]), bins=2)[1].tolist()
+    [0.333..., 0.333..., 1.0, 1.0]
     """
     if x.size == 0:
         return np.array([0.0]), np.array([1.0])
-    edges = np.unique(np.quantile(x, np.linspace(0.0, 1.0, bins + 1)))
+    values, counts = np.unique(x, return_counts=True)
+    masses = values[counts * bins >= x.size]
+    edges = np.unique(
+        np.concatenate(
+            [np.quantile(x, np.linspace(0.0, 1.0, bins + 1)), masses, np.nextafter(masses, np.inf)]
+        )
+    )
     b = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, max(edges.size - 2, 0))
     n = np.bincount(b, minlength=edges.size).astype(float)
     hits = np.bincount(b, weights=y.astype(float), minlength=edges.size)
@@ -151,7 +167,7 @@ class Calibration:
     Attributes
     ----------
     xs, ys : ndarray
-        Knots of the non-decreasing map (log-odds, clipped to ``_CLIP``; probability).
+        Knots of the non-decreasing map (log-odds as ``map_odds`` reads them; probability).
     twin_pairs : int
         Calls given a parent in the synthetic twin it was learnt on (0: no twin).
     twin_right_rate : float or None
@@ -192,8 +208,8 @@ class Calibration:
 
     def apply(self, log_odds: np.ndarray) -> np.ndarray:
         """Probabilities of the stated ``log_odds`` of calls given a parent. Odds of inf
-        (a call with no other candidate) map as the highest the fit saw: the twin
-        says how often such calls are right.
+        (a call with no other candidate) are a bin of their own in a learnt map
+        (``map_odds``): the twin says how often such calls are right.
 
         Examples
         --------
@@ -203,7 +219,7 @@ class Calibration:
         """
         if self.xs.size == 0:
             return sigmoid(log_odds)
-        return np.interp(np.clip(log_odds, *_CLIP), self.xs, self.ys)
+        return np.interp(map_odds(log_odds), self.xs, self.ys)
 
     def apply_instances(self, log_product: np.ndarray) -> np.ndarray:
         """The probability that each instance is exactly right, from the sum of its calls'
@@ -465,13 +481,16 @@ def twin_calibration(
     right = got[linked] == truth[linked]
     first = Calibration.learn(log_odds[linked], right)
     # One map: the twin's, then the correction, on a fine grid of odds.
+    # The grid is where the maps read odds (``map_odds``), so the twin's map is read on
+    # it directly: ``apply`` would clip the sure calls' bin back into the finite odds'.
     grid = np.unique(np.concatenate([np.linspace(*_CLIP, 2001), first.xs]))
+    twin_map = np.interp(grid, first.xs, first.ys)
     if optimism is not None:
         gap = twin_likelihood - log_likelihood
         if len(pairs) > max_pairs and likelihood_of is not None:
             gap = likelihood_of(twin, got) - likelihood_of(*stretch_of(pairs, parent, max_pairs))
         shift = optimism_shift(gap, float(right.mean()), optimism)
-        ys = corrected(grid, first.apply(grid), gap, float(right.mean()), optimism)
+        ys = corrected(grid, twin_map, gap, float(right.mean()), optimism)
         calls = replace(first, xs=grid, ys=ys, optimism=shift)
     else:
         second_twin, second_truth = twin_pairs(twin, got, seed=seed + 1)
@@ -481,12 +500,12 @@ def twin_calibration(
             return first
         right2 = got2[linked2] == second_truth[linked2]
         second = _odds_map(log_odds2[linked2], right2)
-        stated = np.interp(np.clip(log_odds[linked], *_CLIP), *second)
+        stated = np.interp(map_odds(log_odds[linked]), *second)
         correction = isotonic(stated, right, prior=stated)
         calls = replace(
             first,
             xs=grid,
-            ys=np.interp(first.apply(grid), *correction),
+            ys=np.interp(twin_map, *correction),
             second_right_rate=float(right2.mean()),
         )
     # The request map goes from the product of calibrated confidences to being exactly
@@ -520,7 +539,19 @@ def _with_instance_map(
 def _odds_map(log_odds: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The isotonic map from stated odds to the share right, each bin held towards the
     probability the odds state."""
-    return isotonic(np.clip(log_odds, *_CLIP), right, prior=sigmoid(log_odds))
+    return isotonic(map_odds(log_odds), right, prior=sigmoid(log_odds))
+
+
+def map_odds(log_odds: np.ndarray) -> np.ndarray:
+    """Where a map reads stated ``log_odds``: clipped to ``_CLIP``, and inf (a call with
+    no other candidate) just past its top, as a bin of its own.
+
+    Examples
+    --------
+    >>> map_odds(np.array([-100.0, 3.0, 75.0, np.inf])).tolist()
+    [-30.0, 3.0, 60.0, 61.0]
+    """
+    return np.where(np.isposinf(log_odds), _SURE, np.clip(log_odds, *_CLIP))
 
 
 def reliability(confidence: np.ndarray, right: np.ndarray, bins: int = 10) -> dict[str, Any]:

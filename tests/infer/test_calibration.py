@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import infer
 import synth
 from infer import evaluate_paths, infer_nesting
 from infer.calibration import Calibration, isotonic, reliability, twin_pairs
@@ -41,6 +42,16 @@ def test_isotonic_recovers_a_known_curve() -> None:
     xs, ys = isotonic(x, rng.random(x.size) < truth)
     at = np.linspace(-4, 4, 9)
     assert np.interp(at, xs, ys) == pytest.approx(1 / (1 + np.exp(-at)), abs=0.03)
+
+
+def test_isotonic_gives_a_value_held_by_many_a_bin_of_its_own() -> None:
+    # Odds clipped at a bound (calls with no other candidate) are a point mass: pooled
+    # into the quantile bin below they would lend their certainty to finite odds.
+    x = np.concatenate([np.linspace(0.0, 10.0, 900), np.full(150, 61.0)])
+    y = np.concatenate([np.arange(900) % 10 != 0, np.ones(150, bool)])  # 90% right, then all
+    xs, ys = isotonic(x, y, bins=10)
+    assert np.interp(61.0, xs, ys) == 1.0
+    assert np.interp(9.99, xs, ys) == pytest.approx(0.9, abs=0.02)
 
 
 def test_calibration_holds_small_bins_towards_the_stated_odds() -> None:
@@ -264,6 +275,27 @@ def test_the_correction_keeps_the_order_of_the_odds_and_raises_no_call_to_near_c
             assert np.all(p[raised] <= 0.98)
         # A much harder twin (negative gap, mostly wrong) raises the middle of the map.
         assert np.any(corrected(grid, twin, -0.5, 0.2, coef) > twin)
+
+
+def test_calls_with_no_other_candidate_are_stated_as_their_twins_are_right() -> None:
+    # Calls with one candidate parent (odds of inf) were read at the clip of the finite
+    # odds and shared their bin: 0.984 for all of them on this trace, against 100% right.
+    cfg = replace(
+        synth.load_config(SAMPLES / "multitier-skewed.toml"), messages=40_000, parallelism=6.0, seed=11
+    )
+    trace, _ = synth.generate_table(cfg)
+    pairs, truth, *_ = infer.true_pairs(trace)
+    r = infer_nesting(trace)
+    assert np.array_equal(r.pairs.t_call, pairs.t_call)
+    one = (r.parent >= 0) & (r.candidates == 1)
+    more = (r.parent >= 0) & (r.candidates > 1)
+    assert one.sum() > 500
+    assert np.array_equal(r.parent[one], truth[one])
+    assert r.confidence[one].min() >= 0.999
+    # The finite odds keep their own bin, and it holds.
+    top = more & (r.confidence >= 0.98)
+    assert top.sum() > 500
+    assert (r.parent[top] == truth[top]).mean() >= 0.98
 
 
 def test_a_twin_of_a_stretch_is_compared_with_that_stretch() -> None:
