@@ -40,19 +40,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from capture.frames import tcp_frame
+
 ROOT = Path(__file__).resolve().parents[1]
 
-_MAC = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00"
 _REQ = b"GET /api/item/%05d HTTP/1.1\r\nHost: shop\r\nUser-Agent: bench\r\n\r\n"
 _RESP = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 24\r\n\r\nthe quick brown fox jump"
-
-
-def _frame(src: int, dst: int, sport: int, dport: int, seq: int, ack: int, flags: int, data: bytes) -> bytes:
-    tcp = struct.pack(
-        ">HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 0x50, flags, 65535, 0, 0
-    )
-    ip = struct.pack(">BBHHHBBHII", 0x45, 0, 40 + len(data), 0, 0x4000, 64, 6, 0, src, dst)
-    return _MAC + ip + tcp + data
 
 
 def write_capture(
@@ -73,23 +66,23 @@ def write_capture(
         sp, dp = 1024 + (c * 7) % 60000, 8080
         cs, ss = (c * 2654435761) & 0xFFFFFFFF, (c * 40503) & 0xFFFFFFFF
         pk = [
-            _frame(cli, srv, sp, dp, cs, 0, 0x02, b""),
-            _frame(srv, cli, dp, sp, ss, cs + 1, 0x12, b""),
-            _frame(cli, srv, sp, dp, cs + 1, ss + 1, 0x10, b""),
+            tcp_frame(cli, srv, sp, dp, cs, 0, 0x02, b""),
+            tcp_frame(srv, cli, dp, sp, ss, cs + 1, 0x12, b""),
+            tcp_frame(cli, srv, sp, dp, cs + 1, ss + 1, 0x10, b""),
         ]
         cs += 1
         ss += 1
         for r in range(requests):
             req = _REQ % ((c * requests + r) % 100000)
-            pk.append(_frame(cli, srv, sp, dp, cs, ss, 0x18, req))
+            pk.append(tcp_frame(cli, srv, sp, dp, cs, ss, 0x18, req))
             cs += len(req)
-            pk.append(_frame(srv, cli, dp, sp, ss, cs, 0x18, _RESP))
+            pk.append(tcp_frame(srv, cli, dp, sp, ss, cs, 0x18, _RESP))
             ss += len(_RESP)
-            pk.append(_frame(cli, srv, sp, dp, cs, ss, 0x10, b""))
+            pk.append(tcp_frame(cli, srv, sp, dp, cs, ss, 0x10, b""))
         pk += [
-            _frame(cli, srv, sp, dp, cs, ss, 0x11, b""),
-            _frame(srv, cli, dp, sp, ss, cs + 1, 0x11, b""),
-            _frame(cli, srv, sp, dp, cs + 1, ss + 1, 0x10, b""),
+            tcp_frame(cli, srv, sp, dp, cs, ss, 0x11, b""),
+            tcp_frame(srv, cli, dp, sp, ss, cs + 1, 0x11, b""),
+            tcp_frame(cli, srv, sp, dp, cs + 1, ss + 1, 0x10, b""),
         ]
         for f in pk:
             t += 7_000  # 7 us apart: many conversations overlap in time

@@ -27,36 +27,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from capture.frames import TcpConnection
+
 ROOT = Path(__file__).resolve().parents[1]
-_MAC = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00"
 _MS = 1_000_000
 _T0 = 1_700_000_000 * 10**9
-
-
-class _Conn:
-    """Packets of one TCP connection."""
-
-    def __init__(self, out: list, cli: int, srv: int, cport: int, sport: int, isn: int) -> None:
-        self.out, self.ends, self.ports, self.seq = out, (cli, srv), (cport, sport), [isn, 50_000]
-
-    def send(self, t: int, client: bool, flags: int, data: bytes = b"") -> None:
-        me, peer = (0, 1) if client else (1, 0)
-        tcp = struct.pack(">HHIIBBHHH", self.ports[me], self.ports[peer], self.seq[me] & 0xFFFFFFFF,
-                          self.seq[peer] & 0xFFFFFFFF, 0x50, flags, 65535, 0, 0)  # fmt: skip
-        ip = struct.pack(">BBHHHBBHII", 0x45, 0, 40 + len(data), 0, 0x4000, 64, 6, 0, self.ends[me],
-                         self.ends[peer])  # fmt: skip
-        self.out.append((t, _MAC + ip + tcp + data))
-        self.seq[me] += len(data) + (1 if flags & 0x03 else 0)
-
-    def open(self, t: int) -> None:
-        self.send(t, True, 0x02)
-        self.send(t + _MS // 10, False, 0x12)
-        self.send(t + _MS // 5, True, 0x10)
-
-    def turn(self, t: int, request: bytes, response: bytes) -> None:
-        self.send(t, True, 0x18, request)
-        self.send(t + _MS // 2, False, 0x18, response)
-        self.send(t + _MS * 6 // 10, True, 0x10)
 
 
 _POOL = [  # server address, port, period (ms), the i-th request and response
@@ -74,18 +49,16 @@ def write_rotations(directory: Path, seconds: float, pools: int, rotate_s: float
     end = _T0 + int(seconds * 1e9)
     for k in range(pools):
         for srv, port, every, message in _POOL:
-            c = _Conn(out, 0x0A000101 + k, srv, 40000 + k, port, 1000)
+            c = TcpConnection(out, 0x0A000101 + k, srv, 40000 + k, port)
             c.open(_T0 + k * 7 * _MS)
             for i, t in enumerate(range(_T0 + k * 7 * _MS + _MS, end, every * _MS)):
                 c.turn(t, *message(i))
     for i, t in enumerate(range(_T0 + 3 * _MS, end - 2 * _MS, 5 * _MS)):
-        c = _Conn(out, 0x0A000109, 0x0A000209, 1024 + i % 60000, 80, 7000 + i)
+        c = TcpConnection(out, 0x0A000109, 0x0A000209, 1024 + i % 60000, 80, 7000 + i)
         c.open(t)
         c.turn(t + _MS * 3 // 10, b"GET /short/%d HTTP/1.1\r\nHost: b\r\n\r\n" % i,
                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # fmt: skip
-        c.send(t + _MS, True, 0x11)
-        c.send(t + _MS * 11 // 10, False, 0x11)
-        c.send(t + _MS * 12 // 10, True, 0x10)
+        c.close(t + _MS)
     out.sort(key=lambda p: p[0])
     files: list[Path] = []
     head = struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 1)

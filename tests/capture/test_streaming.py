@@ -18,6 +18,7 @@ from testkit.pcap import OURS, SHARED, SHARED_PCAPS
 import capture
 import tracefmt
 from capture.convert import StreamConverter
+from capture.frames import TcpConnection
 from capture.source import FakeSource, read_packets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -283,40 +284,8 @@ def test_the_parts_directory_is_read_as_the_trace(tmp_path: Path, capsys: pytest
 
 
 # ---- pooled traffic: connections open for the whole recording ----------------------------------
-_MAC = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00"
 _MS = 1_000_000
 _T0 = 1_700_000_000 * 10**9
-
-
-class _Conn:
-    """Packets of one TCP connection (client seq from ``isn``, server from 50,000)."""
-
-    def __init__(self, out: list, cli: int, srv: int, cport: int, sport: int, isn: int = 1000) -> None:
-        self.out, self.ends, self.ports, self.seq = out, (cli, srv), (cport, sport), [isn, 50_000]
-
-    def send(self, t: int, client: bool, flags: int, data: bytes = b"") -> None:
-        me, peer = (0, 1) if client else (1, 0)
-        tcp = struct.pack(">HHIIBBHHH", self.ports[me], self.ports[peer], self.seq[me] & 0xFFFFFFFF,
-                          self.seq[peer] & 0xFFFFFFFF, 0x50, flags, 65535, 0, 0)  # fmt: skip
-        ip = struct.pack(">BBHHHBBHII", 0x45, 0, 40 + len(tcp) - 20 + len(data), 0, 0x4000, 64, 6, 0,
-                         self.ends[me], self.ends[peer])  # fmt: skip
-        self.out.append((t, _MAC + ip + tcp + data))
-        self.seq[me] += len(data) + (1 if flags & 0x03 else 0)
-
-    def open(self, t: int) -> None:
-        self.send(t, True, 0x02)
-        self.send(t + _MS // 10, False, 0x12)
-        self.send(t + _MS // 5, True, 0x10)
-
-    def turn(self, t: int, request: bytes, response: bytes) -> None:
-        self.send(t, True, 0x18, request)
-        self.send(t + _MS // 2, False, 0x18, response)
-        self.send(t + _MS * 6 // 10, True, 0x10)
-
-    def close(self, t: int) -> None:
-        self.send(t, True, 0x11)
-        self.send(t + _MS // 10, False, 0x11)
-        self.send(t + _MS // 5, True, 0x10)
 
 
 # Connections opened when the recording starts and never closed: (client, server, port,
@@ -337,12 +306,12 @@ def pooled_capture(path: Path, seconds: float) -> None:
     out: list[tuple[int, bytes]] = []
     end = _T0 + int(seconds * 1e9)
     for cli, srv, port, every, message in _POOL:
-        c = _Conn(out, cli, srv, 40000, port)
+        c = TcpConnection(out, cli, srv, 40000, port)
         c.open(_T0)
         for i, t in enumerate(range(_T0 + _MS, end, every * _MS)):
             c.turn(t, *message(i))
     for i, t in enumerate(range(_T0 + 3 * _MS, end - 2 * _MS, 20 * _MS)):
-        c = _Conn(out, 0x0A000109, 0x0A000209, 20000 + i, 80, isn=7000 + i)
+        c = TcpConnection(out, 0x0A000109, 0x0A000209, 20000 + i, 80, isn=7000 + i)
         c.open(t)
         c.turn(t + _MS * 3 // 10, b"GET /short/%d HTTP/1.1\r\nHost: b\r\n\r\n" % i,
                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # fmt: skip
