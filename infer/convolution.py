@@ -478,15 +478,13 @@ def _counted_spikes(
     tally: dict[str, Any],
 ) -> list[DelaySpike]:
     """The peaks whose message pairs stand out, with their message counts and delays."""
-    neg = corr.neg
     ring, core = _ring(p)
     # Counts from the raw-count correlation: above its background it rises by exactly
-    # the number of message pairs at each lag (undoing the overlap scaling).
-    unscale = corr.overlap[neg:] / corr.n_slots
-    raw_bg = local_background(raw, ring, core)[neg:] * unscale
+    # the number of message pairs at each lag.
+    raw_bg = _pairs_per_lag(corr, local_background(raw, ring, core))
     raw_pairs = _pairs_per_lag(corr, raw)
     series = raw if p.count_estimate == "raw" else sq
-    excess = (series - local_background(series, ring, core))[neg:] * unscale
+    excess = _pairs_per_lag(corr, series - local_background(series, ring, core))
     # A spike must also stand out as a count of message pairs: in a sparse trace a few
     # chance coincidences are many deviations above a background of almost nothing.
     # The background rate: the local one, but never below the mean over all lags (a
@@ -631,10 +629,10 @@ def _window_lags(corr: Correlator) -> int:
     return max(corr.max_lag // 20, MIN_LAGS)
 
 
-def _pairs_per_lag(corr: Correlator, raw: np.ndarray) -> np.ndarray:
-    """Message pairs at each lag ``0 .. max_lag`` of the raw-count correlation (undoing
-    its scaling by the overlap)."""
-    return raw[corr.neg :] * (corr.overlap[corr.neg :] / corr.n_slots)
+def _pairs_per_lag(corr: Correlator, series: np.ndarray) -> np.ndarray:
+    """Message pairs at each lag ``0 .. max_lag`` of the raw-count correlation, or of a
+    series on its scale (its background, its excess): the scaling by the overlap undone."""
+    return series[corr.neg :] * (corr.overlap[corr.neg :] / corr.n_slots)
 
 
 def _excess_curve(corr: Correlator, raw: np.ndarray) -> np.ndarray:
