@@ -42,6 +42,7 @@ from infer.patterns import depths, log_confidence_by
 
 __all__ = [
     "OPTIMISM",
+    "ROUGH",
     "Calibration",
     "corrected",
     "correction_features",
@@ -90,6 +91,15 @@ OPTIMISM: dict[str, tuple[float, float, float, float, float]] = {
     "accurate": (-0.096, 0.0, 0.969, 2.162, -1.094),
     "fast": (-0.259, 0.024, 0.970, 1.290, -0.855),
     "paper": (-0.295, 0.593, 0.797, 2.107, -0.592),
+}
+#: Per preset, the share of its parents a twin gets right below which the trace's
+#: calibration is rough, and the worst ECE measured there on synthetic truth
+#: (``benchmarks/calibration.py``, 50,000 and 200,000 messages per trace); every run
+#: whose twin did better was within 0.031.
+ROUGH: dict[str, tuple[float, float]] = {
+    "accurate": (0.5, 0.064),
+    "fast": (0.5, 0.058),
+    "paper": (0.65, 0.069),
 }
 #: ``corrected`` raises no probability past the twin's map above this.
 _RAISE_BOUND = 0.98

@@ -535,3 +535,25 @@ def test_eval_of_instances_without_confidence_has_no_confidence_scores(run: Run,
     rc, out, err = cli(["eval", run.base.paths, run.trace, "--instances", old])
     assert rc == 0, err
     assert "ECE" not in out
+
+
+def test_a_trace_this_busy_is_told_its_confidence_is_rough(run: Run, tmp_path: Path) -> None:
+    # Where a preset's twin gets fewer than half its parents right, the calibration is
+    # measured to be rough (infer.calibration.ROUGH): the run says so, with the twin's rate.
+    assert run.base.doc["stats"]["confidence"]["twin_right_rate"] >= 0.5
+    assert "rough" not in run.base.out
+    trace, paths = tmp_path / "busy.parquet", tmp_path / "busy.json"
+    rc, _, err = cli(
+        ["synth", MULTITIER, "--messages", 10000, "--parallelism", 42, "--seed", 7, "--out", trace]
+    )
+    assert rc == 0, err
+    rc, out, err = cli(["infer", "nesting", trace, "--out", paths, "--show", 0])
+    assert rc == 0, err
+    twin = json.loads(paths.read_text())["stats"]["confidence"]["twin_right_rate"]
+    assert twin < 0.5
+    assert (
+        f"note: confidence is rough on a trace this busy: its twin got {twin:.0%} of its parents right" in out
+    )
+    rc, out, err = cli(["infer", "nesting", trace, "--out", paths, "--show", 0, "--no-calibrate"])
+    assert rc == 0, err
+    assert "rough" not in out
