@@ -53,6 +53,7 @@ __all__ = [
     "optimism_shift",
     "reliability",
     "reliability_lines",
+    "rough_note",
     "sigmoid",
     "stretch_of",
     "twin_calibration",
@@ -255,6 +256,29 @@ class Calibration:
             else round(self.second_right_rate, 6),
             "optimism": None if self.optimism is None else round(self.optimism, 6),
         }
+
+
+def rough_note(doc: dict[str, Any]) -> str | None:
+    """What a nesting paths file's reader should know when its confidence is rough: its
+    preset's twin got fewer of its parents right than ``ROUGH`` marks (None otherwise,
+    for settings of one's own and without calibration).
+
+    Examples
+    --------
+    >>> doc = {"params": {"preset": "accurate"}, "stats": {"confidence": {"twin_right_rate": 0.3}}}
+    >>> rough_note(doc)[:58]
+    'confidence is rough on a trace this busy: its twin got 30%'
+    >>> rough_note({"params": {"preset": "accurate"}, "stats": {"confidence": {"twin_right_rate": 0.8}}})
+    """
+    twin = ((doc.get("stats") or {}).get("confidence") or {}).get("twin_right_rate")
+    below, worst = ROUGH.get((doc.get("params") or {}).get("preset") or "", (0.0, 0.0))
+    if twin is None or twin >= below:
+        return None
+    return (
+        f"confidence is rough on a trace this busy: its twin got {twin:.0%} of its parents right; "
+        f"on synthetic traces whose twin got under {below:.0%}, this preset's stated confidences "
+        f"were off by up to {worst:.3f} (ECE), elsewhere by 0.031 at most"
+    )
 
 
 def twin_pairs(

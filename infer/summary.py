@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from infer.calibration import ROUGH
+from infer.calibration import rough_note
 from tracefmt.units import format_duration_ns
 
 if TYPE_CHECKING:
@@ -32,8 +32,7 @@ def nesting_lines(
 ) -> list[str]:
     """The summary of a nesting run: call pairs, the instances left out for low
     confidence, a clock-skew tolerance estimated, instances and patterns, a note where
-    the confidence's calibration is rough (a preset's twin right less often than
-    ``infer.calibration.ROUGH`` says), and each time window's.
+    the confidence's calibration is rough (``infer.calibration.rough_note``), and each time window's.
 
     ``result`` is the whole result and ``doc`` the paths file written of it (or of
     ``result.confident(...)[0]``); ``wrote`` names the files written.
@@ -70,14 +69,9 @@ def nesting_lines(
             f"{st['tolerance_s'] * 1e3:.3g} ms estimated (--no-auto-tolerance to keep "
             f"{result.params.tolerance_s * 1e3:g} ms)",
         )
-    twin_right = (st.get("confidence") or {}).get("twin_right_rate")
-    below, worst = ROUGH.get(result.params.preset_name or "", (0.0, 0.0))
-    if twin_right is not None and twin_right < below:
-        lines.append(
-            f"note: confidence is rough on a trace this busy: its twin got {twin_right:.0%} of its parents "
-            f"right; on synthetic traces whose twin got under {below:.0%}, this preset's stated "
-            f"confidences were off by up to {worst:.3f} (ECE), elsewhere by 0.031 at most"
-        )
+    rough = rough_note(doc)
+    if rough:
+        lines.append(f"note: {rough}")
     for w in doc.get("windows", []):
         head = w["patterns"][0] if w["patterns"] else None
         top_text = f"; top {head['id']} x{head['count']:,}" if head else ""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from infer.calibration import rough_note
 from tracefmt import write_atomic
 from tracefmt.pathsfile import check_paths
 from viz.diff import PathsDiff, diff_convolution, diff_dot, diff_paths, format_change
@@ -39,6 +40,7 @@ code { font-size: 12px; } .shape { max-width: 420px; word-break: break-all; }
 .svg svg { max-width: 100%; height: auto; }
 #diff-graph svg { max-width: none; }
 .muted { color: #777; }
+.note { color: #a50; font-weight: 600; }
 """
 
 _JS = """
@@ -116,7 +118,9 @@ def _summary(doc: dict[str, Any], label: str) -> str:
             rows.append((key.replace("_", " "), f"{int(stats[key]):,}"))
     if stats.get("mean_parallelism") is not None:
         rows.append(("mean parallelism", f"{float(stats['mean_parallelism']):.2f}"))
-    return f"<h3>{_e(label)}</h3>{_kv_table(rows)}"
+    rough = rough_note(doc) if doc.get("algorithm") == "nesting" else None
+    note = f'<p class="note">Note: {_e(rough)}.</p>' if rough else ""
+    return f"<h3>{_e(label)}</h3>{_kv_table(rows)}{note}"
 
 
 def _num(value: float, text: str) -> str:

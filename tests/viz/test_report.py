@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from fnmatch import fnmatch
+from pathlib import Path
 
 import pytest
 
+import infer
+import synth
 from viz.report import build_report, inline_svg
 
 
@@ -169,3 +173,16 @@ def test_report_of_convolution_against_a_base_lists_the_delay_changes():
     assert "client -&gt; WS2 -&gt; AP1" in row
     assert ">1 ms<" in row
     assert ">201 ms<" in row
+
+
+def test_a_busy_run_says_its_confidence_is_rough(runs):
+    cfg = synth.load_config(Path(__file__).resolve().parents[2] / "samples" / "synth" / "multitier.toml")
+    trace, _ = synth.generate_table(replace(cfg, messages=10_000, parallelism=42.0, seed=7))
+    doc = infer.infer_nesting(trace).to_json()
+    twin = doc["stats"]["confidence"]["twin_right_rate"]
+    assert twin < 0.5
+    page = build_report(doc, render=_fake_svg)
+    assert f'<p class="note">Note: confidence is rough on a trace this busy: its twin got {twin:.0%}' in page
+    calm = runs["slow"]["doc"]
+    assert calm["stats"]["confidence"]["twin_right_rate"] >= 0.5
+    assert 'class="note"' not in build_report(calm, render=_fake_svg)
