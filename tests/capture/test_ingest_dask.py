@@ -12,7 +12,6 @@ processes, started once for the module.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from testkit.pcap import write_pcap
 
 import capture
 import tracefmt
+from capture.frames import tcp_frame
 from tracefmt.cluster import open_runner
 from wirepath.cli import main
 
@@ -61,20 +61,12 @@ T0 = 1_700_000_000_000_000_000
 SERVER_PORT = 45000  # not a well-known port, and above the clients': only a SYN tells the server
 
 
-def _ingest():
-    """benchmarks/ingest.py (its packet builder), loaded by path: tests are not a package."""
-    spec = importlib.util.spec_from_file_location("ingest_bench", ROOT / "benchmarks" / "ingest.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def keep_alive(conversations: int, *, requests: int = 3) -> list[tuple[int, bytes]]:
     """HTTP keep-alive conversations (as the ingest benchmark's) that overlap in time, to a
     server port only SYNs reveal; conversations go in pairs with the same timestamps, so
     messages of two flows share a timestamp. Time-sorted (timestamp ns, Ethernet frame)."""
     frame, req, resp = (
-        _ingest()._frame,
+        tcp_frame,
         b"GET /item/%d HTTP/1.1\r\nHost: s\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
     )
