@@ -20,7 +20,17 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["ETHERNET_HEADER", "TcpConnection", "tcp_frame"]
+__all__ = [
+    "ACK",
+    "ETHERNET_HEADER",
+    "FIN",
+    "FIN_ACK",
+    "PSH_ACK",
+    "SYN",
+    "SYN_ACK",
+    "TcpConnection",
+    "tcp_frame",
+]
 
 #: Ethernet header of every frame: made-up MACs, type IPv4.
 ETHERNET_HEADER = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00"

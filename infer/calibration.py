@@ -43,6 +43,7 @@ from infer.patterns import depths, log_confidence_by
 __all__ = [
     "OPTIMISM",
     "ROUGH",
+    "ROUGH_ELSEWHERE",
     "Calibration",
     "corrected",
     "correction_features",
@@ -96,12 +97,13 @@ OPTIMISM: dict[str, tuple[float, float, float, float, float]] = {
 #: Per preset, the share of its parents a twin gets right below which the trace's
 #: calibration is rough, and the worst ECE measured there on synthetic truth
 #: (``benchmarks/calibration.py``, 50,000 and 200,000 messages per trace); every run
-#: whose twin did better was within 0.031.
+#: whose twin did better was within ``ROUGH_ELSEWHERE``.
 ROUGH: dict[str, tuple[float, float]] = {
     "accurate": (0.5, 0.064),
     "fast": (0.5, 0.058),
     "paper": (0.65, 0.069),
 }
+ROUGH_ELSEWHERE = 0.031
 #: ``corrected`` raises no probability past the twin's map above this.
 _RAISE_BOUND = 0.98
 #: The shift is held within this many log-odds either way: beyond the fit's range.
@@ -120,8 +122,8 @@ def isotonic(
     interpolate between: ``x`` is cut at its quantiles into at most ``bins`` bins, and
     adjacent bins are pooled while a lower one has the higher mean (pool adjacent
     violators). A value that at least a bin's share of ``x`` holds is a bin of its own:
-    the odds of calls with no other candidate (all clipped to one bound) are not pooled
-    with the highest finite odds, which are right less often. With ``prior`` (a
+    the odds of calls with no other candidate (all read at one point, ``map_odds``) are
+    not pooled with the highest finite odds, which are right less often. With ``prior`` (a
     probability per outcome), each bin also holds ``_PRIOR_WEIGHT`` outcomes at its mean
     prior: a bin of a few outcomes stays near what was stated, a bin of hundreds says
     what happened.
@@ -131,9 +133,9 @@ def isotonic(
     >>> xs, ys = isotonic(np.array([0.0, 1, 2, 3]), np.array([0, 1, 0, 1]), bins=4)
     >>> ys.tolist()
     [0.0, 0.0, 0.5, 0.5, 1.0, 1.0]
-    >>> x = np.array([1.0, 2, 3, 9, 9, 9])  # 9: odds clipped at their bound
-    >>> isotonic(x, np.array([0, 1, 0, 1, 1, 1]), bins=2)[1].tolist()
-    [0.333..., 0.333..., 1.0, 1.0]
+    >>> x = np.array([1.0, 2, 3, 4, 9, 9, 9])  # 9: calls with no other candidate
+    >>> isotonic(x, np.array([0, 1, 0, 0, 1, 1, 1]), bins=3)[1].tolist()
+    [0.25, 0.25, 1.0, 1.0]
     """
     if x.size == 0:
         return np.array([0.0]), np.array([1.0])
@@ -219,8 +221,10 @@ class Calibration:
 
     def apply(self, log_odds: np.ndarray) -> np.ndarray:
         """Probabilities of the stated ``log_odds`` of calls given a parent. Odds of inf
-        (a call with no other candidate) are a bin of their own in a learnt map
-        (``map_odds``): the twin says how often such calls are right.
+        (a call with no other candidate) are a bin of their own in a map learnt from a
+        twin that had such calls (``map_odds``; else they read as its highest odds): the
+        twin says how often they are right. ``log_odds`` are stated odds, not
+        ``map_odds``' values (it would read the sure calls' point as finite odds).
 
         Examples
         --------
@@ -266,8 +270,8 @@ def rough_note(doc: dict[str, Any]) -> str | None:
     Examples
     --------
     >>> doc = {"params": {"preset": "accurate"}, "stats": {"confidence": {"twin_right_rate": 0.3}}}
-    >>> rough_note(doc)[:58]
-    'confidence is rough on a trace this busy: its twin got 30%'
+    >>> rough_note(doc)[:60]
+    'confidence is rough on a trace this busy: its twin got 30.0%'
     >>> rough_note({"params": {"preset": "accurate"}, "stats": {"confidence": {"twin_right_rate": 0.8}}})
     """
     twin = ((doc.get("stats") or {}).get("confidence") or {}).get("twin_right_rate")
@@ -275,9 +279,9 @@ def rough_note(doc: dict[str, Any]) -> str | None:
     if twin is None or twin >= below:
         return None
     return (
-        f"confidence is rough on a trace this busy: its twin got {twin:.0%} of its parents right; "
+        f"confidence is rough on a trace this busy: its twin got {twin:.1%} of its parents right; "
         f"on synthetic traces whose twin got under {below:.0%}, this preset's stated confidences "
-        f"were off by up to {worst:.3f} (ECE), elsewhere by 0.031 at most"
+        f"were off by up to {worst:.3f} (ECE), elsewhere by {ROUGH_ELSEWHERE:.3f} at most"
     )
 
 
@@ -572,8 +576,20 @@ def _with_instance_map(
 
 def _odds_map(log_odds: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The isotonic map from stated odds to the share right, each bin held towards the
-    probability the odds state."""
-    return isotonic(map_odds(log_odds), right, prior=sigmoid(log_odds))
+    probability the odds state. Finite odds above the highest the fit saw read as those,
+    not as a ramp up to the sure calls' bin.
+
+    Examples
+    --------
+    >>> xs, ys = _odds_map(np.array([1.0, 2.0, np.inf, np.inf]), np.array([1, 0, 1, 1]))
+    >>> np.interp([2.0, 40.0], xs, ys).round(3).tolist()
+    [0.704, 0.704]
+    """
+    xs, ys = isotonic(map_odds(log_odds), right, prior=sigmoid(log_odds))
+    finite = int((xs < _SURE).sum())
+    if 0 < finite < xs.size and xs[finite - 1] < _CLIP[1]:
+        xs, ys = np.insert(xs, finite, _CLIP[1]), np.insert(ys, finite, ys[finite - 1])
+    return xs, ys
 
 
 def map_odds(log_odds: np.ndarray) -> np.ndarray:

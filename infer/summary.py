@@ -32,7 +32,8 @@ def nesting_lines(
 ) -> list[str]:
     """The summary of a nesting run: call pairs, the instances left out for low
     confidence, a clock-skew tolerance estimated, instances and patterns, a note where
-    the confidence's calibration is rough (``infer.calibration.rough_note``), and each time window's.
+    the confidence's calibration is rough (``infer.calibration.rough_note``), and each
+    time window's.
 
     ``result`` is the whole result and ``doc`` the paths file written of it (or of
     ``result.confident(...)[0]``); ``wrote`` names the files written.

@@ -45,7 +45,7 @@ def test_isotonic_recovers_a_known_curve() -> None:
 
 
 def test_isotonic_gives_a_value_held_by_many_a_bin_of_its_own() -> None:
-    # Odds clipped at a bound (calls with no other candidate) are a point mass: pooled
+    # Odds read at one point (calls with no other candidate) are a point mass: pooled
     # into the quantile bin below they would lend their certainty to finite odds.
     x = np.concatenate([np.linspace(0.0, 10.0, 900), np.full(150, 61.0)])
     y = np.concatenate([np.arange(900) % 10 != 0, np.ones(150, bool)])  # 90% right, then all
@@ -61,7 +61,8 @@ def test_calibration_holds_small_bins_towards_the_stated_odds() -> None:
         return 1 / (1 + np.exp(-v))
 
     # One call per bin, held towards what its odds state by two more at that
-    # probability; odds of inf (no other candidate) as the highest odds seen.
+    # probability; odds of inf (no other candidate), which this twin had none of, as
+    # the highest odds it saw.
     top = (1 + 2 * sig(9)) / 3
     got = cal.apply(np.array([-3.0, 9.0, np.inf]))
     assert got.tolist() == pytest.approx([(0 + 2 * sig(-1)) / 3, top, top])

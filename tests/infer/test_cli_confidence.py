@@ -552,7 +552,7 @@ def test_a_trace_this_busy_is_told_its_confidence_is_rough(run: Run, tmp_path: P
     twin = json.loads(paths.read_text())["stats"]["confidence"]["twin_right_rate"]
     assert twin < 0.5
     assert (
-        f"note: confidence is rough on a trace this busy: its twin got {twin:.0%} of its parents right" in out
+        f"note: confidence is rough on a trace this busy: its twin got {twin:.1%} of its parents right" in out
     )
     rc, out, err = cli(["infer", "nesting", trace, "--out", paths, "--show", 0, "--no-calibrate"])
     assert rc == 0, err

@@ -182,7 +182,7 @@ def test_a_busy_run_says_its_confidence_is_rough(runs):
     twin = doc["stats"]["confidence"]["twin_right_rate"]
     assert twin < 0.5
     page = build_report(doc, render=_fake_svg)
-    assert f'<p class="note">Note: confidence is rough on a trace this busy: its twin got {twin:.0%}' in page
+    assert f'<p class="note">Note: confidence is rough on a trace this busy: its twin got {twin:.1%}' in page
     calm = runs["slow"]["doc"]
     assert calm["stats"]["confidence"]["twin_right_rate"] >= 0.5
     assert 'class="note"' not in build_report(calm, render=_fake_svg)
