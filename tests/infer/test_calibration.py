@@ -154,22 +154,32 @@ def test_the_twin_deals_the_same_requests_to_the_same_start_times() -> None:
 
 
 @pytest.fixture(scope="module")
-def runs() -> dict[str, dict]:
-    """Reports of the presets on two busy workloads with their truth."""
+def busy() -> dict[str, tuple]:
+    """Two busy workloads: each one's trace and the default's result on it."""
     out = {}
     for name, parallelism in (("multitier-skewed", 6.0), ("gateway-fanout-slow", 4.0)):
         cfg = replace(
             synth.load_config(SAMPLES / f"{name}.toml"), messages=40_000, parallelism=parallelism, seed=11
         )
         trace, _ = synth.generate_table(cfg)
-        for preset in ("accurate", "paper"):
-            r = infer_nesting(trace, preset)
-            report = evaluate_paths(r.to_json(), trace, instances=r.instances_table())
-            out[f"{name}/{preset}"] = report["confidence"]
-        raw = infer_nesting(trace, calibrate=False)
-        out[f"{name}/raw"] = evaluate_paths(raw.to_json(), trace, instances=raw.instances_table())[
-            "confidence"
-        ]
+        out[name] = trace, infer_nesting(trace)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(busy) -> dict[str, dict]:
+    """Reports of the presets on the busy workloads with their truth."""
+    out = {}
+    for name, (trace, default) in busy.items():
+        results = {
+            "accurate": default,
+            "paper": infer_nesting(trace, "paper"),
+            "raw": infer_nesting(trace, calibrate=False),
+        }
+        for label, r in results.items():
+            out[f"{name}/{label}"] = evaluate_paths(r.to_json(), trace, instances=r.instances_table())[
+                "confidence"
+            ]
     return out
 
 
@@ -278,15 +288,11 @@ def test_the_correction_keeps_the_order_of_the_odds_and_raises_no_call_to_near_c
         assert np.any(corrected(grid, twin, -0.5, 0.2, coef) > twin)
 
 
-def test_calls_with_no_other_candidate_are_stated_as_their_twins_are_right() -> None:
+def test_calls_with_no_other_candidate_are_stated_as_their_twins_are_right(busy) -> None:
     # Calls with one candidate parent (odds of inf) were read at the clip of the finite
     # odds and shared their bin: 0.984 for all of them on this trace, against 100% right.
-    cfg = replace(
-        synth.load_config(SAMPLES / "multitier-skewed.toml"), messages=40_000, parallelism=6.0, seed=11
-    )
-    trace, _ = synth.generate_table(cfg)
+    trace, r = busy["multitier-skewed"]
     pairs, truth, *_ = infer.true_pairs(trace)
-    r = infer_nesting(trace)
     assert np.array_equal(r.pairs.t_call, pairs.t_call)
     one = (r.parent >= 0) & (r.candidates == 1)
     more = (r.parent >= 0) & (r.candidates > 1)
