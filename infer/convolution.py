@@ -1232,13 +1232,17 @@ def _grow(
 
 def _join_medians(verts: list[_Vertex], pairs: _Pairs) -> None:
     """Give each hop into a join its median (``_Pairs.join_median``), once every pair
-    the paths reach is correlated: a join's inputs come by different paths."""
+    the paths reach is correlated: a join's inputs come by different paths. Many
+    vertices share a hop (the same edges in and out): each hop's median is read once."""
+    medians: dict[tuple[int, int], float | None] = {}
     for vx in verts:
         if vx.parent < 0 or vx.median_s is not None or not vx.spikes:
             continue
-        e_in = verts[vx.parent].edge
-        if e_in >= 0:
-            vx.median_s = pairs.join_median(e_in, vx.edge)
+        hop = (verts[vx.parent].edge, vx.edge)
+        if hop[0] >= 0:
+            if hop not in medians:
+                medians[hop] = pairs.join_median(*hop)
+            vx.median_s = medians[hop]
 
 
 def _transitions(verts: list[_Vertex], v: int) -> dict[tuple[int, int], int]:
