@@ -62,6 +62,7 @@ from tracefmt.patterns import sibling_groups
 
 __all__ = [
     "ChainModel",
+    "answer_log_odds",
     "chain_edges",
     "chain_log_likelihood",
     "chain_rounds",
@@ -957,12 +958,24 @@ def chain_stages(
         if last and moved:
             # The answer's confidence comes from scoring the answer itself, under the
             # model it implies, not the assignment the round started from.
-            model = learn()
-            proposals, here, others = _round(pairs, chunks, parent, model, runner, windows)
-            log_odds = neighbourhood_log_odds(pairs, parent, proposals, here, others)
+            log_odds = answer_log_odds(pairs, chunks, parent, learn(), runner, windows)
         yield parent.copy(), log_odds, moved, gain
         if last:
             return
+
+
+def answer_log_odds(
+    pairs: CallPairs,
+    chunks: CandidateChunks,
+    parent: np.ndarray,
+    model: ChainModel,
+    runner: Runner | None = None,
+    windows: Windows | None = None,
+) -> np.ndarray:
+    """Per call, the log-odds of ``parent`` against its neighbours under ``model``
+    (``neighbourhood_log_odds`` of a chain round's scoring of every candidate)."""
+    proposals, here, others = _round(pairs, chunks, parent, model, runner, windows)
+    return neighbourhood_log_odds(pairs, parent, proposals, here, others)
 
 
 def neighbourhood_log_odds(

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from infer.calibration import OPTIMISM, Calibration, sigmoid, twin_calibration
@@ -52,9 +53,10 @@ from infer.candidates import (
     delay_bins,
     skew_tolerance,
 )
-from infer.chains import ChainModel, chain_log_likelihood, chain_stages
+from infer.chains import ChainModel, answer_log_odds, chain_log_likelihood, chain_stages
 from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import log_confidence_by
+from infer.request_model import request_rounds
 from infer.windows import Homes, Window, Windows
 from tracefmt import (
     ParameterError,
@@ -551,7 +553,7 @@ class Stage:
 
     Attributes
     ----------
-    name : {"first pass", "penalty round", "sibling round", "chain round"}
+    name : {"first pass", "penalty round", "sibling round", "chain round", "request round"}
     round : int
         The round's number among the rounds of its name, from 1.
     parent : ndarray of int64
@@ -732,14 +734,17 @@ def nesting_stages(
     *,
     counts: np.ndarray | None = None,
     runner: Runner | None = None,
+    labels: np.ndarray | None = None,
 ) -> Iterator[Stage]:
     """The stages of the nesting algorithm on matched call pairs, one ``Stage`` each.
 
     Like the levels of a Louvain clustering, each stage is a complete answer and the
     next refines it; stop iterating whenever the answer is good enough. The stages run
     are those ``params`` asks for: the first pass, then ``rounds`` penalty rounds (with
-    a penalty), ``siblings`` sibling rounds and up to ``chains`` chain rounds (which
-    stop when nothing moves or the gain falls below ``chain_min_gain``).
+    a penalty), ``siblings`` sibling rounds, up to ``chains`` chain rounds (which
+    stop when nothing moves or the gain falls below ``chain_min_gain``) and up to
+    ``request_rounds`` request rounds (``infer.request_model``; they stop when nothing
+    moves).
 
     Parameters
     ----------
@@ -756,6 +761,9 @@ def nesting_stages(
         cluster's workers, windows of chunks of parents as tasks, ``infer.windows``):
         the chain rounds', and from a million call pairs every stage's; the answer is
         the same.
+    labels : ndarray of int64, optional
+        Per pair, a code of its call's label (URL, gRPC method; -1 for none): request
+        rounds tell visits and calls of different labels apart.
 
     Examples
     --------
@@ -786,9 +794,43 @@ def nesting_stages(
         last, model = scoring.stage(name, number, best, (last.parent, model))
         yield last
     if params.chains:
-        rounds = _chain_rounds(scoring, last, model, runner)
-        del last  # each stage holds arrays the size of the trace: only the newest is kept
-        yield from rounds
+        # Each stage holds arrays the size of the trace: only the newest is kept.
+        for stage in _chain_rounds(scoring, last, model, runner):
+            last = stage
+            yield stage
+    if params.request_rounds:
+        yield from _request_rounds(scoring, last, labels)
+
+
+def _request_rounds(scoring: _Scoring, last: Stage, labels: np.ndarray | None) -> Iterator[Stage]:
+    """The request rounds after stage ``last`` (``infer.request_model``); each one's
+    confidence is the chain model's odds of its answer against the neighbours a chain
+    round weighs, under the model learnt from that answer."""
+    pairs, params = scoring.pairs, scoring.params
+    n = len(pairs)
+    kept = [(ch.c, ch.par) for ch in scoring.chunks]
+    cand_c = np.concatenate([c for c, _ in kept]) if kept else np.zeros(0, np.int64)
+    cand_p = np.concatenate([p for _, p in kept]) if kept else np.zeros(0, np.int64)
+    del kept
+    before = last.parent
+    rounds = request_rounds(pairs, cand_c, cand_p, before, params, scoring.n_nodes, labels)
+    for k, (step, _) in enumerate(rounds, 1):
+        parent = _without_loops(pairs, step.parent)
+        model = ChainModel.learn(pairs, parent, params, scoring.n_nodes)
+        log_odds = answer_log_odds(pairs, scoring.chunks, parent, model, scoring.runner, scoring.windows)
+        log_odds = np.where(parent >= 0, log_odds, np.inf)
+        moved = int(np.count_nonzero(parent != before))
+        before = parent
+        yield Stage(
+            "request round",
+            k,
+            parent,
+            sigmoid(log_odds),
+            moved,
+            model.own_log_likelihood / max(n, 1),
+            scoring.tolerance_s,
+            log_odds,
+        )
 
 
 def _chain_rounds(
@@ -1025,12 +1067,13 @@ def infer_nesting(
     say = on_stage or (lambda _: None)
     trace = sort_trace(validate_trace(trace))
     nodes, pairs, info = _call_pairs(trace, params)
+    labels = call_labels(trace, pairs) if params.request_rounds else None
     say(f"{len(pairs):,} call pairs")
     # The trace is not needed past its call pairs: its columns are freed (when the caller
     # holds no reference) before the candidates take their memory.
     del trace
     counts = np.zeros(len(pairs), np.int64)
-    final = _last_stage(pairs, len(nodes.names), params, counts, runner, info, say)
+    final = _last_stage(pairs, len(nodes.names), params, counts, runner, info, say, labels)
     calibration = Calibration.identity()
     if params.calibrate:
         # Twins are inferred as the trace was, with the tolerance it was given.
@@ -1086,6 +1129,24 @@ def _call_pairs(trace: pa.Table, params: NestingParams) -> tuple[NodeCodes, Call
     return nodes, pairs, {"messages": trace.num_rows, "start_ns": ts[0].as_py(), "end_ns": ts[-1].as_py()}
 
 
+def call_labels(trace: pa.Table, pairs: CallPairs) -> np.ndarray | None:
+    """Per call pair, a code of its call message's label (-1 where it has none), or
+    None when the trace has no labels.
+
+    >>> t = pa.table({"label": pa.array(["GET /a", None, "GET /b", "GET /a"]).dictionary_encode()})
+    >>> p = CallPairs(*(np.zeros(2, np.int64),) * 4, np.array([3, 1]), np.array([0, 0]), 0, 0, 0)
+    >>> call_labels(t, p).tolist()
+    [0, -1]
+    """
+    if "label" not in trace.column_names:
+        return None
+    col = trace["label"].take(pa.array(pairs.call_row)).cast(pa.string())
+    if col.null_count == len(col):
+        return None
+    codes = pc.dictionary_encode(col.combine_chunks()).indices
+    return np.asarray(codes.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+
+
 def _last_stage(
     pairs: CallPairs,
     n_nodes: int,
@@ -1094,12 +1155,14 @@ def _last_stage(
     runner: Runner | None,
     info: dict[str, Any],
     say: Callable[[str], None],
+    labels: np.ndarray | None = None,
 ) -> Stage:
     """The last stage of ``nesting_stages``; ``info`` gets every stage's summary, the
-    tolerance used and the chain rounds run; ``say`` each stage's name as it ends."""
+    tolerance used and the chain and request rounds run; ``say`` each stage's name as
+    it ends."""
     # Only the last stage's assignment is kept: each holds arrays the size of the trace.
     stats, final = [], None
-    for final in nesting_stages(pairs, n_nodes, params, counts=counts, runner=runner):
+    for final in nesting_stages(pairs, n_nodes, params, counts=counts, runner=runner, labels=labels):
         stats.append(final.to_json())
         say(f"stage {len(stats)}: {final.name}")
     assert final is not None
@@ -1107,6 +1170,8 @@ def _last_stage(
     info["tolerance_s"] = final.tolerance_s
     if params.chains:
         info["chain_rounds_run"] = sum(s["stage"] == "chain round" for s in stats)
+    if params.request_rounds:
+        info["request_rounds_run"] = sum(s["stage"] == "request round" for s in stats)
     return final
 
 

@@ -90,6 +90,18 @@ class NestingParams:
     chain_min_gain : float
         Chain rounds stop once a round raises the log-likelihood by less than this
         many nats per call pair (or when nothing moves).
+    request_rounds : int
+        Then at most this many request rounds (``infer.request_model``): the parents of every
+        window of overlapping visits chosen together by an integer program, each
+        visit's whole tuple of children scored by the chain model and by the shapes
+        the trace's sure visits show, each request by how many calls of each kind its
+        type makes. They stop when nothing moves.
+    request_window : int
+        Most visits in one window of a request round (a larger set of overlapping visits
+        is cut by call time).
+    request_tuples : int
+        Tuples of children each visit offers a request round's solver at most (its best
+        by score, and the one it has).
     calibrate : bool
         Make each parent's confidence a calibrated probability, learnt by running the
         same inference on a synthetic twin of the trace whose truth is known, and on a
@@ -123,6 +135,9 @@ class NestingParams:
     siblings: int = 1
     chains: int = 10
     chain_min_gain: float = 3e-3
+    request_rounds: int = 3
+    request_window: int = 48
+    request_tuples: int = 32
     calibrate: bool = True
 
     @classmethod
@@ -142,7 +157,15 @@ class NestingParams:
     def paper(cls) -> NestingParams:
         """The 2003 scoreboard of Aguilera et al. (overlap penalty 2, the other two off, raw
         delay counts, one pass)."""
-        return cls(density=False, board="delay", rounds=0, siblings=0, chains=0, auto_tolerance=False)
+        return cls(
+            density=False,
+            board="delay",
+            rounds=0,
+            siblings=0,
+            chains=0,
+            request_rounds=0,
+            auto_tolerance=False,
+        )
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> NestingParams:
@@ -216,13 +239,25 @@ class NestingParams:
             raise ParameterError(
                 f"{self.n_bins:,} delay bins are too many (raise bin_base or bin_min_s; at most {1 << 20:,})"
             )
-        for name, top in (("rounds", 20), ("siblings", 20), ("chains", 100)):
+        for name, top in (
+            ("rounds", 20),
+            ("siblings", 20),
+            ("chains", 100),
+            ("request_rounds", 20),
+            ("request_window", 10_000),
+            ("request_tuples", 10_000),
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not (isinstance(value, int) and 0 <= value <= top):
                 raise ParameterError(f"{name} must be an integer from 0 to {top}, not {value!r}")
         for name in ("auto_tolerance", "use_ids", "density", "calibrate"):
             if not isinstance(getattr(self, name), bool):
                 raise ParameterError(f"{name} must be true or false, not {getattr(self, name)!r}")
+        if self.request_window < 2 or self.request_tuples < 1:
+            raise ParameterError(
+                "request_window must be at least 2 and request_tuples at least 1, "
+                f"not {self.request_window} and {self.request_tuples}"
+            )
         if not (math.isfinite(self.chain_min_gain) and self.chain_min_gain >= 0):
             raise ParameterError(f"chain_min_gain must be a number >= 0, not {self.chain_min_gain}")
         if self.board not in BOARDS:
@@ -250,6 +285,10 @@ class NestingParams:
             notes.append(f"rounds={self.rounds} does nothing without a penalty (a penalty weight > 0)")
         if self.chain_min_gain != type(self)().chain_min_gain and not self.chains:
             notes.append("chain_min_gain does nothing without chain rounds (chains > 0)")
+        default = type(self)()
+        for name in ("request_window", "request_tuples"):
+            if getattr(self, name) != getattr(default, name) and not self.request_rounds:
+                notes.append(f"{name} does nothing without request rounds (request_rounds > 0)")
         return notes
 
     @property
