@@ -808,12 +808,13 @@ def _request_rounds(scoring: _Scoring, last: Stage, labels: np.ndarray | None) -
     round weighs, under the model learnt from that answer."""
     pairs, params = scoring.pairs, scoring.params
     n = len(pairs)
-    kept = [(ch.c, ch.par) for ch in scoring.chunks]
-    cand_c = np.concatenate([c for c, _ in kept]) if kept else np.zeros(0, np.int64)
-    cand_p = np.concatenate([p for _, p in kept]) if kept else np.zeros(0, np.int64)
+    # Every candidate pair with its first-pass scoreboard score, which orders a visit's
+    # candidates before whole tuples are scored.
+    kept = [(ch.c, ch.par, scoring.board.lookup(ch.cells)) for ch in scoring.chunks]
+    cand_c, cand_p, cand_s = (np.concatenate(part) for part in zip(*kept, strict=True))
     del kept
     before = last.parent
-    rounds = request_rounds(pairs, cand_c, cand_p, before, params, scoring.n_nodes, labels)
+    rounds = request_rounds(pairs, cand_c, cand_p, cand_s, before, params, scoring.n_nodes, labels)
     for k, (step, _) in enumerate(rounds, 1):
         parent = _without_loops(pairs, step.parent)
         model = ChainModel.learn(pairs, parent, params, scoring.n_nodes)

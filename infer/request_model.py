@@ -44,12 +44,13 @@ The chain model a round judges by is learnt from the answer it starts from.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 
@@ -62,12 +63,14 @@ __all__ = [
     "UNSEEN_SHAPE",
     "Grammar",
     "RequestRound",
+    "RequestTerm",
     "Window",
     "call_kinds",
     "request_roots",
     "request_rounds",
     "solve_window",
     "sure_visits",
+    "window_objective",
 ]
 
 #: Nats a shape that no sure visit of its type shows is charged: measured on media at
@@ -80,9 +83,9 @@ MIN_SURE = 5
 #: share of its visits (and seen twice).
 _ANSWER_SHARE = 0.01
 #: Tuples one shape of one visit may enumerate before that shape is skipped for it.
-_MAX_COMBINATIONS = 4096
+_MAX_COMBINATIONS = 64
 #: The solver's time per window, in seconds: past it the window keeps its parents.
-_TIME_LIMIT = 2.0
+_TIME_LIMIT = 0.25
 
 
 def call_kinds(pairs: CallPairs, labels: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -248,6 +251,28 @@ class _Requests:
         return cls(root, count, log_p)
 
 
+@dataclass(frozen=True)
+class RequestTerm:
+    """One request's count of one class of calls in a window's program: the tuples
+    that add such calls (``tuples``) and how many (``counts``), the count held outside
+    the window, the most likely total, and the cost of each call above and below it."""
+
+    tuples: np.ndarray
+    counts: np.ndarray
+    outside: int
+    mode: int
+    up: float
+    down: float
+
+    @classmethod
+    def of(cls, tuples: np.ndarray, counts: np.ndarray, outside: int, log_p: np.ndarray) -> RequestTerm:
+        """The term whose totals have the log-probabilities ``log_p`` (0, 1, ...)."""
+        mode = int(np.argmax(log_p))
+        up = float(log_p[mode] - log_p[mode + 1]) if mode + 1 < log_p.size else 1.0
+        down = float(log_p[mode] - log_p[mode - 1]) if mode > 0 else 0.0
+        return cls(tuples, counts, outside, mode, up, down)
+
+
 @dataclass
 class Window:
     """A window's integer program: tuples (``owner``: its visit; members in ``kids``
@@ -262,7 +287,7 @@ class Window:
     start: np.ndarray
     score: np.ndarray
     current: np.ndarray
-    req_terms: list[tuple[np.ndarray, np.ndarray, int, np.ndarray]]
+    req_terms: list[RequestTerm]
 
 
 def solve_window(w: Window) -> np.ndarray | None:
@@ -289,30 +314,55 @@ def solve_window(w: Window) -> np.ndarray | None:
     lo = [np.ones(n_rows)]
     cost = [-w.score]
     n_cols = n_t
-    for tuples, counts, outside, logp in w.req_terms:
-        # sum of the chosen tuples' counts + outside = sum over m of m * u_m, one u_m set
-        m = np.arange(logp.size)
-        rows += [np.full(tuples.size, n_rows), np.full(m.size, n_rows), np.full(m.size, n_rows + 1)]
-        cols += [tuples, n_cols + m, n_cols + m]
-        vals += [counts.astype(float), -m.astype(float), np.ones(m.size)]
-        lo.append(np.array([-outside, 1.0]))
-        cost.append(-logp)
-        n_rows += 2
-        n_cols += m.size
+    for term in w.req_terms:
+        # The chosen tuples' count, less a slack above plus one below, is the most
+        # likely total; each slack costs the fall of the log-probability a call away
+        # (a V about the mode: convex, so the relaxation stays tight).
+        rows += [np.full(term.tuples.size + 2, n_rows)]
+        cols += [np.concatenate([term.tuples, [n_cols, n_cols + 1]])]
+        vals += [np.concatenate([term.counts.astype(float), [-1.0, 1.0]])]
+        lo.append(np.array([float(term.mode - term.outside)]))
+        cost.append(np.array([term.up, term.down]))
+        n_rows += 1
+        n_cols += 2
     entries = (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols)))
     a = csr_matrix(entries, shape=(n_rows, n_cols))
     b = np.concatenate(lo)
+    c = np.concatenate(cost)
+    upper = np.full(n_cols, np.inf)
+    upper[:n_t] = 1.0
+    # The linear relaxation first: for most windows its optimum is already whole.
+    lp = linprog(c, A_eq=a, b_eq=b, bounds=np.column_stack([np.zeros(n_cols), upper]), method="highs")
+    if lp.x is not None and np.all(np.minimum(lp.x[:n_t], 1 - lp.x[:n_t]) < 1e-9):
+        chosen = np.flatnonzero(lp.x[:n_t] > 0.5)
+        return chosen[np.argsort(vpos[chosen], kind="stable")]
     res = milp(
-        np.concatenate(cost),
+        c,
         constraints=LinearConstraint(a, b, b),
-        integrality=np.ones(n_cols),
-        bounds=Bounds(0, 1),
-        options={"time_limit": _TIME_LIMIT},
+        integrality=(upper == 1.0).astype(int),
+        bounds=Bounds(0, upper),
+        options={"time_limit": _TIME_LIMIT, "presolve": False},
     )
     if res.x is None:
         return None
     chosen = np.flatnonzero(res.x[:n_t] > 0.5)
-    return chosen[np.argsort(vpos[chosen], kind="stable")]
+    chosen = chosen[np.argsort(vpos[chosen], kind="stable")]
+    # Out of time, the solver's best may be worse than what the window holds.
+    if not res.success and window_objective(w, chosen) < window_objective(w, w.current):
+        return None
+    return chosen
+
+
+def window_objective(w: Window, chosen: np.ndarray) -> float:
+    """The objective of ``w``'s integer program at the tuples ``chosen``: their scores
+    less each request term's cost at the totals they make."""
+    picked = np.zeros(w.owner.size, bool)
+    picked[chosen] = True
+    total = float(w.score[chosen].sum())
+    for term in w.req_terms:
+        off = term.outside + int(term.counts[picked[term.tuples]].sum()) - term.mode
+        total -= term.up * off if off > 0 else -term.down * off
+    return total
 
 
 @dataclass(frozen=True)
@@ -329,48 +379,50 @@ class RequestRound:
 
 
 def _windows(
-    pairs: CallPairs, cand_c: np.ndarray, cand_p: np.ndarray, size: int, shift: bool
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    pairs: CallPairs,
+    cand_c: np.ndarray,
+    cand_p: np.ndarray,
+    cand_s: np.ndarray,
+    parent: np.ndarray,
+    size: int,
+    shift: bool,
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """The windows of the ambiguous calls: per window its visits (sorted), its free
-    calls (sorted), and their candidate pairs ``(c, p)``."""
+    calls (sorted), and their candidate pairs ``(c, p)`` within it with their scores.
+
+    The ambiguous calls and their candidates form a bipartite graph; each connected
+    component's visits, in call order, are cut into pieces of ``size`` (shifted by
+    half a piece with ``shift``). A call is free in the piece of the parent it has,
+    among its candidates there.
+    """
     n = len(pairs)
     ambiguous = np.bincount(cand_c, minlength=n) > 1
     keep = ambiguous[cand_c]
-    c, p = cand_c[keep], cand_p[keep]
+    c, p, sc = cand_c[keep], cand_p[keep], cand_s[keep]
     if c.size == 0:
         return
     graph = coo_matrix((np.ones(c.size), (c, p)), shape=(n, n))
     _, label = connected_components(graph, directed=False)
-    comp = label[p]
-    # Within a component, visits in call order, cut into pieces of ``size``.
     visits = np.unique(p)
-    vcomp = label[visits]
-    order = visits[np.lexsort((pairs.t_call[visits], vcomp))]
+    order = visits[np.lexsort((pairs.t_call[visits], label[visits]))]
     ocomp = label[order]
-    first = np.searchsorted(ocomp, ocomp, side="left")
-    rank = np.arange(order.size) - first
-    offset = size // 2 if shift else 0
-    piece = np.empty(n, np.int64)
-    piece[order] = (rank + offset) // size
-    key = comp * np.int64(n + 1) + piece[p]
-    # A call is free when all its candidates are in one piece.
-    lo = np.full(n, np.iinfo(np.int64).max)
-    hi = np.full(n, np.iinfo(np.int64).min)
-    np.minimum.at(lo, c, key)
-    np.maximum.at(hi, c, key)
-    free = lo[c] == hi[c]
-    c, p, key = c[free], p[free], key[free]
-    srt = np.argsort(key, kind="stable")
-    c, p, key = c[srt], p[srt], key[srt]
+    rank = np.arange(order.size) - np.searchsorted(ocomp, ocomp, side="left")
+    piece = np.full(n, -1, np.int64)
+    piece[order] = ocomp * np.int64(n + 1) + (rank + (size // 2 if shift else 0)) // size
+    home = piece[np.maximum(parent[c], 0)]
+    inside = (parent[c] >= 0) & (piece[p] == home)
+    srt = np.flatnonzero(inside)[np.argsort(home[inside], kind="stable")]
+    c, p, sc, key = c[srt], p[srt], sc[srt], home[srt]
     bounds = np.flatnonzero(np.diff(key)) + 1
-    for cs, ps in zip(np.split(c, bounds), np.split(p, bounds), strict=True):
-        yield np.unique(ps), np.unique(cs), cs, ps
+    for cs, ps, ss in zip(np.split(c, bounds), np.split(p, bounds), np.split(sc, bounds), strict=True):
+        yield np.unique(ps), np.unique(cs), cs, ps, ss
 
 
 def request_round(
     pairs: CallPairs,
     cand_c: np.ndarray,
     cand_p: np.ndarray,
+    cand_s: np.ndarray,
     parent: np.ndarray,
     model: ChainModel,
     grammar: Grammar,
@@ -391,55 +443,44 @@ def request_round(
     reqs = _Requests.learn(vtype, klass, parent) if requests else None
     # Every window's tuples first, so that the chain model scores them in one pass.
     built = []
-    all_owner, all_kids, all_len = [], [], []
-    for visits, free, cs, ps in _windows(pairs, cand_c, cand_p, window, shift):
+    all_owner, all_kids, all_len, all_prior = [], [], [], []
+    for visits, free, cs, ps, ss in _windows(pairs, cand_c, cand_p, cand_s, parent, window, shift):
         is_free = set(free.tolist())
-        cands: dict[int, list[int]] = defaultdict(list)
-        for c, v in zip(cs.tolist(), ps.tolist(), strict=True):
-            cands[v].append(c)
-        owners, members, current = [], [], []
+        cands: dict[int, list[tuple[float, int]]] = defaultdict(list)
+        for c, v, sc in zip(cs.tolist(), ps.tolist(), ss.tolist(), strict=True):
+            cands[v].append((sc, c))
+        owners, members, current, priors = [], [], [], []
         for v in visits.tolist():
-            fixed = [c for c in kids_of.get(v, []) if c not in is_free]
-            mine = [tuple(sorted(kids_of.get(v, []), key=lambda c: (tc[c], c)))]
+            mine = kids_of.get(v, [])
+            fixed = [c for c in mine if c not in is_free]
+            t_v = int(vtype[v])
             current.append(len(owners))
-            by_class: dict[int, list[int]] = defaultdict(list)
-            for c in cands[v]:
-                by_class[int(klass[c])].append(c)
-            have = Counter(int(klass[c]) for c in fixed)
-            for shape in grammar.shapes.get(int(vtype[v]), {}):
-                want = dict(shape)
-                if any(have[k] > want.get(k, 0) for k in have):
-                    continue
-                need = {k: m - have.get(k, 0) for k, m in want.items() if m > have.get(k, 0)}
-                if any(m > len(by_class.get(k, ())) for k, m in need.items()):
-                    continue
-                combos = [list(itertools.combinations(by_class[k], m)) for k, m in need.items()]
-                if np.prod([len(x) for x in combos], dtype=float) > _MAX_COMBINATIONS:
-                    continue
-                for pick in itertools.product(*combos):
-                    t = tuple(sorted(fixed + [c for g in pick for c in g], key=lambda c: (tc[c], c)))
-                    if t != mine[0]:
-                        mine.append(t)
-            for t in mine:
+            owners.append(v)
+            members.append(tuple(mine))
+            priors.append(grammar.score(t_v, _shape(klass[mine].tolist())))
+            for t, shape in _visit_tuples(v, fixed, mine, cands[v], grammar.shapes.get(t_v, {}), klass, tc):
                 owners.append(v)
                 members.append(t)
-        built.append((visits, free, owners, members, current))
+                priors.append(grammar.shapes[t_v][shape])
+        built.append((visits, free, owners, current))
         all_owner += owners
         all_kids += [c for t in members for c in t]
         all_len += [len(t) for t in members]
+        all_prior += priors
     if not built:
         return RequestRound(parent.copy(), 0, 0.0, 0, 0, 0)
     owner = np.array(all_owner, np.int64)
     lengths = np.array(all_len, np.int64)
-    kids = np.array(all_kids, np.int64)
     seq = np.repeat(np.arange(owner.size), lengths)
-    score = model.chain_likelihood(pairs, owner, kids, seq)
+    kids = np.array(all_kids, np.int64)
+    # Each tuple's children in call order, as chains are read.
+    order = np.lexsort((kids, tc[kids], seq))
+    kids = kids[order]
+    score = model.chain_likelihood(pairs, owner, kids, seq) + np.array(all_prior)
     starts = np.concatenate([[0], np.cumsum(lengths)])
-    shapes = [_shape(klass[kids[starts[j] : starts[j + 1]]].tolist()) for j in range(owner.size)]
-    score += np.array([grammar.score(int(vtype[v]), s) for v, s in zip(all_owner, shapes, strict=True)])
     out = parent.copy()
     gain, n_tuples, timed_out, at = 0.0, 0, 0, 0
-    for visits, free, owners, _, current in built:
+    for visits, free, owners, current in built:
         j = np.arange(at, at + len(owners))
         at += len(owners)
         w_score = score[j]
@@ -454,6 +495,8 @@ def request_round(
         terms = _request_terms(reqs, visits, w_owner, flat, w_start, klass, vtype, kids_of) if reqs else []
         win = Window(visits, free, w_owner, flat, w_start, w_score, cur, terms)
         n_tuples += w_owner.size
+        if _held_is_best(win):
+            continue
         chosen = solve_window(win)
         if chosen is None:
             timed_out += 1
@@ -463,6 +506,57 @@ def request_round(
             out[flat[w_start[t] : w_start[t + 1]]] = w_owner[t]
     moved = int(np.count_nonzero(out != parent))
     return RequestRound(out, moved, gain, len(built), n_tuples, timed_out)
+
+
+def _visit_tuples(
+    v: int,
+    fixed: list[int],
+    mine: list[int],
+    cands: list[tuple[float, int]],
+    shapes: dict[tuple[tuple[int, int], ...], float],
+    klass: np.ndarray,
+    tc: np.ndarray,
+) -> Iterator[tuple[tuple[int, ...], tuple[tuple[int, int], ...]]]:
+    """The tuples of children visit ``v`` could have besides its own (``mine``): its
+    ``fixed`` children plus a choice among the free calls it is a candidate of
+    (``cands``, each with its score as a pair) that makes one of its type's
+    ``shapes``; with the shape each makes. Where a shape allows more than
+    ``_MAX_COMBINATIONS`` choices, each class's candidates are cut to the likeliest
+    (its own children first, then by the pair's score) until they fit."""
+    have = Counter(int(klass[c]) for c in fixed)
+    own = set(mine)
+    by_class: dict[int, list[int]] = defaultdict(list)
+    for _, c in sorted(cands, key=lambda sc: (sc[1] not in own, -sc[0])):
+        by_class[int(klass[c])].append(c)
+    current = tuple(sorted(mine))
+    for shape in shapes:
+        want = dict(shape)
+        if any(have[k] > want.get(k, 0) for k in have):
+            continue
+        need = {k: m - have.get(k, 0) for k, m in want.items() if m > have.get(k, 0)}
+        if any(m > len(by_class.get(k, ())) for k, m in need.items()):
+            continue
+        pools = {k: by_class[k] for k in need}
+        while math.prod(math.comb(len(pools[k]), m) for k, m in need.items()) > _MAX_COMBINATIONS:
+            k = max(pools, key=lambda k: len(pools[k]) - need[k])
+            pools[k] = pools[k][:-1]
+        combos = [itertools.combinations(pools[k], m) for k, m in need.items()]
+        for pick in itertools.product(*combos):
+            t = tuple(fixed) + tuple(c for g in pick for c in g)
+            if tuple(sorted(t)) != current:
+                yield t, shape
+
+
+def _held_is_best(w: Window) -> bool:
+    """Whether the tuples held now are each visit's best and every request term is at
+    its most likely total: then they are the window's optimum, without a solver."""
+    best = np.full(w.visits.size, -np.inf)
+    np.maximum.at(best, np.searchsorted(w.visits, w.owner), w.score)
+    if np.any(w.score[w.current] < best):
+        return False
+    held = np.zeros(w.owner.size, bool)
+    held[w.current] = True
+    return all(t.outside + int(t.counts[held[t.tuples]].sum()) == t.mode for t in w.req_terms)
 
 
 def _top_per_visit(owner: np.ndarray, score: np.ndarray, current: np.ndarray, k: int) -> np.ndarray:
@@ -485,7 +579,7 @@ def _request_terms(
     klass: np.ndarray,
     vtype: np.ndarray,
     kids_of: dict[int, list[int]],
-) -> list[tuple[np.ndarray, np.ndarray, int, np.ndarray]]:
+) -> list[RequestTerm]:
     """Per (request, class) met in the window: the tuples that add such calls to the
     request and how many, the count the request holds outside the window, and the
     log-probabilities of each total."""
@@ -508,10 +602,7 @@ def _request_terms(
         tuples = np.fromiter(per.keys(), np.int64)
         counts = np.fromiter(per.values(), np.int64)
         # Totals past the learnt ones keep the last one's log-probability less a nat each.
-        extra = int(counts.sum()) + outside - (logp.size - 1)
-        if extra > 0:
-            logp = np.concatenate([logp, logp[-1] - np.arange(1, extra + 1)])
-        terms.append((tuples, counts, outside, logp))
+        terms.append(RequestTerm.of(tuples, counts, outside, logp))
     return terms
 
 
@@ -519,6 +610,7 @@ def request_rounds(
     pairs: CallPairs,
     cand_c: np.ndarray,
     cand_p: np.ndarray,
+    cand_s: np.ndarray,
     parent: np.ndarray,
     params: NestingParams,
     n_nodes: int,
@@ -536,6 +628,7 @@ def request_rounds(
             pairs,
             cand_c,
             cand_p,
+            cand_s,
             parent,
             model,
             grammar,
