@@ -17,7 +17,10 @@ each preset and scored with ``infer.evaluate_paths``. Three markdown tables:
   pattern's id, against the true patterns they match), whether the true top 10 are all
   among the inferred patterns, and the relative error of the per-visit means (latency
   and delay) of the true patterns found (``evaluate_paths``' ``delay_error``);
-- the ceiling of chain rounds, a diagnosis with the model learnt once from the true
+- model error and search error of the default (``infer.error_sources``): the answer's
+  and the truth's log-likelihood under the model the run learnt, and the share of calls
+  the run's own rounds keep when started from the truth; then the ceiling of chain
+  rounds, a diagnosis with the model learnt once from the true
   parents (``infer.chains.chain_stages(..., model_from=truth)``, the default's
   settings, up to 100 rounds to convergence): the share of calls whose true parent
   they keep when started from the truth, and the share they reach from the default
@@ -89,24 +92,10 @@ def levels_of(cfg: synth.SynthConfig, asked: list[str]) -> list[tuple[str, synth
     return list(out.values())
 
 
-def true_parents(result: infer.NestingResult, trace: pa.Table) -> np.ndarray:
-    """The true parent of each of ``result``'s call pairs, as an index into them (-1:
-    none, or a parent that is not among them)."""
-    tpairs, tparent, _, _ = infer.true_pairs(trace)
-    n = len(result.pairs)
-    index = np.full(trace.num_rows, -1, np.int64)
-    index[result.pairs.call_row] = np.arange(n)
-    mine = index[tpairs.call_row]  # each true pair's index among the inferred pairs
-    truth = np.full(n, -1, np.int64)
-    ok = mine >= 0
-    truth[mine[ok]] = np.where(tparent[ok] >= 0, mine[np.maximum(tparent[ok], 0)], -1)
-    return truth
-
-
 def ceiling(result: infer.NestingResult, trace: pa.Table) -> dict[str, float]:
     """Chain rounds judged by the model of the true parents, from the truth and from
     ``result``'s answer: shares of calls with their true parent at the end, rounds run."""
-    truth = true_parents(result, trace)
+    truth = infer.true_parents(result.pairs, trace)
     pairs, n_nodes = result.pairs, len(result.nodes)
     params = infer.NestingParams().with_overrides(chains=CEILING_ROUNDS)
     chunks = CandidateChunks(
@@ -242,8 +231,11 @@ def main() -> None:
             if default is None:  # the ceiling starts from the default's answer
                 default = infer.infer_nesting(trace)
             c = ceiling(default, trace)
+            e = infer.error_sources(default, trace)
             ceilings.append(
                 f"| {name} | {level} | {default.mean_parallelism:.1f} | {c['default']:.1%} | "
+                f"{e['answer_ll']:.3f} / {e['truth_ll']:.3f} ({e['truth_ll'] - e['answer_ll']:+.3f}) | "
+                f"{e['kept']:.1%} | {e['verdict']} | "
                 f"{c['kept']:.1%} ({c['kept_rounds']}) | {c['reached']:.1%} ({c['reached_rounds']}) |"
             )
     fanout = [r for r in runs if r.workload == FANOUT and r.level.split()[0] in ("5", "10")]
@@ -278,16 +270,20 @@ def main() -> None:
         print("\n".join(fanout_rows(fanout)))
     print()
     print(
-        "Ceiling of chain rounds: the model learnt once from the true parents, the default's "
-        f"settings, up to {CEILING_ROUNDS} rounds (rounds run in brackets). Shares of calls "
-        "with their true parent: the default's answer; chain rounds started from the truth "
-        "(kept); started from the default's answer (reached)."
+        "Model error and search error. Shares of calls with their true parent: the default's "
+        "answer. Under the model the run learnt (its chain model and visit shapes), the answer's "
+        "and the truth's log-likelihood in nats per call: the truth lower is model error. The "
+        "run's own chain and request rounds started from the truth: the share they keep. Then the "
+        "ceiling of chain rounds with the model learnt once from the true parents, the default's "
+        f"settings, up to {CEILING_ROUNDS} rounds (rounds run in brackets): started from the "
+        "truth (kept), and from the default's answer (reached)."
     )
     print()
     print(
-        "| workload | parallelism | measured | default | from the truth: kept | from the default: reached |"
+        "| workload | parallelism | measured | default | log-likelihood: answer / truth "
+        "| run's rounds from the truth: kept | error | true model: kept | true model: reached |"
     )
-    print("|---|---|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---|---:|---:|")
     print("\n".join(ceilings))
     print(f"done in {time.perf_counter() - t_start:.0f} s", file=sys.stderr)
 

@@ -143,20 +143,6 @@ def figure17(
     return rows, reports[PAPER][1], summary
 
 
-def _true_parents(result: infer.NestingResult, trace) -> np.ndarray:
-    """The true parent of each of ``result``'s call pairs, as an index into them (-1:
-    none, or a parent that is not among them)."""
-    tpairs, tparent, _, _ = infer.true_pairs(trace)
-    n = len(result.pairs)
-    index = np.full(trace.num_rows, -1, np.int64)
-    index[result.pairs.call_row] = np.arange(n)
-    mine = index[tpairs.call_row]
-    truth = np.full(n, -1, np.int64)
-    ok = mine >= 0
-    truth[mine[ok]] = np.where(tparent[ok] >= 0, mine[np.maximum(tparent[ok], 0)], -1)
-    return truth
-
-
 def model_limit(messages: int, parallelism: float, std_ratio: float | None = None) -> list[str]:
     """Chain rounds from every stage of the default before its chain rounds, with the
     model learnt as they go (the default preset) and, for diagnosis, learnt once from
@@ -169,7 +155,7 @@ def model_limit(messages: int, parallelism: float, std_ratio: float | None = Non
 
     trace, _ = synth.generate_table(_skewed(messages, parallelism, std_ratio))
     start = infer.infer_nesting(trace, chains=0)
-    truth = _true_parents(start, trace)
+    truth = infer.true_parents(start.pairs, trace)
     pairs, n_nodes = start.pairs, len(start.nodes)
     params = infer.NestingParams.preset("accurate")
     chunks = CandidateChunks(pairs, 0, Scoreboard(params, n_nodes), siblings=True)

@@ -88,14 +88,25 @@ def settings_text(result: Any, preset: str | None, overrides: dict[str, Any]) ->
     if params is not None and hasattr(params, "to_json"):
         doc = params.to_json()
         name = doc.pop("preset", None)
-        keys = ("board", "density", "x", "y", "z", "rounds", "siblings", "chains", "tolerance_s", "use_ids")
+        keys = (
+            "board",
+            "density",
+            "rounds",
+            "siblings",
+            "chains",
+            "request_rounds",
+            "tolerance_s",
+            "use_ids",
+        )
         shown = ", ".join(f"{k}={doc[k]}" for k in keys if k in doc)
         return f"preset {name or 'none (custom)'}: {shown}"
     given = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "the defaults"
     return f"infer_nesting({given})" + (f", preset {preset}" if preset else "")
 
 
-def measure(name: str, at: str, preset: str | None, overrides: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+def measure(
+    name: str, at: str, preset: str | None, overrides: dict[str, Any], diagnose: bool = True
+) -> tuple[dict[str, Any], Any]:
     path = DATA / f"{name}.jsonl.gz"
     t0 = time.perf_counter()
     trace = tracefmt.read_jaeger(path, at=at)
@@ -106,6 +117,7 @@ def measure(name: str, at: str, preset: str | None, overrides: dict[str, Any]) -
     t2 = time.perf_counter()
     report = infer.evaluate_paths(result.to_json(), trace, instances=result.instances_table())
     inst, calls = report["instances"], report["calls"]
+    sources = infer.error_sources(result, trace) if diagnose else {}
     row = {
         "dataset": name,
         "messages": trace.num_rows,
@@ -115,6 +127,7 @@ def measure(name: str, at: str, preset: str | None, overrides: dict[str, Any]) -
         "exact_instances_rate": 1.0 - inst["false_negatives"] / inst["true"] if inst["true"] else None,
         "convert_s": t1 - t0,
         "infer_s": t2 - t1,
+        **sources,
     }
     return row, result
 
@@ -130,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--at", choices=list(tracefmt.SPAN_AT), default="callee", help="timestamps (callee)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument(
+        "--no-diagnosis", action="store_true", help="skip the model and search error columns (faster)"
+    )
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.datasets.split(",") if n.strip()]
     unknown = [n for n in names if not (DATA / f"{n}.jsonl.gz").is_file()]
@@ -138,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = parse_sets(args.set)
     rows, setting = [], ""
     for name in names:
-        row, result = measure(name, args.at, args.preset, overrides)
+        row, result = measure(name, args.at, args.preset, overrides, not args.no_diagnosis)
         rows.append(row)
         setting = setting or settings_text(result, args.preset, overrides)
         print(f"{name}: inferred in {row['infer_s']:.2f} s", file=sys.stderr)
@@ -147,14 +163,37 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"timestamps at the {args.at}; {setting}")
     print()
-    print("| data set | messages | requests | requests fully right | calls with right parent | run time |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        "| data set | messages | requests | requests fully right | calls with right parent | run time "
+        "| log-likelihood: answer / truth | kept from the truth | error |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         print(
             f"| {r['dataset']} | {r['messages']:,} | {r['requests']:,} | {r['fully_right_rate']:.1%} "
-            f"| {r['right_parent_rate']:.1%} | {r['infer_s']:.2f} s |"
+            f"| {r['right_parent_rate']:.1%} | {r['infer_s']:.2f} s | {diagnosis_cells(r)} |"
         )
+    if not args.no_diagnosis:
+        print()
+        print(DIAGNOSIS_NOTE)
     return 0
+
+
+#: What the diagnosis columns mean, printed under the table.
+DIAGNOSIS_NOTE = (
+    "log-likelihood: nats per call of the answer and of the truth under the model the run learnt "
+    "(its chain model and visit shapes); kept from the truth: calls right when the run's chain and "
+    "request rounds start from the truth; error: 'model' where the model prefers the answer to the "
+    "truth, 'search' where it prefers the truth but the search did not reach it."
+)
+
+
+def diagnosis_cells(r: dict[str, Any]) -> str:
+    """The diagnosis columns of a row: the two log-likelihoods, the share kept, the verdict."""
+    if "answer_ll" not in r:
+        return " | | "
+    gap = r["truth_ll"] - r["answer_ll"]
+    return f"{r['answer_ll']:.3f} / {r['truth_ll']:.3f} ({gap:+.3f}) | {r['kept']:.1%} | {r['verdict']}"
 
 
 if __name__ == "__main__":

@@ -22,10 +22,12 @@ if TYPE_CHECKING:
     from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
     from infer.convolution import ConvolutionResult, DelaySpike, LinearPath, infer_convolution
     from infer.evaluate import (
+        error_sources,
         evaluate_convolution,
         evaluate_paths,
         true_linear_paths,
         true_pairs,
+        true_parents,
         true_patterns,
     )
     from infer.nesting import (
@@ -48,10 +50,12 @@ _EXPORTS = {
     "infer.callpairs": ["CallPairs", "NodeCodes", "match_calls", "node_codes"],
     "infer.convolution": ["ConvolutionResult", "DelaySpike", "LinearPath", "infer_convolution"],
     "infer.evaluate": [
+        "error_sources",
         "evaluate_convolution",
         "evaluate_paths",
         "true_linear_paths",
         "true_pairs",
+        "true_parents",
         "true_patterns",
     ],
     "infer.nesting": [
@@ -88,6 +92,7 @@ __all__ = [
     "build_patterns",
     "confident_instances",
     "convolution_lines",
+    "error_sources",
     "evaluate_convolution",
     "evaluate_paths",
     "evaluation_lines",
@@ -105,5 +110,6 @@ __all__ = [
     "reliability_lines",
     "true_linear_paths",
     "true_pairs",
+    "true_parents",
     "true_patterns",
 ]

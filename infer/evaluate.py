@@ -34,10 +34,12 @@ __all__ = [
     "DEFAULT_NS",
     "DEFAULT_TOLERANCES",
     "LinearTruth",
+    "error_sources",
     "evaluate_convolution",
     "evaluate_paths",
     "true_linear_paths",
     "true_pairs",
+    "true_parents",
     "true_patterns",
 ]
 
@@ -97,6 +99,61 @@ def true_pairs(trace: pa.Table) -> tuple[CallPairs, np.ndarray, list[str], np.nd
         np.where(found & (pair_uid[by_uid][at] == want), by_uid[at], -1) if found else np.zeros(0, np.int64)
     )
     return pairs, parent.astype(np.int64), nodes.names, inst[call_row]
+
+
+def true_parents(pairs: CallPairs, trace: pa.Table) -> np.ndarray:
+    """The true parent of each of ``pairs`` (an inference's call pairs of ``trace``), as
+    an index among them (-1: a root, or a parent that is not among them)."""
+    tpairs, tparent, _, _ = true_pairs(trace)
+    n = len(pairs)
+    index = np.full(trace.num_rows, -1, np.int64)
+    index[pairs.call_row] = np.arange(n)
+    mine = index[tpairs.call_row]  # each true pair's index among the inferred pairs
+    truth = np.full(n, -1, np.int64)
+    ok = mine >= 0
+    truth[mine[ok]] = np.where(tparent[ok] >= 0, mine[np.maximum(tparent[ok], 0)], -1)
+    return truth
+
+
+def error_sources(result: Any, trace: pa.Table) -> dict[str, Any]:
+    """Whether a nesting answer's mistakes are the model's or the search's.
+
+    Returns the answer's and the truth's mean log-likelihood per call under the model
+    the run learnt (its last answer's chain model and shapes, ``infer.request_model``):
+    the truth scoring lower is *model error*, the model prefers the wrong answer; and
+    the share of calls right when the run's chain and request rounds start from the
+    truth (``kept``) beside the answer's (``right``): the truth scoring higher yet
+    the answer falling short is *search error*. ``verdict`` says which (``"model"``,
+    ``"search"``, or ``"neither"``).
+    """
+    from infer.candidates import CandidatePlan
+    from infer.chains import ChainModel
+    from infer.nesting import call_labels, nesting_stages
+    from infer.request_model import Grammar, call_kinds, request_log_likelihood, sure_visits
+
+    pairs, params, n_nodes = result.pairs, result.params, len(result.nodes)
+    truth = true_parents(pairs, trace)
+    tolerance = result.trace_info.get("tolerance_s", params.tolerance_s)
+    tol_ns = round(tolerance * 1e9)
+    parts = list(CandidatePlan(pairs, tol_ns).chunks())
+    cand_c = np.concatenate([c for _, c, _ in parts]) if parts else np.zeros(0, np.int64)
+    cand_p = np.concatenate([p for _, _, p in parts]) if parts else np.zeros(0, np.int64)
+    labels = call_labels(trace, pairs)
+    vtype, klass = call_kinds(pairs, labels)
+    model = ChainModel.learn(pairs, result.parent, params, n_nodes)
+    grammar = Grammar.learn(vtype, klass, result.parent, sure_visits(len(pairs), cand_c, cand_p))
+    same = params.with_overrides(tolerance_s=tolerance, auto_tolerance=False)
+    *_, last = nesting_stages(pairs, n_nodes, same, labels=labels, start=truth)
+    kid = truth >= 0
+    out: dict[str, Any] = {
+        "answer_ll": request_log_likelihood(pairs, result.parent, model, grammar, vtype, klass),
+        "truth_ll": request_log_likelihood(pairs, truth, model, grammar, vtype, klass),
+        "right": float(np.mean(result.parent[kid] == truth[kid])),
+        "kept": float(np.mean(last.parent[kid] == truth[kid])),
+    }
+    worse = out["truth_ll"] < out["answer_ll"]
+    out["verdict"] = "model" if worse else "search" if out["kept"] > out["right"] else "neither"
+    return out
 
 
 def true_patterns(trace: pa.Table) -> list[Pattern]:

@@ -241,7 +241,13 @@ class NestingResult:
                 "patterns": len(self.patterns),
                 **{
                     k: self.trace_info[k]
-                    for k in ("tolerance_s", "chain_rounds_run", "stages", "min_confidence")
+                    for k in (
+                        "tolerance_s",
+                        "chain_rounds_run",
+                        "request_rounds_run",
+                        "stages",
+                        "min_confidence",
+                    )
                     if k in self.trace_info
                 },
                 "confidence": self.calibration.to_json(),
@@ -553,7 +559,7 @@ class Stage:
 
     Attributes
     ----------
-    name : {"first pass", "penalty round", "sibling round", "chain round", "request round"}
+    name : {"first pass", "penalty round", "sibling round", "chain round", "request round", "given"}
     round : int
         The round's number among the rounds of its name, from 1.
     parent : ndarray of int64
@@ -735,6 +741,7 @@ def nesting_stages(
     counts: np.ndarray | None = None,
     runner: Runner | None = None,
     labels: np.ndarray | None = None,
+    start: np.ndarray | None = None,
 ) -> Iterator[Stage]:
     """The stages of the nesting algorithm on matched call pairs, one ``Stage`` each.
 
@@ -764,6 +771,11 @@ def nesting_stages(
     labels : ndarray of int64, optional
         Per pair, a code of its call's label (URL, gRPC method; -1 for none): request
         rounds tell visits and calls of different labels apart.
+    start : ndarray of int64, optional
+        Parents to start the chain and request rounds from instead of the scoreboard
+        stages' answer (a diagnosis: the truth of a synthetic trace, to see whether the
+        search keeps it); the first stage yielded is then this assignment, named
+        ``"given"``.
 
     Examples
     --------
@@ -781,6 +793,14 @@ def nesting_stages(
     params = params or NestingParams()
     params.check()
     scoring = _Scoring.learn(pairs, n_nodes, params, counts, runner)
+    if start is not None:
+        model = ChainModel.learn(pairs, start, params, n_nodes)
+        ll = model.own_log_likelihood / max(len(pairs), 1)
+        sure = np.full(start.size, np.inf)
+        last = Stage("given", 1, start.copy(), np.ones(start.size), 0, ll, scoring.tolerance_s, sure)
+        yield last
+        yield from _later_rounds(scoring, last, model, runner, labels)
+        return
     # No name holds the first pass's choices: they go once the stage is made.
     last, model = scoring.stage("first pass", 1, scoring.first_pass(), None)
     yield last
@@ -793,12 +813,20 @@ def nesting_stages(
         name, number = ("sibling round", k - plain + 1) if sibling else ("penalty round", k + 1)
         last, model = scoring.stage(name, number, best, (last.parent, model))
         yield last
-    if params.chains:
+    yield from _later_rounds(scoring, last, model, runner, labels)
+
+
+def _later_rounds(
+    scoring: _Scoring, last: Stage, model: ChainModel, runner: Runner | None, labels: np.ndarray | None
+) -> Iterator[Stage]:
+    """The chain rounds and then the request rounds the params ask for, after ``last``
+    (whose chain model is ``model``)."""
+    if scoring.params.chains:
         # Each stage holds arrays the size of the trace: only the newest is kept.
         for stage in _chain_rounds(scoring, last, model, runner):
             last = stage
             yield stage
-    if params.request_rounds:
+    if scoring.params.request_rounds:
         yield from _request_rounds(scoring, last, labels)
 
 
@@ -811,6 +839,8 @@ def _request_rounds(scoring: _Scoring, last: Stage, labels: np.ndarray | None) -
     # Every candidate pair with its first-pass scoreboard score, which orders a visit's
     # candidates before whole tuples are scored.
     kept = [(ch.c, ch.par, scoring.board.lookup(ch.cells)) for ch in scoring.chunks]
+    if not kept:  # no call has a candidate parent: nothing to choose
+        return
     cand_c, cand_p, cand_s = (np.concatenate(part) for part in zip(*kept, strict=True))
     del kept
     before = last.parent

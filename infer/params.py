@@ -147,11 +147,11 @@ class NestingParams:
 
     @classmethod
     def fast(cls) -> NestingParams:
-        """The accurate setting with at most two chain rounds: 1.3 times faster at
-        parallelism 5 and 2.6 times at 45 (benchmarks/nesting.py), less exact where
-        requests overlap heavily. (Without any chain round the refined scoreboards are
-        less exact than the paper's on real traffic.)"""
-        return cls(chains=2)
+        """The accurate setting with at most two chain rounds and one request round
+        (benchmarks/nesting.py, docs/inference.md), less exact where requests overlap
+        heavily. (Without any chain round the refined scoreboards are less exact than
+        the paper's on real traffic.)"""
+        return cls(chains=2, request_rounds=1)
 
     @classmethod
     def paper(cls) -> NestingParams:

@@ -55,7 +55,7 @@ from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from infer.callpairs import CallPairs
-from infer.chains import ChainModel
+from infer.chains import ChainModel, chain_edges
 from infer.params import NestingParams
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "RequestTerm",
     "Window",
     "call_kinds",
+    "request_log_likelihood",
     "request_roots",
     "request_rounds",
     "solve_window",
@@ -210,6 +211,37 @@ def _shapes_of(klass: np.ndarray, parent: np.ndarray, n: int) -> list[tuple[tupl
     for key, c in zip(keys.tolist(), counts.tolist(), strict=True):
         out[key // width].append((key % width, c))
     return [tuple(s) for s in out]
+
+
+def request_log_likelihood(
+    pairs: CallPairs,
+    parent: np.ndarray,
+    model: ChainModel,
+    grammar: Grammar,
+    vtype: np.ndarray,
+    klass: np.ndarray,
+) -> float:
+    """Mean log-likelihood per call of ``parent``'s request trees under ``model`` and
+    ``grammar``: every visit's chain of events and its shape's log-share (the tuples'
+    scores of a request round, over the whole trace).
+
+    >>> from infer.callpairs import CallPairs
+    >>> p = CallPairs(np.array([0, 1]), np.array([1, 2]), np.array([0, 1]),
+    ...     np.array([9, 3]), np.arange(2), np.arange(2), 0, 0, 0)
+    >>> parent = np.array([-1, 0])
+    >>> vtype, klass = call_kinds(p)
+    >>> m = ChainModel.learn(p, parent, NestingParams(), 3)
+    >>> g = Grammar.learn(vtype, klass, parent, np.ones(2, bool), min_sure=1)
+    >>> bool(np.isfinite(request_log_likelihood(p, parent, m, g, vtype, klass)))
+    True
+    """
+    n = len(pairs)
+    if n == 0:
+        return 0.0
+    chains = float(model.lookup(model.cells(pairs, *chain_edges(pairs, parent))).sum())
+    shapes = _shapes_of(klass, parent, n)
+    prior = sum(grammar.score(t, s) for t, s in zip(vtype.tolist(), shapes, strict=True))
+    return (chains + prior) / n
 
 
 def _shape(klasses: list[int]) -> tuple[tuple[int, int], ...]:

@@ -97,13 +97,14 @@ def test_accurate_is_the_field_defaults() -> None:
     assert NestingParams().preset_name == "accurate"
 
 
-def test_fast_is_accurate_with_two_chain_rounds_at_most() -> None:
-    assert NestingParams.fast() == replace(NestingParams(), chains=2)
+def test_fast_is_accurate_with_two_chain_rounds_and_one_request_round_at_most() -> None:
+    assert NestingParams.fast() == replace(NestingParams(), chains=2, request_rounds=1)
 
 
 def test_settings_that_match_no_preset_have_no_name() -> None:
     assert NestingParams.paper().with_overrides(overlap_penalty=1.0).preset_name is None
-    assert NestingParams().with_overrides(chains=2).preset_name == "fast"
+    assert NestingParams().with_overrides(chains=2, request_rounds=1).preset_name == "fast"
+    assert NestingParams().with_overrides(chains=2).preset_name is None
     assert NestingParams().with_overrides(chains=0).preset_name is None
 
 
