@@ -31,7 +31,7 @@ __all__ = [
 
 BOARDS = ("joint", "delay")
 #: Preset names, the default first.
-PRESETS = ("accurate", "fast", "paper")
+PRESETS = ("accurate", "fast", "paper", "requests")
 
 #: Keys a paths file's ``params`` holds besides the fields (output choices, not inference).
 _OUTPUT_KEYS = frozenset({"top", "min_count", "window_s", "preset", "sort"})
@@ -135,7 +135,7 @@ class NestingParams:
     siblings: int = 1
     chains: int = 10
     chain_min_gain: float = 3e-3
-    request_rounds: int = 3
+    request_rounds: int = 0
     request_window: int = 48
     request_tuples: int = 32
     calibrate: bool = True
@@ -147,11 +147,11 @@ class NestingParams:
 
     @classmethod
     def fast(cls) -> NestingParams:
-        """The accurate setting with at most two chain rounds and one request round
-        (benchmarks/nesting.py, docs/inference.md), less exact where requests overlap
-        heavily. (Without any chain round the refined scoreboards are less exact than
-        the paper's on real traffic.)"""
-        return cls(chains=2, request_rounds=1)
+        """The accurate setting with at most two chain rounds: 1.3 times faster at
+        parallelism 5 and 2.6 times at 45 (benchmarks/nesting.py), less exact where
+        requests overlap heavily. (Without any chain round the refined scoreboards are
+        less exact than the paper's on real traffic.)"""
+        return cls(chains=2)
 
     @classmethod
     def paper(cls) -> NestingParams:
@@ -163,9 +163,17 @@ class NestingParams:
             rounds=0,
             siblings=0,
             chains=0,
-            request_rounds=0,
             auto_tolerance=False,
         )
+
+    @classmethod
+    def requests(cls) -> NestingParams:
+        """The accurate setting with three request rounds after the chain rounds
+        (``infer.request_model``): whole requests scored, the children of each window of
+        overlapping visits chosen together. More exact where requests overlap heavily
+        (docs/inference.md), several times slower there, and its confidence is not yet
+        fitted as the default's is."""
+        return cls(request_rounds=3)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> NestingParams:

@@ -433,11 +433,12 @@ def test_unknown_preset_is_a_usage_error(
 def test_help_describes_the_presets(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(capsys, "infer", "nesting", "--help")
     assert rc == 0
-    assert "--preset {accurate,fast,paper}" in out
+    assert "--preset {accurate,fast,paper,requests}" in out
     text = " ".join(out.split())
     assert "default accurate" in text
     assert "--preset fast stops after two chain rounds" in text
     assert "--preset paper is the 2003 scoreboard" in text
+    assert "--preset requests adds up to three request rounds" in text
     assert "Single options override the preset's value" in text
 
 

@@ -43,6 +43,9 @@ PAPER = {
     "siblings": 0,
     "chains": 0,
     "chain_min_gain": 3e-3,
+    "request_rounds": 0,
+    "request_window": 48,
+    "request_tuples": 32,
     "calibrate": True,
 }
 #: The default: joint board with densities, two penalty rounds, one sibling round, up to
@@ -57,7 +60,9 @@ ACCURATE = {
     "auto_tolerance": True,
 }
 FAST = {**ACCURATE, "chains": 2}
-EXPECTED = {"accurate": ACCURATE, "fast": FAST, "paper": PAPER}
+#: The default and then up to three request rounds.
+REQUESTS = {**ACCURATE, "request_rounds": 3}
+EXPECTED = {"accurate": ACCURATE, "fast": FAST, "paper": PAPER, "requests": REQUESTS}
 
 
 def tiny_trace(h) -> pa.Table:
@@ -80,7 +85,7 @@ def tiny_trace(h) -> pa.Table:
 
 
 def test_preset_names_default_first() -> None:
-    assert PRESETS == ("accurate", "fast", "paper")
+    assert PRESETS == ("accurate", "fast", "paper", "requests")
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -97,14 +102,14 @@ def test_accurate_is_the_field_defaults() -> None:
     assert NestingParams().preset_name == "accurate"
 
 
-def test_fast_is_accurate_with_two_chain_rounds_and_one_request_round_at_most() -> None:
-    assert NestingParams.fast() == replace(NestingParams(), chains=2, request_rounds=1)
+def test_fast_is_accurate_with_two_chain_rounds_at_most() -> None:
+    assert NestingParams.fast() == replace(NestingParams(), chains=2)
 
 
 def test_settings_that_match_no_preset_have_no_name() -> None:
     assert NestingParams.paper().with_overrides(overlap_penalty=1.0).preset_name is None
-    assert NestingParams().with_overrides(chains=2, request_rounds=1).preset_name == "fast"
-    assert NestingParams().with_overrides(chains=2).preset_name is None
+    assert NestingParams().with_overrides(chains=2).preset_name == "fast"
+    assert NestingParams().with_overrides(request_rounds=3).preset_name == "requests"
     assert NestingParams().with_overrides(chains=0).preset_name is None
 
 
@@ -149,7 +154,7 @@ def test_overrides_replace_single_fields_of_the_preset(parallel_trace) -> None:
 
 
 def test_unknown_preset_names_the_presets(h) -> None:
-    message = r"unknown preset 'papr' \(must be one of accurate, fast, paper\)"
+    message = r"unknown preset 'papr' \(must be one of accurate, fast, paper, requests\)"
     with pytest.raises(ParameterError, match=message):
         NestingParams.preset("papr")
     # Checked before the trace, which here has no calls at all.
@@ -347,10 +352,16 @@ def test_stages_are_those_the_params_ask_for(parallel_trace, case) -> None:
         assert 1 <= run <= p.chains
     else:
         assert "chain_rounds_run" not in stats
+    joint = stats.get("request_rounds_run", 0)
+    if p.request_rounds:
+        assert 1 <= joint <= p.request_rounds
+    else:
+        assert "request_rounds_run" not in stats
     want = [("first pass", 1)]
     want += [("penalty round", k) for k in range(1, p.rounds + 1)]
     want += [("sibling round", k) for k in range(1, p.siblings + 1)]
     want += [("chain round", k) for k in range(1, run + 1)]
+    want += [("request round", k) for k in range(1, joint + 1)]
     assert [(s["stage"], s["round"]) for s in stages] == want
     assert stages[0]["moved"] == stats["call_pairs"]
     chain_ll = [s["log_likelihood"] for s in stages if s["stage"] == "chain round"]

@@ -213,8 +213,8 @@ def _stores(result) -> tuple[np.ndarray, float]:
 
 
 def test_every_request_makes_its_one_store_call(one_store) -> None:
-    before = infer_nesting(one_store, calibrate=False, request_rounds=0)
-    after = infer_nesting(one_store, calibrate=False)
+    before = infer_nesting(one_store, calibrate=False)
+    after = infer_nesting(one_store, "requests", calibrate=False)
     truth = true_parents(after.pairs, one_store)
     store, one_after = _stores(after)
     _, one_before = _stores(before)
@@ -233,8 +233,8 @@ def test_every_request_makes_its_one_store_call(one_store) -> None:
 def test_request_rounds_right_more_parents_of_a_busy_fan_out() -> None:
     cfg = synth.load_config(SAMPLES / "gateway-fanout.toml")
     trace = synth.generate_table(replace(cfg, messages=16_000, parallelism=10.0))[0]
-    before = infer_nesting(trace, calibrate=False, request_rounds=0)
-    after = infer_nesting(trace, calibrate=False)
+    before = infer_nesting(trace, calibrate=False)
+    after = infer_nesting(trace, "requests", calibrate=False)
     truth = true_parents(after.pairs, trace)
     kid = truth >= 0
     right_before = np.mean(before.parent[kid] == truth[kid])
@@ -243,9 +243,10 @@ def test_request_rounds_right_more_parents_of_a_busy_fan_out() -> None:
     assert right_after >= right_before + 0.05, (right_before, right_after)
 
 
-def test_the_paper_preset_has_no_request_rounds() -> None:
-    assert NestingParams.paper().request_rounds == 0
-    assert NestingParams().request_rounds > 0
+def test_only_the_requests_preset_has_request_rounds() -> None:
+    assert NestingParams.requests().request_rounds == 3
+    for name in ("accurate", "fast", "paper"):
+        assert NestingParams.preset(name).request_rounds == 0
 
 
 @pytest.mark.parametrize(
