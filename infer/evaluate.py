@@ -119,7 +119,8 @@ def error_sources(result: Any, trace: pa.Table) -> dict[str, Any]:
     """Whether a nesting answer's mistakes are the model's or the search's.
 
     Returns the answer's and the truth's mean log-likelihood per call under the model
-    the run learnt (its last answer's chain model and shapes, ``infer.request_model``):
+    the run learnt (its last answer's chain model, and with request rounds the visit
+    shapes, ``infer.request_model``):
     the truth scoring lower is *model error*, the model prefers the wrong answer; and
     the share of calls right when the run's chain and request rounds start from the
     truth (``kept``) beside the answer's (``right``): the truth scoring higher yet
@@ -141,7 +142,10 @@ def error_sources(result: Any, trace: pa.Table) -> dict[str, Any]:
     labels = call_labels(trace, pairs)
     vtype, klass = call_kinds(pairs, labels)
     model = ChainModel.learn(pairs, result.parent, params, n_nodes)
-    grammar = Grammar.learn(vtype, klass, result.parent, sure_visits(len(pairs), cand_c, cand_p))
+    # The model the run judged by: the chains, and the visit shapes where it ran request rounds.
+    grammar = None
+    if params.request_rounds:
+        grammar = Grammar.learn(vtype, klass, result.parent, sure_visits(len(pairs), cand_c, cand_p))
     same = params.with_overrides(tolerance_s=tolerance, auto_tolerance=False)
     *_, last = nesting_stages(pairs, n_nodes, same, labels=labels, start=truth)
     kid = truth >= 0

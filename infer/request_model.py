@@ -217,13 +217,14 @@ def request_log_likelihood(
     pairs: CallPairs,
     parent: np.ndarray,
     model: ChainModel,
-    grammar: Grammar,
+    grammar: Grammar | None,
     vtype: np.ndarray,
     klass: np.ndarray,
 ) -> float:
     """Mean log-likelihood per call of ``parent``'s request trees under ``model`` and
     ``grammar``: every visit's chain of events and its shape's log-share (the tuples'
-    scores of a request round, over the whole trace).
+    scores of a request round, over the whole trace); without a grammar, the chains
+    alone (what chain rounds judge by).
 
     >>> from infer.callpairs import CallPairs
     >>> p = CallPairs(np.array([0, 1]), np.array([1, 2]), np.array([0, 1]),
@@ -239,6 +240,8 @@ def request_log_likelihood(
     if n == 0:
         return 0.0
     chains = float(model.lookup(model.cells(pairs, *chain_edges(pairs, parent))).sum())
+    if grammar is None:
+        return chains / n
     shapes = _shapes_of(klass, parent, n)
     prior = sum(grammar.score(t, s) for t, s in zip(vtype.tolist(), shapes, strict=True))
     return (chains + prior) / n
