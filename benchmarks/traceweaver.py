@@ -182,9 +182,10 @@ def main(argv: list[str] | None = None) -> int:
 #: What the diagnosis columns mean, printed under the table.
 DIAGNOSIS_NOTE = (
     "log-likelihood: nats per call of the answer and of the truth under the model the run learnt "
-    "(its chain model, and with request rounds its visit shapes); kept from the truth: calls right when the run's chain and "
-    "request rounds start from the truth; error: 'model' where the model prefers the answer to the "
-    "truth, 'search' where it prefers the truth but the search did not reach it."
+    "(its chain model, and with request rounds its visit shapes); kept from the truth: calls right "
+    "when the run's chain and request rounds start from the truth; error: 'model' where the model "
+    "prefers the answer to the truth, 'search' where it prefers the truth but the search did not "
+    "reach it."
 )
 
 
