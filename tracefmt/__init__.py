@@ -13,8 +13,10 @@ from tracefmt._files import (
     make_dirs,
     output_mode,
     parquet_output,
+    remove_quietly,
     write_atomic,
     write_error,
+    write_errors,
 )
 from tracefmt.convert import (
     TRACE_SUFFIXES,
@@ -147,6 +149,7 @@ __all__ = [
     "read_text_trace",
     "read_trace",
     "read_trace_metadata",
+    "remove_quietly",
     "rename_nodes",
     "sigterm_as_interrupt",
     "sort_trace",
@@ -157,6 +160,7 @@ __all__ = [
     "validate_trace",
     "write_atomic",
     "write_error",
+    "write_errors",
     "write_paths",
     "write_text_trace",
     "write_trace",

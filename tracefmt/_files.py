@@ -268,9 +268,11 @@ def _destination(path: str | os.PathLike[str]) -> tuple[Path, bool]:
     p = Path(path)
     try:
         st = os.stat(p)
-    except FileNotFoundError:
-        return p, False  # nothing there, or a dangling link, which the output replaces
     except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):
+            # Nothing there (or a dangling link, which the output replaces); a parent
+            # that is a file, or too long a name, is said by the parent's checks.
+            return p, False
         raise TraceFileError(f"{p}: cannot write it ({exc.strerror or exc})") from None
     if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
         if not os.access(p, os.W_OK):
@@ -334,6 +336,9 @@ class OutputFile:
         The output as the user named it (error messages say it so).
     directory : bool
         The output is a directory (a dataset of parts), made whole the same way.
+    exclusive : bool
+        Never replace: ``commit`` raises ``FileExistsError`` if something took the
+        name meanwhile (a new file in a directory others add to, such as a store's).
 
     Examples
     --------
@@ -346,11 +351,14 @@ class OutputFile:
     ('whole', ['a.txt'])
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, directory: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, directory: bool = False, exclusive: bool = False
+    ) -> None:
         if not str(path):
             raise ParameterError(f"no output {'directory' if directory else 'file'} named (give a name)")
         self.path = Path(path)
         self.directory = directory
+        self.exclusive = exclusive
         if directory:  # what may be replaced is the caller's to check (a dataset only)
             self.target = _real(self.path) if self.path.is_symlink() else self.path
             self.direct = False
@@ -390,7 +398,10 @@ class OutputFile:
             return
         with write_errors(self.path):
             os.chmod(tmp, self._mode())
-            if self.directory and self.target.is_dir():
+            if self.exclusive and not self.directory:
+                os.link(tmp, self.target)  # fails if the name is taken, unlike a rename
+                remove_quietly(tmp)
+            elif self.directory and self.target.is_dir():
                 self._replace_directory(tmp)
             else:
                 os.replace(tmp, self.target)
@@ -489,10 +500,11 @@ def write_error(exc: OSError, path: str | os.PathLike[str]) -> TraceFileError:
 @contextmanager
 def write_errors(path: str | os.PathLike[str]) -> Iterator[None]:
     """Inside the block, an ``OSError`` that is not already a wirepath error becomes
-    ``write_error(exc, path)``: one line naming the output (a full disk said as such)."""
+    ``write_error(exc, path)``: one line naming the output (a full disk said as such);
+    ``FileExistsError`` (an exclusive ``OutputFile`` beaten to its name) passes."""
     try:
         yield
-    except WirepathError:
+    except (WirepathError, FileExistsError):
         raise
     except OSError as exc:
         raise write_error(exc, path) from None

@@ -29,7 +29,16 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from tracefmt import ParameterError, ParseError, Store, TraceFileError, format_instant_ns
+from tracefmt import (
+    OutputFile,
+    ParameterError,
+    ParseError,
+    Store,
+    TraceFileError,
+    format_instant_ns,
+    make_dirs,
+    write_errors,
+)
 from trend._files import read_bytes
 from trend.mdl import DIRECTIONS
 from trend.numbers import check_number
@@ -454,13 +463,26 @@ def write_results(store: Store, table: pa.Table, *, name: str = "import") -> Pat
     [('ip4', ('b1',), [10.1])]
     """
     table = table.select(RESULTS_SCHEMA.names).cast(RESULTS_SCHEMA)
-    store.results_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(store.results_dir)
     stamp = _time.strftime("%Y%m%dT%H%M%S", _time.gmtime())
-    k = 0
-    while (path := store.results_dir / f"{stamp}-{k:04d}-{name}.parquet").exists():
+    # Written aside and linked in under a free name: a reader (check, analyze) never meets
+    # half a file, even if this run is killed, and two imports at once never share a name.
+    k = -1
+    while True:
         k += 1
-    pq.write_table(table, path)
-    return path
+        path = store.results_dir / f"{stamp}-{k:04d}-{name}.parquet"
+        if path.exists():
+            continue
+        out = OutputFile(path, exclusive=True)
+        try:
+            with write_errors(path):
+                pq.write_table(table, out.open())
+                out.commit()
+            return path
+        except FileExistsError:
+            continue  # another import took the name meanwhile
+        finally:
+            out.discard()
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,7 @@ def _parse_offsets(pairs: Sequence[str], inputs: Sequence[str]) -> dict[str, int
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
+    tracefmt.distinct_outputs([*args.inputs, args.names], [args.out], what="an input")
     offsets = _parse_offsets(args.offset, args.inputs)
     names = tracefmt.load_names(args.names) if args.names else {}
     window = None if args.no_dedup else tracefmt.parse_duration_ns(args.dedup_window)

@@ -403,11 +403,12 @@ def _register_check(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    results = tracefmt.Store(Path(args.store)).results_dir
+    tracefmt.distinct_outputs([results], [args.alert], what="the results")
     trends = _analyze(args)
     text = trend.alert_text(trends)
     if args.alert:
-        with _writing(args.alert):
-            Path(args.alert).write_text(text + "\n")
+        tracefmt.write_atomic(args.alert, text + "\n")
     bad = [t for t in trends if t.regressed]
     doc = {
         "regression": bool(bad),
