@@ -63,6 +63,11 @@ def _enclosing(path: Path, directories: dict[tuple[int, int], str]) -> str | Non
     return None
 
 
+def _is_temporary_of(path: str | os.PathLike[str], target: Path) -> bool:
+    real = _real(path)
+    return real.parent == target.parent and _temporary_names(target).fullmatch(real.name) is not None
+
+
 def distinct_outputs(
     inputs: Sequence[str | os.PathLike[str] | None],
     outputs: Sequence[str | os.PathLike[str] | None],
@@ -98,6 +103,11 @@ def distinct_outputs(
         target, ident = _real(out), _identity(out)
         if target in names or (ident is not None and ident in files):
             raise ParameterError(f"{out}: output would overwrite {what}; choose another name")
+        if any(_is_temporary_of(p, target) for p in given):
+            # A sweep would take it for a killed run's temporary file.
+            raise ParameterError(
+                f"{out}: output would overwrite {what} (named like its temporary file); choose another name"
+            )
         holder = _enclosing(Path(out), folders)
         if holder is not None:
             raise ParameterError(
@@ -205,11 +215,17 @@ def _open_locked(path: str | os.PathLike[str]) -> int | None:
     return fd
 
 
+def _temporary_names(target: Path) -> re.Pattern[str]:
+    """The names of ``target``'s temporaries (``_temporary``) and of a directory it
+    replaces (``OutputFile.commit``), as a sweep looks for them."""
+    return re.compile(re.escape(f".{target.name}.") + r"[a-z0-9_]{8}\.(partial|replaced)")
+
+
 def _sweep(target: Path) -> None:
     """Remove the temporaries of ``target`` that no living writer holds: what a run
     killed with SIGKILL left behind. A writer locks its temporary for as long as it
     writes, so one that is only slow keeps its file."""
-    pattern = re.compile(re.escape(f".{target.name}.") + r"[a-z0-9_]{8}\.(partial|replaced)")
+    pattern = _temporary_names(target)
     try:
         with os.scandir(target.parent) as entries:
             stale = [e.path for e in entries if pattern.fullmatch(e.name)]
