@@ -225,9 +225,27 @@ def _sweep(target: Path) -> None:
     """Remove the temporaries of ``target`` that no living writer holds: what a run
     killed with SIGKILL left behind. A writer locks its temporary for as long as it
     writes, so one that is only slow keeps its file."""
-    pattern = _temporary_names(target)
+    _sweep_matching(target.parent, _temporary_names(target))
+
+
+def sweep_temporaries(directory: str | os.PathLike[str]) -> None:
+    """Remove every temporary in ``directory`` that no living writer holds, whatever
+    output it was for: for a directory of outputs each named anew (a store's results),
+    where no later writer has the killed one's name to find its leftovers by.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / ".r-0001.parquet.k1ll3d_1.partial").write_bytes(b"PAR1")
+    >>> sweep_temporaries(d)
+    >>> list(d.iterdir())
+    []
+    """
+    _sweep_matching(Path(directory), re.compile(r"\..+\.[a-z0-9_]{8}\.(partial|replaced)"))
+
+
+def _sweep_matching(directory: Path, pattern: re.Pattern[str]) -> None:
     try:
-        with os.scandir(target.parent) as entries:
+        with os.scandir(directory) as entries:
             stale = [e.path for e in entries if pattern.fullmatch(e.name)]
     except OSError:
         return

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from tracefmt._files import (
     OutputFile,
     SequentialFile,
+    atomic_output,
     existing_file,
     is_directory,
     write_errors,
@@ -543,7 +544,8 @@ class _DatasetWriter:
             schema = self._schema if self._schema is not None else empty_trace().schema
             with write_errors(self.path):
                 # Spark and Dask take the schema from here without opening a part.
-                pq.write_metadata(schema.with_metadata(final), self._out.open() / COMMON_METADATA)
+                with atomic_output(self._out.open() / COMMON_METADATA) as common:
+                    pq.write_metadata(schema.with_metadata(final), common)
                 _check_dataset_target(self.path)  # nothing else appeared there meanwhile
                 self._out.commit()
             self._closed = True

@@ -37,6 +37,7 @@ from tracefmt import (
     TraceFileError,
     format_instant_ns,
     make_dirs,
+    sweep_temporaries,
     write_errors,
 )
 from trend._files import read_bytes
@@ -464,6 +465,7 @@ def write_results(store: Store, table: pa.Table, *, name: str = "import") -> Pat
     """
     table = table.select(RESULTS_SCHEMA.names).cast(RESULTS_SCHEMA)
     make_dirs(store.results_dir)
+    sweep_temporaries(store.results_dir)  # a killed import's: its name is no later one's
     stamp = _time.strftime("%Y%m%dT%H%M%S", _time.gmtime())
     # Written aside and linked in under a free name: a reader (check, analyze) never meets
     # half a file, even if this run is killed, and two imports at once never share a name.
