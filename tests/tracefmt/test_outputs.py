@@ -5,13 +5,11 @@ umask."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import stat
 import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,15 +25,6 @@ root_only = pytest.mark.skipif(not IS_ROOT, reason="needs root (mknod, mount)")
 @pytest.fixture
 def trace(make_table) -> pa.Table:
     return tracefmt.validate_trace(make_table([(k, "send", "a", "b", None) for k in range(100)]))
-
-
-@contextlib.contextmanager
-def umask(mask: int) -> Iterator[None]:
-    old = os.umask(mask)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def null_device(path: Path) -> Path:
@@ -214,7 +203,7 @@ def test_a_long_name_leaves_room_for_the_temporary(tmp_path: Path) -> None:
 # --- modes ----------------------------------------------------------------------------------
 
 
-def test_umask_000_gives_files_0644_and_directories_0755(tmp_path: Path, trace) -> None:
+def test_umask_000_gives_files_0644_and_directories_0755(tmp_path: Path, trace, umask) -> None:
     with umask(0):
         tracefmt.write_atomic(tmp_path / "a" / "b" / "f.txt", "x")
         write_trace(trace, tmp_path / "new" / "ds", partition="50")
@@ -230,7 +219,7 @@ def test_umask_000_gives_files_0644_and_directories_0755(tmp_path: Path, trace) 
     assert store.root.is_dir()
 
 
-def test_a_stricter_umask_is_honoured(tmp_path: Path) -> None:
+def test_a_stricter_umask_is_honoured(tmp_path: Path, umask) -> None:
     with umask(0o077):
         tracefmt.write_atomic(tmp_path / "d" / "f.txt", "private")
     assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o700

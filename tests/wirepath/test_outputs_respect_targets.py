@@ -5,7 +5,6 @@ whole; the demo keeps the user's files; modes do not follow a permissive umask."
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
@@ -15,7 +14,6 @@ import signal
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,15 +50,6 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     assert main(argv) == 0
     assert main(["convert", str(trace), str(ds), "--partition", "1000"]) == 0
     return {"trace": trace, "paths": paths, "instances": inst, "ds": ds}
-
-
-@contextlib.contextmanager
-def umask(mask: int) -> Iterator[None]:
-    old = os.umask(mask)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 # --- 1. devices ---------------------------------------------------------------------------------
@@ -287,7 +276,7 @@ def test_demo_does_not_replace_files_it_did_not_write(capsys, tmp_path) -> None:
 # --- 9. modes under umask 000 ----------------------------------------------------------------------
 
 
-def test_outputs_under_umask_000_are_0644_and_directories_0755(capsys, made, tmp_path) -> None:
+def test_outputs_under_umask_000_are_0644_and_directories_0755(capsys, made, tmp_path, umask) -> None:
     with umask(0):
         st = str(tmp_path / "st")
         assert main(["trend", "import", str(MRR), "--store", st]) == 0
