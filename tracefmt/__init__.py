@@ -19,6 +19,7 @@ from tracefmt._files import (
     write_error,
     write_errors,
 )
+from tracefmt.configfile import MAX_CONFIG_BYTES, load_json, load_toml, read_config_bytes, read_config_text
 from tracefmt.convert import (
     TRACE_SUFFIXES,
     ConvertReport,
@@ -89,6 +90,7 @@ __all__ = [
     "CORE_COLUMNS",
     "DEFAULT_DEDUP_WINDOW_NS",
     "DISK_FULL",
+    "MAX_CONFIG_BYTES",
     "OPS",
     "OPTIONAL_FIELDS",
     "OP_CALL",
@@ -133,7 +135,9 @@ __all__ = [
     "iter_any_trace",
     "iter_text_trace",
     "iter_trace",
+    "load_json",
     "load_names",
+    "load_toml",
     "make_dirs",
     "merge_traces",
     "op_codes",
@@ -143,6 +147,8 @@ __all__ = [
     "point_timestamps",
     "printable",
     "read_any_trace",
+    "read_config_bytes",
+    "read_config_text",
     "read_jaeger",
     "read_otlp",
     "read_paths",

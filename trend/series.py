@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import time as _time
 from collections.abc import Iterable, Sequence
@@ -40,7 +39,8 @@ from tracefmt import (
     sweep_temporaries,
     write_errors,
 )
-from trend._files import read_bytes
+from tracefmt.configfile import load_json
+from trend._files import MAX_RESULTS_BYTES, read_bytes
 from trend.mdl import DIRECTIONS
 from trend.numbers import check_number
 
@@ -413,12 +413,9 @@ def read_result_rows(path: str | os.PathLike[str]) -> pa.Table:
     1
     """
     name = str(path)
-    data = read_bytes(path)
+    data = read_bytes(path, "a results file (CSV or JSON)", limit=MAX_RESULTS_BYTES)
     if name.endswith(".json"):
-        try:
-            doc = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ParseError(name, getattr(e, "lineno", 1), f"not JSON: {getattr(e, 'msg', e)}") from None
+        doc = load_json(data, name)
         records = doc.get("results") if isinstance(doc, dict) else doc
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise ParseError(name, 1, 'JSON results must be a list of objects (or {"results": [...]})')
