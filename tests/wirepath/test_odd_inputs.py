@@ -290,3 +290,18 @@ def test_a_call_chain_3000_deep_is_inferred_drawn_and_reported(
     argv = ["trend", "from-paths", str(p), "--store", str(tmp_path / "st"), "--build", "b"]
     assert main(argv) == 0
     assert os.path.getsize(tmp_path / "p.dot") > 3000
+
+
+# --- item 10: convolution's lags bounded --------------------------------------------------------
+
+
+def test_a_quantum_far_below_the_max_lag_is_one_error(
+    capsys: pytest.CaptureFixture[str], trace: Path, tmp_path: Path
+) -> None:
+    # 1 ns against 1 s: a billion lags, arrays of gigabytes until the kernel stepped in.
+    out = tmp_path / "c.json"
+    argv = ["infer", "convolution", str(trace), "--quantum", "1ns", "--max-lag", "1s", "--out", str(out)]
+    line = _one_error(capsys, main(argv))
+    assert "too many to correlate" in line
+    assert "larger quantum or a shorter max_lag" in line
+    assert not out.exists()
