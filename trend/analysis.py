@@ -10,6 +10,8 @@ runs to 0.0 for grouping and then puts the marks one run late).
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -447,6 +449,19 @@ def alert_text(trends: Sequence[SeriesTrend]) -> str:
     return "\n".join(lines)
 
 
+#: What Markdown (CommonMark and GitHub's) would take for markup in a table cell: emphasis,
+#: code, links and images, strikethrough, the column bar, and the backslash itself.
+_MARKDOWN = re.compile(r"([\\`*_\[\]|~])")
+
+
 def _cell(text: str) -> str:
-    """A name as one Markdown table cell: shown, not obeyed (no line break, no extra column)."""
-    return printable(text).replace("|", "\\|")
+    """A name as one Markdown table cell: shown, not obeyed, whether the alert is read as
+    Markdown or as the HTML it becomes (a CI comment, mail): no line break, no extra
+    column, no link, image, emphasis or HTML (``<script>``, ``<img onerror>``, ``<!--``).
+
+    >>> _cell("<img src=x onerror=alert(1)>")
+    '&lt;img src=x onerror=alert(1)&gt;'
+    >>> _cell("[click](javascript:alert(1)) a|b *x*")
+    '\\\\[click\\\\](javascript:alert(1)) a\\\\|b \\\\*x\\\\*'
+    """
+    return _MARKDOWN.sub(r"\\\1", html.escape(printable(text), quote=False))

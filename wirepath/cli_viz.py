@@ -88,8 +88,9 @@ def _convolution_diff(args: argparse.Namespace, base: dict[str, Any], slow: dict
     out = _graph_out(args, "diff.svg")
     write_graph(convolution_diff_dot(changes, top=args.top), out, args.format)
     lines = ["delay changes at the middle node of each hop pair (convolution paths):"]
+    shown = tracefmt.printable  # node names come from the data: escaped, \n included
     lines += [
-        f"  {format_change(c['change_s']):>9}  {c['label']:<28} {format_s(c['base_s'])} -> "
+        f"  {format_change(c['change_s']):>9}  {shown(c['label']):<28} {format_s(c['base_s'])} -> "
         f"{format_s(c['slow_s'])}, about {c['messages']:,} messages"
         for c in changes[: args.changes]
     ]
