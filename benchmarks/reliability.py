@@ -10,8 +10,10 @@ Four parts, each measured, none assumed:
   paths files, outputs naming inputs, names with terminal escapes); what each got: the
   exit status and its one ``error:`` line, or the escaped output;
 - **fuzzing**: ``benchmarks/fuzz.py`` for ``--fuzz-seconds``: executions, crashes, hangs;
-- **faults**: ``tests/wirepath/test_faults.py`` run whole (a full disk, SIGTERM and
-  SIGKILL mid-run, the live agent killed mid-capture); one row per test;
+- **faults**: ``FAULT_TESTS`` run whole (a full disk, SIGTERM and SIGKILL mid-run, the
+  live agent killed mid-capture; outputs that are devices, FIFOs, links, bind mounts of
+  inputs or inside input datasets, two writers at once, a permissive umask); one row
+  per test;
 - **load**: peak RSS and time of converting generated captures of growing size, of
   ``synth`` at growing sizes, and of ``infer nesting`` at ``--sizes`` million messages
   (with and without calibration), with a straight line through them; then the sizes the
@@ -433,6 +435,15 @@ def run_fuzz(seconds: float) -> dict[str, Any]:
     return {"seconds": seconds, "rows": rows, "found": found, "corpus": corpus, "rc": done.returncode}
 
 
+#: The test files the faults part runs, each whole.
+FAULT_TESTS = (
+    "tests/wirepath/test_faults.py",
+    "tests/wirepath/test_outputs_respect_targets.py",
+    "tests/tracefmt/test_outputs.py",
+    "tests/capture/test_live_outputs.py",
+)
+
+
 def run_faults(scratch: Path) -> dict[str, Any]:
     xml = scratch / "faults.xml"
     t0 = time.monotonic()
@@ -444,7 +455,7 @@ def run_faults(scratch: Path) -> dict[str, Any]:
             "-q",
             "-p",
             "no:cacheprovider",
-            str(ROOT / "tests/wirepath/test_faults.py"),
+            *(str(ROOT / t) for t in FAULT_TESTS),
             f"--junitxml={xml}",
             f"--basetemp={scratch / 'faults'}",
         ],
@@ -710,13 +721,15 @@ def render(args: argparse.Namespace, parts: dict[str, Any]) -> str:
         doc += [
             "## Faults survived",
             "",
-            f"`tests/wirepath/test_faults.py`, run whole ({parts['faults']['wall_s']:.0f} s): **{ok} of "
+            f"{', '.join(f'`{t}`' for t in FAULT_TESTS)}, each run whole "
+            f"({parts['faults']['wall_s']:.0f} s): **{ok} of "
             f"{len(rows)} passed**. A full disk is a 4 MiB tmpfs filled to the last byte (or to 64 "
             "KiB, so the "
             "output runs out of room midway); the previous output is a file already at the output's name. "
             "SIGTERM in process arrives as the output, written whole, is about to replace the previous one. "
-            "SIGKILL leaves the temporary `.partial` file (nothing can remove it) and the previous output "
-            "byte for byte; the next run replaces the stale file.",
+            "SIGKILL leaves the writer's own temporary `.NAME.XXXXXXXX.partial` file (nothing can remove "
+            "it) and the previous output byte for byte; the next writer of that output (or of any result "
+            "in a store) removes the stale file, which no living writer holds a lock on.",
             "",
             "| test | case | s | result |",
             "|---|---|---:|---|",
@@ -914,7 +927,7 @@ def _security_notes() -> list[str]:
         f"{', '.join(columns)} (no `x_payload`; `--keep-payload` adds it). `label` keeps the request line's "
         "method and path (e.g. `GET /cart`), `bytes` only a length.",
         f"- Outputs are created without world-write: `convert` run under umask 000 made a file of mode "
-        f"{mode} (`tracefmt.publish` clears the bit whatever the umask).",
+        f"{mode} (`tracefmt.OutputFile` creates files 0644 and directories 0755 whatever the umask).",
         f"- The live agent needs privilege only to open the interface: the README documents the setcap "
         "route (`setcap cap_net_raw,cap_net_admin=eip` on tcpdump): "
         f"{'present' if setcap else '**missing**'}.",

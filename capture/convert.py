@@ -58,6 +58,7 @@ from tracefmt import (
     TraceFileError,
     TraceWriter,
     distinct_outputs,
+    make_dirs,
     parquet_output,
     read_trace,
 )
@@ -429,7 +430,7 @@ class _Parts:
             raise TraceFileError(
                 f"{directory}: holds trace parts already ({old[0].name}); give a new directory"
             )
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(directory)
         # Readers take every part in it: nobody else may add one, whatever the umask.
         directory.chmod(directory.stat().st_mode & ~0o022)
 
@@ -1123,7 +1124,7 @@ def _shard_dir(out: PathLike) -> Iterator[Path]:
     """A temporary directory next to ``out`` for the tasks' files, removed after."""
     parent = Path(os.path.abspath(out)).parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(parent)
         tmp = tempfile.TemporaryDirectory(prefix=f".{Path(out).name}.shards-", dir=parent)
     except OSError as exc:
         raise TraceFileError(f"{out}: cannot write the shard files next to it ({exc.strerror})") from None

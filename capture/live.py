@@ -40,7 +40,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,10 +48,14 @@ from typing import Any
 
 from tracefmt import (
     MissingToolError,
+    OutputFile,
     ParameterError,
     TraceFileError,
     WirepathError,
+    make_dirs,
+    remove_quietly,
     write_atomic,
+    write_errors,
 )
 
 __all__ = [
@@ -455,7 +459,7 @@ class LiveCapture:
         if not may_capture(self.command[0]):
             raise MissingToolError(_PRIVILEGE_HINT)
         try:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.out_dir)
         except OSError as exc:
             raise TraceFileError(
                 f"{self.out_dir}: cannot create the capture directory ({exc.strerror})"
@@ -601,6 +605,13 @@ def capture_live(
     seconds (a dataset readable while the capture runs) and to ``out_dir/trace.parquet``,
     which is published once the recording has stopped and the last packets are converted.
 
+    An earlier run's finished trace (``trace.parquet``, ``trace/``, ``live.json``) is
+    moved into ``out_dir/previous/`` when this run starts converting, and removed only
+    once this run's trace is published: a run that is killed or fails leaves it there.
+    When writing fails (a full disk), the conversion is still tried, the partial files
+    are removed and one error says what could not be written and which pcap files hold
+    the recording.
+
     Parameters
     ----------
     iface : str
@@ -662,7 +673,13 @@ def capture_live(
     recorded = _stop_recording(cap, stopped_by)
     # The recording's counters are on disk before the last of the conversion, which may fail.
     live_json = Path(out_dir, "live.json")
-    write_atomic(live_json, json.dumps(recorded.to_json(), indent=1) + "\n")
+    try:
+        write_atomic(live_json, json.dumps(recorded.to_json(), indent=1) + "\n")
+    except TraceFileError as exc:
+        if following is None:
+            raise
+        # The trace matters more than the counters, and may still fit: it is tried first.
+        return _finish_conversion(following, recorded, live_json, on_recorded, failed=[str(exc)])
     if following is None:
         return recorded
     return _finish_conversion(following, recorded, live_json, on_recorded)
@@ -713,26 +730,54 @@ def _finish_conversion(
     recorded: LiveReport,
     live_json: Path,
     on_recorded: Callable[[LiveReport], None] | None,
+    *,
+    failed: Sequence[str] = (),
 ) -> LiveReport:
     """Convert the last packets of the stopped recording and publish the trace; the
-    report with the conversion's, also written to ``live_json``."""
+    report with the conversion's, also written to ``live_json``. ``failed`` holds what
+    could not be written before; any failure ends in one ``TraceFileError`` saying all
+    that failed and where the recording is."""
+    failures = list(failed)
     try:
         if on_recorded is not None:
             on_recorded(recorded)
         if not recorded.files:
             following.abort()
+            _raise_failures(failures, recorded)
             return recorded
         # The counters (kernel drops above all) travel with the trace.
         live = {k: v for k, v in recorded.to_json().items() if k not in ("trace", "parts", "conversion")}
         conversion = following.finish(provenance={"live": live})
+    except TraceFileError as exc:
+        following.abort()
+        _raise_failures([*failures, str(exc)], recorded)
+        raise  # pragma: no cover - _raise_failures always raises when given a failure
     except BaseException:
         following.abort()
         raise
     report = replace(
         recorded, trace=str(following.trace), parts=str(following.parts_dir), conversion=conversion.to_json()
     )
-    write_atomic(live_json, json.dumps(report.to_json(), indent=1) + "\n")
+    try:
+        write_atomic(live_json, json.dumps(report.to_json(), indent=1) + "\n")
+    except TraceFileError as exc:
+        failures.append(str(exc))
+    _raise_failures(failures, recorded, wrote=following.trace)
+    following.drop_previous()
     return report
+
+
+def _raise_failures(failures: Sequence[str], recorded: LiveReport, *, wrote: Path | None = None) -> None:
+    """One ``TraceFileError`` for everything that could not be written, if anything:
+    what was written all the same, and where the recording is whole."""
+    if not failures:
+        return
+    done = f"; wrote {wrote}" if wrote is not None else ""
+    files = recorded.files
+    more = f" and {len(files) - 1} more pcap files" if len(files) > 1 else ""
+    kept = f"; the recording is in {files[0]}{more}" if files else "; nothing was recorded"
+    later = " (wirepath capture pcap converts it later)" if files and wrote is None else ""
+    raise TraceFileError("; ".join(failures) + done + kept + later)
 
 
 _CONVERT_OPTIONS = frozenset({"node_by", "keep_payload", "point", "part_every_s", "chunk_bytes"})
@@ -798,6 +843,38 @@ class _Growing(io.RawIOBase):
         super().close()
 
 
+def _set_aside(out_dir: Path, previous: Path) -> None:
+    """Make room for a new run's trace in ``out_dir`` without losing the last one.
+
+    A finished run (its ``trace.parquet`` is there) moves with its parts and
+    ``live.json`` into ``previous``, which it replaces whole. Parts without a
+    ``trace.parquet`` are an unfinished run's (killed while recording; its pcap files
+    stay): they are removed, and a finished trace already in ``previous`` stays.
+    """
+    trace, parts, report = out_dir / "trace.parquet", out_dir / "trace", out_dir / "live.json"
+    if trace.exists():
+        aside = OutputFile(previous, directory=True)
+        try:
+            with write_errors(previous):
+                room = aside.open()
+                for item in (trace, parts, report):
+                    if os.path.lexists(item):
+                        os.rename(item, room / item.name)
+                aside.commit()
+        except BaseException:
+            # Put back what was moved: the earlier run stays whole where it was.
+            for item in (trace, parts, report):
+                with contextlib.suppress(OSError):
+                    if aside.tmp is not None and os.path.lexists(aside.tmp / item.name):
+                        os.rename(aside.tmp / item.name, item)
+            aside.discard()
+            raise
+        return
+    # None of an unfinished run's parts may pass for this run's.
+    for old in sorted(parts.glob("part-*.parquet")) if parts.is_dir() else []:
+        old.unlink()
+
+
 class _Following:
     """The conversion that follows a recording, file after file, in a thread."""
 
@@ -809,11 +886,8 @@ class _Following:
         self.cap = cap
         self.trace = cap.out_dir / "trace.parquet"
         self.parts_dir = cap.out_dir / "trace"
-        # A new run replaces the trace of an earlier one in this directory, parts included:
-        # none of it may pass for this run's if this one ends without a trace.
-        for old in sorted(self.parts_dir.glob("part-*.parquet")) if self.parts_dir.is_dir() else []:
-            old.unlink()
-        self.trace.unlink(missing_ok=True)
+        self.previous = cap.out_dir / "previous"
+        _set_aside(cap.out_dir, self.previous)
         self._chunk_bytes = int(options.pop("chunk_bytes", 8 << 20))
         self.converter = StreamConverter(self.trace, names=names, parts_dir=self.parts_dir, **options)
         self._recorded = threading.Event()
@@ -869,6 +943,10 @@ class _Following:
         if self._error is not None:
             raise self._error
         return self.converter.finish(provenance=provenance)
+
+    def drop_previous(self) -> None:
+        """Remove the earlier run's trace set aside (``_set_aside``): this run's is published."""
+        remove_quietly(self.previous)
 
     def abort(self) -> None:
         """Give up the conversion: no partial file is left (published parts stay)."""

@@ -473,9 +473,42 @@ def _zlib_reason(exc: zlib.error) -> str:
     return str(exc).rpartition(": ")[2] or str(exc)
 
 
-def _tsresol_ns(code: int) -> tuple[int, int]:
-    """(multiply, divide) turning pcapng ticks into ns for ``if_tsresol`` ``code``."""
+#: The finest ``if_tsresol`` read: 10^-18 s or 2^-60 s a tick. Finer ones (the field
+#: allows 2^-127) have ticks whose nanoseconds overflow 64-bit arithmetic.
+_FINEST_TSRESOL = {False: 18, True: 60}
+
+#: The largest ``if_tsoffset``, in seconds, whose nanoseconds fit in 64 bits (about 272
+#: years either side of the epoch, past every date a trace can hold).
+_MAX_TSOFFSET_S = 1 << 33
+
+
+#: The largest snaplen taken as the file's limit on record lengths; above it (0xFFFFFFFF,
+#: written for "no limit") the header says nothing, and a record longer than a real link's
+#: frame is a corrupt length, to resynchronize after.
+_MAX_SNAPLEN = 1 << 24
+
+
+def _max_record(snaplen: int) -> int:
+    """The longest record a pcap with header ``snaplen`` holds; longer ones are corrupt.
+
+    >>> _max_record(0), _max_record(1500), _max_record(1 << 20), _max_record(0xFFFFFFFF)
+    (262144, 65535, 1048576, 262144)
+    """
+    if not snaplen or snaplen > _MAX_SNAPLEN:
+        return _MAX_RECORD
+    return snaplen if snaplen > _MAX_RECORD else min(max(snaplen, 65535), _MAX_RECORD)
+
+
+def _tsresol_ns(code: int) -> tuple[int, int] | None:
+    """(multiply, divide) turning pcapng ticks into ns for ``if_tsresol`` ``code``; None
+    for a resolution finer than the reader takes (:data:`_FINEST_TSRESOL`).
+
+    >>> _tsresol_ns(6), _tsresol_ns(12), _tsresol_ns(0x80 | 10), _tsresol_ns(19)
+    ((1000, 1), (1, 1000), (1000000000, 1024), None)
+    """
     exp = code & 0x7F
+    if exp > _FINEST_TSRESOL[bool(code & 0x80)]:
+        return None
     if code & 0x80:  # power of two
         return (10**9, 1 << exp) if exp else (10**9, 1)
     if exp <= 9:
@@ -571,13 +604,12 @@ class PcapSource:
             raise TraceFileError(f"{self.name}: pcap file header cut short ({len(head)} of 24 bytes)")
         bo, unit = _PCAP_MAGIC[head[:4]]
         snaplen, network = struct.unpack(bo + "II", head[16:24])
-        max_len = max(snaplen, 65535) if snaplen else _MAX_RECORD
         fmt = _PcapFormat(
             bo=bo,
             unit=unit,
             # The link type is the low 16 bits (the high ones carry FCS length and flags).
             linktype=network & 0xFFFF,
-            max_len=min(max_len, _MAX_RECORD) if snaplen <= _MAX_RECORD else snaplen,
+            max_len=_max_record(snaplen),
         )
         yield from self._chunks(f, "record", 24, functools.partial(self._pcap_scan, fmt))
 
@@ -717,12 +749,23 @@ class PcapSource:
             elif btype in (2, 3):  # obsolete packet block, simple packet block
                 _older_packet_block(section, found, buf, off, btype, blen)
             elif btype == 1:  # interface description block
-                section.ifaces.append(self._idb(buf, off, blen, section.bo))
+                section.ifaces.append(self._idb(buf, off, blen, section.bo, base + off))
                 found.ifaces.append(section.ifaces[-1])
             elif btype == 5:  # interface statistics block
                 self.stats.kernel_drops += _isb_drops(buf, off, blen, section.bo)
             off += blen
-        batch = _pcapng_batch(buf, found) if offs else None
+        batch = None
+        if offs:
+            batch, late = _pcapng_batch(buf, found)
+            if len(late):
+                self.stats.corrupt_records += len(late)
+                first = base + int(late[0]) - 28
+                self.stats.damage.append(
+                    f"{len(late)} packet{'s' if len(late) > 1 else ''} from byte {first} on "
+                    "with a timestamp out of range (before 1677 or after 2262 by its interface's "
+                    "if_tsresol and if_tsoffset), not read"
+                )
+                batch = batch if len(batch) else None
         return batch, off, eof
 
     def _new_section(self, section: _PcapngSection, buf: bytes, off: int, base: int) -> None:
@@ -763,7 +806,10 @@ class PcapSource:
             self.stats.skipped_blocks += 1
             self._missing_interface(ifid, known, at)
 
-    def _idb(self, buf: bytes, off: int, blen: int, bo: str) -> tuple[int, int, int, int]:
+    def _idb(self, buf: bytes, off: int, blen: int, bo: str, at: int) -> tuple[int, int, int, int]:
+        """An interface's (link type, multiply, divide, offset in s); an interface whose
+        resolution or offset no timestamp can be read with gets multiply 0 (its packets
+        are then counted as damaged), and the reason is said once."""
         linktype = struct.unpack_from(bo + "H", buf, off + 8)[0]
         mul, div, tsoffset = 1000, 1, 0  # default resolution: microseconds
         p, end = off + 16, off + blen - 4
@@ -772,9 +818,24 @@ class PcapSource:
             if code == 0:
                 break
             if code == 9 and length >= 1:
-                mul, div = _tsresol_ns(buf[p + 4])
+                resol = _tsresol_ns(buf[p + 4])
+                if resol is None:
+                    exp, two = buf[p + 4] & 0x7F, bool(buf[p + 4] & 0x80)
+                    self.stats.damage.append(
+                        f"interface at byte {at}: if_tsresol {'2' if two else '10'}^-{exp} s is out of range "
+                        f"(at most 10^-{_FINEST_TSRESOL[False]} or 2^-{_FINEST_TSRESOL[True]}); "
+                        "its packets are not read"
+                    )
+                    return linktype, 0, 1, 0
+                mul, div = resol
             elif code == 14 and length >= 8:
                 tsoffset = struct.unpack_from(bo + "q", buf, p + 4)[0]
+                if abs(tsoffset) > _MAX_TSOFFSET_S:
+                    self.stats.damage.append(
+                        f"interface at byte {at}: if_tsoffset {tsoffset} s is out of range "
+                        f"(at most {_MAX_TSOFFSET_S:,} s either way); its packets are not read"
+                    )
+                    return linktype, 0, 1, 0
             p += 4 + ((length + 3) & ~3)
         return linktype, mul, div, tsoffset
 
@@ -913,8 +974,41 @@ def _older_packet_block(
         found.add(off + 28, ifid, (hi << 32) | lo, cap, wire)
 
 
-def _pcapng_batch(buf: bytes, found: _PacketBlocks) -> PacketBatch:
-    """The packets ``found`` in ``buf`` as a batch, timestamps in ns by their interfaces."""
+def _ticks_ns(
+    ticks: np.ndarray, mul: np.ndarray, div: np.ndarray, tsoff_s: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Nanoseconds since the epoch of pcapng ``ticks`` (uint64) at ``mul / div`` ns a tick
+    plus ``tsoff_s`` seconds, and which of them are out of range: past what int64
+    nanoseconds hold (never wrapped around) or on an unreadable interface (``mul`` 0).
+
+    >>> t, bad = _ticks_ns(np.array([3, 2**62], np.uint64), np.array([10**9] * 2), np.array([1, 1]),
+    ...                    np.array([0, 0]))
+    >>> t.tolist(), bad.tolist()
+    ([3000000000, 0], [False, True])
+    """
+    top = np.iinfo(np.int64).max
+    div_u = div.astype(np.uint64)
+    whole, part = ticks // div_u, ticks % div_u
+    # Below top - 10**9 before the fraction (< mul <= 10**9) and the offset are added.
+    bad = (mul == 0) | (whole > ((top - 10**9) // np.maximum(mul, 1)).astype(np.uint64))
+    whole_ns = np.where(bad, 0, whole).astype(np.int64) * mul
+    exact = div <= 1 << 33  # part * mul fits in 64 bits
+    frac = np.where(
+        exact,
+        (np.where(exact, part, 0) * mul.astype(np.uint64)) // div_u,
+        np.floor(part.astype(np.float64) * (mul / div)).astype(np.uint64),
+    ).astype(np.int64)
+    ts = whole_ns + frac
+    off_ns = tsoff_s * 1_000_000_000  # |tsoff_s| <= 2**33: fits
+    out = ts + off_ns
+    # Out of int64 either way once shifted; INT64_MIN is the null timestamp of pandas and Arrow tools.
+    bad |= (off_ns > 0) & (out < ts) | (off_ns < 0) & (out > ts) | (out == np.iinfo(np.int64).min)
+    return np.where(bad, 0, out), bad
+
+
+def _pcapng_batch(buf: bytes, found: _PacketBlocks) -> tuple[PacketBatch, np.ndarray]:
+    """The packets ``found`` in ``buf`` as a batch, timestamps in ns by their interfaces,
+    and the offsets of those left out for a timestamp out of range."""
     raw = np.frombuffer(buf, np.uint8)
     ifid_a = np.array(found.ifids, np.int64)
     # A section's interface numbers count from its first interface in ``found.ifaces``.
@@ -923,19 +1017,20 @@ def _pcapng_batch(buf: bytes, found: _PacketBlocks) -> PacketBatch:
         ifid_a[first_packet:] += first_iface - shift
         shift = first_iface
     info = np.array(found.ifaces, np.int64).reshape(-1, 4)
-    ticks = np.array(found.tss, np.uint64).astype(np.int64)
-    mul, div, tsoff = info[ifid_a, 1], info[ifid_a, 2], info[ifid_a, 3]
-    ts = np.where(div == 1, ticks * mul, (ticks // div) * mul + (ticks % div) * mul // div)
-    ts = ts + tsoff * 1_000_000_000
+    ticks = np.array(found.tss, np.uint64)
+    ts, bad = _ticks_ns(ticks, info[ifid_a, 1], info[ifid_a, 2], info[ifid_a, 3])
     cap_a = np.array(found.caps, np.int64)
-    return PacketBatch(
-        ts_ns=ts,
-        linktype=info[ifid_a, 0].astype(np.uint16),
-        offset=np.array(found.offs, np.int64),
-        caplen=cap_a,
-        wirelen=np.maximum(np.array(found.wires, np.int64), cap_a),
+    offs = np.array(found.offs, np.int64)
+    keep = ~bad
+    batch = PacketBatch(
+        ts_ns=ts[keep],
+        linktype=info[ifid_a, 0].astype(np.uint16)[keep],
+        offset=offs[keep],
+        caplen=cap_a[keep],
+        wirelen=np.maximum(np.array(found.wires, np.int64), cap_a)[keep],
         data=raw,
     )
+    return batch, offs[bad]
 
 
 def _record_words(raw: np.ndarray, at: np.ndarray, bo: str) -> list[np.ndarray]:

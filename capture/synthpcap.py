@@ -17,7 +17,6 @@ caller/callee pair), never one Python object per packet.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import struct
 from collections.abc import Mapping
@@ -29,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 import tracefmt
-from tracefmt import OP_CALL, OP_RETURN, OP_SEND, ParameterError, TraceFileError, publish
+from tracefmt import OP_CALL, OP_RETURN, OP_SEND, ParameterError
 
 __all__ = [
     "SynthPcapReport",
@@ -735,26 +734,11 @@ def _codes(col: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
 def _write_pcap(
     out: Path, pk: dict[str, np.ndarray], ip: np.ndarray, payloads: _Payloads, glen: np.ndarray, chunk: int
 ) -> int:
-    tmp = out.with_name(out.name + ".part")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<IHHiIII", _PCAP_MAGIC_NS, 2, 4, 0, 0, 262144, _LINKTYPE_ETHERNET))
-            for lo in range(0, len(pk["ts"]), chunk):
-                f.write(_assemble({k: v[lo : lo + chunk] for k, v in pk.items()}, ip, payloads, glen))
-        publish(tmp, out)
-    except OSError as exc:
-        _remove(tmp)
-        raise TraceFileError(f"{out}: cannot write the pcap file ({exc.strerror or exc})") from None
-    except BaseException:
-        _remove(tmp)
-        raise
+    with tracefmt.atomic_output(out) as tmp, open(tmp, "wb") as f:
+        f.write(struct.pack("<IHHiIII", _PCAP_MAGIC_NS, 2, 4, 0, 0, 262144, _LINKTYPE_ETHERNET))
+        for lo in range(0, len(pk["ts"]), chunk):
+            f.write(_assemble({k: v[lo : lo + chunk] for k, v in pk.items()}, ip, payloads, glen))
     return out.stat().st_size
-
-
-def _remove(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
 
 
 def _mac(node: np.ndarray) -> np.ndarray:

@@ -20,7 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.fft as sfft
 
+from tracefmt import ParameterError
+
 __all__ = ["Correlator", "Spike", "find_spikes", "local_background", "moving_mean"]
+
+#: The most lags one correlation computes (negative and positive): a million quanta is
+#: 8 MB per correlation, past any delay resolution the spike statistics can use; more
+#: comes only from a quantum far below the delays (1 ns against seconds) and would take
+#: memory without bound.
+MAX_LAGS = 1_000_000
 
 _CACHE_BYTES = 256 << 20  # spectra kept per correlator (recomputed beyond this)
 
@@ -221,6 +229,12 @@ class Correlator:
         method: str = "fft",
         times: np.ndarray | None = None,
     ) -> None:
+        if max_lag + neg > MAX_LAGS:
+            raise ParameterError(
+                f"lags up to {max_lag:,} quanta are too many to correlate (at most {MAX_LAGS - neg:,}): "
+                "choose a larger quantum or a shorter max_lag, so that max_lag / quantum is at most "
+                f"{MAX_LAGS - neg:,}"
+            )
         self.n_slots = int(n_slots)
         self.max_lag = int(max_lag)
         self.neg = int(neg)

@@ -168,14 +168,12 @@ def true_patterns(trace: pa.Table) -> list[Pattern]:
 
 def _visit_values(root: dict[str, Any], key: str) -> list[float]:
     out: list[float] = []
-
-    def walk(v: dict[str, Any]) -> None:
+    stack = [root]  # preorder with a stack of its own: call chains run deep
+    while stack:
+        v = stack.pop()
         if v.get(key) is not None:
             out.append(float(v[key]["mean"]))
-        for c in v.get("children", []):
-            walk(c)
-
-    walk(root)
+        stack.extend(reversed(v.get("children", [])))
     return out
 
 
@@ -713,7 +711,7 @@ def evaluate_convolution(
     tol = float(tolerance_s) if tolerance_s is not None else quantum + float(params.get("band_s", 0.0))
     truth = true_linear_paths(trace)
     inferred = [p for p in paths.get("paths", []) if len(p.get("nodes", [])) >= 2]
-    inferred = sorted(inferred, key=lambda p: (-float(p["count"]), p["nodes"]))
+    inferred = sorted(inferred, key=lambda p: (-float(p.get("count", 0)), p["nodes"]))
     true_seqs = {s for s in truth.patterns if truth.count(s) >= min_true_count}
     found = {seq for seq in true_seqs if truth.found_in(seq, inferred, tol)}
     ranked = [s for s in truth.by_count() if s in true_seqs]

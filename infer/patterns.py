@@ -120,7 +120,6 @@ class Pattern:
 
         def visit(s: Shape, group: int | None) -> dict[str, Any]:
             k = next(position)
-            numbers = s.groups or [None] * len(s.children)
             return {
                 "node": s.node,
                 "caller": s.caller,
@@ -128,15 +127,29 @@ class Pattern:
                 "delay_s": delay[k],
                 # Only children of a visit with a concurrent group carry their group's number.
                 **({} if group is None else {"group": group}),
-                "children": [visit(c, g) for c, g in zip(s.children, numbers, strict=True)],
+                "children": [],
             }
+
+        # Preorder (the visit tables' order) with a stack of its own, as deep as the
+        # deepest call chain.
+        top: list[dict[str, Any]] = []
+        stack: list[tuple[Shape, int | None, list[dict[str, Any]]]] = [(self.shape, None, top)]
+        while stack:
+            s, group, siblings = stack.pop()
+            v = visit(s, group)
+            siblings.append(v)
+            numbers = s.groups or [None] * len(s.children)
+            stack.extend(
+                (c, g, v["children"]) for c, g in reversed(list(zip(s.children, numbers, strict=True)))
+            )
+        root = top[0]
 
         return {
             "id": self.id,
             "count": self.count,
             **({} if self.confidence is None else {"confidence": self.confidence}),
             "total_latency_s": self.total_latency_s,
-            "root": visit(self.shape, None),
+            "root": root,
         }
 
 
@@ -274,20 +287,33 @@ def _shapes(
     caller_of, callee_of = name[pairs.caller[sub]].tolist(), name[pairs.callee[sub]].tolist()
     memo: dict[int, tuple[Shape, str]] = {}
 
-    def shape(i: int) -> tuple[Shape, str]:
-        key = key_of[i]
-        if key not in memo:
+    def build(i: int) -> None:
+        lo = first[i]
+        built = [(sub_group[j], *memo[key_of[c]]) for j, c in enumerate(sub_kids[lo : lo + n_kids[i]], lo)]
+        built.sort(key=lambda b: (b[0], b[2]))
+        numbers = [b[0] for b in built]
+        groups = tuple(numbers) if len(set(numbers)) < len(numbers) else ()
+        a, b = caller_of[i], callee_of[i]
+        memo[key_of[i]] = (
+            Shape(a, b, tuple(k[1] for k in built), groups),
+            join_text(a, b, [k[2] for k in built], groups),
+        )
+
+    def shape(top: int) -> tuple[Shape, str]:
+        # Children before their parent, with a stack of its own: a call chain thousands of
+        # levels deep (real traces have them) would overflow Python's recursion.
+        stack = [(top, False)]
+        while stack:
+            i, kids_done = stack.pop()
+            if key_of[i] in memo:
+                continue
+            if kids_done:
+                build(i)
+                continue
+            stack.append((i, True))
             lo = first[i]
-            built = [(sub_group[j], *shape(c)) for j, c in enumerate(sub_kids[lo : lo + n_kids[i]], lo)]
-            built.sort(key=lambda b: (b[0], b[2]))
-            numbers = [b[0] for b in built]
-            groups = tuple(numbers) if len(set(numbers)) < len(numbers) else ()
-            a, b = caller_of[i], callee_of[i]
-            memo[key] = (
-                Shape(a, b, tuple(k[1] for k in built), groups),
-                join_text(a, b, [k[2] for k in built], groups),
-            )
-        return memo[key]
+            stack.extend((c, False) for c in sub_kids[lo : lo + n_kids[i]] if key_of[c] not in memo)
+        return memo[key_of[top]]
 
     rep_local = local[rep_root].tolist()
     with collector_paused():

@@ -40,7 +40,8 @@ from synth.limits import (
     Limit,
     tracelet_problem,
 )
-from tracefmt import ParameterError, TraceFileError
+from tracefmt import ParameterError, ParseError, TraceFileError
+from tracefmt.configfile import load_toml, read_config_text
 
 __all__ = [
     "CallSpec",
@@ -673,7 +674,9 @@ def parse_config(text: str, path: str = "<config>") -> SynthConfig:
 def _toml(text: str, path: str) -> dict[str, Any]:
     """The TOML document; a syntax error names the file's line."""
     try:
-        return tomllib.loads(text)
+        return load_toml(text, path)
+    except ParseError as exc:
+        raise ConfigError(str(exc)) from None
     except tomllib.TOMLDecodeError as exc:
         at = re.search(r"\(at line (\d+), column \d+\)", str(exc))
         where = f"{path}:{at.group(1)}" if at else path
@@ -760,11 +763,9 @@ def load_config(path: PathLike) -> SynthConfig:
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TraceFileError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceFileError(f"{p}: cannot read ({exc})") from None
+        text = read_config_text(p, "a synth configuration (TOML)")
+    except ParseError as exc:  # not UTF-8
+        raise TraceFileError(f"{p}: cannot read ({exc.reason})") from None
     return parse_config(text, str(p))
 
 

@@ -655,9 +655,7 @@ def generate_trace(
         parallelism = engine.parallelism()
         truth = engine.book.truth(messages=rows, instances=engine.instances, parallelism=parallelism)
         if truth_path is not None:
-            tp = Path(truth_path)
-            tp.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(tp, json.dumps(truth, indent=1) + "\n")
+            write_atomic(truth_path, json.dumps(truth, indent=1) + "\n")
     return SynthReport(
         output=str(out),
         messages=rows,

@@ -7,7 +7,9 @@ function-scoped fixtures in ``@given`` tests).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -44,6 +46,21 @@ def _rows(table: pa.Table) -> list[Row]:
 def make_table() -> Callable[..., pa.Table]:
     """``make_table(rows, **extra_columns)``: a plain Arrow table of the given messages."""
     return _table
+
+
+@contextlib.contextmanager
+def _umask(mask: int) -> Iterator[None]:
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.fixture(scope="session")
+def umask() -> Callable[[int], contextlib.AbstractContextManager[None]]:
+    """``with umask(0o000):`` runs the block under that umask, the old one restored after."""
+    return _umask
 
 
 @pytest.fixture(scope="session")

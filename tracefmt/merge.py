@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracefmt._files import distinct_outputs, existing_file, parquet_output
-from tracefmt.errors import ParameterError, SchemaError, TraceFileError
+from tracefmt.configfile import load_toml, read_config_text
+from tracefmt.errors import ParameterError, ParseError, SchemaError
 from tracefmt.parquet import TraceMetadata, TraceWriter, iter_trace, read_trace_metadata
 from tracefmt.schema import CORE_COLUMNS, NODE_TYPE, OPTIONAL_FIELDS
 
@@ -99,10 +100,10 @@ def load_names(path: PathLike) -> dict[str, str]:
     """
     p = existing_file(path, "a TOML names file")
     try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise TraceFileError(f"{p}: cannot read it ({exc.strerror})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        doc = load_toml(read_config_text(p, "a TOML names file"), str(p))
+    except ParseError as exc:
+        raise ParameterError(f"{p}: not a valid TOML names file ({exc.reason})") from None
+    except tomllib.TOMLDecodeError as exc:
         raise ParameterError(f"{p}: not a valid TOML names file ({exc})") from None
     table = doc.get("names", doc) if isinstance(doc.get("names"), dict) else doc
     names: dict[str, str] = {}

@@ -17,7 +17,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -29,12 +28,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracefmt._files import (
+    OutputFile,
+    SequentialFile,
+    atomic_output,
     existing_file,
     is_directory,
-    partial_path,
-    publish,
-    remove_quietly,
-    writable_output,
     write_errors,
 )
 from tracefmt.errors import ParameterError, SchemaError, TraceFileError
@@ -421,26 +419,16 @@ def _check_dataset_target(path: Path) -> None:
         raise TraceFileError(f"{path}: is a file (a dataset is a directory; give a directory name)")
 
 
-def _remove_tree(path: Path) -> None:
-    """Remove a temporary directory if it is there; never raises (it runs while handling errors)."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        remove_quietly(path)
-
-
 class _DatasetWriter:
-    """The parts of a partitioned trace, written into a hidden sibling directory
-    (``partial_path``) and put in place whole by ``close`` (see ``TraceWriter``)."""
+    """The parts of a partitioned trace, written into a hidden sibling directory of
+    their own (an ``OutputFile``) and put in place whole by ``close`` (see ``TraceWriter``)."""
 
     def __init__(self, path: PathLike, partitioning: Partitioning, row_group_size: int) -> None:
         if not str(path):
             raise ParameterError("no output directory named (give a directory name)")
         self.path = Path(path)
         _check_dataset_target(self.path)
-        self._tmp = partial_path(self.path)
-        # The parent checks (a file in the way, permissions) of a part's name.
-        writable_output(self._tmp / "part-00000.parquet")
+        self._out = OutputFile(self.path, directory=True)
         self.partitioning = partitioning
         self.row_group_size = row_group_size
         self._part: TraceWriter | None = None
@@ -513,14 +501,12 @@ class _DatasetWriter:
     def _next_part(self, provenance: Mapping[str, Any]) -> None:
         if self._part is not None:
             self._finish_part(provenance)
-        elif not self._done:
-            _remove_tree(self._tmp)  # left by a run that was killed: none of it is this trace's
         if len(self._done) >= MAX_PARTS:
             raise ParameterError(
                 f"{self.path}: more than {MAX_PARTS:,} parts of {self.partitioning.describe()}; "
                 "choose larger parts"
             )
-        part = self._tmp / f"part-{len(self._done):05d}.parquet"
+        part = self._out.open() / f"part-{len(self._done):05d}.parquet"
         self._part = TraceWriter(part, provenance=provenance, row_group_size=self.row_group_size)
         self._part_rows = 0
 
@@ -558,36 +544,20 @@ class _DatasetWriter:
             schema = self._schema if self._schema is not None else empty_trace().schema
             with write_errors(self.path):
                 # Spark and Dask take the schema from here without opening a part.
-                pq.write_metadata(schema.with_metadata(final), self._tmp / COMMON_METADATA)
-                self._publish()
+                with atomic_output(self._out.open() / COMMON_METADATA) as common:
+                    pq.write_metadata(schema.with_metadata(final), common)
+                _check_dataset_target(self.path)  # nothing else appeared there meanwhile
+                self._out.commit()
             self._closed = True
         except BaseException:
             self.abort()
             raise
 
-    def _publish(self) -> None:
-        """Put the finished directory at ``path``; a dataset there is replaced, and
-        stays if this fails."""
-        _check_dataset_target(self.path)  # nothing else appeared there meanwhile
-        old = self.path.with_name(f".{self.path.name}.replaced")
-        _remove_tree(old)  # left by a run killed while replacing: the new dataset supersedes it
-        if not self.path.exists():
-            publish(self._tmp, self.path)
-            return
-        # Two renames: readers see the old dataset, then none for an instant, then the new.
-        os.replace(self.path, old)
-        try:
-            publish(self._tmp, self.path)
-        except BaseException:
-            os.replace(old, self.path)
-            raise
-        _remove_tree(old)
-
     def abort(self) -> None:
         part, self._part = self._part, None
         if part is not None:
             part.abort()
-        _remove_tree(self._tmp)
+        self._out.discard()
 
 
 class TraceWriter:
@@ -651,16 +621,18 @@ class TraceWriter:
     ) -> None:
         self.partition = Partitioning.of(partition)
         self._dataset: _DatasetWriter | None = None
+        self._out: OutputFile | None = None
         if self.partition is not None:
             self._dataset = _DatasetWriter(path, self.partition, row_group_size)
             self.path = self._dataset.path
         else:
-            self.path = writable_output(path)
+            self._out = OutputFile(path)
+            self.path = self._out.path
         self.provenance: dict[str, Any] = dict(provenance or {})
         self.row_group_size = row_group_size
         self.rows = 0
-        self._tmp = partial_path(self.path)
         self._writer: pq.ParquetWriter | None = None
+        self._sink: SequentialFile | None = None  # a FIFO or device written into
         self._schema: pa.Schema | None = None
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -684,10 +656,13 @@ class TraceWriter:
         # Integer columns (times, ids, counts) delta-encode far better than dictionaries.
         delta = [f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_timestamp(f.type)]
         self._schema = schema.remove_metadata()
+        assert self._out is not None
         with write_errors(self.path):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            where: Path | SequentialFile = self._out.open()
+            if self._out.direct:
+                where = self._sink = SequentialFile(where)
             self._writer = pq.ParquetWriter(
-                self._tmp,
+                where,
                 self._schema,
                 compression="zstd",
                 compression_level=3,
@@ -755,7 +730,10 @@ class TraceWriter:
                 self._writer.add_key_value_metadata(_metadata_bytes(self.provenance))
                 self._writer.close()
                 self._writer = None
-                publish(self._tmp, self.path)
+                if self._sink is not None:
+                    self._sink.close()
+                assert self._out is not None
+                self._out.commit()
             self._closed = True
         except BaseException:
             self.abort()
@@ -771,7 +749,11 @@ class TraceWriter:
             # Closing flushes what is buffered, which fails again on a full disk.
             with contextlib.suppress(OSError, pa.ArrowException):
                 writer.close()
-        remove_quietly(self._tmp)
+        if self._sink is not None:
+            with contextlib.suppress(OSError):
+                self._sink.close()
+        if self._out is not None:
+            self._out.discard()
 
 
 def write_trace(

@@ -10,10 +10,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tracefmt._files import existing_file, write_atomic
+from tracefmt.configfile import nesting_depth, read_config_bytes
 from tracefmt.errors import ParameterError, SchemaError, TraceFileError
 
 __all__ = [
@@ -120,12 +124,27 @@ def write_paths(doc: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     >>> read_paths(f)["patterns"]
     []
     """
-    check_paths(doc, str(path))
     bad = _first_non_finite(doc, "the document")
     if bad is not None:
         # JSON has no NaN or Infinity: tools other than Python's json would refuse the file.
         raise SchemaError(f"{path}: {bad}: a paths file holds only finite numbers (null where none)")
-    return write_atomic(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    check_paths(doc, str(path))
+    depth = _json_depth(doc)
+    # Indented, a deep tree would take space and time growing with its depth squared.
+    indent = 1 if depth <= _SHALLOW else None
+    text = _on_deep_stack(lambda: json.dumps(doc, indent=indent, allow_nan=False), depth)
+    return write_atomic(path, text + "\n")
+
+
+def _json_depth(doc: Any) -> int:
+    """How deep ``doc`` nests (objects and lists), with a stack of its own."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d)
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 def read_paths(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -147,8 +166,15 @@ def read_paths(path: str | os.PathLike[str]) -> dict[str, Any]:
     'nesting'
     """
     p = existing_file(path, "a paths file (JSON)")
+    data = read_config_bytes(p, "a paths file (JSON)", limit=MAX_PATHS_BYTES)
+    # Each visit is two levels (the visit, its children); the outline takes a few more.
+    depth = nesting_depth(data)
+    if depth > 2 * MAX_DEPTH + 8:
+        raise TraceFileError(
+            f"{p}: JSON nested {depth} deep, too deep for a paths file (visits at most {MAX_DEPTH})"
+        )
     try:
-        doc = json.loads(p.read_text(encoding="utf-8-sig"))  # a byte order mark dropped
+        doc = _on_deep_stack(lambda: json.loads(data.decode("utf-8")), depth)
     except (ValueError, UnicodeDecodeError) as exc:
         raise TraceFileError(f"{p}: not JSON, so not a paths file ({exc})") from None
     except RecursionError:
@@ -157,23 +183,170 @@ def read_paths(path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
-#: Deeper call trees than this are not a paths file wirepath wrote (nor a system's).
-MAX_DEPTH = 1000
+#: Deeper call trees than this are not a paths file wirepath wrote (nor a system's);
+#: call chains thousands of levels deep are (recursive services, long span chains).
+MAX_DEPTH = 10_000
+
+#: JSON nested deeper than this is parsed and written on a stack of its own (below).
+_SHALLOW = 200
+
+
+def _on_deep_stack(fn: Callable[[], Any], depth: int) -> Any:
+    """``fn()`` run where JSON ``depth`` levels deep fits: Python's json parser and
+    writer recurse once per level, which the interpreter's recursion limit and the main
+    thread's stack would not allow; a thread with a large stack, and a recursion limit
+    raised for its run, do."""
+    if depth <= _SHALLOW:
+        return fn()
+    result: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            result.append((True, fn()))
+        except BaseException as exc:  # handed to the caller's thread below
+            result.append((False, exc))
+
+    old_limit, old_size = sys.getrecursionlimit(), threading.stack_size()
+    sys.setrecursionlimit(max(old_limit, 4 * depth + 1000))
+    try:
+        threading.stack_size(max(old_size, 64 << 20) + 8192 * depth)
+        worker = threading.Thread(target=run, name="wirepath-json")
+        worker.start()
+    finally:
+        threading.stack_size(old_size)
+    try:
+        worker.join()
+    finally:
+        sys.setrecursionlimit(old_limit)
+    ok, value = result[0]
+    if not ok:
+        raise value
+    return value
+
+
+#: The largest duration in a paths file, in seconds (200 years, as everywhere in wirepath).
+MAX_SECONDS = 6_307_200_000.0
+
+#: The largest other number: counts and settings, each exact as a double.
+MAX_NUMBER = 2**53
+
+#: The largest paths file read: ample for a million patterns.
+MAX_PATHS_BYTES = 1 << 30
 
 
 def _number(value: Any, *, null: bool = False) -> bool:
     if value is None:
         return null
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    # An int as large as 10**400 has no float: :func:`_check_numbers` bounds it.
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def _check_numbers(doc: Any, where: str) -> None:
+    """Every number in ``doc`` finite and in range: durations (keys ending ``_s``, and
+    what they hold) within :data:`MAX_SECONDS`, every other within :data:`MAX_NUMBER`.
+
+    One rule for the whole document, so that no reader meets a number it would overflow
+    on (a mean of 1e308 s turned into nanoseconds, a count of 10**400 into a float).
+    """
+    stack: list[tuple[Any, str, bool]] = [(doc, "", False)]
+    while stack:
+        v, at, seconds = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((x, f"{at}.{k}", seconds or str(k).endswith("_s")) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((x, f"{at}[{i}]", seconds) for i, x in enumerate(v))
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            bound = MAX_SECONDS if seconds else MAX_NUMBER
+            if not (isinstance(v, int) or math.isfinite(v)) or not -bound <= v <= bound:
+                shown = repr(v) if len(repr(v)) <= 24 else f"{repr(v)[:20]}..."
+                raise SchemaError(
+                    f"{where}: {at.lstrip('.')} is {shown}: out of range or not finite "
+                    f"(a {'duration in seconds' if seconds else 'number'} of at most {bound:,.0f})"
+                )
+
+
+_STATS_SHAPES = {
+    "stages": "a list of objects",
+    "confidence": "an object of numbers (and its calibration's name)",
+}
+
+#: Settings that readers take as numbers, so never null.
+_NEEDED_PARAMS = ("quantum_s", "band_s")
+
+
+def _check_outline(doc: dict[str, Any], where: str) -> None:
+    """The parts every paths file may have: ``trace``, ``params``, ``stats``, ``notes``
+    and ``roots``, each of the type its readers take it for."""
+    trace = doc.get("trace")
+    if trace is not None:
+        if not isinstance(trace, dict):
+            raise SchemaError(f"{where}: 'trace' must be an object (messages, start, end)")
+        if not _number(trace.get("messages", 0)) or trace.get("messages", 0) < 0:
+            raise SchemaError(f"{where}: trace.messages must be a count >= 0, not {trace['messages']!r}")
+        for key in ("start", "end"):
+            if not isinstance(trace.get(key), str | int | float | None) or isinstance(trace.get(key), bool):
+                raise SchemaError(
+                    f"{where}: trace.{key} must be a time (text or a number) or null, not {trace[key]!r}"
+                )
+    params = doc.get("params", {})
+    if (
+        not isinstance(params, dict)
+        or not all(_number(v, null=k not in _NEEDED_PARAMS) for k, v in params.items() if k.endswith("_s"))
+        or not all(
+            isinstance(v, str | int | float | None)
+            or (k == "root" and isinstance(v, list) and all(isinstance(x, str) for x in v))
+            for k, v in params.items()
+        )
+    ):
+        raise SchemaError(
+            f"{where}: 'params' must be an object of settings (numbers, text, true/false, null; "
+            "durations, ending _s, a number or null; quantum_s and band_s a number; root a list of names)"
+        )
+    stats = doc.get("stats")
+    if stats is not None:
+        if not isinstance(stats, dict):
+            raise SchemaError(f"{where}: 'stats' must be an object")
+        for key, value in stats.items():
+            if key == "stages":
+                ok = isinstance(value, list) and all(isinstance(x, dict) for x in value)
+            elif key == "confidence":
+                ok = value is None or (
+                    isinstance(value, dict)
+                    and all(
+                        _number(x, null=True) or (k == "calibration" and isinstance(x, str))
+                        for k, x in value.items()
+                    )
+                )
+            else:
+                ok = _number(value, null=True)
+            if not ok:
+                shape = _STATS_SHAPES.get(key, "a number or null")
+                raise SchemaError(f"{where}: stats.{key} must be {shape}, not {value!r}"[:300])
+    for key in ("notes", "roots"):
+        value = doc.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(x, str) for x in value)):
+            raise SchemaError(f"{where}: '{key}' must be a list of text")
+
+
+def _check_stats(stats: Any, *, null: bool) -> bool:
+    if stats is None:
+        return null
+    return isinstance(stats, dict) and _number(stats.get("mean")) and all(_number(v) for v in stats.values())
 
 
 def _check_pattern(pat: dict[str, Any], where: str) -> None:
     """Raise ``SchemaError`` unless a nesting pattern's fields and visit tree have the
     types the paths file promises (walked with a stack: a deep tree cannot overflow)."""
+    if not isinstance(pat["id"], str):
+        raise SchemaError(f"{where}: id must be text (a pattern's hash), not {pat['id']!r}")
     if isinstance(pat["count"], bool) or not isinstance(pat["count"], int) or pat["count"] < 0:
         raise SchemaError(f"{where}: count must be a whole number >= 0, not {pat['count']!r}")
-    if not _number(pat["total_latency_s"]):
-        raise SchemaError(f"{where}: total_latency_s must be a finite number, not {pat['total_latency_s']!r}")
+    if not _number(pat["total_latency_s"]) or pat["total_latency_s"] < 0:
+        raise SchemaError(
+            f"{where}: total_latency_s must be a finite number >= 0, not {pat['total_latency_s']!r}"
+        )
     stack = [(pat["root"], 1)]
     while stack:
         visit, depth = stack.pop()
@@ -183,21 +356,43 @@ def _check_pattern(pat: dict[str, Any], where: str) -> None:
             raise SchemaError(f"{where}: a visit must be an object with a 'node' name")
         if not isinstance(visit.get("caller"), str) or not isinstance(visit.get("children", []), list):
             raise SchemaError(f"{where}: visit {visit['node']!r} needs a 'caller' name and a 'children' list")
-        for key in ("latency_s", "delay_s"):
-            stats = visit.get(key)
-            if stats is not None and (
-                not isinstance(stats, dict)
-                or not _number(stats.get("mean"))
-                or not all(_number(v) for v in stats.values())
-            ):
-                raise SchemaError(
-                    f"{where}: visit {visit['node']!r}'s {key} needs a finite mean (and finite stats)"
-                )
+        if not _check_stats(visit.get("latency_s"), null=False):
+            raise SchemaError(
+                f"{where}: visit {visit['node']!r} needs latency_s, an object with a finite mean "
+                "(and finite stats)"
+            )
+        if not _check_stats(visit.get("delay_s"), null=True):
+            raise SchemaError(
+                f"{where}: visit {visit['node']!r}'s delay_s must be null or an object with a finite mean "
+                "(and finite stats)"
+            )
         stack.extend((child, depth + 1) for child in visit.get("children", []))
 
 
+def _check_path(path: Any, where: str) -> None:
+    """Raise ``SchemaError`` unless a convolution path has its fields, of their types."""
+    nodes = path.get("nodes") if isinstance(path, dict) else None
+    if not isinstance(nodes, list) or len(nodes) < 2 or not all(isinstance(n, str) for n in nodes):
+        raise SchemaError(f"{where} needs 'nodes', a list of at least two names")
+    assert isinstance(path, dict)
+    if not isinstance(path.get("id", ""), str):
+        raise SchemaError(f"{where}: id must be text (a path's hash), not {path['id']!r}")
+    for key, n, what in (("counts", len(nodes) - 1, "counts"), ("delays_s", len(nodes) - 2, "delay lists")):
+        if not isinstance(path.get(key), list) or len(path[key]) != n:
+            raise SchemaError(f"{where} needs len(nodes) - {len(nodes) - n} = {n} {what}")
+    for key in ("count", "latency_s"):
+        if not _number(path.get(key, 0)) or path.get(key, 0) < 0:
+            raise SchemaError(f"{where}: {key} must be a number >= 0, not {path[key]!r}")
+    delay_counts = path.get("delay_counts", [])
+    if not isinstance(delay_counts, list) or not all(isinstance(c, list) for c in delay_counts):
+        raise SchemaError(f"{where}: delay_counts must be a list of lists of counts")
+    _check_medians(path, where, len(nodes) - 2)
+    _check_hop_numbers(path, where)
+
+
 def check_paths(doc: Any, where: str = "paths") -> None:
-    """Raise ``SchemaError`` unless ``doc`` is a paths document (nesting or convolution).
+    """Raise ``SchemaError`` unless ``doc`` is a paths document (nesting or convolution):
+    the whole document, every field any reader takes, so that a reader can trust it.
 
     Examples
     --------
@@ -206,6 +401,12 @@ def check_paths(doc: Any, where: str = "paths") -> None:
     Traceback (most recent call last):
     ...
     tracefmt.errors.SchemaError: paths: format 'x' is not a paths file (want wirepath.paths/1)
+    >>> try:  # doctest: +ELLIPSIS
+    ...     check_paths({"format": "wirepath.paths/1", "algorithm": "nesting", "patterns": [],
+    ...                  "trace": {"messages": 10**400}})
+    ... except SchemaError as e:
+    ...     print(e)
+    paths: trace.messages is 10000000000000000000...: out of range or not finite (a number of at most ...)
     """
     if not isinstance(doc, dict):
         raise SchemaError(f"{where}: a paths file is a JSON object, not {type(doc).__name__}")
@@ -213,6 +414,7 @@ def check_paths(doc: Any, where: str = "paths") -> None:
         raise SchemaError(
             f"{where}: format {doc.get('format')!r} is not a paths file (want wirepath.paths/1)"
         )
+    _check_outline(doc, where)
     algorithm = doc.get("algorithm")
     if algorithm == "nesting":
         if not isinstance(doc.get("patterns"), list):
@@ -230,14 +432,7 @@ def check_paths(doc: Any, where: str = "paths") -> None:
         if not isinstance(doc.get("paths"), list):
             raise SchemaError(f"{where}: a convolution paths file needs a 'paths' list")
         for k, path in enumerate(doc["paths"]):
-            nodes = path.get("nodes") if isinstance(path, dict) else None
-            if not isinstance(nodes, list) or len(nodes) < 2:
-                raise SchemaError(f"{where}: path {k} needs 'nodes', a list of at least two names")
-            if len(path.get("counts", [])) != len(nodes) - 1:
-                raise SchemaError(f"{where}: path {k} needs len(nodes) - 1 = {len(nodes) - 1} counts")
-            if len(path.get("delays_s", [])) != len(nodes) - 2:
-                raise SchemaError(f"{where}: path {k} needs len(nodes) - 2 = {len(nodes) - 2} delay lists")
-            _check_medians(path, f"{where}: path {k}", len(nodes) - 2)
-            _check_hop_numbers(path, f"{where}: path {k}")
+            _check_path(path, f"{where}: path {k}")
     else:
         raise SchemaError(f"{where}: unknown algorithm {algorithm!r} (must be nesting or convolution)")
+    _check_numbers(doc, where)

@@ -89,8 +89,21 @@ class Shape:
 
 
 def shape_text(shape: Shape) -> str:
-    """The canonical text of a shape (see the module docstring)."""
-    return join_text(shape.caller, shape.node, [shape_text(c) for c in shape.children], shape.groups)
+    """The canonical text of a shape (see the module docstring).
+
+    Children before their parents, with a stack of its own: a call chain can be deeper
+    than Python's recursion allows.
+    """
+    texts: dict[int, str] = {}
+    stack = [(shape, False)]
+    while stack:
+        s, kids_done = stack.pop()
+        if kids_done:
+            texts[id(s)] = join_text(s.caller, s.node, [texts[id(c)] for c in s.children], s.groups)
+        elif id(s) not in texts:
+            stack.append((s, True))
+            stack.extend((c, False) for c in s.children)
+    return texts[id(shape)]
 
 
 def join_text(caller: str, node: str, child_texts: Sequence[str], groups: Sequence[int] = ()) -> str:

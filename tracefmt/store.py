@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracefmt._files import is_directory
+from tracefmt._files import is_directory, make_dirs
 from tracefmt.errors import ParameterError, TraceFileError
 from tracefmt.parquet import TraceMetadata, read_trace_metadata
 
@@ -52,7 +52,7 @@ class Store:
         """Open a store, creating its directories when missing."""
         store = cls(Path(root))
         for name in STORE_DIRS:
-            (store.root / name).mkdir(parents=True, exist_ok=True)
+            make_dirs(store.root / name)
         return store
 
     @classmethod

@@ -1,32 +1,32 @@
-"""Reading the trend verbs' input files: one clear error for a missing file or non-UTF-8 text,
-and a UTF-8 byte order mark (as spreadsheet programs write) dropped."""
+"""Reading the trend verbs' input files: one clear error for a missing, unreadable or
+endless file or non-UTF-8 text, and a UTF-8 byte order mark (as spreadsheet programs
+write) dropped. The bound is :mod:`tracefmt.configfile`'s."""
 
 from __future__ import annotations
 
-import codecs
 import os
-from pathlib import Path
 
-from tracefmt import ParseError, TraceFileError
+from tracefmt import ParseError
+from tracefmt.configfile import MAX_CONFIG_BYTES, read_config_bytes
 
-__all__ = ["read_bytes", "read_text"]
+__all__ = ["MAX_RESULTS_BYTES", "read_bytes", "read_text"]
+
+#: Results files are data, not configuration: a year of nightly results of thousands of
+#: tests is a few hundred MiB of CSV.
+MAX_RESULTS_BYTES = 1 << 30
 
 
-def read_bytes(path: str | os.PathLike[str], what: str = "") -> bytes:
-    """The file's bytes without a leading UTF-8 byte order mark.
+def read_bytes(path: str | os.PathLike[str], what: str = "", *, limit: int = MAX_CONFIG_BYTES) -> bytes:
+    """The file's bytes without a leading UTF-8 byte order mark, at most ``limit`` of them.
 
-    ``what`` (e.g. ``"WDA config "``) is put before the path in the error message.
+    ``what`` (e.g. ``"WDA config "``) names the expected content in the error message.
     """
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise TraceFileError(f"cannot read {what}{path}: {e.strerror or e}") from None
-    return data.removeprefix(codecs.BOM_UTF8)
+    return read_config_bytes(path, what.strip() or "an input of this verb", limit=limit)
 
 
-def read_text(path: str | os.PathLike[str], what: str = "") -> str:
+def read_text(path: str | os.PathLike[str], what: str = "", *, limit: int = MAX_CONFIG_BYTES) -> str:
     """The file as UTF-8 text (a leading byte order mark dropped); bad bytes name their line."""
-    data = read_bytes(path, what)
+    data = read_bytes(path, what, limit=limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -10,7 +10,9 @@ runs to 0.0 for grouping and then puts the marks one run late).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import html
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,6 +199,7 @@ def analyze_all(
     unit: float | None = None,
     sbps: float | None = None,
     runner: Runner | None = None,
+    on_error: Callable[[Series, ParameterError], None] | None = None,
 ) -> list[SeriesTrend]:
     """:func:`analyze_series` of every series, in order; on ``runner``'s workers if given.
 
@@ -216,11 +219,15 @@ def analyze_all(
     runner : Runner, optional
         Where the work runs; ``None`` (or the in-process runner) analyses the series here,
         one after the other.
+    on_error : callable, optional
+        Called with a series that cannot be analysed and its error, which is then left out
+        of the result: one bad series does not hide the others. Without it the first
+        error is raised.
 
     Raises
     ------
     ParameterError
-        As :func:`analyze_series`.
+        As :func:`analyze_series` (without ``on_error``).
 
     Examples
     --------
@@ -236,16 +243,38 @@ def analyze_all(
     options = {"method": method, "window": window, "unit": unit, "sbps": sbps}
     if runner is None or isinstance(runner, InProcess):
         # Grouping buys nothing here; the plain loop keeps the one-process run as it was.
-        return [analyze_series(s, **options) for s in series]
+        return _each(series, options, on_error)
     bounds = [(a, b) for a, b in split_evenly(len(series), GROUPS_PER_SLOT * runner.width) if b > a]
     packs = [_pack(series[a:b]) for a, b in bounds]
     out: list[SeriesTrend] = []
     for (start, stop), (done, error) in zip(
         bounds, runner.map(_analyze_group, packs, **options), strict=True
     ):
-        out += _unpack_trends(series[start:stop], method, done)
+        trends = _unpack_trends(series[start:stop], method, done)
+        out += trends
         if error is not None:
-            raise error
+            if on_error is None:
+                raise error
+            # A group stops at its first bad series; the rest of it is rare enough to finish here.
+            on_error(series[start + len(trends)], error)
+            out += _each(series[start + len(trends) + 1 : stop], options, on_error)
+    return out
+
+
+def _each(
+    series: Sequence[Series],
+    options: dict[str, Any],
+    on_error: Callable[[Series, ParameterError], None] | None,
+) -> list[SeriesTrend]:
+    """:func:`analyze_series` of each series in this process; bad ones to ``on_error`` if given."""
+    if on_error is None:
+        return [analyze_series(s, **options) for s in series]
+    out = []
+    for s in series:
+        try:
+            out.append(analyze_series(s, **options))
+        except ParameterError as e:
+            on_error(s, e)
     return out
 
 
@@ -420,6 +449,19 @@ def alert_text(trends: Sequence[SeriesTrend]) -> str:
     return "\n".join(lines)
 
 
+#: What Markdown (CommonMark and GitHub's) would take for markup in a table cell: emphasis,
+#: code, links and images, strikethrough, the column bar, and the backslash itself.
+_MARKDOWN = re.compile(r"([\\`*_\[\]|~])")
+
+
 def _cell(text: str) -> str:
-    """A name as one Markdown table cell: shown, not obeyed (no line break, no extra column)."""
-    return printable(text).replace("|", "\\|")
+    """A name as one Markdown table cell: shown, not obeyed, whether the alert is read as
+    Markdown or as the HTML it becomes (a CI comment, mail): no line break, no extra
+    column, no link, image, emphasis or HTML (``<script>``, ``<img onerror>``, ``<!--``).
+
+    >>> _cell("<img src=x onerror=alert(1)>")
+    '&lt;img src=x onerror=alert(1)&gt;'
+    >>> _cell("[click](javascript:alert(1)) a|b *x*")
+    '\\\\[click\\\\](javascript:alert(1)) a\\\\|b \\\\*x\\\\*'
+    """
+    return _MARKDOWN.sub(r"\\\1", html.escape(printable(text), quote=False))

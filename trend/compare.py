@@ -9,7 +9,6 @@ verdict always agree (CSIT prints bits counted with another unit than it decides
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracefmt import ParameterError, ParseError
+from tracefmt.configfile import load_json
 from tracefmt.display import printable
 from trend._files import read_text
 from trend.mdl import check_direction, classify_mdl, group_bits, renormalized, run_stats
@@ -244,12 +244,11 @@ def read_compare_file(path: str | os.PathLike[str]) -> dict[str, list[float]]:
     {'ip4': [10.1, 10.2], 'ip6': [9.0, nan]}
     """
     name = str(path)
-    text = read_text(path)
+    text = read_text(path, "a file of trial values")
     if text.lstrip().startswith("{"):
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ParseError(name, e.lineno, f"not JSON: {e.msg}") from None
+        doc = load_json(text, name)
+        if not isinstance(doc, dict):
+            raise ParseError(name, 1, 'JSON trial values are an object: {"test": [v1, v2, ...]}')
         out = {}
         for test, values in doc.items():
             if not isinstance(values, list):

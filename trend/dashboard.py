@@ -25,7 +25,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from tracefmt import write_atomic
+from tracefmt import make_dirs, write_atomic
 from trend.analysis import SeriesTrend
 from trend.series import Series
 
@@ -255,7 +255,7 @@ def write_dashboard(trends: Sequence[SeriesTrend], out: str | os.PathLike[str]) 
     """
     root = Path(out)
     graphs_dir = root / "graphs"
-    graphs_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(graphs_dir)
     trends = list(trends)
     links: dict[int, str] = {}
     graphs = []

@@ -22,6 +22,7 @@ work restarts from the shift instead of growing with the whole series.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -340,6 +341,11 @@ def classify_mdl(
     return _result(starts, bits, stats, float(best[1]), sizes, max_value, unit, direction, total_bits)
 
 
+#: The smallest unit bits are counted in: a float64 whose reciprocal is finite and whose
+#: products keep their precision (the smallest normal one).
+_SMALLEST_UNIT = sys.float_info.min
+
+
 def resolve_unit(max_value: float, *, unit: float | None = None, sbps: float | None = None) -> float:
     """The resolution MDL counts bits in: ``unit``, else ``max / (2**(sbps+1) - 1)`` (sbps 12).
 
@@ -369,8 +375,18 @@ def resolve_unit(max_value: float, *, unit: float | None = None, sbps: float | N
     """
     if not unit:
         bits = check_number(sbps, SBPS_WHAT, low=1, high=MAX_SBPS) if sbps else 12.0
-        return max_value / (pow(2.0, bits + 1.0) - 1.0)
+        unit = max_value / (pow(2.0, bits + 1.0) - 1.0)
+        if unit < _SMALLEST_UNIT:
+            # Subnormal or zero: 1 / unit overflows and the bit counts divide by zero.
+            raise ParameterError(
+                f"the largest value {max_value:g} is too small to count bits in (the unit it gives, "
+                f"{unit:g}, is below {_SMALLEST_UNIT:g}): give the values in a smaller unit, "
+                "e.g. ns for s, or --unit"
+            )
+        return unit
     unit = check_number(unit, "unit", above=0)
+    if unit < _SMALLEST_UNIT:
+        raise ParameterError(f"unit {unit:g} is below {_SMALLEST_UNIT:g} (the smallest normal float64)")
     if max_value / unit > 2.0 ** (MAX_SBPS + 1):
         raise ParameterError(
             f"unit {unit:g} is finer than float64 resolves at the maximum {max_value:g} "

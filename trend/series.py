@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import time as _time
 from collections.abc import Iterable, Sequence
@@ -29,8 +28,19 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from tracefmt import ParameterError, ParseError, Store, TraceFileError, format_instant_ns
-from trend._files import read_bytes
+from tracefmt import (
+    OutputFile,
+    ParameterError,
+    ParseError,
+    Store,
+    TraceFileError,
+    format_instant_ns,
+    make_dirs,
+    sweep_temporaries,
+    write_errors,
+)
+from tracefmt.configfile import load_json
+from trend._files import MAX_RESULTS_BYTES, read_bytes
 from trend.mdl import DIRECTIONS
 from trend.numbers import check_number
 
@@ -403,12 +413,9 @@ def read_result_rows(path: str | os.PathLike[str]) -> pa.Table:
     1
     """
     name = str(path)
-    data = read_bytes(path)
+    data = read_bytes(path, "a results file (CSV or JSON)", limit=MAX_RESULTS_BYTES)
     if name.endswith(".json"):
-        try:
-            doc = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ParseError(name, getattr(e, "lineno", 1), f"not JSON: {getattr(e, 'msg', e)}") from None
+        doc = load_json(data, name)
         records = doc.get("results") if isinstance(doc, dict) else doc
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise ParseError(name, 1, 'JSON results must be a list of objects (or {"results": [...]})')
@@ -454,13 +461,27 @@ def write_results(store: Store, table: pa.Table, *, name: str = "import") -> Pat
     [('ip4', ('b1',), [10.1])]
     """
     table = table.select(RESULTS_SCHEMA.names).cast(RESULTS_SCHEMA)
-    store.results_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(store.results_dir)
+    sweep_temporaries(store.results_dir)  # a killed import's: its name is no later one's
     stamp = _time.strftime("%Y%m%dT%H%M%S", _time.gmtime())
-    k = 0
-    while (path := store.results_dir / f"{stamp}-{k:04d}-{name}.parquet").exists():
+    # Written aside and linked in under a free name: a reader (check, analyze) never meets
+    # half a file, even if this run is killed, and two imports at once never share a name.
+    k = -1
+    while True:
         k += 1
-    pq.write_table(table, path)
-    return path
+        path = store.results_dir / f"{stamp}-{k:04d}-{name}.parquet"
+        if path.exists():
+            continue
+        out = OutputFile(path, exclusive=True)
+        try:
+            with write_errors(path):
+                pq.write_table(table, out.open())
+                out.commit()
+            return path
+        except FileExistsError:
+            continue  # another import took the name meanwhile
+        finally:
+            out.discard()
 
 
 @dataclass(frozen=True)

@@ -107,10 +107,14 @@ def mrr_results(
 
 
 def _visits(node: dict[str, Any], trail: str, out: list[tuple[str, float]]) -> None:
-    for k, child in enumerate(node.get("children") or []):
-        key = f"{trail}/{k}:{child['node']}"
-        out.append((key, float(child["latency_s"]["mean"])))
-        _visits(child, key, out)
+    # Preorder with a stack of its own: call chains run deeper than Python's recursion.
+    stack = [(child, f"{trail}/{k}:{child['node']}") for k, child in enumerate(node.get("children") or [])]
+    stack.reverse()
+    while stack:
+        v, key = stack.pop()
+        out.append((key, float(v["latency_s"]["mean"])))
+        kids = [(child, f"{key}/{k}:{child['node']}") for k, child in enumerate(v.get("children") or [])]
+        stack.extend(reversed(kids))
 
 
 def _paths_doc(source: str | os.PathLike[str] | dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -30,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from tracefmt import ParameterError, ParseError
-from trend._files import read_text
+from tracefmt.configfile import load_json
+from trend._files import MAX_RESULTS_BYTES, read_text
 from trend.numbers import check_number, finite_json
 
 __all__ = ["WdaResult", "WdaRun", "analyze_wda", "load_wda_config", "read_wda_runs"]
@@ -114,10 +114,7 @@ def load_wda_config(source: str | os.PathLike[str] | dict[str, Any]) -> dict[str
     if isinstance(source, dict):
         raw = source
     else:
-        try:
-            raw = json.loads(read_text(source, "WDA config "))
-        except json.JSONDecodeError as e:
-            raise ParseError(str(source), e.lineno, f"not JSON: {e.msg}") from None
+        raw = load_json(read_text(source, "a WDA config (JSON)"), str(source))
     if not isinstance(raw, dict) or not isinstance(raw.get("tolerance_check_list"), list):
         raise ParameterError("WDA config needs a 'tolerance_check_list' list of checks")
     orders = _run_orders(raw)
@@ -221,7 +218,9 @@ def read_wda_runs(path: str | os.PathLike[str]) -> list[WdaRun]:
     {'y': 45.0, 'z': None}
     """
     name = str(path)
-    reader = csv.reader(io.StringIO(read_text(path), newline=""))
+    reader = csv.reader(
+        io.StringIO(read_text(path, "a CSV of WDA runs", limit=MAX_RESULTS_BYTES), newline="")
+    )
     header = next(reader, None)
     if header is None:
         raise ParseError(name, 1, f"empty file (expected the header {','.join(RUNS_COLUMNS)})")

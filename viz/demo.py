@@ -31,7 +31,7 @@ from viz.paths import collapse_replicas, replica_name, select_patterns
 from viz.render import dot_binary, write_graph
 from viz.report import build_report
 
-__all__ = ["DEMO_CONVOLUTION", "DemoResult", "run_demo"]
+__all__ = ["DEMO_CONVOLUTION", "DEMO_FILES", "DemoResult", "run_demo"]
 
 _SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "synth"
 
@@ -39,6 +39,34 @@ _SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "synth"
 #: Convolution settings of the demo: 2 ms quanta resolve the tiers' millisecond delays,
 #: half a second covers the added 200 ms; paths start at the client.
 DEMO_CONVOLUTION: dict[str, Any] = {"quantum_s": 0.002, "max_lag_s": 0.5, "root": "client"}
+
+#: Every file the demo writes into its directory (the convolution ones only with it).
+DEMO_FILES = (
+    *(
+        f"{run}{suffix}"
+        for run in ("base", "slow")
+        for suffix in (
+            ".parquet",
+            "-truth.json",
+            "-paths.json",
+            "-instances.parquet",
+            "-convolution.json",
+            "-top.dot",
+            "-top.svg",
+        )
+    ),
+    "diff.json",
+    "diff.dot",
+    "diff.svg",
+    "diff.png",
+    "slow-convolution.dot",
+    "slow-convolution.svg",
+    "report.html",
+    "slow-traces.otlp.json",
+)
+
+#: Written first into the demo's directory: a later demo may replace what it finds there.
+_MARK = ".wirepath-demo"
 
 
 @dataclass(frozen=True)
@@ -106,6 +134,7 @@ def run_demo(
     configs: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None,
     convolution: bool = True,
     on_step: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> DemoResult:
     """Run the demo into ``out_dir`` and return what it found.
 
@@ -126,6 +155,10 @@ def run_demo(
         compare their delays (the paper's Figure 13).
     on_step : callable, optional
         Called with a short description before each step (for progress output).
+    force : bool
+        Replace files named like the demo's (``DEMO_FILES``) in a directory an earlier
+        demo did not make. Without it such a file is refused before any work; files of
+        other names are never touched.
 
     Notes
     -----
@@ -141,9 +174,9 @@ def run_demo(
     ...
     tracefmt.errors.ParameterError: the demo needs at least 1000 messages per run, not 10
     """
-    base_cfg, slow_cfg = _check_demo(out_dir, messages, parallelism, configs)
+    base_cfg, slow_cfg = _check_demo(out_dir, messages, parallelism, configs, force=force)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / _MARK, "made by wirepath demo: a later demo replaces its files here\n")
     demo = _Demo(out, on_step or (lambda _text: None))
     for name, cfg_path in (("base", base_cfg), ("slow", slow_cfg)):
         config = replace(
@@ -162,15 +195,24 @@ def _check_demo(
     messages: int,
     parallelism: float,
     configs: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None,
+    *,
+    force: bool,
 ) -> tuple[str | os.PathLike[str], str | os.PathLike[str]]:
-    """Refuse what would fail late (after minutes of inference), before any work; returns
-    the base and slow configurations."""
+    """Refuse what would fail late (after minutes of inference) or replace a user's file,
+    before any work; returns the base and slow configurations."""
     if messages < 1000:
         raise ParameterError(f"the demo needs at least 1000 messages per run, not {messages}")
     if parallelism < 1.0:
         raise ParameterError(f"parallelism must be at least 1, not {parallelism}")
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise ParameterError(f"{out_dir} is a file: the demo writes a directory (give --out a new name)")
+    if not force and not os.path.lexists(Path(out_dir, _MARK)):
+        taken = next((Path(out_dir, n) for n in DEMO_FILES if os.path.lexists(Path(out_dir, n))), None)
+        if taken is not None:
+            raise ParameterError(
+                f"{taken} exists and an earlier demo did not write it: give --out a new or empty "
+                "directory, or --force to replace it"
+            )
     dot_binary()  # fail now, not after the inference, when graphviz is missing
     base_cfg, slow_cfg = configs or (_SAMPLES / "multitier.toml", _SAMPLES / "multitier-slow.toml")
     for cfg in (base_cfg, slow_cfg):

@@ -20,7 +20,17 @@ from tracefmt.display import printable
 from tracefmt.units import format_duration_ns
 from viz.paths import collapse_replicas, select_patterns, self_times, shape_of, visits
 
-__all__ = ["DotGraph", "convolution_dot", "dot_quote", "format_s", "paths_dot", "pattern_dot"]
+__all__ = [
+    "MAX_LABEL",
+    "MAX_LABEL_LINE",
+    "DotGraph",
+    "convolution_dot",
+    "dot_quote",
+    "format_s",
+    "paths_dot",
+    "pattern_dot",
+    "shorten_label",
+]
 
 _FONT = "Helvetica"
 
@@ -54,14 +64,43 @@ def format_s(seconds: float | None, *, sign: bool = False) -> str:
     return ("+" + text) if sign and seconds >= 0 else text
 
 
+#: The longest label line and label drawn, in characters. dot refuses a quoted string
+#: over 16,384 bytes; a character takes at most 11 once escaped (``\\U0010ffff``), so a
+#: label stays below that, and a name thousands of characters long is still told apart
+#: by its start and end. The full names stay in the data (paths files, JSON output).
+MAX_LABEL_LINE = 300
+MAX_LABEL = 1400
+
+
+def shorten_label(text: str) -> str:
+    """``text`` cut to fit a drawing: each line to :data:`MAX_LABEL_LINE` characters and
+    the whole to :data:`MAX_LABEL`, the middle of what is too long replaced by ``…``.
+
+    >>> shorten_label("WS1\\nmean 8 ms")
+    'WS1\\nmean 8 ms'
+    >>> s = shorten_label("a" * 20_000 + "z")
+    >>> len(s), s[-3:]
+    (300, 'aaz')
+    """
+
+    def cut(line: str, most: int) -> str:
+        if len(line) <= most:
+            return line
+        head = (most - 1) // 2
+        return line[:head] + "…" + line[len(line) - (most - 1 - head) :]
+
+    return cut("\n".join(cut(line, MAX_LABEL_LINE) for line in str(text).split("\n")), MAX_LABEL)
+
+
 class DotGraph:
-    """Lines of one digraph; attribute values are quoted here, names stay as given."""
+    """Lines of one digraph; attribute values are quoted here (labels and tooltips
+    shortened to fit a drawing, :func:`shorten_label`), names stay as given."""
 
     def __init__(self, name: str = "paths", label: str | None = None) -> None:
         self.lines = [
             f"digraph {dot_quote(name)} {{",
             f'  graph [fontname="{_FONT}", rankdir=TB, nodesep=0.3, ranksep=0.4'
-            + (f", label={dot_quote(label)}, labelloc=t" if label else "")
+            + (f", label={dot_quote(shorten_label(label))}, labelloc=t" if label else "")
             + "];",
             f'  node [fontname="{_FONT}", fontsize=11, shape=box, style="rounded,filled", fillcolor=white];',
             f'  edge [fontname="{_FONT}", fontsize=10];',
@@ -70,7 +109,7 @@ class DotGraph:
 
     @staticmethod
     def _attrs(attrs: dict[str, Any]) -> str:
-        items = [f"{k}={dot_quote(str(v))}" for k, v in attrs.items() if v is not None]
+        items = [f"{k}={dot_quote(shorten_label(str(v)))}" for k, v in attrs.items() if v is not None]
         return f" [{', '.join(items)}]" if items else ""
 
     def node(self, ident: str, label: str, **attrs: Any) -> None:
@@ -83,9 +122,8 @@ class DotGraph:
 
     def open_cluster(self, ident: str, label: str) -> None:
         self.lines.append(f"  subgraph {dot_quote('cluster_' + ident)} {{")
-        self.lines.append(
-            f'    graph [label={dot_quote(label)}, labeljust=l, style="rounded", color=gray60];'
-        )
+        shown = dot_quote(shorten_label(label))
+        self.lines.append(f'    graph [label={shown}, labeljust=l, style="rounded", color=gray60];')
         self.indent = "    "
 
     def close_cluster(self) -> None:

@@ -63,14 +63,24 @@ def pattern_shape(root: dict[str, Any]) -> Shape:
     >>> pattern_shape({"node": "WS1", "caller": "client", "children": []})
     Shape(caller='client', node='WS1', children=(), groups=())
     """
-    kids = root.get("children", [])
-    numbers = tuple(int(c["group"]) for c in kids if "group" in c)
-    return Shape(
-        root["caller"],
-        root["node"],
-        tuple(pattern_shape(c) for c in kids),
-        numbers if len(numbers) == len(kids) and len(set(numbers)) < len(numbers) else (),
-    )
+    built: dict[int, Shape] = {}
+    # Children before their parents, with a stack of its own (call chains run deep).
+    stack = [(root, False)]
+    while stack:
+        v, kids_done = stack.pop()
+        kids = v.get("children", [])
+        if not kids_done:
+            stack.append((v, True))
+            stack.extend((c, False) for c in kids)
+            continue
+        numbers = tuple(int(c["group"]) for c in kids if "group" in c)
+        built[id(v)] = Shape(
+            v["caller"],
+            v["node"],
+            tuple(built[id(c)] for c in kids),
+            numbers if len(numbers) == len(kids) and len(set(numbers)) < len(numbers) else (),
+        )
+    return built[id(root)]
 
 
 def mean_of(stats: dict[str, float] | None) -> float:
@@ -151,9 +161,14 @@ def _merge_stats(parts: Sequence[tuple[int, dict[str, float] | None]]) -> dict[s
 
 
 def _rename(root: dict[str, Any], name: Any) -> dict[str, Any]:
-    v = {**root, "node": name(root["node"]), "caller": name(root["caller"])}
-    v["children"] = [_rename(c, name) for c in root.get("children", [])]
-    return v
+    top: list[dict[str, Any]] = []
+    stack = [(root, top)]
+    while stack:
+        old, siblings = stack.pop()
+        v = {**old, "node": name(old["node"]), "caller": name(old["caller"]), "children": []}
+        siblings.append(v)
+        stack.extend((c, v["children"]) for c in reversed(old.get("children", [])))
+    return top[0]
 
 
 def confident_patterns(doc: dict[str, Any], min_confidence: float) -> tuple[dict[str, Any], int, int]:
@@ -297,24 +312,30 @@ def tree_lines(pattern: dict[str, Any]) -> list[str]:
           B -> E  1.000 ms  +4.000 ms after parent
     """
     lines = []
-
-    def walk(v: dict[str, Any], indent: str) -> None:
+    # Preorder with a stack of its own (call chains run deep); an entry is a visit and its
+    # indent, or a line to print as it comes.
+    stack: list[tuple[dict[str, Any] | None, str]] = [(pattern["root"], "  ")]
+    while stack:
+        v, indent = stack.pop()
+        if v is None:
+            lines.append(indent)
+            continue
         delay = f"  +{v['delay_s']['mean'] * 1e3:.3f} ms after parent" if v["delay_s"] else ""
         call = f"{printable(v['caller'])} -> {printable(v['node'])}"
         lines.append(f"{indent}{call}  {v['latency_s']['mean'] * 1e3:.3f} ms{delay}")
         # Children carry a group number only when some of them were made at once.
         groups = [c.get("group") for c in v["children"]]
+        todo: list[tuple[dict[str, Any] | None, str]] = []
         previous = None
         for child, group in zip(v["children"], groups, strict=True):
             if group is None or groups.count(group) == 1:
-                walk(child, indent + "  ")
+                todo.append((child, indent + "  "))
             else:
                 if group != previous:
-                    lines.append(f"{indent}  (at once)")
-                walk(child, indent + "  | ")
+                    todo.append((None, f"{indent}  (at once)"))
+                todo.append((child, indent + "  | "))
             previous = group
-
-    walk(pattern["root"], "  ")
+        stack.extend(reversed(todo))
     return lines
 
 

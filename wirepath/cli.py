@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import errno
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import infer
@@ -92,6 +95,7 @@ def _parse_offsets(pairs: Sequence[str], inputs: Sequence[str]) -> dict[str, int
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
+    tracefmt.distinct_outputs([*args.inputs, args.names], [args.out], what="an input")
     offsets = _parse_offsets(args.offset, args.inputs)
     names = tracefmt.load_names(args.names) if args.names else {}
     window = None if args.no_dedup else tracefmt.parse_duration_ns(args.dedup_window)
@@ -681,6 +685,8 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        if own_process:
+            _ending()
         print("\nerror: interrupted; partial outputs were removed", file=sys.stderr)
         return 130
     except BrokenPipeError:
@@ -699,6 +705,30 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
         return 1
 
 
+def _ending() -> None:
+    """From here the process only reports and exits: SIGINT and SIGTERM do nothing more.
+
+    A library that caught the first signal may hand it on again as SIGINT (pyarrow's
+    cancellation does), and a second signal may come while the first is reported; either
+    would otherwise end the process by signal, not with its exit status. A handler that
+    does nothing, not SIG_IGN: a signal already pending at SIG_IGN is reported as an
+    "ignored due to race condition" message.
+    """
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _ignore)
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """A signal handler that does nothing (see :func:`_ending`)."""
+
+
 def run() -> NoReturn:
-    """The ``wirepath`` console command: :func:`main` in a process of its own."""
-    sys.exit(main(own_process=True))
+    """The ``wirepath`` console command: :func:`main` in a process of its own; its exit
+    status is 130 after an interruption however the signals fall."""
+    try:
+        code = main(own_process=True)
+    except KeyboardInterrupt:  # a second one, while the first was reported
+        code = 130
+    _ending()
+    sys.exit(code)

@@ -338,18 +338,30 @@ def _register_analyze(sub: argparse._SubParsersAction) -> None:
     add_cluster_options(p)
 
 
-def _analyze(args: argparse.Namespace) -> list[trend.SeriesTrend]:
+def _analyze(args: argparse.Namespace, errors: list[str] | None = None) -> list[trend.SeriesTrend]:
     """Every series of ``--store``, analysed where ``--scheduler`` / ``--workers`` say (in
-    this process for a verb without them)."""
+    this process for a verb without them). With ``errors``, a series that cannot be
+    analysed is left out and its error line added there, so that the others are still
+    analysed; without it the first error is raised."""
     series = trend.load_series(args.store, tests=args.test)
     if not series:
         raise tracefmt.ParameterError(
             f"no series in {args.store}/results" + (f" matching {', '.join(args.test)}" if args.test else "")
         )
+    on_error = None if errors is None else lambda s, e: errors.append(f"error: {tracefmt.printable(str(e))}")
     with runner(args) as run:
-        return analyze_all(
-            series, method=args.method, window=args.window, unit=args.unit, sbps=args.sbps, runner=run
+        trends = analyze_all(
+            series,
+            method=args.method,
+            window=args.window,
+            unit=args.unit,
+            sbps=args.sbps,
+            runner=run,
+            on_error=on_error,
         )
+    if errors and not trends:
+        raise tracefmt.ParameterError(errors[0].removeprefix("error: "))
+    return trends
 
 
 def _pct(x: float | None) -> str:
@@ -376,11 +388,19 @@ def _table(trends: list[trend.SeriesTrend]) -> str:
     return "\n".join(lines)
 
 
+def _say_errors(errors: list[str]) -> None:
+    """The series left out, one line each, after the verb's output."""
+    for line in errors:
+        print(line, file=sys.stderr)
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    trends = _analyze(args)
-    doc = {"method": args.method, "series": [t.to_json() for t in trends]}
+    errors: list[str] = []
+    trends = _analyze(args, errors)
+    doc = {"method": args.method, "series": [t.to_json() for t in trends], "errors": errors}
     _emit(args, doc, _table(trends))
-    return 0
+    _say_errors(errors)
+    return 1 if errors else 0
 
 
 def _register_check(sub: argparse._SubParsersAction) -> None:
@@ -403,20 +423,25 @@ def _register_check(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    trends = _analyze(args)
+    results = tracefmt.Store(Path(args.store)).results_dir
+    tracefmt.distinct_outputs([results], [args.alert], what="the results")
+    errors: list[str] = []
+    trends = _analyze(args, errors)
     text = trend.alert_text(trends)
     if args.alert:
-        with _writing(args.alert):
-            Path(args.alert).write_text(text + "\n")
+        tracefmt.write_atomic(args.alert, text + "\n")
     bad = [t for t in trends if t.regressed]
     doc = {
         "regression": bool(bad),
         "series": len(trends),
         "regressed": [{"test": t.series.test, "testbed": t.series.testbed} for t in bad],
         "alert": text,
+        "errors": errors,
     }
     _emit(args, doc, text)
-    return EXIT_REGRESSION if bad else 0
+    _say_errors(errors)
+    # A regression found is reported as one, whatever series could not be analysed.
+    return EXIT_REGRESSION if bad else EXIT_UNDECIDED if errors else 0
 
 
 # compare ----------------------------------------------------------------------------------

@@ -40,12 +40,13 @@ def _left_out(patterns: int, instances: int, min_confidence: float) -> str:
 
 
 def _cmd_draw(args: argparse.Namespace) -> int:
-    tracefmt.distinct_outputs([args.paths], [args.out])
+    # The default output is named after the input: checked once filled in.
+    out = _graph_out(args, str(Path(args.paths).with_suffix("." + (args.format or "svg"))))
+    tracefmt.distinct_outputs([args.paths], [out])
     doc = tracefmt.read_paths(args.paths)
     doc, left_patterns, left_instances = confident_patterns(doc, args.min_confidence)
     merged = collapse_replicas(doc, args.collapse) if doc["algorithm"] == "nesting" else doc
     text = paths_dot(merged, top=args.top, sort=args.sort, min_share=args.min_share)
-    out = _graph_out(args, str(Path(args.paths).with_suffix("." + (args.format or "svg"))))
     write_graph(text, out, args.format)
     if doc["algorithm"] == "nesting":
         shown = select_patterns(merged, top=args.top, sort=args.sort, min_share=args.min_share)
@@ -61,12 +62,12 @@ def _cmd_draw(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    tracefmt.distinct_outputs([args.base, args.slow], [args.out or "diff.svg"], what="an input")
+    out = _graph_out(args, "diff.svg")
+    tracefmt.distinct_outputs([args.base, args.slow], [out], what="an input")
     base, slow = tracefmt.read_paths(args.base), tracefmt.read_paths(args.slow)
     if base["algorithm"] == slow["algorithm"] == "convolution":
         return _convolution_diff(args, base, slow)
     diff = diff_paths(base, slow, collapse=args.collapse, min_count=args.min_count)
-    out = _graph_out(args, "diff.svg")
     write_graph(diff_dot(diff, top=args.top), out, args.format)
     lines = [diff.sentence(), "top changes (where the time was added or saved):"]
     lines += ["  " + line for line in diff.text_lines(args.changes)]
@@ -87,8 +88,9 @@ def _convolution_diff(args: argparse.Namespace, base: dict[str, Any], slow: dict
     out = _graph_out(args, "diff.svg")
     write_graph(convolution_diff_dot(changes, top=args.top), out, args.format)
     lines = ["delay changes at the middle node of each hop pair (convolution paths):"]
+    shown = tracefmt.printable  # node names come from the data: escaped, \n included
     lines += [
-        f"  {format_change(c['change_s']):>9}  {c['label']:<28} {format_s(c['base_s'])} -> "
+        f"  {format_change(c['change_s']):>9}  {shown(c['label']):<28} {format_s(c['base_s'])} -> "
         f"{format_s(c['slow_s'])}, about {c['messages']:,} messages"
         for c in changes[: args.changes]
     ]
@@ -165,6 +167,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         top=args.top,
         convolution=not args.no_convolution,
         on_step=step,
+        force=args.force,
     )
     elapsed = time.perf_counter() - t0
     base, slow = result.runs["base"], result.runs["slow"]
@@ -377,9 +380,15 @@ def _register_demo(verbs: argparse._SubParsersAction) -> None:
         "multitier-slow.toml, which hides a delay), infer both with nesting, compare them,\n"
         "print the slowest patterns and where the time went, and write the graphs, the diff,\n"
         "the HTML report and OTLP traces into --out. Needs graphviz's dot.\n\n"
+        "--out may be a new or empty directory, one an earlier demo wrote, or any other\n"
+        "directory holding none of the demo's file names (base.parquet, report.html, ...);\n"
+        "--force replaces such files. Files of other names are never touched.\n\n"
         "example: wirepath demo --out demo-out",
     )
     p.add_argument("--out", default="demo-out", help="output directory (default demo-out)")
+    p.add_argument(
+        "--force", action="store_true", help="replace files in --out named like the demo's (see above)"
+    )
     p.add_argument(
         "--messages",
         type=count(1, 10**9),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -347,14 +348,14 @@ def test_interrupt_while_publishing_keeps_the_earlier_dataset(
 ) -> None:
     out = tmp_path / "ds"
     write_trace(trace.slice(0, 100), out, partition="1h")
-    real = tracefmt.parquet.publish
+    real = os.replace
 
-    def publish(tmp: Path, target: Path) -> None:
-        if Path(target) == out:
-            raise KeyboardInterrupt
-        real(tmp, target)
+    def replace(src: Path, dst: Path) -> None:
+        if Path(dst) == out and Path(src).name.endswith(".partial"):
+            raise KeyboardInterrupt  # between the two renames: the old dataset is aside
+        real(src, dst)
 
-    monkeypatch.setattr(tracefmt.parquet, "publish", publish)
+    monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
         write_trace(trace, out, partition="6K")
     assert read_trace(out).equals(trace.slice(0, 100))
@@ -371,10 +372,11 @@ def test_a_complete_dataset_replaces_the_earlier_one(tmp_path: Path, trace: pa.T
 
 
 def test_leftovers_of_a_killed_run_are_not_taken(tmp_path: Path, trace: pa.Table) -> None:
-    stale = tmp_path / ".ds.partial"
+    # Temporaries nobody holds a lock on: their writer was killed.
+    stale = tmp_path / ".ds.k1ll3d_1.partial"
     stale.mkdir()
     write_trace(trace.slice(0, 5), stale / "part-00007.parquet")
-    (tmp_path / ".ds.replaced").mkdir()
+    (tmp_path / ".ds.k1ll3d_1.replaced").mkdir()
     write_trace(trace, tmp_path / "ds", partition="1h")
     assert read_trace(tmp_path / "ds").equals(trace)
     assert [p.name for p in tmp_path.iterdir()] == ["ds"]

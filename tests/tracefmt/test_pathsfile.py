@@ -62,13 +62,14 @@ def test_bad_counts_and_delays_are_refused(change: dict, message: str) -> None:
 def test_no_nan_or_infinity_is_written(tmp_path) -> None:
     # JSON has neither: a file holding them is one that other tools cannot read.
     doc = _doc()
-    doc["stats"] = {"spread": [1.0, math.nan]}
+    doc["stats"] = {"stages": [{"spread": [1.0, math.nan]}]}
     out = tmp_path / "p.json"
     with pytest.raises(
-        SchemaError, match=r"the document.stats.spread\[1\] is nan: a paths file holds only finite"
+        SchemaError,
+        match=r"the document.stats.stages\[0\].spread\[1\] is nan: a paths file holds only finite",
     ):
         write_paths(doc, out)
     assert not out.exists()
-    doc["stats"] = {"spread": [1.0, None]}
+    doc["stats"] = {"stages": [{"spread": [1.0, None]}]}
     write_paths(doc, out)
-    assert json.loads(out.read_text())["stats"]["spread"] == [1.0, None]
+    assert json.loads(out.read_text())["stats"]["stages"][0]["spread"] == [1.0, None]

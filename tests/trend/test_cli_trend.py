@@ -293,7 +293,7 @@ def test_from_capture_reads_a_trace_at_one_point(tmp_path, capsys, make_table):
         (["analyze", "--store", "{empty}"], "no series in"),
         (["analyze", "--store", "{missing}"], "not a wirepath store with results"),
         (["import", "{bad_csv}", "--store", "{empty}"], "missing column 'time'"),
-        (["import", "{nofile}", "--store", "{empty}"], "cannot read"),
+        (["import", "{nofile}", "--store", "{empty}"], "no such file"),
         (["from-paths", "{bad_csv}", "--store", "{empty}", "--build", "1"], "not JSON"),
         (["from-capture", "{nofile}", "--store", "{empty}", "--test", "x", "--build", "1"], ""),
         (["check", "--store", "{empty}", "--method", "iqr"], None),

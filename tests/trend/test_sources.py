@@ -56,11 +56,11 @@ _VISIT = {"node": "A", "caller": "c", "children": []}
             SchemaError,
             "pattern 0 needs",
         ),
-        # A paths file may leave a visit's latency out; a series needs it.
+        # Every reader of a visit takes its latency: a paths file without it is refused.
         (
             {**_NESTING, "trace": {"end": 0}, "patterns": [{**_PATTERN, "root": _VISIT}]},
-            ParseError,
-            "malformed",
+            SchemaError,
+            "needs latency_s",
         ),
     ],
     ids=["format", "empty", "no-time", "malformed", "no-latency"],

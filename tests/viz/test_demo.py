@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tracefmt import ParameterError, TraceFileError
-from viz.demo import run_demo
+from viz.demo import DEMO_FILES, _check_demo, run_demo
 
 pytestmark = pytest.mark.needs_dot
 
@@ -80,3 +80,22 @@ def test_demo_without_its_workloads_says_so(tmp_path):
         run_demo(tmp_path, configs=(tmp_path / "a.toml", tmp_path / "b.toml"))
     with pytest.raises(ParameterError, match="at least 1000 messages"):
         run_demo(tmp_path, messages=10)
+
+
+def test_demo_writes_exactly_the_files_it_lists(demo):
+    out, _, _ = demo
+    assert sorted(p.name for p in out.iterdir()) == sorted([*DEMO_FILES, ".wirepath-demo"])
+
+
+def test_a_demo_may_write_again_where_a_demo_wrote(demo):
+    out, _, _ = demo
+    _check_demo(out, 30_000, 2.0, None, force=False)  # its own directory: no refusal
+
+
+def test_the_demo_refuses_a_users_file_of_its_names_unless_forced(tmp_path):
+    (tmp_path / "notes.txt").write_text("not the demo's: it never touches it")
+    _check_demo(tmp_path, 30_000, 2.0, None, force=False)
+    (tmp_path / "base.parquet").write_text("the user's")
+    with pytest.raises(ParameterError, match=r"base\.parquet exists and an earlier demo did not write it"):
+        _check_demo(tmp_path, 30_000, 2.0, None, force=False)
+    _check_demo(tmp_path, 30_000, 2.0, None, force=True)

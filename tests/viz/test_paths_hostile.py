@@ -43,7 +43,7 @@ CASES = {
     "children not a list": (json.dumps(_doc({**_visit("a"), "children": "x"})), "children"),
     "count not a number": (json.dumps(_doc(_visit("a"), count="many")), "count"),
     "NaN latency": (json.dumps(_doc(_visit("a", latency=float("nan")))), "finite"),
-    "3,000 levels deep": (_deep(3000), "deep"),
+    "20,001 levels deep": (_deep(20_001), "deep"),
 }
 
 
@@ -65,7 +65,10 @@ def test_a_malformed_paths_file_is_one_error(capsys, tmp_path: Path, verb: str, 
     assert not out.exists()
 
 
-def test_a_deep_but_sane_tree_still_draws(capsys, tmp_path: Path) -> None:
+@pytest.mark.parametrize("levels", [50, 3000])
+def test_a_deep_but_sane_tree_still_draws(capsys, tmp_path: Path, levels: int) -> None:
+    # A call chain thousands of levels deep is a real trace's (issue 39, item 17).
     paths = tmp_path / "p.json"
-    paths.write_text(_deep(50))
-    assert main(["viz", "draw", str(paths), "--out", str(tmp_path / "x.dot")]) == 0
+    paths.write_text(_deep(levels))
+    assert main(["viz", "draw", str(paths), "--format", "dot", "--out", str(tmp_path / "x.dot")]) == 0
+    assert main(["report", str(paths), "--out", str(tmp_path / "r.html")]) == 0

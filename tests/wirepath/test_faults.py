@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,10 +29,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-import capture.synthpcap
 import tracefmt
-import tracefmt._files
-import tracefmt.parquet
 from wirepath.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -286,11 +284,11 @@ def test_the_same_run_succeeds_once_there_is_room(small: Path, disk: Path, capsy
 
 
 def _sigterm_then(real: Callable[..., None]) -> Callable[..., None]:
-    def publish(tmp: object, target: object) -> None:
+    def commit(*args: object) -> None:
         os.kill(os.getpid(), signal.SIGTERM)  # the handler raises KeyboardInterrupt here
-        real(tmp, target)
+        real(*args)
 
-    return publish
+    return commit
 
 
 #: Every verb that writes files, each with its output named ``OUT`` (a file) or ``OUTDIR``.
@@ -351,8 +349,8 @@ def test_sigterm_as_the_output_is_put_in_place_keeps_the_previous_one(
     out = tmp_path / "out"
     out.mkdir()
     (out / output).write_bytes(PREVIOUS)
-    for module in (tracefmt._files, tracefmt.parquet, capture.synthpcap):
-        monkeypatch.setattr(module, "publish", _sigterm_then(module.publish))
+    # Every output is put in place by OutputFile.commit.
+    monkeypatch.setattr(tracefmt.OutputFile, "commit", _sigterm_then(tracefmt.OutputFile.commit))
     rc, _, err = run(capsys, fill(argv, {"small": small, "out": out}))
     assert rc == 130, err
     assert err.strip().splitlines()[-1] == "error: interrupted; partial outputs were removed"
@@ -494,8 +492,10 @@ def test_sigkill_mid_write_keeps_the_previous_output(case: str, big: Path, tmp_p
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     assert (out / "o.parquet").read_bytes() == previous
-    assert temporary(files_under(out)) == [".o.parquet.partial"]  # nothing could remove it
-    # The next run writes over the stale temporary file and publishes a whole trace.
+    left = temporary(files_under(out))  # nothing could remove it
+    assert len(left) == 1, left
+    assert re.fullmatch(r"\.o\.parquet\.[a-z0-9_]{8}\.partial", left[0]), left
+    # The next run removes the stale temporary file (no one holds it) and publishes a whole trace.
     proc = start(argv)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err

@@ -66,9 +66,10 @@ CASES = {
         ["synth", "{config}", "--out", "{dir}/s.parquet", "--pcap", "{config}"],
         "config",
     ),
-    # The temporary file s.parquet is first written to is the configuration itself.
+    # The configuration is named like a temporary file of s.parquet (which a sweep of a
+    # killed run's leftovers would remove).
     "synth --out whose temporary file is the input": (
-        ["synth", "{dir}/.s.parquet.partial", "--out", "{dir}/s.parquet"],
+        ["synth", "{dir}/.s.parquet.k1ll3d_1.partial", "--out", "{dir}/s.parquet"],
         "partial",
     ),
 }
@@ -80,7 +81,7 @@ def test_an_output_never_replaces_an_input(capsys, made, case) -> None:
     names = {**{k: str(v) for k, v in made.items()}, "dir": str(made["trace"].parent)}
     args = [a.format(**names) for a in argv]
     if spared == "partial":
-        spared_path = made["trace"].parent / ".s.parquet.partial"
+        spared_path = made["trace"].parent / ".s.parquet.k1ll3d_1.partial"
         shutil.copy(CONFIG, spared_path)
     else:
         spared_path = made[spared]

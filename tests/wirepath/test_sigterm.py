@@ -46,3 +46,61 @@ def test_sigterm_during_inference_leaves_nothing(big_trace: Path, tmp_path: Path
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "error: interrupted; partial outputs were removed"
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+#: A run interrupted once (as SIGTERM's handler does) that meets a second interrupt while
+#: it reports the first: SIGINT tripped as the line is written, as pyarrow's cancellation
+#: hands on a signal it caught, or as a second signal comes under load.
+_LATE_SIGNAL = r"""
+import _thread, contextlib, sys
+import tracefmt
+
+class Stderr:
+    def __init__(self, real):
+        self.real = real
+    def write(self, text):
+        if "interrupted" in text:
+            _thread.interrupt_main()
+        return self.real.write(text)
+    def flush(self):
+        self.real.flush()
+
+@contextlib.contextmanager
+def interrupted():
+    raise KeyboardInterrupt
+    yield
+
+tracefmt.sigterm_as_interrupt = interrupted
+sys.stderr = Stderr(sys.stderr)
+sys.argv = ["wirepath", "info", "x.parquet"]
+from wirepath.cli import run
+run()
+"""
+
+
+def test_a_second_signal_while_reporting_the_first_still_exits_130(tmp_path: Path) -> None:
+    # Issue 39, item 23: the process printed its line, then died by SIGINT (-2).
+    proc = subprocess.run(
+        [sys.executable, "-c", _LATE_SIGNAL], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "error: interrupted; partial outputs were removed"
+
+
+def test_a_signal_after_the_run_ended_does_not_change_its_status(tmp_path: Path) -> None:
+    code = (
+        "import _thread, sys\n"
+        "import wirepath.cli as cli\n"
+        "main = cli.main\n"
+        "def late(*a, **k):\n"
+        "    code = main(['--version'])\n"
+        "    _thread.interrupt_main()\n"
+        "    return code\n"
+        "cli.main = late\n"
+        "cli.run()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert proc.returncode in (0, 130), proc.stderr
+    assert "Traceback" not in proc.stderr
