@@ -493,7 +493,7 @@ def request_round(
             owners.append(v)
             members.append(tuple(mine))
             priors.append(grammar.score(t_v, _shape(klass[mine].tolist())))
-            for t, shape in _visit_tuples(v, fixed, mine, cands[v], grammar.shapes.get(t_v, {}), klass, tc):
+            for t, shape in _visit_tuples(fixed, mine, cands[v], grammar.shapes.get(t_v, {}), klass):
                 owners.append(v)
                 members.append(t)
                 priors.append(grammar.shapes[t_v][shape])
@@ -544,15 +544,13 @@ def request_round(
 
 
 def _visit_tuples(
-    v: int,
     fixed: list[int],
     mine: list[int],
     cands: list[tuple[float, int]],
     shapes: dict[tuple[tuple[int, int], ...], float],
     klass: np.ndarray,
-    tc: np.ndarray,
 ) -> Iterator[tuple[tuple[int, ...], tuple[tuple[int, int], ...]]]:
-    """The tuples of children visit ``v`` could have besides its own (``mine``): its
+    """The tuples of children a visit could have besides its own (``mine``): its
     ``fixed`` children plus a choice among the free calls it is a candidate of
     (``cands``, each with its score as a pair) that makes one of its type's
     ``shapes``; with the shape each makes. Where a shape allows more than
