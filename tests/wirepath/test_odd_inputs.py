@@ -151,6 +151,21 @@ def test_a_parent_file_nested_deep_as_json_object_is_one_error(
         ["synth", "{loop.toml}", "--out", "{out.parquet}"],
         ["synth", str(CONFIG), "--messages", "100", "--out", "{loop.parquet}"],
     ],
+    ids=[
+        "convert in",
+        "convert out",
+        "infer nesting in",
+        "infer nesting out",
+        "infer convolution out",
+        "capture pcap in",
+        "merge in",
+        "merge out",
+        "viz draw in",
+        "report in",
+        "export in",
+        "synth config",
+        "synth out",
+    ],
 )
 def test_a_symlink_loop_is_one_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path, argv: list[str]
