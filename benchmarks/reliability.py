@@ -166,11 +166,12 @@ def _hostile_files(d: Path) -> None:
     variant(
         "nan-latency.json", lambda v: v["patterns"][0]["root"].__setitem__("latency_s", {"mean": math.nan})
     )
-    # A tree 3,000 levels deep (written as text: json itself would recurse that deep).
+    # A tree past the deepest a paths file holds, 20,001 levels (written as text: json itself
+    # would recurse that deep); 3,000 levels, a real call chain's depth, is drawn.
     node = '{"caller": "a", "callee": "b", "latency_s": {"mean": 0.001}, "children": ['
     variant("deep.json", lambda v: v["patterns"][0].__setitem__("root", "DEEP"))
     text = (d / "deep.json").read_text()
-    (d / "deep.json").write_text(text.replace('"DEEP"', node * 3000 + "]}" * 3000))
+    (d / "deep.json").write_text(text.replace('"DEEP"', node * 20_001 + "]}" * 20_001))
     (d / "not-json.json").write_text('{"patterns": [')
     assert pats
     # A trace whose node names carry terminal escapes and a fake output row.
@@ -336,7 +337,9 @@ def hostile_cases(d: Path) -> list[Case]:
         Case("viz draw", 'count: "many"', ["viz", "draw", str(d / "count-many.json"), "--out", f"{o}.svg"]),
         Case("viz draw", "NaN latency", ["viz", "draw", str(d / "nan-latency.json"), "--out", f"{o}.svg"]),
         Case(
-            "viz draw", "a tree 3,000 levels deep", ["viz", "draw", str(d / "deep.json"), "--out", f"{o}.svg"]
+            "viz draw",
+            "a tree 20,001 levels deep",
+            ["viz", "draw", str(d / "deep.json"), "--out", f"{o}.svg"],
         ),
         Case("viz draw", "cut JSON", ["viz", "draw", str(d / "not-json.json"), "--out", f"{o}.svg"]),
         Case(
@@ -347,7 +350,7 @@ def hostile_cases(d: Path) -> list[Case]:
             lambda: _svg_is_xml(Path(f"{o}-h.svg")),
         ),
         Case("report", "--out the paths file", ["report", p, "--out", p]),
-        Case("report", "a tree 3,000 levels deep", ["report", str(d / "deep.json"), "--out", f"{o}.html"]),
+        Case("report", "a tree 20,001 levels deep", ["report", str(d / "deep.json"), "--out", f"{o}.html"]),
         Case("export", "--out the instances", ["export", i, "--format", "otlp", "--out", i]),
         Case(
             "export", "--max-traces -1", ["export", i, "--format", "otlp", "--max-traces", "-1", "--out", o]
