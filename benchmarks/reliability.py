@@ -12,8 +12,10 @@ Four parts, each measured, none assumed:
 - **fuzzing**: ``benchmarks/fuzz.py`` for ``--fuzz-seconds``: executions, crashes, hangs;
 - **faults**: ``FAULT_TESTS`` run whole (a full disk, SIGTERM and SIGKILL mid-run, the
   live agent killed mid-capture; outputs that are devices, FIFOs, links, bind mounts of
-  inputs or inside input datasets, two writers at once, a permissive umask); one row
-  per test;
+  inputs or inside input datasets, two writers at once, a permissive umask; odd inputs:
+  endless or deeply nested configurations, symlink loops, hand-edited paths files, call
+  chains thousands deep, pcapng options out of range, hostile names; a late signal); one
+  row per test;
 - **load**: peak RSS and time of converting generated captures of growing size, of
   ``synth`` at growing sizes, and of ``infer nesting`` at ``--sizes`` million messages
   (with and without calibration), with a straight line through them; then the sizes the
@@ -164,11 +166,12 @@ def _hostile_files(d: Path) -> None:
     variant(
         "nan-latency.json", lambda v: v["patterns"][0]["root"].__setitem__("latency_s", {"mean": math.nan})
     )
-    # A tree 3,000 levels deep (written as text: json itself would recurse that deep).
+    # A tree past the deepest a paths file holds, 20,001 levels (written as text: json itself
+    # would recurse that deep); 3,000 levels, a real call chain's depth, is drawn.
     node = '{"caller": "a", "callee": "b", "latency_s": {"mean": 0.001}, "children": ['
     variant("deep.json", lambda v: v["patterns"][0].__setitem__("root", "DEEP"))
     text = (d / "deep.json").read_text()
-    (d / "deep.json").write_text(text.replace('"DEEP"', node * 3000 + "]}" * 3000))
+    (d / "deep.json").write_text(text.replace('"DEEP"', node * 20_001 + "]}" * 20_001))
     (d / "not-json.json").write_text('{"patterns": [')
     assert pats
     # A trace whose node names carry terminal escapes and a fake output row.
@@ -334,7 +337,9 @@ def hostile_cases(d: Path) -> list[Case]:
         Case("viz draw", 'count: "many"', ["viz", "draw", str(d / "count-many.json"), "--out", f"{o}.svg"]),
         Case("viz draw", "NaN latency", ["viz", "draw", str(d / "nan-latency.json"), "--out", f"{o}.svg"]),
         Case(
-            "viz draw", "a tree 3,000 levels deep", ["viz", "draw", str(d / "deep.json"), "--out", f"{o}.svg"]
+            "viz draw",
+            "a tree 20,001 levels deep",
+            ["viz", "draw", str(d / "deep.json"), "--out", f"{o}.svg"],
         ),
         Case("viz draw", "cut JSON", ["viz", "draw", str(d / "not-json.json"), "--out", f"{o}.svg"]),
         Case(
@@ -345,7 +350,7 @@ def hostile_cases(d: Path) -> list[Case]:
             lambda: _svg_is_xml(Path(f"{o}-h.svg")),
         ),
         Case("report", "--out the paths file", ["report", p, "--out", p]),
-        Case("report", "a tree 3,000 levels deep", ["report", str(d / "deep.json"), "--out", f"{o}.html"]),
+        Case("report", "a tree 20,001 levels deep", ["report", str(d / "deep.json"), "--out", f"{o}.html"]),
         Case("export", "--out the instances", ["export", i, "--format", "otlp", "--out", i]),
         Case(
             "export", "--max-traces -1", ["export", i, "--format", "otlp", "--max-traces", "-1", "--out", o]
@@ -441,6 +446,14 @@ FAULT_TESTS = (
     "tests/wirepath/test_outputs_respect_targets.py",
     "tests/tracefmt/test_outputs.py",
     "tests/capture/test_live_outputs.py",
+    # Odd inputs (issue 39, items 10-23): endless and deeply nested configurations, symlink
+    # loops, hand-edited paths files, deep call chains, pcapng options and snaplens out of
+    # range, series the trend analysis cannot take, names shown escaped, late signals.
+    "tests/wirepath/test_odd_inputs.py",
+    "tests/capture/test_source_ranges.py",
+    "tests/trend/test_one_bad_series.py",
+    "tests/viz/test_names_shown_not_obeyed.py",
+    "tests/wirepath/test_sigterm.py",
 )
 
 
@@ -729,7 +742,12 @@ def render(args: argparse.Namespace, parts: dict[str, Any]) -> str:
             "SIGTERM in process arrives as the output, written whole, is about to replace the previous one. "
             "SIGKILL leaves the writer's own temporary `.NAME.XXXXXXXX.partial` file (nothing can remove "
             "it) and the previous output byte for byte; the next writer of that output (or of any result "
-            "in a store) removes the stale file, which no living writer holds a lock on.",
+            "in a store) removes the stale file, which no living writer holds a lock on. "
+            "Odd inputs: configuration-sized inputs (TOML and JSON configurations, names files, "
+            "results and paths files) are read to a size limit and refused nested past 100 levels, "
+            "one line each; a paths file is checked whole on reading (every field a reader takes, "
+            "every number bounded); call trees are walked with stacks of their own; pcapng interfaces "
+            "and ticks that give no timestamp are counted as damage; names are shown escaped.",
             "",
             "| test | case | s | result |",
             "|---|---|---:|---|",

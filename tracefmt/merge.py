@@ -171,7 +171,9 @@ class _Input:
     def _load(self, batch: pa.Table) -> None:
         ts = batch["timestamp"].cast(pa.int64()).to_numpy() + np.int64(self.spec.offset_ns)
         if ts.size:
-            back = np.flatnonzero(np.diff(ts, prepend=ts[0] if self.rows == 0 else self.last_ns) < 0)
+            # Compared, not subtracted: the difference of two timestamps far apart overflows.
+            before = np.concatenate([[ts[0] if self.rows == 0 else self.last_ns], ts[:-1]])
+            back = np.flatnonzero(ts < before)
             if back.size:
                 raise SchemaError(
                     f"{self.spec.path}: not sorted by timestamp at message {self.rows + int(back[0]) + 1} "

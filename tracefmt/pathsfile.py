@@ -270,6 +270,7 @@ def _check_numbers(doc: Any, where: str) -> None:
 _STATS_SHAPES = {
     "stages": "a list of objects",
     "confidence": "an object of numbers (and its calibration's name)",
+    "min_confidence": "an object of numbers (what --min-confidence left out)",
 }
 
 #: Settings that readers take as numbers, so never null.
@@ -311,7 +312,7 @@ def _check_outline(doc: dict[str, Any], where: str) -> None:
         for key, value in stats.items():
             if key == "stages":
                 ok = isinstance(value, list) and all(isinstance(x, dict) for x in value)
-            elif key == "confidence":
+            elif key in ("confidence", "min_confidence"):
                 ok = value is None or (
                     isinstance(value, dict)
                     and all(

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import os
 
-from tracefmt import ParseError
-from tracefmt.configfile import MAX_CONFIG_BYTES, read_config_bytes
+from tracefmt.configfile import MAX_CONFIG_BYTES, read_config_bytes, read_config_text
 
 __all__ = ["MAX_RESULTS_BYTES", "read_bytes", "read_text"]
 
@@ -26,9 +25,4 @@ def read_bytes(path: str | os.PathLike[str], what: str = "", *, limit: int = MAX
 
 def read_text(path: str | os.PathLike[str], what: str = "", *, limit: int = MAX_CONFIG_BYTES) -> str:
     """The file as UTF-8 text (a leading byte order mark dropped); bad bytes name their line."""
-    data = read_bytes(path, what, limit=limit)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise ParseError(str(path), line, f"not UTF-8 text (byte 0x{data[e.start]:02x})") from None
+    return read_config_text(path, what.strip() or "an input of this verb", limit=limit)

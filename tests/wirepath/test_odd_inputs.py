@@ -151,6 +151,21 @@ def test_a_parent_file_nested_deep_as_json_object_is_one_error(
         ["synth", "{loop.toml}", "--out", "{out.parquet}"],
         ["synth", str(CONFIG), "--messages", "100", "--out", "{loop.parquet}"],
     ],
+    ids=[
+        "convert in",
+        "convert out",
+        "infer nesting in",
+        "infer nesting out",
+        "infer convolution out",
+        "capture pcap in",
+        "merge in",
+        "merge out",
+        "viz draw in",
+        "report in",
+        "export in",
+        "synth config",
+        "synth out",
+    ],
 )
 def test_a_symlink_loop_is_one_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path, argv: list[str]
@@ -305,3 +320,17 @@ def test_a_quantum_far_below_the_max_lag_is_one_error(
     assert "too many to correlate" in line
     assert "larger quantum or a shorter max_lag" in line
     assert not out.exists()
+
+
+# --- item 19: timestamps at the ends of the int64 range --------------------------------------------
+
+
+def test_merge_of_a_sorted_trace_spanning_the_int64_range_is_sorted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    text = tmp_path / "wide.txt"
+    text.write_text("-9223372036.854775807 call a b 1\n9223372036.854775807 return b a 1\n")
+    wide, out = tmp_path / "wide.parquet", tmp_path / "m.parquet"
+    assert main(["convert", str(text), str(wide), "--quiet"]) == 0
+    # The difference of the two timestamps overflows int64: compared, they are in order.
+    assert main(["merge", str(wide), "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
