@@ -797,9 +797,9 @@ def nesting_stages(
         model = ChainModel.learn(pairs, start, params, n_nodes)
         ll = model.own_log_likelihood / max(len(pairs), 1)
         sure = np.full(start.size, np.inf)
-        last = Stage("given", 1, start.copy(), np.ones(start.size), 0, ll, scoring.tolerance_s, sure)
-        yield last
-        yield from _later_rounds(scoring, last, model, runner, labels)
+        given = Stage("given", 1, start.copy(), np.ones(start.size), 0, ll, scoring.tolerance_s, sure)
+        yield given
+        yield from _later_rounds(scoring, given, model, runner, labels)
         return
     # No name holds the first pass's choices: they go once the stage is made.
     last, model = scoring.stage("first pass", 1, scoring.first_pass(), None)
@@ -813,7 +813,9 @@ def nesting_stages(
         name, number = ("sibling round", k - plain + 1) if sibling else ("penalty round", k + 1)
         last, model = scoring.stage(name, number, best, (last.parent, model))
         yield last
-    yield from _later_rounds(scoring, last, model, runner, labels)
+    rounds = _later_rounds(scoring, last, model, runner, labels)
+    del last, model  # each stage holds arrays the size of the trace: only the newest is kept
+    yield from rounds
 
 
 def _later_rounds(
