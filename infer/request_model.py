@@ -649,13 +649,15 @@ def request_rounds(
     n_nodes: int,
     labels: np.ndarray | None = None,
 ) -> Iterator[tuple[RequestRound, ChainModel]]:
-    """Up to ``params.request_rounds`` request rounds from ``parent``, each with the chain model
-    learnt from the answer it started from; they stop when nothing moves."""
+    """Up to ``params.request_rounds`` request rounds from ``parent``, each judged by the
+    chain model learnt from the answer it starts from; each is yielded with the model
+    learnt from its own answer (what the next round judges by, and what the answer's
+    confidence is read from). They stop when nothing moves."""
     vtype, klass = call_kinds(pairs, labels)
     sure = sure_visits(len(pairs), cand_c, cand_p)
     parent = parent.copy()
+    model = ChainModel.learn(pairs, parent, params, n_nodes)
     for r in range(params.request_rounds):
-        model = ChainModel.learn(pairs, parent, params, n_nodes)
         grammar = Grammar.learn(vtype, klass, parent, sure)
         step = request_round(
             pairs,
@@ -671,6 +673,8 @@ def request_rounds(
             tuples=params.request_tuples,
             shift=r % 2 == 1,
         )
+        # Counted again where calls moved: the model learnt from the new answer, to the bit.
+        model = model.relearn(pairs, parent, step.parent)
         parent = step.parent
         yield step, model
         if step.moved == 0:
