@@ -127,7 +127,7 @@ def error_sources(result: Any, trace: pa.Table) -> dict[str, Any]:
     the answer falling short is *search error*. ``verdict`` says which (``"model"``,
     ``"search"``, or ``"neither"``).
     """
-    from infer.candidates import CandidatePlan
+    from infer.candidates import candidates_by_parent
     from infer.chains import ChainModel
     from infer.nesting import call_labels, nesting_stages
     from infer.request_model import Grammar, call_kinds, request_log_likelihood, sure_visits
@@ -136,9 +136,9 @@ def error_sources(result: Any, trace: pa.Table) -> dict[str, Any]:
     truth = true_parents(pairs, trace)
     tolerance = result.trace_info.get("tolerance_s", params.tolerance_s)
     tol_ns = round(tolerance * 1e9)
-    parts = list(CandidatePlan(pairs, tol_ns).chunks())
-    cand_c = np.concatenate([c for _, c, _ in parts]) if parts else np.zeros(0, np.int64)
-    cand_p = np.concatenate([p for _, _, p in parts]) if parts else np.zeros(0, np.int64)
+    parts = list(candidates_by_parent(pairs, tol_ns))
+    cand_c = np.concatenate([c for c, _ in parts]) if parts else np.zeros(0, np.int64)
+    cand_p = np.concatenate([p for _, p in parts]) if parts else np.zeros(0, np.int64)
     labels = call_labels(trace, pairs)
     vtype, klass = call_kinds(pairs, labels)
     model = ChainModel.learn(pairs, result.parent, params, n_nodes)

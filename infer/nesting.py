@@ -846,10 +846,19 @@ def _request_rounds(scoring: _Scoring, last: Stage, labels: np.ndarray | None) -
     cand_c, cand_p, cand_s = (np.concatenate(part) for part in zip(*kept, strict=True))
     del kept
     before = last.parent
-    rounds = request_rounds(pairs, cand_c, cand_p, cand_s, before, params, scoring.n_nodes, labels)
-    for k, (step, learnt) in enumerate(rounds, 1):
-        parent = _without_loops(pairs, step.parent)
-        model = learnt.relearn(pairs, step.parent, parent)
+    rounds = request_rounds(
+        pairs,
+        cand_c,
+        cand_p,
+        cand_s,
+        before,
+        params,
+        scoring.n_nodes,
+        labels,
+        cut_loops=lambda parent: _without_loops(pairs, parent),
+    )
+    for k, (step, model) in enumerate(rounds, 1):
+        parent = step.parent
         log_odds = answer_log_odds(pairs, scoring.chunks, parent, model, scoring.runner, scoring.windows)
         log_odds = np.where(parent >= 0, log_odds, np.inf)
         moved = int(np.count_nonzero(parent != before))

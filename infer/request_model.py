@@ -46,8 +46,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
@@ -57,6 +57,7 @@ from scipy.sparse.csgraph import connected_components
 from infer.callpairs import CallPairs
 from infer.chains import ChainModel, chain_edges
 from infer.params import NestingParams
+from infer.patterns import depths
 
 __all__ = [
     "MIN_SURE",
@@ -67,7 +68,6 @@ __all__ = [
     "Window",
     "call_kinds",
     "request_log_likelihood",
-    "request_roots",
     "request_rounds",
     "solve_window",
     "sure_visits",
@@ -118,29 +118,6 @@ def sure_visits(n: int, cand_c: np.ndarray, cand_p: np.ndarray) -> np.ndarray:
     sure = np.ones(n, bool)
     sure[cand_p[ambiguous[cand_c]]] = False
     return sure
-
-
-def request_roots(parent: np.ndarray) -> np.ndarray:
-    """Each call's root (its request's first call) under ``parent`` (loops cut).
-
-    >>> request_roots(np.array([-1, 0, 1, -1, 3])).tolist()
-    [0, 0, 0, 3, 3]
-    """
-    up = np.where(parent >= 0, parent, np.arange(parent.size))
-    while True:
-        nxt = up[up]
-        if np.array_equal(nxt, up):
-            return up
-        up = nxt
-
-
-def _shape_keys(klass: np.ndarray, parent: np.ndarray, n: int, salt: np.ndarray) -> np.ndarray:
-    """A multiset hash of each call's children's classes (0 for no children): the
-    sum of a random 64-bit word per class, so order does not matter."""
-    kid = np.flatnonzero(parent >= 0)
-    key = np.zeros(n, np.uint64)
-    np.add.at(key, parent[kid], salt[klass[kid]])
-    return key
 
 
 @dataclass
@@ -262,7 +239,7 @@ class _Requests:
 
     @classmethod
     def learn(cls, vtype: np.ndarray, klass: np.ndarray, parent: np.ndarray) -> _Requests:
-        root = request_roots(parent)
+        root = depths(parent)[1]
         kid = np.flatnonzero(parent >= 0)
         width = int(klass.max(initial=0)) + 1
         keys, counts = np.unique(root[kid] * width + klass[kid], return_counts=True)
@@ -648,11 +625,15 @@ def request_rounds(
     params: NestingParams,
     n_nodes: int,
     labels: np.ndarray | None = None,
+    cut_loops: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Iterator[tuple[RequestRound, ChainModel]]:
     """Up to ``params.request_rounds`` request rounds from ``parent``, each judged by the
     chain model learnt from the answer it starts from; each is yielded with the model
     learnt from its own answer (what the next round judges by, and what the answer's
-    confidence is read from). They stop when nothing moves."""
+    confidence is read from). They stop when nothing moves. ``cut_loops`` turns each
+    round's parents into an assignment without loops (calls that are each other's
+    ancestors within the clock-skew tolerance), which the next round starts from and
+    whose requests it counts."""
     vtype, klass = call_kinds(pairs, labels)
     sure = sure_visits(len(pairs), cand_c, cand_p)
     parent = parent.copy()
@@ -673,6 +654,8 @@ def request_rounds(
             tuples=params.request_tuples,
             shift=r % 2 == 1,
         )
+        if cut_loops is not None:
+            step = replace(step, parent=cut_loops(step.parent))
         # Counted again where calls moved: the model learnt from the new answer, to the bit.
         model = model.relearn(pairs, parent, step.parent)
         parent = step.parent

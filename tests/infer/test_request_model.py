@@ -22,12 +22,12 @@ import synth
 from infer import infer_nesting
 from infer.evaluate import true_parents
 from infer.params import NestingParams
+from infer.patterns import depths
 from infer.request_model import (
     UNSEEN_SHAPE,
     Grammar,
     RequestTerm,
     Window,
-    request_roots,
     solve_window,
     sure_visits,
     window_objective,
@@ -191,11 +191,6 @@ def test_the_grammar_takes_shapes_from_sure_visits_not_from_the_answer() -> None
     assert loose.floor[0] == pytest.approx(np.log(0.5 / 7.0))
 
 
-def test_request_roots_follow_parents_to_the_top() -> None:
-    parent = np.array([-1, 0, 1, 2, -1, 4, 0])
-    assert request_roots(parent).tolist() == [0, 0, 0, 0, 4, 4, 0]
-
-
 @pytest.fixture(scope="module")
 def one_store(tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp("synth") / "one-store.toml"
@@ -206,7 +201,7 @@ def one_store(tmp_path_factory: pytest.TempPathFactory):
 def _stores(result) -> tuple[np.ndarray, float]:
     """Which pairs are STORE calls, and the share of requests with exactly one."""
     store = np.array([result.nodes[c] == "STORE" for c in result.pairs.callee])
-    roots = request_roots(result.parent)
+    roots = depths(result.parent)[1]
     per_request = Counter(roots[store].tolist())
     requests = np.flatnonzero(result.parent < 0)
     return store, float(np.mean([per_request.get(int(r), 0) == 1 for r in requests]))
