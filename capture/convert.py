@@ -322,6 +322,12 @@ class StreamConverter:
         still give an older one (its unfinished turn)."""
         return sum(len(h) for h, _ in self._held)
 
+    def flush_parts_if_due(self) -> None:
+        """Write the messages final so far as a part if one is due (``part_every_s``
+        since the last): called while the input is quiet, as well as after each batch."""
+        if self._parts is not None and not self._done:
+            self._parts.flush_if_due()
+
     def add_source(self, src: PacketSource) -> None:
         """Read every batch of ``src`` (a file, a rotation of a recording) and its counters."""
         self.report.sources.append(src.name)

@@ -797,14 +797,23 @@ class _Growing(io.RawIOBase):
     Reads return whole requests when the bytes are there, else what arrived within
     ``_FOLLOW_WAIT_S`` of the first byte, so batches stay large at high rates and come
     about twice a second at low ones. A partial record at the end of a read is kept by
-    the pcap reader for the next one.
+    the pcap reader for the next one. While a read waits with nothing new, ``idle`` is
+    called about every ``_POLL_S`` (the converter writes a part that is due: a quiet
+    line must not keep the last messages out of the parts).
     """
 
-    def __init__(self, path: Path, finished: Callable[[], bool], cancel: threading.Event) -> None:
+    def __init__(
+        self,
+        path: Path,
+        finished: Callable[[], bool],
+        cancel: threading.Event,
+        idle: Callable[[], None] | None = None,
+    ) -> None:
         self.name = str(path)
         self._f = open(path, "rb")  # noqa: SIM115 - closed by close()
         self._finished = finished
         self._cancel = cancel
+        self._idle = idle
 
     def readable(self) -> bool:
         return True
@@ -835,6 +844,8 @@ class _Growing(io.RawIOBase):
                 continue
             if finished or (until is not None and time.monotonic() >= until):
                 break
+            if self._idle is not None and not got:
+                self._idle()
             self._cancel.wait(_POLL_S)
         return b"".join(parts)
 
@@ -918,7 +929,12 @@ class _Following:
                     if self._cancel.wait(_POLL_S):
                         return
                 nxt = self._file(k + 1)
-                stream = _Growing(path, lambda nxt=nxt: self._recorded.is_set() or nxt.exists(), self._cancel)
+                stream = _Growing(
+                    path,
+                    lambda nxt=nxt: self._recorded.is_set() or nxt.exists(),
+                    self._cancel,
+                    idle=self.converter.flush_parts_if_due,
+                )
                 try:
                     self.converter.add_source(PcapSource(stream, chunk_bytes=self._chunk_bytes))
                 except TraceFileError as exc:

@@ -204,6 +204,40 @@ def test_a_growing_file_is_read_as_it_is_written(tmp_path: Path) -> None:
     assert len(batches) > 1
 
 
+def test_a_quiet_line_still_gets_its_part_written(tmp_path: Path) -> None:
+    """Traffic stops before the next part is due: the messages already final still reach a
+    part while the file stays open and nothing new arrives (not only with the next packet)."""
+    import threading
+    import time
+
+    from capture.live import _Growing
+    from capture.source import PcapSource
+
+    path = tmp_path / "c.pcap"
+    path.write_bytes((ROOT / "samples" / "testbed" / "web.pcap").read_bytes())  # all at once, then quiet
+    parts = tmp_path / "parts"
+    conv = StreamConverter(tmp_path / "t.parquet", parts_dir=parts, part_every_s=1.0)
+    done, cancel = threading.Event(), threading.Event()
+    stream = _Growing(path, done.is_set, cancel, idle=conv.flush_parts_if_due)
+    reader = threading.Thread(target=conv.add_source, args=(PcapSource(stream),))
+    reader.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not list(parts.glob("part-*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # The file is still open (not finished): only the idle flush can have written it.
+        assert reader.is_alive()
+        written = list(parts.glob("part-*.parquet"))
+        assert written, "no part while the line was quiet"
+        assert ds.dataset(parts, format="parquet").count_rows() > 0
+    finally:
+        done.set()
+        reader.join(30)
+    conv.finish()
+    whole = tracefmt.read_trace(tmp_path / "t.parquet").num_rows
+    assert ds.dataset(parts, format="parquet").count_rows() == whole
+
+
 def test_connection_in_two_files_is_reassembled_once(tmp_path: Path) -> None:
     """A keep-alive connection cut by a rotation: one connection, every call paired."""
     path = DATA / "zeek" / "http_1000-requests-one-dropped-response.pcap"
