@@ -747,7 +747,9 @@ def render(args: argparse.Namespace, parts: dict[str, Any]) -> str:
             "results and paths files) are read to a size limit and refused nested past 100 levels, "
             "one line each; a paths file is checked whole on reading (every field a reader takes, "
             "every number bounded); call trees are walked with stacks of their own; pcapng interfaces "
-            "and ticks that give no timestamp are counted as damage; names are shown escaped.",
+            "and ticks that give no timestamp are counted as damage; names are shown escaped. "
+            "Timestamps: INT64_MIN (numpy's and pandas' NaT) is refused; spans of the whole int64 "
+            "range are computed without wrapping, and nesting refuses one over 292 years in one line.",
             "",
             "| test | case | s | result |",
             "|---|---|---:|---|",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from tracefmt import OP_CALL, OP_RETURN, OP_SEND, op_codes
+from tracefmt import OP_CALL, OP_RETURN, OP_SEND, SchemaError, format_instant_ns, op_codes
 
 __all__ = ["CallPairs", "NodeCodes", "match_calls", "node_codes"]
 
@@ -205,6 +205,22 @@ def _rank_in_group(group: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return cum - mask - before_group
 
 
+#: The longest span whose durations (a return minus its call, a child's delay) are int64.
+MAX_SPAN_NS = 2**63 - 1
+
+
+def check_span(ts: np.ndarray) -> None:
+    """Refuse timestamps further apart than int64 nanoseconds can subtract (292 years):
+    every duration the inference takes is a difference of two of them."""
+    if ts.size and int(ts.max()) - int(ts.min()) > MAX_SPAN_NS:
+        first, last = format_instant_ns(int(ts.min())), format_instant_ns(int(ts.max()))
+        raise SchemaError(
+            f"the trace spans {first} .. {last}, more than the 292 years between two timestamps "
+            "whose difference int64 nanoseconds hold: drop the messages whose times are wrong, "
+            "or split the trace"
+        )
+
+
 def match_calls(trace: pa.Table, nodes: NodeCodes, *, use_ids: bool = True) -> CallPairs:
     """Match every call with its return (see the module docstring).
 
@@ -213,6 +229,7 @@ def match_calls(trace: pa.Table, nodes: NodeCodes, *, use_ids: bool = True) -> C
     """
     ops = op_codes(trace)
     ts = trace["timestamp"].cast(pa.int64()).to_numpy()
+    check_span(ts)
     ident = trace["id"].combine_chunks()
     has_id = ident.is_valid().to_numpy(zero_copy_only=False) if use_ids else np.zeros(ts.size, bool)
     ids = ident.fill_null(0).to_numpy().astype(np.uint64) if ts.size else np.zeros(0, np.uint64)

@@ -26,6 +26,7 @@ from scipy.ndimage import gaussian_filter1d
 from infer.callpairs import CallPairs
 from infer.params import NestingParams
 from tracefmt import ParameterError
+from tracefmt.units import offsets_ns, shifted_ns
 
 __all__ = [
     "DENSE_TABLE",
@@ -56,19 +57,23 @@ CHUNK_PAIRS = 1 << 18
 
 
 def _time_key(node: np.ndarray, t: np.ndarray, t0: int, shift: int) -> np.ndarray:
-    """One sortable int64 per (node, time): node in the high bits, time in the low."""
-    return (node.astype(np.int64) << (63 - NODE_BITS)) + ((t - t0) >> shift)
+    """One sortable int64 per (node, time at or after ``t0``): node in the high bits,
+    time in the low."""
+    return (node.astype(np.int64) << (63 - NODE_BITS)) + (offsets_ns(t, t0) >> np.uint64(shift)).astype(
+        np.int64
+    )
 
 
 NODE_BITS = 20
 
 
-def _time_frame(p: CallPairs) -> tuple[int, int]:
-    """Origin and right shift that fit every call's time beside a node code in one int64."""
+def _time_frame(p: CallPairs, tol_ns: int) -> tuple[int, int]:
+    """Origin and right shift that fit every call's time, and every return's widened by
+    ``tol_ns``, beside a node code in one int64."""
     if len(p) == 0:
         return 0, 0
     t0 = int(p.t_call.min())
-    span = int(p.t_return.max() - t0)
+    span = int(shifted_ns(p.t_return.max(), tol_ns)) - t0  # Python ints: no wrap on any span
     return t0, max(0, span.bit_length() - (63 - NODE_BITS - 1))
 
 
@@ -530,7 +535,7 @@ class CandidatePlan:
         self.ranges: list[tuple[int, int]] = []
         if n == 0:
             return
-        t0, shift = _time_frame(p)
+        t0, shift = _time_frame(p, tol_ns)
         ckey = _time_key(p.caller, p.t_call, t0, shift)
         corder = np.argsort(ckey, kind="stable")
         ckey = ckey[corder]
@@ -541,10 +546,10 @@ class CandidatePlan:
         lo = np.empty(n, np.int64)
         hi = np.empty(n, np.int64)
         lo[porder] = np.searchsorted(
-            ckey, _time_key(p.callee, np.maximum(p.t_call - tol_ns, t0), t0, shift)[porder]
+            ckey, _time_key(p.callee, np.maximum(shifted_ns(p.t_call, -tol_ns), t0), t0, shift)[porder]
         )
         hi[porder] = np.searchsorted(
-            ckey, _time_key(p.callee, p.t_return + tol_ns, t0, shift)[porder], side="right"
+            ckey, _time_key(p.callee, shifted_ns(p.t_return, tol_ns), t0, shift)[porder], side="right"
         )
         self.lo, self.sizes, self.corder = lo, hi - lo, corder
         # Children's fields in key order: a chunk reads them in runs, not scattered.
@@ -568,8 +573,8 @@ class CandidatePlan:
         pos = np.repeat(self.lo[par_idx] - np.cumsum(counts) + counts, counts) + np.arange(total)
         c = self.corder[pos]
         ok = (
-            (self.c_call[pos] >= np.repeat(p.t_call[par_idx] - tol_ns, counts))
-            & (self.c_return[pos] <= np.repeat(p.t_return[par_idx] + tol_ns, counts))
+            (self.c_call[pos] >= np.repeat(shifted_ns(p.t_call[par_idx], -tol_ns), counts))
+            & (self.c_return[pos] <= np.repeat(shifted_ns(p.t_return[par_idx], tol_ns), counts))
             & (c != rep)
             & (self.c_caller[pos] == np.repeat(p.callee[par_idx], counts))
         )

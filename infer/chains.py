@@ -59,6 +59,7 @@ from infer.windows import Homes, Window, Windows
 from tracefmt import ParameterError
 from tracefmt.cluster import Runner, side_by_side
 from tracefmt.patterns import sibling_groups
+from tracefmt.units import shifted_ns
 
 __all__ = [
     "ChainModel",
@@ -649,7 +650,7 @@ def _run_moves(
         latest = np.maximum(latest, shifted)
         qq = np.maximum(q, 0)
         ok = (np.arange(order.size) + length - 1 < order.size) & (groups_so_far[end] == groups_so_far)
-        ok &= (q >= 0) & (tc[order] >= tc[qq] - tol_ns) & (latest <= tr[qq] + tol_ns)
+        ok &= (q >= 0) & (tc[order] >= shifted_ns(tc[qq], -tol_ns)) & (latest <= shifted_ns(tr[qq], tol_ns))
         i = np.flatnonzero(ok)
         if i.size:
             props.append((parent[order[i]], q[i], i, np.full(i.size, length)))
@@ -804,7 +805,9 @@ def _score_chunk(
     # The occupant must fit in the child's own parent to take its place there.
     kid, other = c[k], c[o]
     fits = homes.parent[kid] != -1
-    fits &= (tc[other] >= homes.call[kid] - tol_ns) & (tr[other] <= homes.ret[kid] + tol_ns)
+    fits &= (tc[other] >= shifted_ns(homes.call[kid], -tol_ns)) & (
+        tr[other] <= shifted_ns(homes.ret[kid], tol_ns)
+    )
     k, o, other = k[fits], o[fits], other[fits]
     if k.size == 0:
         return

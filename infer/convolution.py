@@ -63,7 +63,7 @@ from tracefmt import OP_CALL, OP_RETURN, ParameterError, SchemaError, op_codes, 
 from tracefmt.cluster import InProcess
 from tracefmt.pathsfile import hop_delays_s
 from tracefmt.patterns import path_id
-from tracefmt.units import format_duration_ns, format_instant_ns
+from tracefmt.units import format_duration_ns, format_instant_ns, offsets_ns
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -956,13 +956,13 @@ def _correlator(
             f"all {trace.num_rows:,} messages share one timestamp (the trace spans 0 s): "
             "convolution needs messages spread over time"
         )
-    span_s = (t1 - t0) / 1e9
+    span_s = (t1 - t0) / 1e9  # Python ints: exact whatever the span
     if quantum_s > span_s:
         raise ParameterError(
             f"quantum {quantum_s:g} s is longer than the trace ({span_s:g} s): choose a quantum well "
             f"below the span, e.g. {span_s / 1000:.3g} s"
         )
-    slots = np.floor((ts - t0) / (quantum_s * 1e9)).astype(np.int64)
+    slots = np.floor(offsets_ns(ts, t0) / (quantum_s * 1e9)).astype(np.int64)
     n_slots = int(slots[-1]) + 1
     max_lag = int(params.max_lag_s / quantum_s)
     if max_lag > n_slots // 2:

@@ -27,6 +27,7 @@ import numpy as np
 from infer.callpairs import CallPairs
 from infer.candidates import CandidatePlan, Chunk, Siblings
 from tracefmt.cluster import split_evenly
+from tracefmt.units import shifted_ns
 
 __all__ = ["Homes", "KeptChunks", "Window", "Windows"]
 
@@ -146,8 +147,8 @@ class Windows:
             if a == b:
                 continue
             s, e = ranges[a][0], ranges[b - 1][1]
-            lo = int(np.searchsorted(tc, tc[s] - tol_ns, "left"))
-            hi = max(int(np.searchsorted(tc, tr[s:e].max() + tol_ns, "right")), e)
+            lo = int(np.searchsorted(tc, shifted_ns(tc[s], -tol_ns), "left"))
+            hi = max(int(np.searchsorted(tc, shifted_ns(tr[s:e].max(), tol_ns), "right")), e)
             # Node codes in 32 bits: a task's fields cross to a worker every stage.
             codes = pairs.caller[lo:hi].astype(np.int32), pairs.callee[lo:hi].astype(np.int32)
             fields = (*codes, tc[lo:hi], tr[lo:hi])

@@ -213,7 +213,22 @@ def _core_columns(table: pa.Table) -> dict[str, pa.ChunkedArray]:
         nulls = _count_nulls(cols[name])
         if nulls:
             raise SchemaError(f"column {name!r} has {nulls} null values (every message needs one)")
+    _check_not_nat(cols["timestamp"])
     return cols
+
+
+#: The int64 that numpy, pandas and most Arrow tools read as a missing time (NaT).
+NAT_NS = -(2**63)
+
+
+def _check_not_nat(col: pa.ChunkedArray) -> None:
+    """Refuse the oldest int64 instant: other tools would read it as no time at all."""
+    if len(col) and pc.min(col.cast(pa.int64())).as_py() == NAT_NS:
+        raise SchemaError(
+            "column 'timestamp' holds -9223372036.854775808 (1677-09-21T00:12:43.145224192Z), "
+            "which numpy and pandas read as a missing time (NaT): the oldest timestamp a trace "
+            "holds is 1677-09-21T00:12:43.145224193Z"
+        )
 
 
 def empty_trace(extra: Iterable[pa.Field] = ()) -> pa.Table:

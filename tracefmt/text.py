@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from tracefmt import _tokens
 from tracefmt._files import atomic_output, existing_file
 from tracefmt.errors import ParseError, SchemaError, TraceFileError
-from tracefmt.schema import OPS, TS_TYPE, empty_trace, validate_trace
+from tracefmt.schema import NAT_NS, OPS, TS_TYPE, empty_trace, validate_trace
 
 __all__ = [
     "TEXT_HEADER",
@@ -87,7 +87,8 @@ def _reason(code: int, tokens: list[str], count: int) -> str:
     if code == _R_TS:
         return (
             f"invalid timestamp {tokens[0]!r} (seconds such as 12.345 or ISO-8601 such as "
-            "2024-05-01T12:00:00.123Z, within years 1677-2262)"
+            "2024-05-01T12:00:00.123Z, from 1677-09-21T00:12:43.145224193Z to "
+            "2262-04-11T23:47:16.854775807Z)"
         )
     return f"unknown op {tokens[1]!r} (must be one of {', '.join(OPS)})"
 
@@ -166,6 +167,7 @@ class _Fields:
             values = self.strings.take(pa.array(redo * _FIELDS)).to_pylist()
             iso_ns, iso_ok = _iso_ns(values)
             ts_ns[redo], ts_ok[redo] = iso_ns, iso_ok
+        ts_ok &= ts_ns != NAT_NS  # numpy's and pandas' missing time: not an instant of a trace
         return ts_ns, np.where(ts_ok, 0, _R_TS)
 
     def op_index(self) -> np.ndarray:

@@ -14,9 +14,18 @@ import re
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
+import numpy as np
+
 from tracefmt.errors import ParameterError
 
-__all__ = ["UNIT_NS", "format_duration_ns", "format_instant_ns", "parse_duration_ns"]
+__all__ = [
+    "UNIT_NS",
+    "format_duration_ns",
+    "format_instant_ns",
+    "offsets_ns",
+    "parse_duration_ns",
+    "shifted_ns",
+]
 
 UNIT_NS: dict[str, int] = {
     "ns": 1,
@@ -121,3 +130,35 @@ def format_instant_ns(ns: int | None) -> str | None:
         return None
     sec, frac = divmod(int(ns), 1_000_000_000)
     return datetime.fromtimestamp(sec, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+
+
+_I64 = np.iinfo(np.int64)
+
+
+def offsets_ns(t: np.ndarray, t0: int) -> np.ndarray:
+    """Exact nanoseconds from ``t0`` to each timestamp of ``t`` (all at or after ``t0``),
+    as uint64: a trace may span the whole int64 range, where ``t - t0`` would wrap.
+
+    Examples
+    --------
+    >>> offsets_ns(np.array([-(2**63), 2**63 - 1]), -(2**63)).tolist()
+    [0, 18446744073709551615]
+    """
+    # Two's complement: the difference modulo 2**64 is the true one, which is < 2**64.
+    return np.asarray(t, np.int64).view(np.uint64) - np.uint64(int(t0) % 2**64)
+
+
+def shifted_ns(t: np.ndarray, d_ns: int) -> np.ndarray:
+    """``t + d_ns`` for int64 timestamps, held at the ends of the int64 range rather than
+    wrapped (a tolerance window around the first or last instant of a trace).
+
+    Examples
+    --------
+    >>> shifted_ns(np.array([2**63 - 2, 5]), 10).tolist()
+    [9223372036854775807, 15]
+    """
+    t = np.asarray(t, np.int64)
+    d = int(d_ns)
+    if d >= 0:
+        return np.where(t > _I64.max - d, _I64.max, t + np.int64(min(d, _I64.max)))
+    return np.where(t < _I64.min - d, _I64.min, t + np.int64(max(d, _I64.min)))

@@ -474,6 +474,39 @@ def test_tolerance_admits_a_parent_stamped_after_its_child(h) -> None:
     assert loose.patterns[0].delay[1]["mean"] == pytest.approx((-0.001 + 0.001) / 2, abs=1e-15)
 
 
+@pytest.mark.parametrize(
+    "origin",
+    [
+        pytest.param(-(2**63) + 1, id="first-instant"),
+        pytest.param(2**63 - 1 - 10 * MS, id="last-instants"),
+        pytest.param(0, id="epoch"),
+    ],
+)
+def test_tolerance_at_the_ends_of_the_timestamp_range(h, origin: int) -> None:
+    """A skew window reaching past the first or last representable instant neither wraps
+    nor loses a parent: the trace at either end of int64 nests as it does at 0."""
+    rows = [
+        (origin + 1 * MS, "call", "A", "B", 1),
+        (origin, "call", "B", "C", 2),  # stamped before its parent, within the tolerance
+        (origin + 3 * MS, "return", "C", "B", 2),
+        (origin + 10 * MS, "return", "B", "A", 1),
+    ]
+    result = infer_nesting(h.trace(rows), "paper", tolerance_s=0.002)
+    assert [(p.shape_text, p.count) for p in result.patterns] == [("A>B(B>C)", 1)]
+    assert result.patterns[0].latency[0]["mean"] == pytest.approx(0.009, abs=1e-12)
+
+
+def test_a_trace_spanning_more_than_int64_durations_is_refused(h) -> None:
+    rows = [
+        (-(2**63) + 1, "call", "A", "B", 1),
+        (-(2**63) + 2, "return", "B", "A", 1),
+        (2**63 - 2, "call", "A", "B", 2),
+        (2**63 - 1, "return", "B", "A", 2),
+    ]
+    with pytest.raises(SchemaError, match=r"spans 1677-09-21T00:12:43.145224193Z \.\. 2262.*292 years"):
+        infer_nesting(h.trace(rows), "paper")
+
+
 # --- long traces and long calls ---------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ from tracefmt import (
 )
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+OLDEST = INT64_MIN + 1  # INT64_MIN is numpy's and pandas' NaT: no trace holds it
 UINT64_MAX = 2**64 - 1
 TS = pa.timestamp("ns", tz="UTC")
 
@@ -52,7 +53,7 @@ def _sample_rows(n: int, seed: int = 1) -> list[tuple]:
 names = st.text(min_size=0, max_size=8)  # Parquet takes any string, spaces and all
 ids = st.one_of(st.none(), st.sampled_from([0, UINT64_MAX]), st.integers(0, UINT64_MAX))
 rows_strategy = st.lists(
-    st.tuples(st.integers(INT64_MIN, INT64_MAX), st.sampled_from(OPS), names, names, ids),
+    st.tuples(st.integers(OLDEST, INT64_MAX), st.sampled_from(OPS), names, names, ids),
     min_size=0,
     max_size=20,
 )
@@ -96,7 +97,7 @@ def test_parquet_round_trip_keeps_every_field(
 
 def test_round_trip_hand_written_rows(tmp_path: Path, make_table, rows_of) -> None:
     rows = [
-        (INT64_MIN, "call", "client", "web server", 0),
+        (OLDEST, "call", "client", "web server", 0),
         (-1, "return", "web server", "client", UINT64_MAX),
         (0, "send", "", "#x", None),
         (INT64_MAX, "send", "ä", "中", 12345),
@@ -104,6 +105,21 @@ def test_round_trip_hand_written_rows(tmp_path: Path, make_table, rows_of) -> No
     path = tmp_path / "t.parquet"
     write_trace(make_table(rows), path)
     assert rows_of(read_trace(path)) == rows
+
+
+def test_the_nat_instant_is_refused_on_writing_and_reading(tmp_path: Path, make_table) -> None:
+    """INT64_MIN is numpy's and pandas' missing time: a trace holding it would lose a
+    message's time in any notebook, so neither the writer nor the reader takes it."""
+    rows = [(INT64_MIN, "call", "a", "b", 1), (0, "return", "b", "a", 1)]
+    path = tmp_path / "t.parquet"
+    with pytest.raises(SchemaError, match=r"-9223372036\.854775808 .*NaT.*1677-09-21T00:12:43\.145224193Z"):
+        write_trace(make_table(rows), path)
+    assert not path.exists()
+    # Written by another tool: refused on reading, with the same line.
+    raw = make_table(rows)
+    pq.write_table(pa.table({n: raw[n] for n in raw.column_names}), path)
+    with pytest.raises(SchemaError, match="NaT"):
+        read_trace(path)
 
 
 def test_read_trace_gives_canonical_schema(tmp_path: Path, make_table) -> None:

@@ -1,6 +1,7 @@
 """Odd inputs get one line, never a traceback, and never fill memory (issue 39, items
-11, 12, 15, 16 and 17): endless and deeply nested configuration files, symbolic link
-loops, hand-edited paths files, and call chains thousands of levels deep."""
+11, 12, 15, 16, 17 and 19): endless and deeply nested configuration files, symbolic link
+loops, hand-edited paths files, call chains thousands of levels deep, and timestamps
+at the ends of the int64 range."""
 
 from __future__ import annotations
 
@@ -334,3 +335,55 @@ def test_merge_of_a_sorted_trace_spanning_the_int64_range_is_sorted(
     assert main(["convert", str(text), str(wide), "--quiet"]) == 0
     # The difference of the two timestamps overflows int64: compared, they are in order.
     assert main(["merge", str(wide), "--out", str(out), "--quiet"]) == 0, capsys.readouterr().err
+
+
+_WIDE = [
+    "-9223372036.854775807 call A B 1",
+    "-9223372036.854775806 call B C 2",
+    "-9223372036.854775805 return C B 2",
+    "9223372036.854775805 return B A 1",
+    "9223372036.854775806 call A B 3",
+    "9223372036.854775807 return B A 3",
+]
+
+
+def test_convolution_counts_the_quanta_of_the_whole_int64_range(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The first and last instants a trace holds, in one trace: 18,446,744,074 quanta of
+    1 s, not "spans only 0 quanta"."""
+    text, out = tmp_path / "wide.txt", tmp_path / "c.json"
+    text.write_text("\n".join(_WIDE) + "\n")
+    assert main(["infer", "convolution", str(text), "--quantum", "1s", "--out", str(out)]) == 0
+    assert "18,446,744,074 quanta of 1 s" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert (doc["trace"]["start"], doc["trace"]["end"]) == (
+        "1677-09-21T00:12:43.145224193Z",
+        "2262-04-11T23:47:16.854775807Z",
+    )
+
+
+def test_nesting_refuses_a_span_its_durations_cannot_hold(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Every duration nesting takes is a difference of two timestamps: over 292 years
+    apart they wrap. One line, and no paths file with a negative latency."""
+    text, out = tmp_path / "wide.txt", tmp_path / "p.json"
+    text.write_text("\n".join(_WIDE) + "\n")
+    line = _one_error(capsys, main(["infer", "nesting", str(text), "--out", str(out)]))
+    assert "more than the 292 years" in line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("stamp", ["-9223372036.854775808", "1677-09-21T00:12:43.145224192Z"])
+def test_the_nat_instant_is_refused_by_convert(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, stamp: str
+) -> None:
+    """INT64_MIN is the missing time (NaT) of numpy and pandas: a trace holding it would
+    read as a message without a time there."""
+    text, out = tmp_path / "nat.txt", tmp_path / "t.parquet"
+    text.write_text(f"{stamp} call a b 1\n0 return b a 1\n")
+    line = _one_error(capsys, main(["convert", str(text), str(out)]))
+    assert f"nat.txt:1: invalid timestamp '{stamp}'" in line
+    assert "from 1677-09-21T00:12:43.145224193Z" in line
+    assert not out.exists()
