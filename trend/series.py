@@ -82,7 +82,8 @@ IMPORT_COLUMNS = {
 }
 _REQUIRED = [c for c, d in IMPORT_COLUMNS.items() if d is None]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MIN_NS, _MAX_NS = -(2**63), 2**63 - 1  # the instants a timestamp[ns] column holds
+# The instants a timestamp[ns] column holds, less INT64_MIN: numpy and pandas read it as NaT.
+_MIN_NS, _MAX_NS = -(2**63) + 1, 2**63 - 1
 
 
 def parse_time_ns(text: Any) -> int:
