@@ -2,7 +2,7 @@
 
 ``infer_nesting(trace)`` (the most accurate preset; ``infer_nesting(trace, "paper")``
 for the 2003 scoreboard; every setting in ``NestingParams``) returns a
-``NestingResult`` whose ``to_json()`` is the paths file of ``results.md`` and whose
+``NestingResult`` whose ``to_json()`` is the paths file of ``docs/files.md`` and whose
 ``instances_table()`` lists every call pair with its inferred parent, instance, pattern
 and confidence. ``infer_convolution(trace, quantum_s=...)`` (free-form messages; every
 setting in ``ConvolutionParams``) returns a ``ConvolutionResult`` with linear paths and

@@ -190,7 +190,7 @@ class ConvolutionResult:
     trace_info: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self, *, top: int | None = None, min_count: float | None = None) -> dict[str, Any]:
-        """The paths file of ``results.md`` (``"algorithm": "convolution"``)."""
+        """The paths file (``docs/files.md``) (``"algorithm": "convolution"``)."""
         floor = self.params.min_count if min_count is None else min_count
         chosen = [p for p in self.paths if p.count >= floor][:top]
         params = asdict(self.params)

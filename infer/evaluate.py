@@ -185,7 +185,7 @@ def evaluate_paths(
     ns: tuple[int, ...] = DEFAULT_NS,
     tolerances: tuple[float, ...] = DEFAULT_TOLERANCES,
 ) -> dict[str, Any]:
-    """Score a paths file against a trace with ground truth (the ``results.md`` report).
+    """Score a paths file against a trace with ground truth (the accuracy report of ``docs/files.md``).
 
     Parameters
     ----------
@@ -202,7 +202,7 @@ def evaluate_paths(
     Returns
     -------
     dict
-        The ``results.md`` accuracy report. ``instances`` also holds ``fully_right``,
+        The accuracy report (``docs/files.md``). ``instances`` also holds ``fully_right``,
         the true instances (requests) whose every call got its true parent, and
         ``fully_right_rate``, their share (TraceWeaver's "requests fully right"); a
         request stays fully right when a call of another request is wrongly attached
@@ -677,7 +677,7 @@ def evaluate_convolution(
     Returns
     -------
     dict
-        The ``results.md`` accuracy report, plus ``edges`` (hops in context, the paper's
+        The accuracy report (``docs/files.md``), plus ``edges`` (hops in context, the paper's
         graph comparison: a hop is right when its path so far begins a true path),
         message counts compared hop by hop (estimated against true) and ``hops``: the
         true paths' hops (a delay at a node, in context) found and near the truth's

@@ -202,7 +202,7 @@ class NestingResult:
     def to_json(
         self, *, top: int | None = None, min_count: int = 1, window_s: float | None = None
     ) -> dict[str, Any]:
-        """The paths file of ``results.md`` (patterns in the order they were sorted).
+        """The paths file (``docs/files.md``) (patterns in the order they were sorted).
 
         With ``window_s``, a ``windows`` list adds each window's patterns.
         """

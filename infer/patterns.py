@@ -114,7 +114,7 @@ class Pattern:
         return [None, *(dict(zip(STAT_NAMES, row, strict=True)) for row in rows[1:])] if rows else []
 
     def to_json(self) -> dict[str, Any]:
-        """The pattern in the paths-file form of ``results.md``."""
+        """The pattern in the paths-file form of ``docs/files.md``."""
         latency, delay = self.latency, self.delay
         position = iter(range(len(latency)))
 

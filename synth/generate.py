@@ -625,7 +625,7 @@ def generate_trace(
     output : str or path-like
         ``.parquet`` (with ground-truth columns) or ``.txt`` (the five core fields).
     truth_path : str or path-like, optional
-        Where to write the truth file (JSON, ``results.md``).
+        Where to write the truth file (JSON, ``docs/files.md``).
     on_progress : callable, optional
         Called with messages written so far.
 

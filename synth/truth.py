@@ -239,7 +239,7 @@ class PatternBook:
         return visit(pat.order, pat.shape, None)
 
     def truth(self, *, messages: int, instances: int, parallelism: float) -> dict[str, Any]:
-        """The truth file (``results.md``): patterns by count, with true latency stats."""
+        """The truth file (``docs/files.md``): patterns by count, with true latency stats."""
         out = []
         for pat in self.patterns:
             if pat.count == 0:

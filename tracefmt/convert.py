@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from tracefmt._files import distinct_outputs, is_directory
 from tracefmt.errors import ParameterError
+from tracefmt.identify import hint
 from tracefmt.parquet import Partitioning, TraceWriter, iter_trace, read_trace, read_trace_metadata
 from tracefmt.schema import sort_trace
 from tracefmt.spans import SPAN_AT, SpanStats, read_jaeger, read_otlp, span_format
@@ -64,6 +65,9 @@ def trace_format(path: PathLike) -> str:
         return fmt
     if is_dir:
         raise ParameterError(f"{path}: a directory without trace parts (part-*.parquet files)")
+    said = hint(path)
+    if said:
+        raise ParameterError(f"{path}: not a trace{said}")
     raise ParameterError(f"{path}: unknown trace file type (name it {', '.join(TRACE_SUFFIXES)})")
 
 

@@ -36,6 +36,7 @@ from tracefmt._files import (
     write_errors,
 )
 from tracefmt.errors import ParameterError, SchemaError, TraceFileError
+from tracefmt.identify import TRACE, hint
 from tracefmt.schema import CORE_COLUMNS, SCHEMA_VERSION, empty_trace, sort_trace, validate_trace
 from tracefmt.units import UNIT_NS, format_instant_ns, parse_duration_ns
 
@@ -183,6 +184,11 @@ def _open_checked(path: PathLike) -> pq.ParquetFile:
     """Open a trace file, refusing one written by a newer wirepath."""
     pf = _open(path)
     meta = _metadata(pf, path)
+    if "timestamp" not in meta.schema.names:
+        # Another of wirepath's Parquet files (instances, trend results): say which.
+        said = hint(path, unless=TRACE)
+        if said:
+            raise SchemaError(f"{path}: not a trace{said}")
     if meta.schema_version is not None and meta.schema_version > SCHEMA_VERSION:
         raise TraceFileError(
             f"{meta.path}: trace schema version {meta.schema_version} is newer than this "

@@ -1,4 +1,4 @@
-"""The paths file (``results.md``): what ``infer nesting`` and ``infer convolution`` write
+"""The paths file (``docs/files.md``): what ``infer nesting`` and ``infer convolution`` write
 and ``viz``, ``report``, ``export`` and ``trend from-paths`` read, checked in one place.
 
 A paths file is JSON, ``"format": "wirepath.paths/1"``: nesting patterns as trees of
@@ -19,6 +19,7 @@ from typing import Any
 from tracefmt._files import existing_file, write_atomic
 from tracefmt.configfile import nesting_depth, read_config_bytes
 from tracefmt.errors import ParameterError, SchemaError, TraceFileError
+from tracefmt.identify import hint
 
 __all__ = [
     "MAX_DEPTH",
@@ -176,7 +177,10 @@ def read_paths(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         doc = _on_deep_stack(lambda: json.loads(data.decode("utf-8")), depth)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise TraceFileError(f"{p}: not JSON, so not a paths file ({exc})") from None
+        said = hint(p)
+        raise TraceFileError(
+            f"{p}: not a paths file{said}" if said else f"{p}: not JSON, so not a paths file ({exc})"
+        ) from None
     except RecursionError:
         raise TraceFileError(f"{p}: JSON nested too deep for a paths file") from None
     check_paths(doc, str(p))

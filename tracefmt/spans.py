@@ -54,6 +54,7 @@ import pyarrow as pa
 
 from tracefmt._files import existing_file
 from tracefmt.errors import ParameterError, ParseError, TraceFileError
+from tracefmt.identify import SPANS, hint
 from tracefmt.patterns import join_text, sibling_groups, text_id
 from tracefmt.schema import OPS, TS_TYPE, validate_trace
 
@@ -320,7 +321,12 @@ def span_format(path: str | os.PathLike[str]) -> str | None:
             return "jaeger"
     elif not named_json:
         return None
-    raise TraceFileError(f"{path}: not a Jaeger or OTLP JSON file ({_EXPECTED})")
+    said = hint(path, unless=SPANS)
+    raise TraceFileError(
+        f"{path}: not tracing spans{said}"
+        if said
+        else f"{path}: not a Jaeger or OTLP JSON file ({_EXPECTED})"
+    )
 
 
 # --- field checks ----------------------------------------------------------------------

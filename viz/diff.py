@@ -214,7 +214,7 @@ def diff_paths(
     Parameters
     ----------
     base, slow : dict
-        Paths files (``results.md``) of the two runs.
+        Paths files (``docs/files.md``) of the two runs.
     collapse : sequence of str
         Node-name globs whose replicas are merged first (``["AP*", "DB*"]``), so a
         change spread over replicas is counted once.

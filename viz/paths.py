@@ -1,6 +1,6 @@
 """Paths files as the drawings need them: loading, choosing, collapsing replicas, self time.
 
-A paths file (``results.md``) holds nesting patterns as trees of visits. The drawings
+A paths file (``docs/files.md``) holds nesting patterns as trees of visits. The drawings
 need three more things: which patterns to show (``select_patterns``: ``top``, ``sort``,
 ``min_share``), patterns that differ only in which replica served them merged into one
 (``collapse_replicas``, the paper's suggestion), and how much of a pattern's latency each

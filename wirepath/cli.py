@@ -531,7 +531,7 @@ def _register_synth(verbs: argparse._SubParsersAction) -> None:
     )
     p.add_argument("config", help="synth configuration (TOML)")
     p.add_argument("--out", required=True, help="trace to write: .parquet (with truth columns) or .txt")
-    p.add_argument("--truth", metavar="FILE.json", help="write the true patterns (results.md truth file)")
+    p.add_argument("--truth", metavar="FILE.json", help="write the true patterns (truth file, docs/files.md)")
     p.add_argument("--seed", type=int, help="random seed (overrides [trace] seed)")
     size = p.add_mutually_exclusive_group()
     size.add_argument(
@@ -615,7 +615,7 @@ def _register_nesting(algos: argparse._SubParsersAction) -> None:
         json_help="print the paths file on stdout",
     )
     p.add_argument("trace", help="trace (.parquet or text)")
-    p.add_argument("--out", required=True, help="paths file to write (JSON, results.md)")
+    p.add_argument("--out", required=True, help="paths file to write (JSON, docs/files.md)")
     p.add_argument("--instances", metavar="FILE.parquet", help="also write every call pair with its parent")
     p.add_argument("--top", type=count(1), metavar="N", help="keep the first N patterns in the file")
     p.add_argument(

@@ -76,7 +76,7 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
         json_help="print the paths file on stdout",
     )
     p.add_argument("trace", help="trace (.parquet or text)")
-    p.add_argument("--out", required=True, help="paths file to write (JSON, results.md)")
+    p.add_argument("--out", required=True, help="paths file to write (JSON, docs/files.md)")
     p.add_argument("--quantum", required=True, metavar="DURATION", help="time resolution, e.g. 1ms or 5s")
     p.add_argument(
         "--max-lag",

@@ -203,7 +203,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         ("base_graph", "top patterns of the base run"),
         ("slow_convolution_graph", "top convolution paths of the slow run"),
         ("otlp", "slow run's first requests as OTLP/JSON traces"),
-        ("slow_paths", "paths files (results.md): base-paths.json, slow-paths.json"),
+        ("slow_paths", "paths files (docs/files.md): base-paths.json, slow-paths.json"),
     ]
     lines += [f"  {result.files[key]:<34} {what}" for key, what in names if key in result.files]
     lines.append(f"done in {elapsed:.1f} s")

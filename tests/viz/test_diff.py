@@ -158,7 +158,7 @@ def test_diff_refuses_convolution_and_bad_min_count(docs):
 
 
 def _conv(wait_s, counts=(100, 50, 50, 40)):
-    # Two linear paths sharing their first three hops, as results.md describes them.
+    # Two linear paths sharing their first three hops, as docs/files.md describes them.
     return {
         "format": "wirepath.paths/1",
         "algorithm": "convolution",

@@ -78,7 +78,7 @@ def test_dot_quote_escapes_only_what_dot_needs():
 
 
 def _conv_doc():
-    # Written by hand after results.md: counts has len(nodes)-1 entries, delays_s len(nodes)-2.
+    # Written by hand after docs/files.md: counts has len(nodes)-1 entries, delays_s len(nodes)-2.
     return {
         "format": "wirepath.paths/1",
         "algorithm": "convolution",
