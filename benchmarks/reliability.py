@@ -235,11 +235,13 @@ def hostile_cases(d: Path) -> list[Case]:
         Case("convert", "a 300-character output name", ["convert", t, str(d / ("x" * 300 + ".parquet"))]),
         Case(
             "merge",
-            "--dedup-window 1e400",
-            ["merge", t, t, "--dedup-window", "1e400", "--out", f"{o}.parquet"],
+            "--dedup-window 1e400s",
+            ["merge", t, t, "--dedup-window", "1e400s", "--out", f"{o}.parquet"],
         ),
         Case(
-            "merge", "--offset t.parquet=1e10", ["merge", t, "--offset", "t.parquet=1e10", "--out", f"{o}.pq"]
+            "merge",
+            "--offset t.parquet=1e10s",
+            ["merge", t, "--offset", "t.parquet=1e10s", "--out", f"{o}.pq"],
         ),
         Case("merge", "--out x.txt (Parquet under a text name)", ["merge", t, "--out", f"{o}.txt"]),
         Case("merge", "--names a directory", ["merge", t, "--names", str(d), "--out", f"{o}.parquet"]),
@@ -288,9 +290,9 @@ def hostile_cases(d: Path) -> list[Case]:
         Case("synth", "--messages 0", [*synth, "--messages", "0"]),
         Case("synth", "--parallelism 1e8", [*synth, "--parallelism", "1e8"]),
         Case("synth", "--parallelism inf", [*synth, "--parallelism", "inf"]),
-        Case("synth", "--duration 1e400", [*synth, "--duration", "1e400"]),
+        Case("synth", "--duration 1e400s", [*synth, "--duration", "1e400s"]),
         Case("synth", "--loss-rate -1", [*synth, "--loss-rate", "-1"]),
-        Case("synth", "--skew WS1=1e12", [*synth, "--skew", "WS1=1e12"]),
+        Case("synth", "--skew WS1=1e12s", [*synth, "--skew", "WS1=1e12s"]),
         Case("synth", "--seed -1", [*synth, "--seed", "-1"]),
         Case(
             "synth", "repeat = 1000000000 on a call", ["synth", str(d / "deep.toml"), "--out", f"{o}.parquet"]
@@ -302,7 +304,9 @@ def hostile_cases(d: Path) -> list[Case]:
             ["infer", "nesting", t, "--smooth-bins", "1e9", "--out", f"{o}.json"],
         ),
         Case(
-            "infer nesting", "--tolerance 1e400", ["infer", "nesting", t, "--tolerance", "1e400", "--out", o]
+            "infer nesting",
+            "--tolerance 1e400s",
+            ["infer", "nesting", t, "--tolerance", "1e400s", "--out", o],
         ),
         Case("infer nesting", "--out the trace", ["infer", "nesting", t, "--out", t]),
         Case(
@@ -322,13 +326,13 @@ def hostile_cases(d: Path) -> list[Case]:
         ),
         Case(
             "infer convolution",
-            "--band 1e6",
-            ["infer", "convolution", t, "--quantum", "1ms", "--band", "1e6", "--out", f"{o}.json"],
+            "--band 1e6s",
+            ["infer", "convolution", t, "--quantum", "1ms", "--band", "1e6s", "--out", f"{o}.json"],
         ),
         Case(
             "infer convolution",
-            "--quantum 1e400",
-            ["infer", "convolution", t, "--quantum", "1e400", "--out", o],
+            "--quantum 1e400s",
+            ["infer", "convolution", t, "--quantum", "1e400s", "--out", o],
         ),
         Case(
             "eval", "--instances of another trace", ["eval", p, str(d / "hostile.parquet"), "--instances", i]

@@ -50,12 +50,14 @@ MAX_DURATION_NS = 200 * 365 * 86_400 * 10**9
 def parse_duration_ns(text: str | int | float, *, allow_negative: bool = False) -> int:
     """Parse a duration into integer nanoseconds, exactly (no float rounding).
 
-    A bare number is seconds. Units: ns, us (or µs), ms, s, m (or min), h.
+    Text needs a unit: ns, us (or µs), ms, s, m (or min), h; a bare number other than 0
+    is refused, since ``--tolerance 2`` meant as milliseconds would be two seconds. A
+    Python number (a configuration's ``*_s`` value) is seconds.
 
     Parameters
     ----------
     text : str, int or float
-        The duration, e.g. ``"60s"``, ``"1.5ms"``, ``"-0.012"``.
+        The duration, e.g. ``"60s"``, ``"1.5ms"``, ``"-12ms"``, or seconds as a number.
     allow_negative : bool
         Accept negative durations (clock offsets are signed, windows are not).
 
@@ -68,26 +70,36 @@ def parse_duration_ns(text: str | int | float, *, allow_negative: bool = False) 
     --------
     >>> parse_duration_ns("1.5ms")
     1500000
-    >>> parse_duration_ns("-0.012", allow_negative=True)
+    >>> parse_duration_ns("-12ms", allow_negative=True)
     -12000000
-    >>> parse_duration_ns("2h")
-    7200000000000
-    >>> parse_duration_ns("1e400")
+    >>> parse_duration_ns("2h"), parse_duration_ns(0.5), parse_duration_ns("0")
+    (7200000000000, 500000000, 0)
+    >>> parse_duration_ns("2")
     Traceback (most recent call last):
     ...
-    tracefmt.errors.ParameterError: duration '1e400' is too long (at most 6,307,200,000 s)
+    tracefmt.errors.ParameterError: duration '2' has no unit: write 2s for seconds or 2ms ...
+    >>> parse_duration_ns("1e400s")
+    Traceback (most recent call last):
+    ...
+    tracefmt.errors.ParameterError: duration '1e400s' is too long (at most 6,307,200,000 s)
     """
     m = _DURATION.match(str(text))
+    units = ", ".join(UNIT_NS)
     if m is None or m.group(2) not in ("", *UNIT_NS):
-        units = ", ".join(UNIT_NS)
         raise ParameterError(
-            f"invalid duration {str(text)!r} (a number with an optional unit: {units}; "
-            "a bare number is seconds, e.g. 60s, 1.5ms, 0.012)"
+            f"invalid duration {str(text)!r} (a number and its unit: {units}; e.g. 60s, 1.5ms, 250us)"
         )
     try:
-        value = Decimal(m.group(1)) * UNIT_NS[m.group(2) or "s"]
+        number = Decimal(m.group(1))
     except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
         raise ParameterError(f"invalid duration {text!r}") from None
+    if not m.group(2) and isinstance(text, str) and number != 0:
+        shown = m.group(1)
+        raise ParameterError(
+            f"duration {text.strip()!r} has no unit: write {shown}s for seconds or {shown}ms for "
+            f"milliseconds (units: {units})"
+        )
+    value = number * UNIT_NS[m.group(2) or "s"]
     if value < 0 and not allow_negative:
         raise ParameterError(f"duration {str(text)!r} must not be negative")
     if abs(value) > MAX_DURATION_NS:

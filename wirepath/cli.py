@@ -83,7 +83,7 @@ def _parse_offsets(pairs: Sequence[str], inputs: Sequence[str]) -> dict[str, int
     for pair in pairs:
         name, sep, value = pair.rpartition("=")
         if not sep or not name:
-            raise tracefmt.ParameterError(f"--offset {pair!r} must be INPUT=SECONDS, e.g. B.parquet=-0.012")
+            raise tracefmt.ParameterError(f"--offset {pair!r} must be INPUT=DURATION, e.g. B.parquet=-12ms")
         matches = [p for p in inputs if p == name or Path(p).name == name]
         if len(matches) != 1:
             raise tracefmt.ParameterError(
@@ -130,12 +130,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _parse_skew(pairs: Sequence[str]) -> dict[str, tuple[float, float]]:
-    """``--skew NODE=SECONDS`` pairs as node -> (offset_s, 0 ppm); ``synth`` checks the bounds."""
+    """``--skew NODE=DURATION`` pairs as node -> (offset_s, 0 ppm); ``synth`` checks the bounds."""
     skew: dict[str, tuple[float, float]] = {}
     for pair in pairs:
         node, sep, value = pair.partition("=")
         if not sep or not node:
-            raise tracefmt.ParameterError(f"--skew {pair!r} must be NODE=SECONDS, e.g. WS2=0.03")
+            raise tracefmt.ParameterError(f"--skew {pair!r} must be NODE=DURATION, e.g. WS2=30ms")
         try:
             ns = tracefmt.parse_duration_ns(value, allow_negative=True)
         except tracefmt.ParameterError as exc:
@@ -477,7 +477,7 @@ def _register_merge(verbs: argparse._SubParsersAction) -> None:
         "at two capture points (same sender, receiver, op and id, from different inputs,\n"
         "within the dedup window) is kept once. A 'point' column records where each\n"
         "message was seen (the input's file name when it has none).\n\n"
-        "example: wirepath merge a.parquet b.parquet --offset b.parquet=-0.012 --out m.parquet",
+        "example: wirepath merge a.parquet b.parquet --offset b.parquet=-12ms --out m.parquet",
     )
     p.add_argument("inputs", nargs="+", help="Parquet traces, each sorted by timestamp")
     p.add_argument("--out", required=True, help="merged Parquet trace to write")
@@ -486,7 +486,7 @@ def _register_merge(verbs: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="INPUT=DURATION",
-        help="add DURATION to INPUT's timestamps (seconds or with unit: -0.012, 3ms); repeatable",
+        help="add DURATION to INPUT's timestamps (with its unit: -12ms, 3ms, 1.5s); repeatable",
     )
     p.add_argument("--names", metavar="FILE.toml", help="rename nodes: TOML of address or alias = name")
     p.add_argument(
@@ -573,9 +573,9 @@ def _synth_fault_arguments(p: argparse.ArgumentParser) -> None:
         "--skew",
         action="append",
         default=[],
-        metavar="NODE=SECONDS",
-        help=f"clock offset of NODE's capture point, at most {synth.limits.MAX_TIME_S:,.0f} s either way; "
-        "repeatable",
+        metavar="NODE=DURATION",
+        help=f"clock offset of NODE's capture point with its unit (WS2=30ms), at most "
+        f"{synth.limits.MAX_TIME_S:,.0f} s either way; repeatable",
     )
 
 

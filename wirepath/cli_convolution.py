@@ -89,7 +89,7 @@ def register(verbs: argparse._SubParsersAction, algos: argparse._SubParsersActio
     )
     d = infer.ConvolutionParams
     p.add_argument(
-        "--band", metavar="DURATION", help=f"delay band for variable delays (default {d.band_s:g})"
+        "--band", metavar="DURATION", help=f"delay band for variable delays (default {d.band_s:g}s)"
     )
     _spike_arguments(p, d)
     _path_arguments(p, d)

@@ -76,13 +76,13 @@ def _refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], config: Path, *
             id="parallelism-1e8",
         ),
         pytest.param(
-            ["--skew", "A=1e12"],
-            "error: --skew: A: duration '1e12' is too long (at most 6,307,200,000 s)",
+            ["--skew", "A=1e12s"],
+            "error: --skew: A: duration '1e12s' is too long (at most 6,307,200,000 s)",
             id="skew-1e12",
         ),
         pytest.param(
-            ["--duration", "1e400"],
-            "error: --duration: duration '1e400' is too long (at most 6,307,200,000 s)",
+            ["--duration", "1e400s"],
+            "error: --duration: duration '1e400s' is too long (at most 6,307,200,000 s)",
             id="duration-1e400",
         ),
         pytest.param(
@@ -121,8 +121,8 @@ def _refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], config: Path, *
             id="queue-without-rate",
         ),
         pytest.param(
-            ["--skew", "A=1e400"],
-            "error: --skew: A: duration '1e400' is too long (at most 6,307,200,000 s)",
+            ["--skew", "A=1e400s"],
+            "error: --skew: A: duration '1e400s' is too long (at most 6,307,200,000 s)",
             id="skew-past-float",
         ),
         pytest.param(
@@ -254,7 +254,7 @@ def test_loops_times_calls_are_bounded(tmp_path: Path, capsys: pytest.CaptureFix
 def test_a_duration_past_the_message_bound_is_refused_before_drawing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    line = _refused(tmp_path, capsys, _config(tmp_path), "--duration", "1e8")
+    line = _refused(tmp_path, capsys, _config(tmp_path), "--duration", "1e8s")
     assert line.startswith(f"error: {tmp_path / 'c.toml'}: 1e+08 s of this workload make about "), line
     assert "more than the limit of 1,000,000,000; give a duration of at most about" in line
 

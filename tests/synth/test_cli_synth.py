@@ -152,7 +152,7 @@ def test_format_must_match_the_file_name(tmp_path: Path, cfg: Path, capsys) -> N
 def test_skew_flag(tmp_path: Path, cfg: Path, capsys, h) -> None:
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
     assert run(capsys, "synth", cfg, "--out", a, "--messages", "3000")[0] == 0
-    rc, _, err = run(capsys, "synth", cfg, "--out", b, "--messages", "3000", "--skew", "WS2=0.03")
+    rc, _, err = run(capsys, "synth", cfg, "--out", b, "--messages", "3000", "--skew", "WS2=30ms")
     assert rc == 0, err
     ma, mb = h.msgs(read_trace(a)), h.msgs(read_trace(b))
     before = dict(zip(ma.identities(), ma.ts.tolist(), strict=True))
@@ -167,8 +167,9 @@ def test_skew_flag(tmp_path: Path, cfg: Path, capsys, h) -> None:
 @pytest.mark.parametrize(
     ("flag", "starts"),
     [
-        ("NOPE=1", "--skew: unknown node 'NOPE' (declared nodes: client, WS1, WS2, AP)"),
-        ("WS2", "--skew 'WS2' must be NODE=SECONDS"),
+        ("NOPE=1s", "--skew: unknown node 'NOPE' (declared nodes: client, WS1, WS2, AP)"),
+        ("WS2", "--skew 'WS2' must be NODE=DURATION"),
+        ("WS2=0.03", "--skew: WS2: duration '0.03' has no unit: write 0.03s for seconds or 0.03ms"),
     ],
 )
 def test_bad_skew_flag(tmp_path: Path, cfg: Path, capsys, flag: str, starts: str) -> None:

@@ -19,9 +19,9 @@ from tracefmt import ParameterError, WirepathError, format_duration_ns, parse_du
         pytest.param("250us", 250_000, id="250us"),
         pytest.param("250µs", 250_000, id="250-micro-sign-s"),
         pytest.param("2h", 2 * 3600 * 10**9, id="2h"),
-        pytest.param("1e-3", 1_000_000, id="1e-3-bare-seconds"),
-        pytest.param("0.012", 12_000_000, id="bare-seconds"),
-        pytest.param("7", 7 * 10**9, id="bare-integer-seconds"),
+        pytest.param("1e-3s", 1_000_000, id="1e-3s"),
+        pytest.param("0.012s", 12_000_000, id="0.012s"),
+        pytest.param("7s", 7 * 10**9, id="7s"),
         pytest.param("3m", 180 * 10**9, id="3m-minutes"),
         pytest.param("3min", 180 * 10**9, id="3min"),
         pytest.param("42ns", 42, id="42ns"),
@@ -29,6 +29,7 @@ from tracefmt import ParameterError, WirepathError, format_duration_ns, parse_du
         pytest.param("  5ms  ", 5_000_000, id="surrounding-spaces"),
         pytest.param("1.5ns", 1, id="below-ns-truncated"),
         pytest.param("0", 0, id="zero"),
+        pytest.param("-0.0", 0, id="zero-written-otherwise"),
     ],
 )
 def test_parse_duration_ns_exact(text: str, expected: int) -> None:
@@ -38,7 +39,7 @@ def test_parse_duration_ns_exact(text: str, expected: int) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        pytest.param("-0.012", -12_000_000, id="negative-bare-seconds"),
+        pytest.param("-0.012s", -12_000_000, id="negative-seconds"),
         pytest.param("-3ms", -3_000_000, id="negative-ms"),
         pytest.param("-1.5ns", -1, id="negative-truncates-toward-zero"),
         pytest.param("+2s", 2 * 10**9, id="explicit-plus"),
@@ -46,6 +47,20 @@ def test_parse_duration_ns_exact(text: str, expected: int) -> None:
 )
 def test_parse_duration_ns_allow_negative(text: str, expected: int) -> None:
     assert parse_duration_ns(text, allow_negative=True) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [("2", "2"), ("0.012", "0.012"), (" 7 ", "7"), ("-3", "-3"), ("1e-3", "1e-3")],
+)
+def test_a_bare_number_is_refused_naming_the_units(text: str, shown: str) -> None:
+    """``--tolerance 2`` meant as milliseconds was two seconds: text needs its unit."""
+    with pytest.raises(ParameterError) as info:
+        parse_duration_ns(text, allow_negative=True)
+    assert str(info.value) == (
+        f"duration {shown!r} has no unit: write {shown}s for seconds or {shown}ms for milliseconds "
+        "(units: ns, us, µs, μs, ms, s, m, min, h)"
+    )
 
 
 def test_parse_duration_ns_accepts_int_and_float() -> None:
@@ -76,7 +91,7 @@ def test_parse_duration_ns_rejects_garbage(text: str) -> None:
     assert isinstance(info.value, WirepathError)
 
 
-@pytest.mark.parametrize("text", ["-1s", "-0.012", "-5ns"], ids=["-1s", "-0.012", "-5ns"])
+@pytest.mark.parametrize("text", ["-1s", "-0.012s", "-5ns"], ids=["-1s", "-0.012s", "-5ns"])
 def test_parse_duration_ns_rejects_negative_unless_allowed(text: str) -> None:
     with pytest.raises(ParameterError, match="must not be negative") as info:
         parse_duration_ns(text)
@@ -117,7 +132,7 @@ def test_greek_mu_is_microseconds() -> None:
     assert parse_duration_ns("250μs") == parse_duration_ns("250µs") == 250_000
 
 
-@pytest.mark.parametrize("text", ["1e400", "1e12", "-1e12", "9999999999999h"])
+@pytest.mark.parametrize("text", ["1e400s", "1e12s", "-1e12s", "9999999999999h"])
 def test_durations_past_two_centuries_are_refused(text: str) -> None:
     # 64-bit nanoseconds hold 292 years: a longer duration would wrap around or overflow
     # wherever it is added to a timestamp.

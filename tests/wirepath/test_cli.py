@@ -243,7 +243,7 @@ def test_merge_text_summary(
 ) -> None:
     a, b = merge_inputs
     out_path = tmp_path / "m.parquet"
-    rc, out, _ = run(capsys, "merge", a, b, "--out", out_path, "--offset", f"{b}=-0.012")
+    rc, out, _ = run(capsys, "merge", a, b, "--out", out_path, "--offset", f"{b}=-12ms")
     assert rc == 0
     lines = out.splitlines()
     assert lines[0] == f"merged 2 traces (4 messages) into {out_path}"
@@ -282,7 +282,9 @@ def test_merge_no_dedup(
 
 
 @pytest.mark.parametrize(
-    ("window", "removed"), [("400us", 0), ("0.0005", 1), ("1ms", 1)], ids=["400us", "0.5ms-bare", "1ms"]
+    ("window", "removed"),
+    [("400us", 0), ("0.0005s", 1), ("1ms", 1)],
+    ids=["400us", "0.5ms-as-seconds", "1ms"],
 )
 def test_merge_dedup_window(
     window: str,
@@ -346,8 +348,8 @@ def test_merge_ambiguous_offset(tmp_path: Path, capsys: pytest.CaptureFixture[st
 @pytest.mark.parametrize(
     ("offset", "message"),
     [
-        pytest.param("b.parquet", "--offset 'b.parquet' must be INPUT=SECONDS", id="no-equals"),
-        pytest.param("=1ms", "--offset '=1ms' must be INPUT=SECONDS", id="no-name"),
+        pytest.param("b.parquet", "--offset 'b.parquet' must be INPUT=DURATION", id="no-equals"),
+        pytest.param("=1ms", "--offset '=1ms' must be INPUT=DURATION", id="no-name"),
         pytest.param("b.parquet=soon", "invalid duration 'soon'", id="bad-duration"),
     ],
 )

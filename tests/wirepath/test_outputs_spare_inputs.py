@@ -179,7 +179,17 @@ def test_demo_into_a_file_is_one_error(capsys, tmp_path) -> None:
             "smooth_bins",
         ),
         (
-            ["infer", "convolution", "{trace}", "--quantum", "1ms", "--band", "1e6", "--out", "{dir}/z.json"],
+            [
+                "infer",
+                "convolution",
+                "{trace}",
+                "--quantum",
+                "1ms",
+                "--band",
+                "1e6s",
+                "--out",
+                "{dir}/z.json",
+            ],
             "band_s",
         ),
     ],
