@@ -54,8 +54,13 @@ def point_timestamps(trace: pa.Table, point: str | None = None, *, source: str =
     if "point" not in trace.column_names:
         raise ParameterError(f"{source} has no 'point' column; drop --point")
     points = trace.column("point").cast(pa.string())
-    at = pc.equal(points, point).to_numpy(zero_copy_only=False)
+    at = pc.equal(points, point).fill_null(False).to_numpy(zero_copy_only=False)
     if not at.any():
-        known = ", ".join(sorted(str(x) for x in pc.unique(points).to_pylist()))
-        raise ParameterError(f"no messages at point {point!r} (points: {known})")
+        known = sorted(x for x in pc.unique(points.drop_null()).to_pylist())
+        if not known:
+            raise ParameterError(
+                f"{source} names no capture point (its 'point' column is empty: one point, or "
+                "points not given to merge); drop --point"
+            )
+        raise ParameterError(f"no messages at point {point!r} (points: {', '.join(known)})")
     return ts[at]

@@ -38,7 +38,14 @@ if TYPE_CHECKING:
         results_table,
         write_results,
     )
-    from trend.sources import MAX_TRIALS, mrr_from_timestamps, mrr_results, paths_results, trial_windows
+    from trend.sources import (
+        MAX_TRIALS,
+        covered_windows,
+        mrr_from_timestamps,
+        mrr_results,
+        paths_results,
+        trial_windows,
+    )
     from trend.tmm import TmmResult, classify_tmm
     from trend.wda import WdaResult, WdaRun, analyze_wda, load_wda_config, read_wda_runs
 
@@ -77,7 +84,14 @@ _EXPORTS = {
         "results_table",
         "write_results",
     ],
-    "trend.sources": ["MAX_TRIALS", "mrr_from_timestamps", "mrr_results", "paths_results", "trial_windows"],
+    "trend.sources": [
+        "MAX_TRIALS",
+        "covered_windows",
+        "mrr_from_timestamps",
+        "mrr_results",
+        "paths_results",
+        "trial_windows",
+    ],
     "trend.tmm": ["TmmResult", "classify_tmm"],
     "trend.wda": ["WdaResult", "WdaRun", "analyze_wda", "load_wda_config", "read_wda_runs"],
 }
@@ -108,6 +122,7 @@ __all__ = [
     "classify_mdl",
     "classify_tmm",
     "compare_runs",
+    "covered_windows",
     "finite_json",
     "format_comparison",
     "graph_figure",

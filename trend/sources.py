@@ -19,7 +19,14 @@ from tracefmt.patterns import path_id
 from trend.numbers import check_number
 from trend.series import parse_time_ns, results_table
 
-__all__ = ["MAX_TRIALS", "mrr_from_timestamps", "mrr_results", "paths_results", "trial_windows"]
+__all__ = [
+    "MAX_TRIALS",
+    "covered_windows",
+    "mrr_from_timestamps",
+    "mrr_results",
+    "paths_results",
+    "trial_windows",
+]
 
 #: The most trials of one run (CSIT runs 10): more is a typo, and would fill the memory.
 MAX_TRIALS = 1_000_000
@@ -78,10 +85,41 @@ def mrr_from_timestamps(ts_ns: np.ndarray, windows_ns: np.ndarray) -> np.ndarray
     return counts / ((w[:, 1] - w[:, 0]) / 1e9)
 
 
+def covered_windows(ts_ns: np.ndarray, windows_ns: np.ndarray, *, slack: float = 0.01) -> np.ndarray:
+    """Which trial windows the capture covers: from its first to its last packet, give or
+    take the typical gap between packets (the median; the last packet of steady traffic
+    comes up to a gap before the end) and ``slack`` of a window. A window past the
+    capture's end would count as a trial of zero packets, and one cut by it as a slow
+    trial: neither was measured.
+
+    Examples
+    --------
+    >>> ts = np.arange(0, 5_300_000_000, 1_000_000)  # 5.3 s of packets, one a millisecond
+    >>> covered_windows(ts, trial_windows(0, 1_000_000_000, 7)).tolist()
+    [True, True, True, True, True, False, False]
+    """
+    w = np.asarray(windows_ns, dtype=np.int64)
+    ts = np.asarray(ts_ns, dtype=np.int64)
+    if ts.size == 0:
+        return np.zeros(len(w), bool)
+    ts = np.sort(ts)
+    gap = float(np.median(np.diff(ts))) if ts.size > 1 else 0.0
+    tol = slack * (w[:, 1] - w[:, 0]) + gap
+    return (w[:, 0] >= int(ts[0]) - tol) & (w[:, 1] <= int(ts[-1]) + tol)
+
+
 def mrr_results(
-    rates_pps: np.ndarray, *, test: str, build: str, time_ns: int, testbed: str = "default", tags: str = ""
+    rates_pps: np.ndarray,
+    *,
+    test: str,
+    build: str,
+    time_ns: int,
+    testbed: str = "default",
+    tags: str = "",
+    unit: str = "pps",
 ) -> pa.Table:
-    """One run of MRR trials as a results table (unit ``pps``, bigger is better).
+    """One run of MRR trials as a results table (unit ``pps``, or ``msg/s`` for the
+    messages of a trace, bigger is better).
 
     Examples
     --------
@@ -97,7 +135,7 @@ def mrr_results(
                 "build": build,
                 "time_ns": time_ns,
                 "values": [float(r) for r in rates_pps],
-                "unit": "pps",
+                "unit": unit,
                 "direction": "bigger-is-better",
                 "tags": tags,
             }

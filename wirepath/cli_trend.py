@@ -294,26 +294,50 @@ def _capture_timestamps(path: str, point: str | None) -> np.ndarray:
 
 def _cmd_from_capture(args: argparse.Namespace) -> int:
     ts = _capture_timestamps(args.capture, args.point)
+    messages = args.capture.endswith((".parquet", ".pq"))
+    what, unit = ("messages", "msg/s") if messages else ("packets", "pps")
     if ts.size == 0:
-        raise tracefmt.ParameterError(f"{args.capture} holds no packets")
+        raise tracefmt.ParameterError(f"{args.capture} holds no {what}")
     start = int(ts.min()) if args.start is None else trend.parse_time_ns(args.start)
+    duration_ns = tracefmt.parse_duration_ns(args.duration)
     windows = trend.trial_windows(
-        start,
-        tracefmt.parse_duration_ns(args.duration),
-        args.trials,
-        gap_ns=tracefmt.parse_duration_ns(args.gap),
+        start, duration_ns, args.trials, gap_ns=tracefmt.parse_duration_ns(args.gap)
     )
-    rates = trend.mrr_from_timestamps(ts, windows)
-    table = trend.mrr_results(rates, test=args.test, build=args.build, time_ns=start, testbed=args.testbed)
+    covered = trend.covered_windows(ts, windows)
+    span = tracefmt.format_duration_ns(int(ts.max()) - int(ts.min()))
+    if not covered.any():
+        raise tracefmt.ParameterError(
+            f"{args.capture}: its {what} span {span}, which holds none of the {args.trials} trials of "
+            f"{tracefmt.format_duration_ns(duration_ns)} asked for from --start: give fewer or shorter "
+            "trials (--trials, --duration), or the right --start"
+        )
+    # Only what the capture measured: a trial past its end is not a trial of zero.
+    rates = trend.mrr_from_timestamps(ts, windows[covered])
+    table = trend.mrr_results(
+        rates, test=args.test, build=args.build, time_ns=start, testbed=args.testbed, unit=unit
+    )
     with _writing(args.store):
         path = trend.write_results(tracefmt.Store.create(args.store), table, name="capture")
-    doc = {"output": str(path), "test": args.test, "build": args.build, "trials_pps": rates.tolist()}
+    doc = {
+        "output": str(path),
+        "test": args.test,
+        "build": args.build,
+        "unit": unit,
+        "trials": rates.tolist(),
+        "trials_asked": args.trials,
+        "trials_left_out": [int(k) for k in np.flatnonzero(~covered)],
+    }
     text = (
         f"MRR of {tracefmt.printable(args.test)} build {tracefmt.printable(args.build)}: "
-        f"{rates.mean():,.0f} pps "
-        f"(trials {', '.join(f'{r:,.0f}' for r in rates)})\nwrote {path}"
+        f"{rates.mean():,.0f} {unit}, {what} received per second "
+        f"(trials {', '.join(f'{r:,.0f}' for r in rates)})"
     )
-    _emit(args, doc, text)
+    if not covered.all():
+        text += (
+            f"\nnote: {int((~covered).sum())} of {args.trials} trials left out: the capture's {what} span "
+            f"{span}, which does not hold them whole"
+        )
+    _emit(args, doc, text + f"\nwrote {path}")
     return 0
 
 

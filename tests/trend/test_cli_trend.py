@@ -208,7 +208,7 @@ def test_from_capture_counts_packets_per_trial(tmp_path, capsys):
     ]
     assert main(argv) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["trials_pps"] == [500.0, 300.0, 800.0]
+    assert (doc["trials"], doc["unit"]) == ([500.0, 300.0, 800.0], "pps")
     (s,) = load_series(tmp_path / "s")
     assert (s.unit, s.direction, s.trials[0].tolist()) == ("pps", "bigger-is-better", [500.0, 300.0, 800.0])
 
@@ -250,7 +250,7 @@ def test_from_capture_agrees_with_tshark_on_a_real_capture(tmp_path, capsys):
         "--json",
     ]
     assert main(argv) == 0
-    assert json.loads(capsys.readouterr().out)["trials_pps"] == want
+    assert json.loads(capsys.readouterr().out)["trials"] == want
 
 
 def test_from_capture_reads_a_trace_at_one_point(tmp_path, capsys, make_table):
@@ -281,7 +281,8 @@ def test_from_capture_reads_a_trace_at_one_point(tmp_path, capsys, make_table):
         "--json",
     ]
     assert main(argv) == 0
-    assert json.loads(capsys.readouterr().out)["trials_pps"] == [5.0, 5.0]
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["trials"], doc["unit"]) == ([5.0, 5.0], "msg/s")
     argv[argv.index("sw1")] = "sw9"
     assert main(argv) == 1
     assert "no messages at point 'sw9' (points: sw1, sw2)" in capsys.readouterr().err
@@ -333,3 +334,48 @@ def test_bad_input_one_line(argv, message, tmp_path, capsys):
     assert err.startswith("error: ")
     assert len(err.strip().splitlines()) == 1
     assert message in err
+
+
+def test_from_capture_leaves_out_trials_the_capture_does_not_hold(tmp_path, capsys):
+    """5.3 s of steady traffic, 10 trials of 1 s asked: five measured, the five past the
+    end left out (they were stored as 0 pps and halved the mean), and said so."""
+    pcap = tmp_path / "short.pcap"
+    _write_pcap(pcap, [1000 + k / 1000 for k in range(5300)])  # 1,000 pps for 5.3 s
+    argv = ["trend", "from-capture", str(pcap), "--store", str(tmp_path / "s"), "--test", "ip4"]
+    argv += ["--build", "1", "--trials", "10", "--duration", "1s"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    trials = ", ".join(["1,000"] * 5)
+    assert f"MRR of ip4 build 1: 1,000 pps, packets received per second (trials {trials})" in out
+    assert "note: 5 of 10 trials left out: the capture's packets span 5.299 s" in out
+    (s,) = load_series(tmp_path / "s")
+    assert s.trials[0].tolist() == [1000.0] * 5
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trials_left_out"] == [5, 6, 7, 8, 9]
+
+
+def test_from_capture_with_no_whole_trial_is_one_error(tmp_path, capsys):
+    pcap = tmp_path / "short.pcap"
+    _write_pcap(pcap, [1000 + k / 1000 for k in range(300)])  # 0.3 s
+    argv = ["trend", "from-capture", str(pcap), "--store", str(tmp_path / "s"), "--test", "ip4"]
+    assert main([*argv, "--build", "1", "--duration", "1s"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "its packets span 299 ms, which holds none of the 10 trials of 1 s" in err[0]
+    assert not (tmp_path / "s").exists() or not list((tmp_path / "s").rglob("*.parquet"))
+
+
+def test_from_capture_point_of_a_trace_without_points(tmp_path, capsys, make_table):
+    """A one-point capture leaves 'point' empty: --point gets a sentence, not 'points: None'."""
+    import pyarrow as pa
+
+    from tracefmt import write_trace
+
+    rows = [(10**9 + k * 10**8, "send", "a", "b", None) for k in range(20)]
+    path = tmp_path / "t.parquet"
+    write_trace(make_table(rows, point=pa.array([None] * 20, pa.string())), path)
+    argv = ["trend", "from-capture", str(path), "--store", str(tmp_path), "--test", "x", "--build", "1"]
+    assert main([*argv, "--point", "nginx"]) == 1
+    err = capsys.readouterr().err
+    assert "names no capture point (its 'point' column is empty" in err
+    assert "None" not in err
