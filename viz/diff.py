@@ -33,7 +33,7 @@ from tracefmt import ParameterError
 from tracefmt.display import printable
 from tracefmt.pathsfile import check_paths
 from viz.dot import DotGraph, format_s
-from viz.paths import collapse_replicas, mean_of, replica_name, shape_of, visits
+from viz.paths import collapse_replicas, mean_of, replica_name, select_patterns, shape_of, visits
 
 __all__ = ["PathsDiff", "convolution_diff_dot", "diff_convolution", "diff_dot", "diff_paths", "format_change"]
 
@@ -153,12 +153,18 @@ class PathsDiff:
         )
 
     def text_lines(self, top: int = 5) -> list[str]:
-        """The top changed segments as text, one a line, with where each one is."""
+        """The top changed segments as text, one a line: the change a request, in how
+        many requests and patterns, the time it adds in all, where it is, and whether it
+        is within noise (under ``SIGNIFICANT_Z`` standard errors, or of no known spread)."""
         lines = []
         for c in self.changes[:top]:
+            noise = ""
+            if _noise(c["z"]):
+                noise = " [within noise]" if c["z"] is not None else " [spread unknown]"
             lines.append(
                 f"{format_change(c['change_s']):>9}  {c['label']:<24} in {c['requests']:,} requests "
-                f"({c['patterns']} pattern{'' if c['patterns'] == 1 else 's'}): {c['where']}"
+                f"({c['patterns']} pattern{'' if c['patterns'] == 1 else 's'}; "
+                f"{format_change(c['impact_s'])} in all): {c['where']}{noise}"
             )
         return lines
 
@@ -240,13 +246,15 @@ def diff_paths(
     base_c, slow_c = collapse_replicas(base, collapse), collapse_replicas(slow, collapse)
     by_id = {p["id"]: p for p in base_c["patterns"]}
     slow_ids = {p["id"] for p in slow_c["patterns"]}
+    # Numbered as the report and viz draw number the slow run's patterns (by total time).
+    rank_of = {p["id"]: k for k, p in enumerate(select_patterns(slow_c), 1)}
     pooled: dict[tuple[str, ...], list[float]] = {}
     matched = []
     for sp in slow_c["patterns"]:
         bp = by_id.get(sp["id"])
         if bp is None or min(int(bp["count"]), int(sp["count"])) < min_count:
             continue
-        matched.append(_compare_pattern(bp, sp, pooled))
+        matched.append({**_compare_pattern(bp, sp, pooled), "rank": rank_of[sp["id"]]})
     # Changes told apart from noise first: a frequent pattern's noise adds up to more
     # time than a real change in a rarer one.
     matched.sort(key=lambda p: (_noise(p["z"]), -abs(p["added_s"]), p["id"]))
@@ -280,16 +288,25 @@ def _compare_pattern(
     for row in rows:
         row.update(self_base_s=0.0, self_slow_s=0.0)
     seg_b, seg_s = _segments(bp["root"]), _segments(sp["root"])
+    # Per segment key, what a request of this pattern gained (a key met twice in one
+    # request, as two calls to one node, adds both) and its variance.
+    mine: dict[tuple[str, ...], list[float]] = {}
     for (key, owner, edge, vb, sb), (_, _, _, vs, ss) in zip(seg_b, seg_s, strict=True):
-        acc = pooled.setdefault(key, [0.0, 0.0, 0.0, 0.0])
-        acc[0] += n
-        acc[1] += n * (vs - vb)
-        acc[2] += 1
-        acc[3] += n * n * (sb * sb / n_base + ss * ss / n)
+        variance = sb * sb / n_base + ss * ss / n
+        one = mine.setdefault(key, [0.0, 0.0])
+        one[0] += vs - vb
+        one[1] += variance
         rows[owner]["self_base_s"] += vb
         rows[owner]["self_slow_s"] += vs
+        rows[owner]["self_var"] = rows[owner].get("self_var", 0.0) + variance
         if edge >= 0:
-            rows[edge].update(wait_base_s=vb, wait_slow_s=vs)
+            rows[edge].update(wait_base_s=vb, wait_slow_s=vs, wait_var=variance)
+    for key, (change, variance) in mine.items():
+        acc = pooled.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+        acc[0] += n  # requests: each of this pattern's once
+        acc[1] += n * change
+        acc[2] += 1  # patterns
+        acc[3] += n * n * variance
     lat_b, lat_s = bp["root"].get("latency_s"), sp["root"].get("latency_s")
     change = mean_of(lat_s) - mean_of(lat_b)
     return {
@@ -348,8 +365,13 @@ def _noise(z: float | None) -> bool:
     return z is None or abs(z) < SIGNIFICANT_Z
 
 
-def _significant(change: float, base: float, min_change_s: float, rel: float) -> bool:
-    return abs(change) >= max(min_change_s, rel * abs(base))
+def _significant(change: float, base: float, min_change_s: float, rel: float, variance: float = 0.0) -> bool:
+    """Whether a drawn change counts: big enough (``min_change_s`` and ``rel`` of the
+    base value) and told apart from noise where its spread is known (``variance`` of
+    the change > 0: at least ``SIGNIFICANT_Z`` standard errors)."""
+    if abs(change) < max(min_change_s, rel * abs(base)):
+        return False
+    return variance <= 0 or abs(change) >= SIGNIFICANT_Z * math.sqrt(variance)
 
 
 def _change_color(change: float, significant: bool) -> str:
@@ -385,7 +407,7 @@ def diff_dot(diff: PathsDiff, *, top: int = 3, min_change_s: float = 0.001, rel:
     g = DotGraph("diff", diff.sentence())
     for rank, pat in enumerate(diff.patterns[:top], 1):
         head = (
-            f"#{rank} {pat['id']}: {pat['count_base']:,} -> {pat['count_slow']:,} instances, mean "
+            f"#{pat['rank']} {pat['id']}: {pat['count_base']:,} -> {pat['count_slow']:,} instances, mean "
             f"{format_s(pat['mean_base_s'])} -> {format_s(pat['mean_slow_s'])} "
             f"({format_s(pat['mean_slow_s'] - pat['mean_base_s'], sign=True)})"
         )
@@ -401,7 +423,7 @@ def diff_dot(diff: PathsDiff, *, top: int = 3, min_change_s: float = 0.001, rel:
             own_s = row.get("self_slow_s", 0.0)
             own = own_s - own_b
             lat = row["latency_slow_s"] - row["latency_base_s"]
-            sig = _significant(own, own_b, min_change_s, rel)
+            sig = _significant(own, own_b, min_change_s, rel, row.get("self_var", 0.0))
             label = (
                 f"{row['node']}\n{format_s(row['latency_base_s'])} -> {format_s(row['latency_slow_s'])} "
                 f"({format_s(lat, sign=True)})\nown time {format_s(own, sign=True)}"
@@ -412,7 +434,9 @@ def diff_dot(diff: PathsDiff, *, top: int = 3, min_change_s: float = 0.001, rel:
                 g.edge(f"{prefix}caller", ident, f"×{pat['count_slow']:,}")
                 continue
             wait = row.get("wait_slow_s", 0.0) - row.get("wait_base_s", 0.0)
-            wsig = _significant(wait, row.get("wait_base_s", 0.0), min_change_s, rel)
+            wsig = _significant(
+                wait, row.get("wait_base_s", 0.0), min_change_s, rel, row.get("wait_var", 0.0)
+            )
             d_b, d_s = row["delay_base_s"], row["delay_slow_s"]
             elabel = f"+{format_s(d_b)} -> +{format_s(d_s)}\n({format_s(d_s - d_b, sign=True)})"
             g.edge(

@@ -300,7 +300,9 @@ def _register_diff(sub: argparse._SubParsersAction) -> None:
         "shape; every visit and call is labelled base -> slow with its change, red where\n"
         "the time was added (green where saved). Changes are located where the time is\n"
         "spent: the wait of a node before a call, after its last call, or inside a node that\n"
-        "calls nobody; the top ones are printed, pooled over patterns, biggest first.\n"
+        "calls nobody; the top ones are printed, pooled over patterns: those told apart\n"
+        "from noise (three standard errors) first, then by the time they add in all\n"
+        "(change a request x requests). Patterns are numbered as the report numbers them.\n"
         "Two convolution paths files: the changes of the delays at each node are printed.\n\n"
         "example: wirepath viz diff base.json slow.json --collapse 'AP*' --collapse 'DB*'",
     )

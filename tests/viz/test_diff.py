@@ -96,6 +96,57 @@ def test_unmatched_patterns_are_listed_not_compared(docs):
     assert diff_paths(base, slow, min_count=6).sentence().startswith("no pattern appears in both runs")
 
 
+def test_a_node_called_twice_counts_its_requests_once(docs):
+    """app calls backend twice in each of 200 requests, each call 1 ms slower: each
+    request gained 2 ms, in 200 requests of 1 pattern (the visits were counted as
+    requests: "+1 ms in 400 of 200 requests")."""
+    v = docs.visit
+
+    def run(backend: float) -> dict:
+        calls = [v("backend", "app", backend, 0.001), v("backend", "app", backend, 0.002 + backend)]
+        return docs.paths_doc(("p", 200, v("app", "client", 0.004 + 2 * backend, None, *calls)))
+
+    diff = diff_paths(run(0.003), run(0.004))
+    assert diff.sentence() == "app -> backend: +2 ms in 200 of 200 requests"
+    top = diff.changes[0]
+    assert (top["requests"], top["patterns"]) == (200, 1)
+    assert top["impact_s"] == pytest.approx(0.4)
+    assert "in 200 requests (1 pattern; +0.40 s in all)" in diff.text_lines(1)[0]
+
+
+def test_a_change_within_noise_is_not_drawn_red(docs):
+    """A leaf 5 ms slower (50%, past the size rule) with a spread of 100 ms over 20
+    requests is 0.2 standard errors: grey, and said to be within noise."""
+    v = docs.visit
+
+    def run(db: float, std: float) -> dict:
+        return docs.paths_doc(
+            ("p", 20, _spread(v("web", "client", db + 0.001, None, v("db", "web", db, 0.0)), std))
+        )
+
+    dot = diff_dot(diff_paths(run(0.010, 0.1), run(0.015, 0.1)))
+    assert "red3" not in dot
+    assert diff_paths(run(0.010, 0.1), run(0.015, 0.1)).text_lines(1)[0].endswith("[within noise]")
+    # The same change with a spread of 1 ms is 25 standard errors: red.
+    assert "red3" in diff_dot(diff_paths(run(0.010, 0.001), run(0.015, 0.001)))
+
+
+def test_the_diff_graph_numbers_patterns_as_the_report_does(docs):
+    """The pattern that changed is #2 of the slow run by total time (the report's and viz
+    draw's numbering), though it comes first in the diff."""
+    v = docs.visit
+
+    def run(cache: float) -> dict:
+        big = v("web", "client", 0.050, None, v("db", "web", 0.040, 0.002))
+        small = v("web", "client", 0.005 + cache, None, v("cache", "web", cache, 0.002))
+        return docs.paths_doc(("big", 100, big), ("small", 10, small))
+
+    diff = diff_paths(run(0.001), run(0.011))
+    assert diff.patterns[0]["id"] == "small"
+    assert diff.patterns[0]["rank"] == 2
+    assert 'label="#2 small: 10 -> 10 instances' in diff_dot(diff)
+
+
 def _with_auth(doc, node="WS2"):
     return sum(
         p["count"]
