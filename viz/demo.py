@@ -301,7 +301,7 @@ class _Demo:
     def compare(self, collapse: Sequence[str], top: int) -> PathsDiff:
         """The runs' diff, written as JSON, each run's top patterns and the diff drawn."""
         out, docs = self.out, self.docs
-        diff = diff_paths(docs["base"], docs["slow"], collapse=collapse)
+        diff = diff_paths(docs["base"], docs["slow"], collapse=collapse, instances=self.instances())
         _write_json(diff.to_json(), out / "diff.json")
         self.files["diff_json"] = str(out / "diff.json")
         for name in ("base", "slow"):
@@ -336,6 +336,14 @@ class _Demo:
         self.files["slow_convolution_graph"] = str(self.out / "slow-convolution.svg")
         return changes
 
+    def instances(self) -> tuple[Any, Any]:
+        """Both runs' instances tables: with every request's latency the diff counts the
+        requests that changed, not those passing where a mean moved."""
+        return (
+            infer.read_instances(self.files["base_instances"]),
+            infer.read_instances(self.files["slow_instances"]),
+        )
+
     def report(self, collapse: Sequence[str]) -> None:
         """The HTML report of the slow run against the base, and the slow run's first 200
         requests exported as OTLP/JSON traces."""
@@ -345,6 +353,7 @@ class _Demo:
             top=10,
             collapse=collapse,
             title="wirepath demo: the slow run",
+            instances=self.instances(),
         )
         self.files["report"] = str(write_atomic(self.out / "report.html", page))
         self.step("exporting the slow run's first 200 requests as OTLP/JSON traces")

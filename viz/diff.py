@@ -29,11 +29,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from tracefmt import ParameterError
 from tracefmt.display import printable
 from tracefmt.pathsfile import check_paths
 from viz.dot import DotGraph, format_s
 from viz.paths import collapse_replicas, mean_of, replica_name, select_patterns, shape_of, visits
+from viz.shift import latency_shift
 
 __all__ = ["PathsDiff", "convolution_diff_dot", "diff_convolution", "diff_dot", "diff_paths", "format_change"]
 
@@ -147,6 +152,13 @@ class PathsDiff:
         if not self.changes:
             return "no pattern appears in both runs: nothing to compare"
         top = self.changes[0]
+        if top.get("changed_requests"):
+            # Counted from every request's latency: the share that changed, not the mean.
+            return (
+                f"{top['label']}: {format_change(top['changed_delta_s'])} in {top['changed_requests']:,} "
+                f"of {self.requests:,} requests ({top['changed_requests'] / top['of_requests']:.0%} "
+                f"of the {top['of_requests']:,} that pass there)"
+            )
         return (
             f"{top['label']}: {format_change(top['change_s'])} in {top['requests']:,} "
             f"of {self.requests:,} requests"
@@ -161,10 +173,17 @@ class PathsDiff:
             noise = ""
             if _noise(c["z"]):
                 noise = " [within noise]" if c["z"] is not None else " [spread unknown]"
+            changed = ""
+            if "changed_requests" in c:
+                changed = (
+                    f"; changed: {format_change(c['changed_delta_s'])} in {c['changed_requests']:,}"
+                    if c["changed_requests"]
+                    else "; no request changed beyond noise"
+                )
             lines.append(
                 f"{format_change(c['change_s']):>9}  {c['label']:<24} in {c['requests']:,} requests "
                 f"({c['patterns']} pattern{'' if c['patterns'] == 1 else 's'}; "
-                f"{format_change(c['impact_s'])} in all): {c['where']}{noise}"
+                f"{format_change(c['impact_s'])} in all{changed}): {c['where']}{noise}"
             )
         return lines
 
@@ -214,6 +233,7 @@ def diff_paths(
     *,
     collapse: Sequence[str] = (),
     min_count: int = 1,
+    instances: tuple[pa.Table, pa.Table] | None = None,
 ) -> PathsDiff:
     """Compare two nesting paths documents (a base run and a slow run).
 
@@ -226,6 +246,11 @@ def diff_paths(
         change spread over replicas is counted once.
     min_count : int
         Compare only patterns seen at least this often in both runs.
+    instances : (pyarrow.Table, pyarrow.Table), optional
+        The two runs' instances tables (``infer nesting --instances``): every request's
+        latency, so each matched pattern's change is told as a share of its requests
+        and their change, with a test (``viz.shift``), and the sentence counts the
+        requests that changed, not those that pass where the mean moved.
 
     Examples
     --------
@@ -248,19 +273,28 @@ def diff_paths(
     slow_ids = {p["id"] for p in slow_c["patterns"]}
     # Numbered as the report and viz draw number the slow run's patterns (by total time).
     rank_of = {p["id"]: k for k, p in enumerate(select_patterns(slow_c), 1)}
-    pooled: dict[tuple[str, ...], list[float]] = {}
+    pooled: dict[tuple[str, ...], list[Any]] = {}
+    lat_b, lat_s = (
+        (_root_latencies(instances[0], base_c), _root_latencies(instances[1], slow_c))
+        if instances is not None
+        else ({}, {})
+    )
     matched = []
     for sp in slow_c["patterns"]:
         bp = by_id.get(sp["id"])
         if bp is None or min(int(bp["count"]), int(sp["count"])) < min_count:
             continue
-        matched.append({**_compare_pattern(bp, sp, pooled), "rank": rank_of[sp["id"]]})
+        row = {**_compare_pattern(bp, sp, pooled), "rank": rank_of[sp["id"]]}
+        b, s_ = lat_b.get(sp["id"]), lat_s.get(sp["id"])
+        if b is not None and s_ is not None:
+            row["shift"] = latency_shift(b, s_).to_json()
+        matched.append(row)
     # Changes told apart from noise first: a frequent pattern's noise adds up to more
     # time than a real change in a rarer one.
     matched.sort(key=lambda p: (_noise(p["z"]), -abs(p["added_s"]), p["id"]))
     return PathsDiff(
         patterns=matched,
-        changes=_pooled_changes(pooled),
+        changes=_pooled_changes(pooled, {p["id"]: p.get("shift") for p in matched}),
         new=[_brief(p) for p in slow_c["patterns"] if p["id"] not in by_id],
         gone=[_brief(p) for p in base_c["patterns"] if p["id"] not in slow_ids],
         requests=_instances(slow_c),
@@ -301,12 +335,15 @@ def _compare_pattern(
         rows[owner]["self_var"] = rows[owner].get("self_var", 0.0) + variance
         if edge >= 0:
             rows[edge].update(wait_base_s=vb, wait_slow_s=vs, wait_var=variance)
+    # The segment that moved most: a change of this pattern's requests is put there.
+    dominant = max(mine, key=lambda k: (abs(mine[k][0]), k)) if mine else None
     for key, (change, variance) in mine.items():
-        acc = pooled.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+        acc = pooled.setdefault(key, [0.0, 0.0, 0.0, 0.0, []])
         acc[0] += n  # requests: each of this pattern's once
         acc[1] += n * change
         acc[2] += 1  # patterns
         acc[3] += n * n * variance
+        acc[4].append((sp["id"], key == dominant))
     lat_b, lat_s = bp["root"].get("latency_s"), sp["root"].get("latency_s")
     change = mean_of(lat_s) - mean_of(lat_b)
     return {
@@ -324,15 +361,19 @@ def _compare_pattern(
     }
 
 
-def _pooled_changes(pooled: dict[tuple[str, ...], list[float]]) -> list[dict[str, Any]]:
+def _pooled_changes(
+    pooled: dict[tuple[str, ...], list[Any]], shifts: dict[str, dict[str, Any] | None]
+) -> list[dict[str, Any]]:
     """Segment changes pooled over patterns, told apart from noise first, then the
-    biggest ``|change| x requests``."""
+    biggest ``|change| x requests``; with the patterns' latency shifts (``shifts``),
+    the requests of those patterns that changed and by how much."""
     changes = []
-    for key, (weight, weighted, n_patterns, variance) in pooled.items():
+    for key, (weight, weighted, n_patterns, variance, ids) in pooled.items():
         label, where = _describe(key)
         change_s = weighted / weight
         changes.append(
             {
+                **_changed_requests(weighted, [(shifts.get(i), here) for i, here in ids]),
                 "label": label,
                 "where": where,
                 "kind": key[0],
@@ -346,6 +387,45 @@ def _pooled_changes(pooled: dict[tuple[str, ...], list[float]]) -> list[dict[str
         )
     changes.sort(key=lambda c: (_noise(c["z"]), -abs(c["impact_s"]), c["label"]))
     return changes
+
+
+def _changed_requests(weighted: float, shifts: list[tuple[dict[str, Any] | None, bool]]) -> dict[str, Any]:
+    """From the latency shifts of a change's patterns (None where not measured; with
+    whether this segment is where the pattern moved most): how many of their requests
+    changed, in the change's direction, beyond noise and here, and by how much on
+    average; empty without shifts."""
+    if not shifts or any(s is None for s, _ in shifts):
+        return {}
+    moved = [
+        s
+        for s, here in shifts
+        if here and s["significant"] and s["share"] > 0 and s["delta_s"] * weighted > 0
+    ]
+    changed = sum(s["share"] * s["n_slow"] for s in moved)
+    delta = sum(s["share"] * s["n_slow"] * s["delta_s"] for s in moved) / changed if changed else 0.0
+    return {
+        "changed_requests": round(changed),
+        "changed_delta_s": delta,
+        "of_requests": sum(s["n_slow"] for s, _ in shifts),
+    }
+
+
+def _root_latencies(table: pa.Table, collapsed: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Every request's latency (its root call's, seconds) per pattern id of ``collapsed``
+    (an instances table's patterns are the uncollapsed ones: merged here as the
+    document's replicas were)."""
+    need = {"parent", "pattern", "t_call", "t_return"}
+    if not need <= set(table.column_names):
+        raise ParameterError(f"not an instances table (needs columns {', '.join(sorted(need))})")
+    roots = table.filter(pc.is_null(table["parent"]))
+    ids = np.asarray(roots["pattern"].cast(pa.string()).to_pylist(), dtype=object)
+    lat = (roots["t_return"].cast(pa.int64()).to_numpy() - roots["t_call"].cast(pa.int64()).to_numpy()) / 1e9
+    to_merged = {old: p["id"] for p in collapsed["patterns"] for old in p.get("replica_ids", [p["id"]])}
+    merged = np.array([to_merged.get(i) for i in ids], dtype=object)
+    out: dict[str, np.ndarray] = {}
+    for pid in {m for m in merged if m is not None}:
+        out[pid] = lat[merged == pid]
+    return out
 
 
 def _brief(p: dict[str, Any]) -> dict[str, Any]:

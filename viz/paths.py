@@ -240,7 +240,10 @@ def collapse_replicas(doc: dict[str, Any], globs: Sequence[str]) -> dict[str, An
         raise ParameterError("collapsing replicas applies to nesting patterns (trees), not convolution paths")
     groups = _replica_groups(doc.get("patterns", []), globs)
     merged = [
-        {**members[0], "id": pid} if len(members) == 1 else _merge_replicas(pid, members)
+        {
+            **({**members[0], "id": pid} if len(members) == 1 else _merge_replicas(pid, members)),
+            "replica_ids": [m["id"] for m in members],  # the patterns merged, as the run named them
+        }
         for pid, members in groups.items()
     ]
     merged.sort(key=lambda p: (-p["total_latency_s"], p["id"]))

@@ -316,6 +316,7 @@ def build_report(
     title: str = "wirepath report",
     render: Callable[[str, str], bytes] = render_dot,
     evaluation: dict[str, Any] | None = None,
+    instances: tuple[Any, Any] | None = None,
 ) -> str:
     """The HTML text of a report on paths file ``doc`` (optionally diffed against ``base``).
 
@@ -335,6 +336,9 @@ def build_report(
     evaluation : dict, optional
         ``infer.evaluate_paths``' report of ``doc`` against the truth, with instances:
         adds how the stated confidence compares with it (a reliability diagram).
+    instances : (pyarrow.Table, pyarrow.Table), optional
+        The base and this run's instances tables: the diff counts the requests that
+        changed from every request's latency (``viz.diff.diff_paths``).
 
     Examples
     --------
@@ -344,7 +348,7 @@ def build_report(
     True
     """
     check_paths(doc, "report")
-    diff, conv_changes = _against_base(doc, base, collapse)
+    diff, conv_changes = _against_base(doc, base, collapse, instances)
     parts = [f"<h1>{_e(title)}</h1>"]
     if diff is not None:
         parts.append(f'<p class="sentence">{_e(diff.sentence())}</p>')
@@ -363,7 +367,10 @@ def build_report(
 
 
 def _against_base(
-    doc: dict[str, Any], base: dict[str, Any] | None, collapse: Sequence[str]
+    doc: dict[str, Any],
+    base: dict[str, Any] | None,
+    collapse: Sequence[str],
+    instances: tuple[Any, Any] | None = None,
 ) -> tuple[PathsDiff | None, list[dict[str, Any]] | None]:
     """The comparison with the base run: a nesting run's diff, or a convolution run's
     delay changes (None for the other, and for both without a base run)."""
@@ -371,7 +378,7 @@ def _against_base(
         return None, None
     check_paths(base, "base")
     if doc["algorithm"] == "nesting":
-        return diff_paths(base, doc, collapse=collapse), None
+        return diff_paths(base, doc, collapse=collapse, instances=instances), None
     return None, diff_convolution(base, doc, collapse=collapse)
 
 

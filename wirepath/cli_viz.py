@@ -63,11 +63,16 @@ def _cmd_draw(args: argparse.Namespace) -> int:
 
 def _cmd_diff(args: argparse.Namespace) -> int:
     out = _graph_out(args, "diff.svg")
-    tracefmt.distinct_outputs([args.base, args.slow], [out], what="an input")
+    tracefmt.distinct_outputs([args.base, args.slow, *(args.instances or [])], [out], what="an input")
     base, slow = tracefmt.read_paths(args.base), tracefmt.read_paths(args.slow)
     if base["algorithm"] == slow["algorithm"] == "convolution":
+        if args.instances:
+            raise tracefmt.ParameterError("--instances applies to nesting paths files (convolution has none)")
         return _convolution_diff(args, base, slow)
-    diff = diff_paths(base, slow, collapse=args.collapse, min_count=args.min_count)
+    tables = None
+    if args.instances:
+        tables = (infer.read_instances(args.instances[0]), infer.read_instances(args.instances[1]))
+    diff = diff_paths(base, slow, collapse=args.collapse, min_count=args.min_count, instances=tables)
     write_graph(diff_dot(diff, top=args.top), out, args.format)
     lines = [diff.sentence(), "top changes (where the time was added or saved):"]
     lines += ["  " + line for line in diff.text_lines(args.changes)]
@@ -103,14 +108,22 @@ def _convolution_diff(args: argparse.Namespace, base: dict[str, Any], slow: dict
 
 def _cmd_report(args: argparse.Namespace) -> int:
     tracefmt.distinct_outputs(
-        [args.paths, args.diff, args.truth, args.instances], [args.out], what="an input"
+        [args.paths, args.diff, args.truth, args.instances, args.diff_instances], [args.out], what="an input"
     )
     doc = tracefmt.read_paths(args.paths)
     base = tracefmt.read_paths(args.diff) if args.diff else None
-    if (args.truth is None) != (args.instances is None):
+    if args.truth is not None and args.instances is None:
+        raise ParameterError("--truth needs --instances (this run's instances, scored against the truth)")
+    if args.diff_instances is not None and (args.diff is None or args.instances is None):
+        raise ParameterError("--diff-instances needs --diff and --instances (the base run's and this run's)")
+    if args.instances is not None and args.truth is None and args.diff_instances is None:
         raise ParameterError(
-            "--truth and --instances go together (the trace with its truth, and the instances)"
+            "--instances is used with --truth (scored against the truth) or with --diff-instances "
+            "(the diff counts the requests that changed); give one of them"
         )
+    tables = None
+    if args.diff_instances is not None:
+        tables = (infer.read_instances(args.diff_instances), infer.read_instances(args.instances))
     evaluation = None
     if args.truth:
         evaluation = infer.evaluate_paths(
@@ -126,6 +139,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         collapse=args.collapse,
         title=args.title or f"wirepath report: {Path(args.paths).name}",
         evaluation=evaluation,
+        instances=tables,
     )
     out = write_report(page, args.out)
     text = f"wrote {out} ({len(page.encode('utf-8')) / 1024:,.0f} KiB, self-contained)"
@@ -321,6 +335,13 @@ def _register_diff(sub: argparse._SubParsersAction) -> None:
     d.add_argument(
         "--min-count", type=count(1), default=1, metavar="N", help="compare patterns seen N times in both"
     )
+    d.add_argument(
+        "--instances",
+        nargs=2,
+        metavar=("BASE.parquet", "SLOW.parquet"),
+        help="the two runs' instances tables (infer nesting --instances): count the requests "
+        "that changed and by how much, from every request's latency, with a test",
+    )
     _collapse_option(d, [])
 
 
@@ -345,7 +366,17 @@ def _register_report(verbs: argparse._SubParsersAction) -> None:
         help="the trace with its truth (synth, or converted spans): adds how the stated confidence "
         "compares with it (needs --instances)",
     )
-    p.add_argument("--instances", metavar="FILE.parquet", help="instances from 'infer nesting --instances'")
+    p.add_argument(
+        "--instances",
+        metavar="FILE.parquet",
+        help="this run's instances ('infer nesting --instances'), for --truth or --diff-instances",
+    )
+    p.add_argument(
+        "--diff-instances",
+        metavar="BASE.parquet",
+        help="the base run's instances: with --diff and --instances, the diff counts the requests "
+        "that changed and by how much, tested",
+    )
     _view_options(p, 10)
 
 

@@ -38,9 +38,17 @@ def test_demo_finds_the_injected_delay(demo):
     assert top["change_s"] == pytest.approx(0.200, abs=0.02)
     assert top["requests"] == pytest.approx(_ws2_auth_requests(truth), rel=0.1)
     assert result.diff.requests == truth["instances"]
-    m = re.fullmatch(r"WS2 -> AP\*: \+0\.2\d s in ([\d,]+) of ([\d,]+) requests", result.sentence)
-    assert m is not None
+    # Counted from every request's latency: all of the WS2-with-AUTH requests changed.
+    m = re.fullmatch(
+        r"WS2 -> AP\*: \+0\.2\d s in ([\d,]+) of ([\d,]+) requests "
+        r"\((\d+)% of the ([\d,]+) that pass there\)",
+        result.sentence,
+    )
+    assert m is not None, result.sentence
+    assert int(m.group(1).replace(",", "")) == pytest.approx(_ws2_auth_requests(truth), rel=0.1)
     assert int(m.group(2).replace(",", "")) == truth["instances"]
+    assert int(m.group(3)) >= 90
+    assert top["changed_delta_s"] == pytest.approx(0.200, abs=0.02)
     assert len(steps) >= 5
 
 

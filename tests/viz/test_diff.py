@@ -340,3 +340,120 @@ def test_petstore_mylist_delay_is_found_in_mylist():
 
     true_requests = sum(p["count"] for p in truth["patterns"] if has(p["root"], "mylist.jsp"))
     assert top["requests"] == pytest.approx(true_requests, rel=0.05)
+
+
+_MIX = """\
+nodes = ["client", "web", "app", "db"]
+
+[trace]
+seed = 3
+messages = 40000
+resolution_s = 1e-6
+"""
+_MIX_TRACELET = """
+[[tracelet]]
+name = "{name}"
+client = "client"
+clients = {clients}
+think_s = [0.0, 0.02]
+[[tracelet.call]]
+id = "web"
+to = "web"
+before_s = [0.001, 0.0002]
+after_s = [0.001, 0.0002]
+[[tracelet.call]]
+id = "app"
+parent = "web"
+to = "app"
+before_s = [0.002, 0.0004]
+[[tracelet.call]]
+id = "db"
+parent = "app"
+to = "db"
+before_s = [{db}, 0.001]
+"""
+
+
+@pytest.fixture(scope="module")
+def mixture(tmp_path_factory):
+    """Two runs: one client in ten makes requests of the same shape whose database visit
+    is 40 ms longer in the slow run; name -> (paths, instances, truth)."""
+    from wirepath.cli import main
+
+    tmp_path = tmp_path_factory.mktemp("mixture")
+    runs = {}
+    for name, unlucky_db in (("base", 0.005), ("slow", 0.045)):
+        cfg = tmp_path / f"{name}.toml"
+        text = _MIX + _MIX_TRACELET.format(name="usual", clients=9, db=0.005)
+        cfg.write_text(text + _MIX_TRACELET.format(name="unlucky", clients=1, db=unlucky_db))
+        trace, truth = tmp_path / f"{name}.parquet", tmp_path / f"{name}-truth.json"
+        assert main(["synth", str(cfg), "--out", str(trace), "--truth", str(truth), "--quiet"]) == 0
+        paths, inst = tmp_path / f"{name}-paths.json", tmp_path / f"{name}-i.parquet"
+        argv = ["infer", "nesting", str(trace), "--out", str(paths), "--instances", str(inst), "--quiet"]
+        assert main(argv) == 0
+        runs[name] = (paths, inst, truth)
+    return runs
+
+
+def test_a_delay_in_a_few_requests_is_counted_in_those_requests(mixture):
+    """Means say +1.4 ms in every request; every request's latency (the instances tables)
+    says +40 ms in the slowed ones, as many as the truth has."""
+    import json
+
+    import infer
+    from tracefmt import read_paths
+
+    # The truth: the slow run's requests of the unlucky client (its own tracelet's count).
+    runs = mixture
+    truth = json.loads(runs["slow"][2].read_text())
+    slowed = min(p["count"] for p in truth["patterns"])
+    assert 150 < slowed < 400
+    base, slow = read_paths(runs["base"][0]), read_paths(runs["slow"][0])
+    tables = (infer.read_instances(runs["base"][1]), infer.read_instances(runs["slow"][1]))
+    diff = diff_paths(base, slow, instances=tables)
+    top = diff.changes[0]
+    assert top["label"] == "app -> db"
+    assert top["changed_requests"] == pytest.approx(slowed, rel=0.1)
+    assert top["changed_delta_s"] == pytest.approx(0.040, rel=0.1)
+    assert re.fullmatch(
+        r"app -> db: \+(39|40|41)\.\d+ ms in [\d,]+ of [\d,]+ requests \(\d% of the [\d,]+ that pass there\)",
+        diff.sentence(),
+    )
+    # By the means alone: the small change in all of them.
+    assert diff_paths(base, slow).changes[0]["change_s"] < 0.005
+    shift = next(p["shift"] for p in diff.patterns if p["count_slow"] > 1000)
+    assert shift["significant"]
+    assert shift["slow_s"][2] > shift["base_s"][2] + 0.03  # p99 of the slow run: the slowed ones
+
+
+@pytest.mark.needs_dot
+def test_viz_diff_and_report_count_the_changed_requests(mixture, tmp_path, capsys):
+    from wirepath.cli import main
+
+    (bp, bi, _), (sp, si, _) = mixture["base"], mixture["slow"]
+    assert (
+        main(
+            [
+                "viz",
+                "diff",
+                str(bp),
+                str(sp),
+                "--out",
+                str(tmp_path / "d.svg"),
+                "--instances",
+                str(bi),
+                str(si),
+            ]
+        )
+        == 0
+    )
+    sentence = capsys.readouterr().out.splitlines()[0]
+    assert re.match(r"app -> db: \+(39|40|41)\.\d+ ms in [\d,]+ of [\d,]+ requests", sentence), sentence
+    page = tmp_path / "r.html"
+    argv = ["report", str(sp), "--diff", str(bp), "--instances", str(si), "--diff-instances", str(bi)]
+    assert main([*argv, "--out", str(page)]) == 0
+    capsys.readouterr()
+    assert sentence.replace(">", "&gt;") in page.read_text()
+    # The base run's instances without this run's: one line saying what goes with what.
+    assert main(["report", str(sp), "--diff", str(bp), "--diff-instances", str(bi), "--out", str(page)]) == 1
+    assert "--diff-instances needs --diff and --instances" in capsys.readouterr().err
