@@ -84,15 +84,16 @@ def nesting_lines(
 
 def pattern_line(rank: int, pattern: dict[str, Any]) -> str:
     """The heading of a nesting pattern of a paths file: rank, id, instances, the chance
-    that an instance is exactly right (when known) and the total latency.
+    that an instance is exactly right (when known: the model's estimate from the trace,
+    not a measurement, so said as one) and the total latency.
 
     Examples
     --------
     >>> pattern_line(1, {"id": "a1b2", "count": 1200, "confidence": 0.92, "total_latency_s": 3.5})
-    '#1 a1b2  1,200 instances (92.0% exactly right), total 3.500 s'
+    '#1 a1b2  1,200 instances (est. 92.0% exactly right), total 3.500 s'
     """
     conf = pattern.get("confidence")
-    sure = "" if conf is None else f" ({conf:.1%} exactly right)"
+    sure = "" if conf is None else f" (est. {conf:.1%} exactly right)"
     total = pattern["total_latency_s"]
     return f"#{rank} {pattern['id']}  {pattern['count']:,} instances{sure}, total {total:.3f} s"
 

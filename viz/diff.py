@@ -418,14 +418,17 @@ def _root_latencies(table: pa.Table, collapsed: dict[str, Any]) -> dict[str, np.
     if not need <= set(table.column_names):
         raise ParameterError(f"not an instances table (needs columns {', '.join(sorted(need))})")
     roots = table.filter(pc.is_null(table["parent"]))
-    ids = np.asarray(roots["pattern"].cast(pa.string()).to_pylist(), dtype=object)
     lat = (roots["t_return"].cast(pa.int64()).to_numpy() - roots["t_call"].cast(pa.int64()).to_numpy()) / 1e9
+    # Pattern ids as codes into their (few) distinct values: no Python loop per request.
+    codes = pc.dictionary_encode(roots["pattern"].cast(pa.string())).combine_chunks()
     to_merged = {old: p["id"] for p in collapsed["patterns"] for old in p.get("replica_ids", [p["id"]])}
-    merged = np.array([to_merged.get(i) for i in ids], dtype=object)
-    out: dict[str, np.ndarray] = {}
-    for pid in {m for m in merged if m is not None}:
-        out[pid] = lat[merged == pid]
-    return out
+    merged = [to_merged.get(v) for v in codes.dictionary.to_pylist()]
+    names = sorted({m for m in merged if m is not None})
+    slot = np.array([names.index(m) if m is not None else -1 for m in merged] or [-1], np.int64)
+    which = slot[codes.indices.to_numpy(zero_copy_only=False)] if len(codes) else np.zeros(0, np.int64)
+    order = np.argsort(which, kind="stable")
+    bounds = np.searchsorted(which[order], np.arange(len(names) + 1))
+    return {pid: lat[order[bounds[k] : bounds[k + 1]]] for k, pid in enumerate(names)}
 
 
 def _brief(p: dict[str, Any]) -> dict[str, Any]:

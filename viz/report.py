@@ -134,7 +134,7 @@ def _pattern_table(patterns: list[dict[str, Any]], whole: float) -> str:
         ("pattern", "text"),
         ("shape", "text"),
         ("count", "num"),
-        *([("exactly right", "num")] if confident else []),
+        *([("est. exactly right", "num")] if confident else []),
         ("total latency", "num"),
         ("share", "num"),
         ("mean", "num"),

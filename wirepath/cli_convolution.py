@@ -48,8 +48,15 @@ def _cmd_infer_convolution(args: argparse.Namespace) -> int:
     out = Path(args.out)
     tracefmt.write_paths(doc, out)
     lines = infer.convolution_lines(doc, wrote=[out])
-    for k, p in enumerate(doc["paths"][: args.show], 1):
+    shown = doc["paths"][: args.show]
+    for k, p in enumerate(shown, 1):
         lines.append(f"#{k:<3} {p['count']:>10,.0f}  {format_path(p)}")
+    if any(len(p["nodes"]) > 2 for p in shown):
+        lines.append(
+            "(#, messages estimated on the path's last hop, the path; -[a|b]-> the delays at the node "
+            "between a message in and the one it causes out, most frequent first; median: where "
+            "messages go one for one)"
+        )
     emit(args, doc, "\n".join(lines))
     return 0
 
