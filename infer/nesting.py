@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from infer.calibration import OPTIMISM, Calibration, sigmoid, twin_calibration
+from infer.callers import attribute_callers
 from infer.callpairs import CallPairs, NodeCodes, match_calls, node_codes
 from infer.candidates import (
     NODE_BITS,
@@ -247,6 +248,7 @@ class NestingResult:
                         "request_rounds_run",
                         "stages",
                         "min_confidence",
+                        "callers",
                     )
                     if k in self.trace_info
                 },
@@ -1108,7 +1110,11 @@ def infer_nesting(
     check_sort(sort)
     say = on_stage or (lambda _: None)
     trace = sort_trace(validate_trace(trace))
+    # A service's calls leave from its bare address (an ephemeral port): given back to it.
+    trace, callers = attribute_callers(trace)
     nodes, pairs, info = _call_pairs(trace, params)
+    if callers.renamed or callers.kept:
+        info["callers"] = callers.to_json()
     labels = call_labels(trace, pairs) if params.request_rounds else None
     say(f"{len(pairs):,} call pairs")
     # The trace is not needed past its call pairs: its columns are freed (when the caller

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from infer.calibration import rough_note
+from infer.callers import CallerAttribution
 from tracefmt.units import format_duration_ns
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ def nesting_lines(
             f"{st['tolerance_s'] * 1e3:.3g} ms estimated (--no-auto-tolerance to keep "
             f"{result.params.tolerance_s * 1e3:g} ms)",
         )
+    if st.get("callers"):
+        lines += [f"note: {line}" for line in CallerAttribution(**st["callers"]).lines()]
     rough = rough_note(doc)
     if rough:
         lines.append(f"note: {rough}")

@@ -275,6 +275,7 @@ _STATS_SHAPES = {
     "stages": "a list of objects",
     "confidence": "an object of numbers (and its calibration's name)",
     "min_confidence": "an object of numbers (what --min-confidence left out)",
+    "callers": "an object: renamed (an object of connection counts) and kept (a count)",
 }
 
 #: Settings that readers take as numbers, so never null.
@@ -323,6 +324,14 @@ def _check_outline(doc: dict[str, Any], where: str) -> None:
                         _number(x, null=True) or (k == "calibration" and isinstance(x, str))
                         for k, x in value.items()
                     )
+                )
+            elif key == "callers":
+                renamed = value.get("renamed") if isinstance(value, dict) else None
+                ok = (
+                    isinstance(renamed, dict)
+                    and all(isinstance(k, str) and _number(n) for k, n in renamed.items())
+                    and _number(value.get("kept"))
+                    and set(value) <= {"renamed", "kept"}
                 )
             else:
                 ok = _number(value, null=True)

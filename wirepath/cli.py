@@ -94,6 +94,17 @@ def _parse_offsets(pairs: Sequence[str], inputs: Sequence[str]) -> dict[str, int
     return offsets
 
 
+def _nesting_columns(path: str, params: infer.NestingParams) -> tuple[str, ...]:
+    """The optional columns nesting uses that the trace has: ``flow`` (a service's calls
+    from its bare address given back to it, ``infer.callers``) and, for request rounds,
+    ``label``."""
+    if tracefmt.trace_format(path) != "parquet":
+        return ()  # a text trace has the core columns only
+    names = tracefmt.read_trace_metadata(path).schema.names
+    wanted = ("flow", "label") if params.request_rounds else ("flow",)
+    return tuple(c for c in wanted if c in names)
+
+
 def _cmd_merge(args: argparse.Namespace) -> int:
     tracefmt.distinct_outputs([*args.inputs, args.names], [args.out], what="an input")
     offsets = _parse_offsets(args.offset, args.inputs)
@@ -249,12 +260,12 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # said above, once
         # No name holds the trace here, so inference can free it once it has the call pairs;
-        # and it reads the core columns only (truth, labels and the like are not used).
+        # and it reads the core columns, and of the others only those nesting uses.
         bar = _progress("nesting", args, steps=True)
         try:
             with runner(args) as run:
                 result = infer.infer_nesting(
-                    tracefmt.read_any_trace(args.trace, columns=()),
+                    tracefmt.read_any_trace(args.trace, columns=_nesting_columns(args.trace, params)),
                     params,
                     sort=args.sort,
                     runner=run,

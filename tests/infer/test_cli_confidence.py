@@ -391,7 +391,7 @@ def test_show_prints_each_patterns_share_exactly_right(run: Run) -> None:
     assert len(heads) == min(SHOW, len(doc["patterns"]))
     for k, (line, p) in enumerate(zip(heads, doc["patterns"], strict=False), 1):
         m = re.fullmatch(
-            r"#(\d+) (\S+)  ([\d,]+) instances \(([\d.]+)% exactly right\), total ([\d.]+) s", line
+            r"#(\d+) (\S+)  ([\d,]+) instances \(est\. ([\d.]+)% exactly right\), total ([\d.]+) s", line
         )
         assert m, line
         assert int(m[1]) == k
