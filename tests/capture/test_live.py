@@ -554,3 +554,73 @@ def _tcp_ports(pcap: str) -> set[int]:
             if isinstance(ip, dpkt.ip.IP) and isinstance(ip.data, dpkt.tcp.TCP):
                 ports |= {ip.data.sport, ip.data.dport}
     return ports
+
+
+_ONE_HOST = """
+import http.client, http.server, sys, threading
+class Back(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        body = b"item"
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+local = threading.local()
+class Front(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        # The front's own keep-alive connection to the back, one per front thread.
+        if not hasattr(local, "conn"):
+            local.conn = http.client.HTTPConnection("127.0.0.1", 9090)
+        local.conn.request("GET", "/item" + self.path); local.conn.getresponse().read()
+        body = b"page"
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+for port, handler in ((9090, Back), (8080, Front)):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+conn = http.client.HTTPConnection("127.0.0.1", 8080)
+for k in range(int(sys.argv[1])):
+    conn.request("GET", f"/{k}"); conn.getresponse().read()
+"""
+
+
+@needs_root
+@root_only
+def test_services_on_one_host_nest_by_service(netns: str, tmp_path: Path) -> None:
+    """A front and a back service on 127.0.0.1, recorded on lo by service: the front's
+    calls leave from 127.0.0.1 on an ephemeral port, and nesting gives them back to the
+    front, so every request is client -> front -> back."""
+    n = 200
+    agent = Agent(netns, tmp_path / "cap", "--node-by", "service")
+    _in_ns(netns, _ONE_HOST, str(n))
+    code, doc = agent.stop(signal.SIGINT)
+    assert code == 0, agent.err
+    paths = tmp_path / "p.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wirepath",
+            "infer",
+            "nesting",
+            doc["trace"],
+            "--out",
+            str(paths),
+            "--show",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "127.0.0.1 -> 127.0.0.1:8080 (1 connection)" in run.stdout
+    top = json.loads(paths.read_text())["patterns"][0]
+    assert (top["root"]["caller"], top["root"]["node"]) == ("127.0.0.1", "127.0.0.1:8080")
+    assert [(c["caller"], c["node"]) for c in top["root"]["children"]] == [
+        ("127.0.0.1:8080", "127.0.0.1:9090")
+    ]
+    assert top["count"] >= 0.95 * n
