@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from capture.decode import Decoder, DecodeStats, Segments
     from capture.flows import FlowAssembler, FlowStats, Messages
     from capture.live import LiveCapture, LiveReport, LiveStats, Recording, capture_live
-    from capture.naming import Namer, format_address
+    from capture.naming import Namer, format_address, one_host_note
     from capture.protocols import PROTOCOLS, detect_tcp, parse_dns_datagram, parse_stream
     from capture.source import (
         FakeSource,
@@ -34,7 +34,7 @@ _EXPORTS = {
     "capture.decode": ["Decoder", "DecodeStats", "Segments"],
     "capture.flows": ["FlowAssembler", "FlowStats", "Messages"],
     "capture.live": ["LiveCapture", "LiveReport", "LiveStats", "Recording", "capture_live"],
-    "capture.naming": ["Namer", "format_address"],
+    "capture.naming": ["Namer", "format_address", "one_host_note"],
     "capture.protocols": ["PROTOCOLS", "detect_tcp", "parse_dns_datagram", "parse_stream"],
     "capture.source": [
         "FakeSource",
@@ -75,6 +75,7 @@ __all__ = [
     "detect_tcp",
     "estimate_offset_ns",
     "format_address",
+    "one_host_note",
     "packet_timestamps",
     "parse_dns_datagram",
     "parse_stream",

@@ -17,7 +17,7 @@ import numpy as np
 from tracefmt import ParameterError, load_names
 from tracefmt.hashing import mix64
 
-__all__ = ["NODE_BY", "Namer", "format_address"]
+__all__ = ["NODE_BY", "Namer", "format_address", "one_host_note"]
 
 NODE_BY = ("address", "service")
 _V4_MAPPED_HI = 0
@@ -140,3 +140,37 @@ def _canonical_key(k: str) -> str:
             return k
         return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
     return k
+
+
+def one_host_note(trace: str | os.PathLike[str], node_by: str) -> str | None:
+    """What to do when a trace named by address has one node only (every service on one
+    host, as on a loopback capture), or None.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, pyarrow as pa, tracefmt
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "t.parquet"
+    >>> tracefmt.write_trace(pa.table({"timestamp": pa.array([1, 2], pa.timestamp("ns")),
+    ...     "sender": ["127.0.0.1"] * 2, "receiver": ["127.0.0.1"] * 2, "op": ["call", "return"],
+    ...     "id": pa.array([None, None], pa.uint64())}), path)
+    >>> one_host_note(path, "address")[:45]
+    'every message is between 127.0.0.1 and itself'
+    """
+    import pyarrow.compute as pc
+
+    from tracefmt import printable, read_trace
+
+    if node_by != "address":
+        return None
+    t = read_trace(trace)
+    names = set(pc.unique(t["sender"].cast("string")).to_pylist()) | set(
+        pc.unique(t["receiver"].cast("string")).to_pylist()
+    )
+    if len(names) != 1:
+        return None
+    (only,) = names
+    return (
+        f"every message is between {printable(str(only))} and itself: services on one host differ by "
+        "port, so convert with --node-by service (infer nesting then gives each service's calls "
+        "back to it)"
+    )

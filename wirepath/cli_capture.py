@@ -111,5 +111,7 @@ def _cmd_pcap(args: argparse.Namespace) -> int:
             runner=run,
         )
     _end_progress(progress)
-    emit(args, report.to_json(), report.summary())
+    text = report.summary()
+    note = capture.one_host_note(args.out, args.node_by) if report.messages else None
+    emit(args, report.to_json(), text + (f"\nnote: {note}" if note else ""))
     return 0

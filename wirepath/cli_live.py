@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
+import capture
 import tracefmt
 from capture.live import DEFAULT_BUFFER_MB, DEFAULT_SNAPLEN, LiveCapture, LiveReport, Recording, capture_live
 from wirepath._cli import Progress, add_verb, count, emit, end_progress, progress
@@ -111,7 +112,11 @@ def _cmd_live(args: argparse.Namespace) -> int:
             )
         finally:
             end_progress(watch.bar)
-    emit(args, report.to_json(), _summary(report))
+    text = _summary(report)
+    if report.trace is not None and (report.conversion or {}).get("messages"):
+        note = capture.one_host_note(report.trace, args.node_by)
+        text += f"\nnote: {note}" if note else ""
+    emit(args, report.to_json(), text)
     if report.recorder_error is not None:
         print(f"error: tcpdump stopped on its own: {report.recorder_error}", file=sys.stderr)
         return 1
@@ -181,6 +186,11 @@ def _summary(report: LiveReport) -> str:
     ]
     if s.dropped_kernel:
         lines.append("the kernel dropped packets: raise --buffer-mb, narrow --filter or lower --snaplen")
+    if report.iface == "lo" and s.received and s.received > s.captured:
+        lines.append(
+            "on lo the kernel hands the capture every packet twice, as sent and as received: "
+            "'received by filter' counts both, the files keep each packet once"
+        )
     if report.trace is not None:
         messages = (report.conversion or {}).get("messages")
         lines.append(

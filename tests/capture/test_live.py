@@ -624,3 +624,40 @@ def test_services_on_one_host_nest_by_service(netns: str, tmp_path: Path) -> Non
         ("127.0.0.1:8080", "127.0.0.1:9090")
     ]
     assert top["count"] >= 0.95 * n
+    # Named by address (the default), one host is one node: the conversion says what to do.
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wirepath",
+            "capture",
+            "pcap",
+            *doc["files"],
+            "--out",
+            str(tmp_path / "a.parquet"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert (
+        "note: every message is between 127.0.0.1 and itself: services on one host differ by port, so "
+        in run.stdout
+    )
+    assert "convert with --node-by service" in run.stdout
+
+
+def test_loopback_counts_are_explained() -> None:
+    """tcpdump on lo: 'received by filter' is twice the packets recorded; the summary says why."""
+    from capture.live import LiveReport, LiveStats
+    from wirepath.cli_live import _summary
+
+    stats = LiveStats(captured=10_195, received=20_396, dropped_kernel=0)
+    text = _summary(LiveReport("lo", ["c.pcap"], stats, "2026-12-07T00:00:00Z", 5.0, "signal"))
+    assert "received by filter 20,396" in text
+    assert "on lo the kernel hands the capture every packet twice" in text
+    assert "twice" not in _summary(
+        LiveReport("eth0", ["c.pcap"], stats, "2026-12-07T00:00:00Z", 5.0, "signal")
+    )
