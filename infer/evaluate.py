@@ -129,7 +129,7 @@ def error_sources(result: Any, trace: pa.Table) -> dict[str, Any]:
     """
     from infer.candidates import candidates_by_parent
     from infer.chains import ChainModel
-    from infer.nesting import call_labels, nesting_stages
+    from infer.nesting import call_operations, nesting_stages
     from infer.request_model import Grammar, call_kinds, request_log_likelihood, sure_visits
 
     pairs, params, n_nodes = result.pairs, result.params, len(result.nodes)
@@ -139,7 +139,8 @@ def error_sources(result: Any, trace: pa.Table) -> dict[str, Any]:
     parts = list(candidates_by_parent(pairs, tol_ns))
     cand_c = np.concatenate([c for c, _ in parts]) if parts else np.zeros(0, np.int64)
     cand_p = np.concatenate([p for _, p in parts]) if parts else np.zeros(0, np.int64)
-    labels = call_labels(trace, pairs)
+    operations = call_operations(trace, pairs)
+    labels = None if operations is None else operations[0]
     vtype, klass = call_kinds(pairs, labels)
     model = ChainModel.learn(pairs, result.parent, params, n_nodes)
     # The model the run judged by: the chains, and the visit shapes where it ran request rounds.

@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from infer.calibration import OPTIMISM, Calibration, sigmoid, twin_calibration
@@ -55,6 +54,7 @@ from infer.candidates import (
     skew_tolerance,
 )
 from infer.chains import ChainModel, answer_log_odds, chain_log_likelihood, chain_stages
+from infer.operations import operation_codes
 from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import log_confidence_by
 from infer.request_model import request_rounds
@@ -117,6 +117,8 @@ class NestingResult:
     trace_info: dict[str, Any] = field(default_factory=dict)
     sort: str = "total"
     calibration: Calibration = field(default_factory=Calibration.identity)
+    #: Per pair, its call's operation code, and the operations (None: no labels).
+    operations: tuple[np.ndarray, list[str]] | None = None
 
     @property
     def mean_parallelism(self) -> float:
@@ -181,6 +183,7 @@ class NestingResult:
         new_index[keep] = np.arange(keep.size)
         parent = np.where(self.parent[keep] >= 0, new_index[np.maximum(self.parent[keep], 0)], -1)
         pairs, confidence = self.pairs.take(keep), self.confidence[keep]
+        operations = None if self.operations is None else (self.operations[0][keep], self.operations[1])
         patterns, instance, pattern_index = build_patterns(
             pairs,
             parent,
@@ -188,6 +191,7 @@ class NestingResult:
             sort=self.sort,
             confidence=confidence,
             instance_map=self.calibration.apply_instances,
+            operations=operations,
         )
         return replace(
             self,
@@ -198,6 +202,7 @@ class NestingResult:
             patterns=patterns,
             instance=instance,
             pattern_index=pattern_index,
+            operations=operations,
         )
 
     def to_json(
@@ -1115,7 +1120,8 @@ def infer_nesting(
     nodes, pairs, info = _call_pairs(trace, params)
     if callers.renamed or callers.kept:
         info["callers"] = callers.to_json()
-    labels = call_labels(trace, pairs) if params.request_rounds else None
+    operations = call_operations(trace, pairs)
+    labels = operations[0] if operations is not None and params.request_rounds else None
     say(f"{len(pairs):,} call pairs")
     # The trace is not needed past its call pairs: its columns are freed (when the caller
     # holds no reference) before the candidates take their memory.
@@ -1144,7 +1150,9 @@ def infer_nesting(
         )
     assert final.log_odds is not None
     confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)
-    result = _result(nodes.names, pairs, final.parent, confidence, counts, params, info, sort, calibration)
+    result = _result(
+        nodes.names, pairs, final.parent, confidence, counts, params, info, sort, calibration, operations
+    )
     say(f"{len(result.patterns):,} patterns")
     return result
 
@@ -1177,22 +1185,23 @@ def _call_pairs(trace: pa.Table, params: NestingParams) -> tuple[NodeCodes, Call
     return nodes, pairs, {"messages": trace.num_rows, "start_ns": ts[0].as_py(), "end_ns": ts[-1].as_py()}
 
 
-def call_labels(trace: pa.Table, pairs: CallPairs) -> np.ndarray | None:
-    """Per call pair, a code of its call message's label (-1 where it has none), or
-    None when the trace has no labels.
+def call_operations(trace: pa.Table, pairs: CallPairs) -> tuple[np.ndarray, list[str]] | None:
+    """Per call pair, a code of its call's operation (its label with ids folded,
+    ``infer.operations``; -1 where it has none) and the operations; None when the trace
+    has no labels.
 
-    >>> t = pa.table({"label": pa.array(["GET /a", None, "GET /b", "GET /a"]).dictionary_encode()})
+    >>> t = pa.table({"label": pa.array(["GET /a/1", None, "GET /b", "GET /a/2"]).dictionary_encode()})
     >>> p = CallPairs(*(np.zeros(2, np.int64),) * 4, np.array([3, 1]), np.array([0, 0]), 0, 0, 0)
-    >>> call_labels(t, p).tolist()
-    [0, -1]
+    >>> codes, names = call_operations(t, p)
+    >>> codes.tolist(), names
+    ([0, -1], ['GET /a/:id'])
     """
     if "label" not in trace.column_names:
         return None
-    col = trace["label"].take(pa.array(pairs.call_row)).cast(pa.string())
+    col = trace["label"].take(pa.array(pairs.call_row))
     if col.null_count == len(col):
         return None
-    codes = pc.dictionary_encode(col.combine_chunks()).indices
-    return np.asarray(codes.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+    return operation_codes(col)
 
 
 def _last_stage(
@@ -1233,12 +1242,19 @@ def _result(
     info: dict[str, Any],
     sort: str,
     calibration: Calibration,
+    operations: tuple[np.ndarray, list[str]] | None = None,
 ) -> NestingResult:
     """The result of a parent assignment: its instances and patterns built."""
     from infer.patterns import build_patterns
 
     patterns, instance, pattern_index = build_patterns(
-        pairs, parent, names, sort=sort, confidence=confidence, instance_map=calibration.apply_instances
+        pairs,
+        parent,
+        names,
+        sort=sort,
+        confidence=confidence,
+        instance_map=calibration.apply_instances,
+        operations=operations,
     )
     return NestingResult(
         nodes=names,
@@ -1253,6 +1269,7 @@ def _result(
         trace_info=info,
         sort=sort,
         calibration=calibration,
+        operations=operations,
     )
 
 

@@ -97,6 +97,9 @@ class Pattern:
     #: The probability that an instance of the pattern is exactly right: the mean over
     #: its instances of theirs (``build_patterns``' ``instance_map``; None: not known).
     confidence: float | None = None
+    #: Per visit in preorder: its most frequent operations (``infer.operations``) and
+    #: the share of its calls each makes, most frequent first (empty: no labels).
+    operations: list[list[tuple[str, float]]] = field(default_factory=list)
 
     @property
     def shape_text(self) -> str:
@@ -120,9 +123,11 @@ class Pattern:
 
         def visit(s: Shape, group: int | None) -> dict[str, Any]:
             k = next(position)
+            ops = self.operations[k] if self.operations else []
             return {
                 "node": s.node,
                 "caller": s.caller,
+                **({"ops": [{"op": op, "share": share} for op, share in ops]} if ops else {}),
                 "latency_s": latency[k],
                 "delay_s": delay[k],
                 # Only children of a visit with a concurrent group carry their group's number.
@@ -395,9 +400,10 @@ def _pattern_list(
     rows: tuple[np.ndarray, np.ndarray],
     first_group: np.ndarray,
     visits: np.ndarray,
+    ops: list[list[tuple[str, float]]] | None = None,
 ) -> list[Pattern]:
     """One ``Pattern`` per shape, with its rows of the visit tables (``rows``: latency
-    and delay)."""
+    and delay) and its visits' operations (``ops``, per group)."""
     lat_rows, delay_rows = rows
     patterns: list[Pattern] = []
     with collector_paused():
@@ -406,9 +412,48 @@ def _pattern_list(
             at = slice(g0, g0 + nv)
             conf = None if confidence is None else float(confidence[u])
             patterns.append(
-                Pattern(text_id(text), s, int(count[u]), float(total[u]), lat_rows[at], delay_rows[at], conf)
+                Pattern(
+                    text_id(text),
+                    s,
+                    int(count[u]),
+                    float(total[u]),
+                    lat_rows[at],
+                    delay_rows[at],
+                    conf,
+                    ops[g0 : g0 + nv] if ops else [],
+                )
             )
     return patterns
+
+
+#: The operations kept per visit, most frequent first.
+TOP_OPERATIONS = 3
+
+
+def visit_operations(
+    group: np.ndarray, codes: np.ndarray, n_groups: int, names: list[str]
+) -> list[list[tuple[str, float]]]:
+    """Per group (a pattern's visit), its ``TOP_OPERATIONS`` most frequent operations and
+    the share of the group's calls each makes (``codes``: an operation per call, -1 for
+    none).
+
+    Examples
+    --------
+    >>> visit_operations(np.array([0, 0, 0, 1]), np.array([1, 1, 0, -1]), 2, ["GET /a", "GET /b"])
+    [[('GET /b', 0.6666666666666666), ('GET /a', 0.3333333333333333)], []]
+    """
+    calls = np.bincount(group, minlength=n_groups)
+    ok = codes >= 0
+    width = max(len(names), 1)
+    keys, n = np.unique(group[ok] * width + codes[ok], return_counts=True)
+    g, c = keys // width, keys % width
+    order = np.lexsort((c, -n, g))  # per group, most frequent first (ties by code)
+    g, c, n = g[order], c[order], n[order]
+    rank = np.arange(g.size) - np.searchsorted(g, g, side="left")
+    out: list[list[tuple[str, float]]] = [[] for _ in range(n_groups)]
+    for gi, ci, ni in zip(*(a[rank < TOP_OPERATIONS].tolist() for a in (g, c, n)), strict=True):
+        out[gi].append((names[ci], ni / int(calls[gi])))
+    return out
 
 
 def build_patterns(
@@ -419,6 +464,7 @@ def build_patterns(
     sort: str = "total",
     confidence: np.ndarray | None = None,
     instance_map: Callable[[np.ndarray], np.ndarray] | None = None,
+    operations: tuple[np.ndarray, list[str]] | None = None,
 ) -> tuple[list[Pattern], np.ndarray, np.ndarray]:
     """Instances and patterns from parent links; returns (patterns, instance, pattern index).
 
@@ -427,7 +473,8 @@ def build_patterns(
     With ``confidence`` (each pair's probability that its parent is right), each
     pattern gets the mean over its instances of the probability that the instance is
     exactly right: ``instance_map`` of the sum of its calls' log-confidences, by default
-    their product.
+    their product. With ``operations`` (a code per pair and the operations' names,
+    ``infer.operations.operation_codes``), each visit lists its most frequent ones.
     """
     n = parent.size
     if n == 0:
@@ -454,6 +501,9 @@ def build_patterns(
         right_whole = (instance_map or np.exp)(log_confidence_by(root, confidence, n)[roots])
         pattern_confidence = np.bincount(pat_of_root, weights=right_whole, minlength=n_patterns)
         pattern_confidence /= np.maximum(count, 1)
-    patterns = _pattern_list(shapes, count, total, pattern_confidence, rows, first_group, visits)
+    ops = None
+    if operations is not None:
+        ops = visit_operations(group, operations[0], int(visits.sum()), operations[1])
+    patterns = _pattern_list(shapes, count, total, pattern_confidence, rows, first_group, visits, ops)
     patterns, remap = _sorted_patterns(patterns, sort)
     return patterns, root, remap[pattern_index]

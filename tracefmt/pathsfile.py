@@ -380,6 +380,17 @@ def _check_pattern(pat: dict[str, Any], where: str) -> None:
                 f"{where}: visit {visit['node']!r}'s delay_s must be null or an object with a finite mean "
                 "(and finite stats)"
             )
+        ops = visit.get("ops", [])
+        if not isinstance(ops, list) or not all(
+            isinstance(o, dict)
+            and isinstance(o.get("op"), str)
+            and _number(o.get("share"))
+            and 0 <= o["share"] <= 1
+            for o in ops
+        ):
+            raise SchemaError(
+                f"{where}: visit {visit['node']!r}'s ops must be a list of {{op: text, share: 0 to 1}}"
+            )
         stack.extend((child, depth + 1) for child in visit.get("children", []))
 
 

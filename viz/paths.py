@@ -300,6 +300,18 @@ def shape_of(pattern: dict[str, Any]) -> str:
     return shape_text(pattern_shape(pattern["root"]))
 
 
+def _ops_text(visit: dict[str, Any]) -> str:
+    """``"  [GET /item/:id]"``: a visit's most frequent operation, with its share when
+    it is not every call's (``"  [GET /item/:id 80%, +2]"``); empty without any."""
+    ops = visit.get("ops") or []
+    if not ops:
+        return ""
+    top = ops[0]
+    share = "" if top["share"] >= 0.995 else f" {top['share']:.0%}"
+    more = f", +{len(ops) - 1}" if len(ops) > 1 else ""
+    return f"  [{printable(top['op'])}{share}{more}]"
+
+
 def tree_lines(pattern: dict[str, Any]) -> list[str]:
     """A pattern as an indented tree: node, mean latency, delay from the parent's call.
 
@@ -325,7 +337,7 @@ def tree_lines(pattern: dict[str, Any]) -> list[str]:
             continue
         delay = f"  +{v['delay_s']['mean'] * 1e3:.3f} ms after parent" if v["delay_s"] else ""
         call = f"{printable(v['caller'])} -> {printable(v['node'])}"
-        lines.append(f"{indent}{call}  {v['latency_s']['mean'] * 1e3:.3f} ms{delay}")
+        lines.append(f"{indent}{call}  {v['latency_s']['mean'] * 1e3:.3f} ms{delay}{_ops_text(v)}")
         # Children carry a group number only when some of them were made at once.
         groups = [c.get("group") for c in v["children"]]
         todo: list[tuple[dict[str, Any] | None, str]] = []

@@ -94,15 +94,14 @@ def _parse_offsets(pairs: Sequence[str], inputs: Sequence[str]) -> dict[str, int
     return offsets
 
 
-def _nesting_columns(path: str, params: infer.NestingParams) -> tuple[str, ...]:
+def _nesting_columns(path: str) -> tuple[str, ...]:
     """The optional columns nesting uses that the trace has: ``flow`` (a service's calls
-    from its bare address given back to it, ``infer.callers``) and, for request rounds,
-    ``label``."""
+    from its bare address given back to it, ``infer.callers``) and ``label`` (each
+    visit's operations; the request rounds' visit types)."""
     if tracefmt.trace_format(path) != "parquet":
         return ()  # a text trace has the core columns only
     names = tracefmt.read_trace_metadata(path).schema.names
-    wanted = ("flow", "label") if params.request_rounds else ("flow",)
-    return tuple(c for c in wanted if c in names)
+    return tuple(c for c in ("flow", "label") if c in names)
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
@@ -265,7 +264,7 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
         try:
             with runner(args) as run:
                 result = infer.infer_nesting(
-                    tracefmt.read_any_trace(args.trace, columns=_nesting_columns(args.trace, params)),
+                    tracefmt.read_any_trace(args.trace, columns=_nesting_columns(args.trace)),
                     params,
                     sort=args.sort,
                     runner=run,
