@@ -9,8 +9,10 @@ import io
 import os
 import re
 import shutil
+import signal
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -269,16 +271,32 @@ def _temporary(target: Path, *, directory: bool) -> tuple[Path, int]:
         fd = os.open(made, os.O_RDONLY | os.O_DIRECTORY)
     else:
         fd, made = tempfile.mkstemp(prefix=prefix, suffix=".new", dir=target.parent)
+    tmp = Path(made.removesuffix(".new") + ".partial")
     try:
         # Locked before it takes the name a sweep looks for: no sweep can take it for stale.
         fcntl.flock(fd, fcntl.LOCK_EX)
-        tmp = Path(made.removesuffix(".new") + ".partial")
         os.rename(made, tmp)
     except BaseException:
         os.close(fd)
         remove_quietly(made)
+        remove_quietly(tmp)  # interrupted just after the rename
         raise
     return tmp, fd
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends (in the main thread, where Python
+    runs their handlers): a temporary is made and recorded whole, or not at all, so the
+    clean-up an interruption starts knows every temporary there is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _kind(mode: int) -> str:
@@ -412,7 +430,8 @@ class OutputFile:
                 with write_errors(self.path):
                     make_dirs(self.target.parent)
                     _sweep(self.target)
-                    self.tmp, self._lock = _temporary(self.target, directory=self.directory)
+                    with _signals_held():
+                        self.tmp, self._lock = _temporary(self.target, directory=self.directory)
         return self.tmp
 
     def _mode(self) -> int:

@@ -232,3 +232,32 @@ def test_a_replaced_file_keeps_its_owners_mode(tmp_path: Path) -> None:
     out.chmod(0o600)
     tracefmt.write_atomic(out, "new")
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+def test_an_interruption_as_the_temporary_is_made_leaves_none(tmp_path: Path, monkeypatch) -> None:
+    """Ctrl-C arriving the instant the temporary takes its name: the writer's clean-up
+    still knows it and removes it (a loaded machine left '.t.parquet.XXXX.partial'
+    beside 'interrupted; partial outputs were removed')."""
+    import signal
+
+    real_rename = os.rename
+
+    def rename_then_interrupt(src, dst):  # the signal lands right after the rename
+        real_rename(src, dst)
+        if str(dst).endswith(".partial"):
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(os, "rename", rename_then_interrupt)
+    out = OutputFile(tmp_path / "t.parquet")
+
+    def write() -> None:  # as every writer does: on any error, discard
+        try:
+            out.open()
+        except BaseException:
+            out.discard()
+            raise
+
+    with pytest.raises(KeyboardInterrupt):
+        write()
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
