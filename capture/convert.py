@@ -174,6 +174,9 @@ def messages_table(
             pa.array(msgs.proto, pa.int32()), pa.array(protocol_names(), pa.string())
         ),
         "label": labels.dictionary_encode().cast(NODE_TYPE),
+        "status": pa.array(msgs.status, pa.string()).dictionary_encode().cast(NODE_TYPE)
+        if n
+        else pa.array([], pa.string()).cast(NODE_TYPE),
         "point": pa.DictionaryArray.from_arrays(
             pa.array(np.zeros(n, np.int32)) if point is not None else pa.nulls(n, pa.int32()),
             pa.array([point] if point is not None else [], pa.string()),

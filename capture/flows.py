@@ -44,6 +44,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from capture._http1 import check_turns, starts_with_method
 from capture._spans import join_spans
@@ -148,6 +150,12 @@ class Messages:
     payload: np.ndarray  # object: the message's captured bytes, or None unless asked for
     # Where the client endpoint is the sender (calls) or the receiver (returns): the server side.
     server_is_dst: np.ndarray
+    #: object: a return's status where its protocol gives one (an HTTP status code), else None.
+    status: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is None:  # protocols without a status
+            object.__setattr__(self, "status", np.full(len(self.ts_ns), None, object))
 
     def __len__(self) -> int:
         return len(self.ts_ns)
@@ -210,6 +218,23 @@ def _at_segments(s: Segments, seg: np.ndarray | slice, **fields: np.ndarray) -> 
     """Messages whose time and endpoints are those of segments ``seg`` of ``s``."""
     ends = ("ts_ns", "src_hi", "src_lo", "sport", "dst_hi", "dst_lo", "dport")
     return Messages(**{k: getattr(s, k)[seg] for k in ends}, **fields)
+
+
+def return_statuses(labels: np.ndarray, is_return: np.ndarray) -> np.ndarray:
+    """Per message, the status a return's own line gave (an HTTP status code: three
+    digits), else None.
+
+    Examples
+    --------
+    >>> labels = np.array(["GET /a", "200", "503", None], object)
+    >>> return_statuses(labels, np.array([False, True, True, True])).tolist()
+    [None, '200', '503', None]
+    """
+    if not len(labels):
+        return np.full(0, None, object)
+    three_digits = pc.match_substring_regex(pa.array(labels, pa.string()), "^[0-9]{3}$")
+    keep = np.asarray(three_digits.fill_null(False).to_numpy(zero_copy_only=False), bool) & is_return
+    return np.where(keep, labels, None)
 
 
 def _empty_messages() -> Messages:
@@ -1406,7 +1431,9 @@ class FlowAssembler:
         is_call = td == 0
         call_no = _call_numbers(is_call, pst) + cb.calls[tp]
         mid = (cb.flow_ids[tp] << np.uint64(24)) | (call_no.astype(np.uint64) & np.uint64(0xFFFFFF))
-        # A return is labelled like the call it answers (the last call turn before it).
+        # A return is labelled like the call it answers (the last call turn before it);
+        # what its own line said, its status, is kept apart.
+        status = return_statuses(labels, ~is_call)
         idx = np.arange(len(tp))
         last_call = np.maximum.accumulate(np.where(is_call, idx, -1))
         first_of_piece = np.maximum.accumulate(np.where(pst, idx, 0))
@@ -1416,7 +1443,7 @@ class FlowAssembler:
             cb.s, k.di[o[tix]], op=np.where(is_call, 0, 1).astype(np.int8),
             id=np.where(call_no > 0, mid, 0).astype(np.uint64), has_id=call_no > 0, nbytes=span,
             flow=cb.flow_ids[tp], proto=np.full(len(tix), protocol_codes()["http"], np.int8), label=labels,
-            payload=np.full(len(tix), None, object), server_is_dst=is_call,
+            payload=np.full(len(tix), None, object), server_is_dst=is_call, status=status,
         )  # fmt: skip
         return msgs, handled
 
@@ -1666,6 +1693,7 @@ class FlowAssembler:
             label=pairs.labels,
             payload=payload,
             server_is_dst=from_client,
+            status=return_statuses(rows.label, pairs.op == 1),
         )
 
     # ---- where turns may be cut, and what released turns leave ---------------------------------

@@ -54,7 +54,7 @@ from infer.candidates import (
     skew_tolerance,
 )
 from infer.chains import ChainModel, answer_log_odds, chain_log_likelihood, chain_stages
-from infer.operations import operation_codes
+from infer.operations import operation_codes, value_codes
 from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import log_confidence_by
 from infer.request_model import request_rounds
@@ -119,6 +119,8 @@ class NestingResult:
     calibration: Calibration = field(default_factory=Calibration.identity)
     #: Per pair, its call's operation code, and the operations (None: no labels).
     operations: tuple[np.ndarray, list[str]] | None = None
+    #: Per pair, its return's status code, and the statuses (None: none in the trace).
+    statuses: tuple[np.ndarray, list[str]] | None = None
 
     @property
     def mean_parallelism(self) -> float:
@@ -184,6 +186,7 @@ class NestingResult:
         parent = np.where(self.parent[keep] >= 0, new_index[np.maximum(self.parent[keep], 0)], -1)
         pairs, confidence = self.pairs.take(keep), self.confidence[keep]
         operations = None if self.operations is None else (self.operations[0][keep], self.operations[1])
+        statuses = None if self.statuses is None else (self.statuses[0][keep], self.statuses[1])
         patterns, instance, pattern_index = build_patterns(
             pairs,
             parent,
@@ -192,6 +195,7 @@ class NestingResult:
             confidence=confidence,
             instance_map=self.calibration.apply_instances,
             operations=operations,
+            statuses=statuses,
         )
         return replace(
             self,
@@ -203,6 +207,7 @@ class NestingResult:
             instance=instance,
             pattern_index=pattern_index,
             operations=operations,
+            statuses=statuses,
         )
 
     def to_json(
@@ -1121,6 +1126,7 @@ def infer_nesting(
     if callers.renamed or callers.kept:
         info["callers"] = callers.to_json()
     operations = call_operations(trace, pairs)
+    statuses = return_statuses(trace, pairs)
     labels = operations[0] if operations is not None and params.request_rounds else None
     say(f"{len(pairs):,} call pairs")
     # The trace is not needed past its call pairs: its columns are freed (when the caller
@@ -1151,7 +1157,17 @@ def infer_nesting(
     assert final.log_odds is not None
     confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)
     result = _result(
-        nodes.names, pairs, final.parent, confidence, counts, params, info, sort, calibration, operations
+        nodes.names,
+        pairs,
+        final.parent,
+        confidence,
+        counts,
+        params,
+        info,
+        sort,
+        calibration,
+        operations,
+        statuses,
     )
     say(f"{len(result.patterns):,} patterns")
     return result
@@ -1196,12 +1212,27 @@ def call_operations(trace: pa.Table, pairs: CallPairs) -> tuple[np.ndarray, list
     >>> codes.tolist(), names
     ([0, -1], ['GET /a/:id'])
     """
-    if "label" not in trace.column_names:
+    return _codes_at(trace, "label", pairs.call_row, operation_codes)
+
+
+def return_statuses(trace: pa.Table, pairs: CallPairs) -> tuple[np.ndarray, list[str]] | None:
+    """Per call pair, a code of its return's status (``"200"``, ``"503"``; -1 where it
+    has none) and the statuses; None when the trace has none."""
+    return _codes_at(trace, "status", pairs.return_row, value_codes)
+
+
+def _codes_at(
+    trace: pa.Table,
+    column: str,
+    rows: np.ndarray,
+    codes_of: Callable[[pa.Array | pa.ChunkedArray], tuple[np.ndarray, list[str]]],
+) -> tuple[np.ndarray, list[str]] | None:
+    if column not in trace.column_names:
         return None
-    col = trace["label"].take(pa.array(pairs.call_row))
+    col = trace[column].take(pa.array(rows))
     if col.null_count == len(col):
         return None
-    return operation_codes(col)
+    return codes_of(col)
 
 
 def _last_stage(
@@ -1243,6 +1274,7 @@ def _result(
     sort: str,
     calibration: Calibration,
     operations: tuple[np.ndarray, list[str]] | None = None,
+    statuses: tuple[np.ndarray, list[str]] | None = None,
 ) -> NestingResult:
     """The result of a parent assignment: its instances and patterns built."""
     from infer.patterns import build_patterns
@@ -1255,6 +1287,7 @@ def _result(
         confidence=confidence,
         instance_map=calibration.apply_instances,
         operations=operations,
+        statuses=statuses,
     )
     return NestingResult(
         nodes=names,
@@ -1270,6 +1303,7 @@ def _result(
         sort=sort,
         calibration=calibration,
         operations=operations,
+        statuses=statuses,
     )
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["ID", "operation_codes", "operations"]
+__all__ = ["ID", "operation_codes", "operations", "value_codes"]
 
 #: What an id segment becomes.
 ID = ":id"
@@ -63,7 +63,21 @@ def operation_codes(labels: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, lis
     >>> codes.tolist(), names
     ([0, -1, 0, 1], ['GET /a/:id', 'PUT /b'])
     """
-    ops = pc.dictionary_encode(operations(labels))
-    names = ops.dictionary.to_pylist()
-    codes = np.asarray(ops.indices.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
-    return codes, names
+    return value_codes(operations(labels))
+
+
+def value_codes(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """Per value, a code of it (-1 for null), and the distinct values as text.
+
+    Examples
+    --------
+    >>> codes, names = value_codes(pa.array(["200", None, "503", "200"]))
+    >>> codes.tolist(), names
+    ([0, -1, 1, 0], ['200', '503'])
+    """
+    text = values.cast(pa.string())
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
+    encoded = pc.dictionary_encode(text)
+    names = encoded.dictionary.to_pylist()
+    return np.asarray(encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False), np.int64), names

@@ -100,6 +100,11 @@ class Pattern:
     #: Per visit in preorder: its most frequent operations (``infer.operations``) and
     #: the share of its calls each makes, most frequent first (empty: no labels).
     operations: list[list[tuple[str, float]]] = field(default_factory=list)
+    #: Per visit in preorder: its returns' most frequent statuses and their shares.
+    statuses: list[list[tuple[str, float]]] = field(default_factory=list)
+    #: Per visit in preorder: the share of its returns with a server error (5xx); empty:
+    #: no statuses.
+    errors: list[float] = field(default_factory=list)
 
     @property
     def shape_text(self) -> str:
@@ -124,10 +129,13 @@ class Pattern:
         def visit(s: Shape, group: int | None) -> dict[str, Any]:
             k = next(position)
             ops = self.operations[k] if self.operations else []
+            status = self.statuses[k] if self.statuses else []
             return {
                 "node": s.node,
                 "caller": s.caller,
                 **({"ops": [{"op": op, "share": share} for op, share in ops]} if ops else {}),
+                **({"status": [{"status": c, "share": share} for c, share in status]} if status else {}),
+                **({"errors": self.errors[k]} if self.errors and self.errors[k] > 0 else {}),
                 "latency_s": latency[k],
                 "delay_s": delay[k],
                 # Only children of a visit with a concurrent group carry their group's number.
@@ -401,6 +409,8 @@ def _pattern_list(
     first_group: np.ndarray,
     visits: np.ndarray,
     ops: list[list[tuple[str, float]]] | None = None,
+    statuses: list[list[tuple[str, float]]] | None = None,
+    errors: np.ndarray | None = None,
 ) -> list[Pattern]:
     """One ``Pattern`` per shape, with its rows of the visit tables (``rows``: latency
     and delay) and its visits' operations (``ops``, per group)."""
@@ -421,25 +431,42 @@ def _pattern_list(
                     delay_rows[at],
                     conf,
                     ops[g0 : g0 + nv] if ops else [],
+                    statuses[g0 : g0 + nv] if statuses else [],
+                    errors[g0 : g0 + nv].tolist() if errors is not None else [],
                 )
             )
     return patterns
 
 
-#: The operations kept per visit, most frequent first.
-TOP_OPERATIONS = 3
+#: The operations (and statuses) kept per visit, most frequent first.
+TOP_PER_VISIT = 3
 
 
-def visit_operations(
-    group: np.ndarray, codes: np.ndarray, n_groups: int, names: list[str]
-) -> list[list[tuple[str, float]]]:
-    """Per group (a pattern's visit), its ``TOP_OPERATIONS`` most frequent operations and
-    the share of the group's calls each makes (``codes``: an operation per call, -1 for
-    none).
+def error_shares(group: np.ndarray, codes: np.ndarray, n_groups: int, names: list[str]) -> np.ndarray:
+    """Per group, the share of its calls whose return's status is a server error (an
+    HTTP 5xx; ``codes`` index ``names``, -1 for none).
 
     Examples
     --------
-    >>> visit_operations(np.array([0, 0, 0, 1]), np.array([1, 1, 0, -1]), 2, ["GET /a", "GET /b"])
+    >>> error_shares(np.array([0, 0, 0, 0, 1]), np.array([0, 1, 0, -1, 0]), 2, ["200", "503"]).tolist()
+    [0.25, 0.0]
+    """
+    bad = np.array([len(n) == 3 and n.isdigit() and n >= "500" for n in names] + [False], bool)
+    is_error = bad[np.where(codes >= 0, codes, len(names))]
+    calls = np.bincount(group, minlength=n_groups)
+    return np.bincount(group, weights=is_error, minlength=n_groups) / np.maximum(calls, 1)
+
+
+def top_per_visit(
+    group: np.ndarray, codes: np.ndarray, n_groups: int, names: list[str]
+) -> list[list[tuple[str, float]]]:
+    """Per group (a pattern's visit), its ``TOP_PER_VISIT`` most frequent values (an
+    operation, a status) and the share of the group's calls each is (``codes``: a value
+    per call, -1 for none).
+
+    Examples
+    --------
+    >>> top_per_visit(np.array([0, 0, 0, 1]), np.array([1, 1, 0, -1]), 2, ["GET /a", "GET /b"])
     [[('GET /b', 0.6666666666666666), ('GET /a', 0.3333333333333333)], []]
     """
     calls = np.bincount(group, minlength=n_groups)
@@ -451,7 +478,7 @@ def visit_operations(
     g, c, n = g[order], c[order], n[order]
     rank = np.arange(g.size) - np.searchsorted(g, g, side="left")
     out: list[list[tuple[str, float]]] = [[] for _ in range(n_groups)]
-    for gi, ci, ni in zip(*(a[rank < TOP_OPERATIONS].tolist() for a in (g, c, n)), strict=True):
+    for gi, ci, ni in zip(*(a[rank < TOP_PER_VISIT].tolist() for a in (g, c, n)), strict=True):
         out[gi].append((names[ci], ni / int(calls[gi])))
     return out
 
@@ -465,6 +492,7 @@ def build_patterns(
     confidence: np.ndarray | None = None,
     instance_map: Callable[[np.ndarray], np.ndarray] | None = None,
     operations: tuple[np.ndarray, list[str]] | None = None,
+    statuses: tuple[np.ndarray, list[str]] | None = None,
 ) -> tuple[list[Pattern], np.ndarray, np.ndarray]:
     """Instances and patterns from parent links; returns (patterns, instance, pattern index).
 
@@ -474,7 +502,8 @@ def build_patterns(
     pattern gets the mean over its instances of the probability that the instance is
     exactly right: ``instance_map`` of the sum of its calls' log-confidences, by default
     their product. With ``operations`` (a code per pair and the operations' names,
-    ``infer.operations.operation_codes``), each visit lists its most frequent ones.
+    ``infer.operations.operation_codes``), each visit lists its most frequent ones; so with
+    ``statuses`` (a code per pair of its return's status), and each visit's error share.
     """
     n = parent.size
     if n == 0:
@@ -501,9 +530,14 @@ def build_patterns(
         right_whole = (instance_map or np.exp)(log_confidence_by(root, confidence, n)[roots])
         pattern_confidence = np.bincount(pat_of_root, weights=right_whole, minlength=n_patterns)
         pattern_confidence /= np.maximum(count, 1)
-    ops = None
-    if operations is not None:
-        ops = visit_operations(group, operations[0], int(visits.sum()), operations[1])
-    patterns = _pattern_list(shapes, count, total, pattern_confidence, rows, first_group, visits, ops)
+    n_groups = int(visits.sum())
+    ops = None if operations is None else top_per_visit(group, operations[0], n_groups, operations[1])
+    st = errors = None
+    if statuses is not None:
+        st = top_per_visit(group, statuses[0], n_groups, statuses[1])
+        errors = error_shares(group, statuses[0], n_groups, statuses[1])
+    patterns = _pattern_list(
+        shapes, count, total, pattern_confidence, rows, first_group, visits, ops, st, errors
+    )
     patterns, remap = _sorted_patterns(patterns, sort)
     return patterns, root, remap[pattern_index]

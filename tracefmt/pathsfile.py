@@ -391,6 +391,22 @@ def _check_pattern(pat: dict[str, Any], where: str) -> None:
             raise SchemaError(
                 f"{where}: visit {visit['node']!r}'s ops must be a list of {{op: text, share: 0 to 1}}"
             )
+        statuses = visit.get("status", [])
+        if not isinstance(statuses, list) or not all(
+            isinstance(o, dict)
+            and isinstance(o.get("status"), str)
+            and _number(o.get("share"))
+            and 0 <= o["share"] <= 1
+            for o in statuses
+        ):
+            raise SchemaError(
+                f"{where}: visit {visit['node']!r}'s status must be a list of {{status: text, share: 0 to 1}}"
+            )
+        errors = visit.get("errors", 0)
+        if not _number(errors) or not 0 <= errors <= 1:
+            raise SchemaError(
+                f"{where}: visit {visit['node']!r}'s errors must be a share from 0 to 1, not {errors!r}"
+            )
         stack.extend((child, depth + 1) for child in visit.get("children", []))
 
 

@@ -57,6 +57,7 @@ OPTIONAL_FIELDS: tuple[pa.Field, ...] = (
     pa.field("flow", pa.uint64()),  # connection id
     pa.field("proto", NODE_TYPE),  # http, dns, redis, ..., tcp, udp
     pa.field("label", NODE_TYPE),  # e.g. "GET /cart"
+    pa.field("status", NODE_TYPE),  # a return's status where its protocol gives one: "200", "503"
     pa.field("point", NODE_TYPE),  # capture point that saw the message
 )
 _OPTIONAL = {f.name: f for f in OPTIONAL_FIELDS}

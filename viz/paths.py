@@ -302,14 +302,17 @@ def shape_of(pattern: dict[str, Any]) -> str:
 
 def _ops_text(visit: dict[str, Any]) -> str:
     """``"  [GET /item/:id]"``: a visit's most frequent operation, with its share when
-    it is not every call's (``"  [GET /item/:id 80%, +2]"``); empty without any."""
+    it is not every call's (``"  [GET /item/:id 80%, +2]"``), and the share of its
+    returns that are server errors (``"  errors 2.0%"``); empty without either."""
     ops = visit.get("ops") or []
+    errors = visit.get("errors", 0)
+    bad = f"  errors {errors:.1%}" if errors else ""
     if not ops:
-        return ""
+        return bad
     top = ops[0]
     share = "" if top["share"] >= 0.995 else f" {top['share']:.0%}"
     more = f", +{len(ops) - 1}" if len(ops) > 1 else ""
-    return f"  [{printable(top['op'])}{share}{more}]"
+    return f"  [{printable(top['op'])}{share}{more}]{bad}"
 
 
 def tree_lines(pattern: dict[str, Any]) -> list[str]:

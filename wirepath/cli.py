@@ -96,12 +96,13 @@ def _parse_offsets(pairs: Sequence[str], inputs: Sequence[str]) -> dict[str, int
 
 def _nesting_columns(path: str) -> tuple[str, ...]:
     """The optional columns nesting uses that the trace has: ``flow`` (a service's calls
-    from its bare address given back to it, ``infer.callers``) and ``label`` (each
-    visit's operations; the request rounds' visit types)."""
+    from its bare address given back to it, ``infer.callers``), ``label`` (each
+    visit's operations; the request rounds' visit types) and ``status`` (its returns'
+    statuses and errors)."""
     if tracefmt.trace_format(path) != "parquet":
         return ()  # a text trace has the core columns only
     names = tracefmt.read_trace_metadata(path).schema.names
-    return tuple(c for c in ("flow", "label") if c in names)
+    return tuple(c for c in ("flow", "label", "status") if c in names)
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:

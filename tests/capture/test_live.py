@@ -562,7 +562,9 @@ class Back(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_GET(self):
         body = b"item"
-        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        # One item in ten is unavailable: a server error the trace must carry.
+        self.send_response(503 if self.path.endswith("0") else 200)
+        self.send_header("Content-Length", str(len(body))); self.end_headers()
         self.wfile.write(body)
     def log_message(self, *a): pass
 local = threading.local()
@@ -624,6 +626,14 @@ def test_services_on_one_host_nest_by_service(netns: str, tmp_path: Path) -> Non
         ("127.0.0.1:8080", "127.0.0.1:9090")
     ]
     assert top["count"] >= 0.95 * n
+    # Operations and statuses: /0, /10, ... (20 of 200) got a 503 from the back.
+    root, back = top["root"], top["root"]["children"][0]
+    assert root["ops"] == [{"op": "GET /:id", "share": 1.0}]
+    assert back["ops"] == [{"op": "GET /item/:id", "share": 1.0}]
+    assert "errors" not in root
+    assert back["errors"] == pytest.approx(0.1, abs=0.01)
+    assert {s["status"] for s in back["status"]} == {"200", "503"}
+    assert "[GET /item/:id]  errors 10" in run.stdout
     # Named by address (the default), one host is one node: the conversion says what to do.
     run = subprocess.run(
         [

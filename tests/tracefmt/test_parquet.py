@@ -259,6 +259,7 @@ def test_optional_columns_are_typed_as_the_schema_says(tmp_path: Path, make_tabl
         flow=pa.array([1, 1, 2, 2], pa.uint16()),
         proto=pa.array(["http", "dns", None, "http"]),
         label=pa.array(["GET /", "GET /", "POST /cart", None], pa.large_string()),
+        status=pa.array([None, "200", None, "503"]),
         point=pa.array(["tap1"] * n),
     )
     path = tmp_path / "t.parquet"
@@ -271,6 +272,7 @@ def test_optional_columns_are_typed_as_the_schema_says(tmp_path: Path, make_tabl
     assert back["flow"].to_pylist() == [1, 1, 2, 2]
     assert back["proto"].to_pylist() == ["http", "dns", None, "http"]
     assert back["label"].to_pylist() == ["GET /", "GET /", "POST /cart", None]
+    assert back["status"].to_pylist() == [None, "200", None, "503"]
     assert back["point"].to_pylist() == ["tap1"] * n
 
 

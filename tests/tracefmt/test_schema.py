@@ -200,6 +200,7 @@ def test_free_columns_are_allowed_and_kept_after_optional_ones() -> None:
 def test_optional_columns_are_typed_and_ordered() -> None:
     table = _with(
         point=pa.array(["p1", "p2"]),
+        status=pa.array([None, "404"]),
         label=pa.array(["GET /", None]),
         proto=pa.array(["http", "dns"]),
         flow=pa.array([5, 6], pa.int16()),
