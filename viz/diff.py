@@ -152,16 +152,16 @@ class PathsDiff:
         if not self.changes:
             return "no pattern appears in both runs: nothing to compare"
         top = self.changes[0]
+        label = top["label"] + (f" ({printable(top['op'])})" if top.get("op") else "")
         if top.get("changed_requests"):
             # Counted from every request's latency: the share that changed, not the mean.
             return (
-                f"{top['label']}: {format_change(top['changed_delta_s'])} in {top['changed_requests']:,} "
+                f"{label}: {format_change(top['changed_delta_s'])} in {top['changed_requests']:,} "
                 f"of {self.requests:,} requests ({top['changed_requests'] / top['of_requests']:.0%} "
                 f"of the {top['of_requests']:,} that pass there)"
             )
         return (
-            f"{top['label']}: {format_change(top['change_s'])} in {top['requests']:,} "
-            f"of {self.requests:,} requests"
+            f"{label}: {format_change(top['change_s'])} in {top['requests']:,} of {self.requests:,} requests"
         )
 
     def text_lines(self, top: int = 5) -> list[str]:
@@ -312,7 +312,7 @@ def _check_runs(base: dict[str, Any], slow: dict[str, Any], algorithm: str, refu
 
 
 def _compare_pattern(
-    bp: dict[str, Any], sp: dict[str, Any], pooled: dict[tuple[str, ...], list[float]]
+    bp: dict[str, Any], sp: dict[str, Any], pooled: dict[tuple[str, ...], list[Any]]
 ) -> dict[str, Any]:
     """One pattern of both runs compared: its visits' latencies, self times and waits,
     and its whole latency; its segments' changes are added to ``pooled`` (key ->
@@ -322,11 +322,15 @@ def _compare_pattern(
     for row in rows:
         row.update(self_base_s=0.0, self_slow_s=0.0)
     seg_b, seg_s = _segments(bp["root"]), _segments(sp["root"])
+    # The operation a segment's time is spent for: the call it waits on, else its visit's.
+    ops = [(v.get("ops") or [{}])[0].get("op") for v, _, _ in visits(sp["root"])]
     # Per segment key, what a request of this pattern gained (a key met twice in one
     # request, as two calls to one node, adds both) and its variance.
     mine: dict[tuple[str, ...], list[float]] = {}
+    op_of: dict[tuple[str, ...], str | None] = {}
     for (key, owner, edge, vb, sb), (_, _, _, vs, ss) in zip(seg_b, seg_s, strict=True):
         variance = sb * sb / n_base + ss * ss / n
+        op_of.setdefault(key, ops[edge if edge >= 0 else owner])
         one = mine.setdefault(key, [0.0, 0.0])
         one[0] += vs - vb
         one[1] += variance
@@ -338,12 +342,14 @@ def _compare_pattern(
     # The segment that moved most: a change of this pattern's requests is put there.
     dominant = max(mine, key=lambda k: (abs(mine[k][0]), k)) if mine else None
     for key, (change, variance) in mine.items():
-        acc = pooled.setdefault(key, [0.0, 0.0, 0.0, 0.0, []])
+        acc = pooled.setdefault(key, [0.0, 0.0, 0.0, 0.0, [], {}])
         acc[0] += n  # requests: each of this pattern's once
         acc[1] += n * change
         acc[2] += 1  # patterns
         acc[3] += n * n * variance
         acc[4].append((sp["id"], key == dominant))
+        if op_of.get(key) is not None:
+            acc[5][op_of[key]] = acc[5].get(op_of[key], 0) + n
     lat_b, lat_s = bp["root"].get("latency_s"), sp["root"].get("latency_s")
     change = mean_of(lat_s) - mean_of(lat_b)
     return {
@@ -368,11 +374,13 @@ def _pooled_changes(
     biggest ``|change| x requests``; with the patterns' latency shifts (``shifts``),
     the requests of those patterns that changed and by how much."""
     changes = []
-    for key, (weight, weighted, n_patterns, variance, ids) in pooled.items():
+    for key, (weight, weighted, n_patterns, variance, ids, ops) in pooled.items():
         label, where = _describe(key)
         change_s = weighted / weight
         changes.append(
             {
+                # The operation most of its requests make there (labelled traces only).
+                "op": max(ops, key=lambda o: (ops[o], o)) if ops else None,
                 **_changed_requests(weighted, [(shifts.get(i), here) for i, here in ids]),
                 "label": label,
                 "where": where,

@@ -457,3 +457,25 @@ def test_viz_diff_and_report_count_the_changed_requests(mixture, tmp_path, capsy
     # The base run's instances without this run's: one line saying what goes with what.
     assert main(["report", str(sp), "--diff", str(bp), "--diff-instances", str(bi), "--out", str(page)]) == 1
     assert "--diff-instances needs --diff and --instances" in capsys.readouterr().err
+
+
+def test_the_sentence_names_the_operation_where_the_time_went(docs):
+    """Visits carrying their operations (a labelled capture): the change is named by the
+    call it was spent on."""
+    v = docs.visit
+
+    def run(db: float) -> dict:
+        call = v("db", "app", db, 0.001)
+        call["ops"] = [{"op": "SELECT items", "share": 1.0}]
+        root = v("app", "client", db + 0.002, None, call)
+        root["ops"] = [{"op": "GET /item/:id", "share": 1.0}]
+        return docs.paths_doc(("p", 50, root))
+
+    diff = diff_paths(run(0.005), run(0.045))
+    assert diff.sentence() == "app -> db (SELECT items): +40 ms in 50 of 50 requests"
+    assert diff.changes[0]["op"] == "SELECT items"
+    # Without operations, as before.
+    assert (
+        diff_paths(_run(docs), _run(docs, wait=0.101)).sentence()
+        == "WS1 -> AP1: +0.10 s in 10 of 10 requests"
+    )
