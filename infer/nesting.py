@@ -274,7 +274,8 @@ class NestingResult:
             pq.write_table(table, tmp, compression="zstd")
 
     def instances_table(self) -> pa.Table:
-        """Every call pair with its inferred parent, instance, pattern and confidence."""
+        """Every call pair with its inferred parent, instance, pattern and confidence, and,
+        where the trace has them, its call's operation (``op``) and its return's status."""
         p = self.pairs
         names = pa.array(self.nodes, pa.string())
         ids = pa.array([pat.id for pat in self.patterns], pa.string())
@@ -301,8 +302,20 @@ class NestingResult:
                     else np.zeros(0),
                     pa.float64(),
                 ),
+                **{
+                    column: _coded(*values)
+                    for column, values in (("op", self.operations), ("status", self.statuses))
+                    if values is not None
+                },
             }
         )
+
+
+def _coded(codes: np.ndarray, names: list[str]) -> pa.DictionaryArray:
+    """Codes into ``names`` (-1: none) as a dictionary column."""
+    return pa.DictionaryArray.from_arrays(
+        pa.array(codes.astype(np.int32), mask=codes < 0), pa.array(names, pa.string())
+    )
 
 
 def read_instances(path: str | os.PathLike[str]) -> pa.Table:

@@ -160,6 +160,11 @@ class _Spans:
             table["pattern_confidence"].to_numpy() if "pattern_confidence" in table.column_names else None
         )
         self.candidates = table["candidates"].to_numpy() if "candidates" in table.column_names else None
+        # A call's operation and its return's status, where the trace had them.
+        self.labels, self.label_codes = _names(
+            table, tuple(c for c in ("op", "status") if c in table.column_names)
+        )
+        self.has_op, self.has_status = "op" in table.column_names, "status" in table.column_names
         # Per span: client spans (one per trace, over its root visit), then the visit spans.
         is_root = parent_row < 0
         r = rows[is_root]
@@ -244,9 +249,13 @@ class _Batch:
         caller, callee = s.caller[row], s.callee[row]
         self.service = [s.names[i] for i in np.where(client, caller, callee).tolist()]
         self.peer = [s.names[i] for i in np.where(client, callee, caller).tolist()]
-        self.name = [
-            f"{s.names[a]} -> {s.names[b]}" for a, b in zip(caller.tolist(), callee.tolist(), strict=True)
-        ]
+        hop = [f"{s.names[a]} -> {s.names[b]}" for a, b in zip(caller.tolist(), callee.tolist(), strict=True)]
+        codes = iter(s.label_codes)
+        self.op = [s.labels[i] for i in next(codes)[row].tolist()] if s.has_op else [None] * len(hop)
+        self.status = [s.labels[i] for i in next(codes)[row].tolist()] if s.has_status else [None] * len(hop)
+        # Spans are named by operation (an endpoint, a query, a command), as tracers name them.
+        self.name = [h if op in (None, "None") else op for h, op in zip(hop, self.op, strict=True)]
+        self.server = [s.names[i] for i in callee.tolist()]
         t_call, t_ret = s.t_call[row], s.t_ret[row]
         self.start_ns = t_call.tolist()
         self.end_ns = t_ret.tolist()
@@ -276,7 +285,42 @@ class _Batch:
             out.append(("wirepath.confidence", "double", self.confidence[k]))
             if self.candidates is not None:
                 out.append(("wirepath.candidates", "int", self.candidates[k]))
+        out += _semantic(self.op[k], self.status[k], self.server[k])
         return out
+
+
+def _semantic(op: str | None, status: str | None, server: str) -> list[tuple[str, str, Any]]:
+    """OpenTelemetry semantic-convention attributes of a span: ``server.address`` and
+    ``server.port`` (the callee's name, ``address:port`` by service), and from the
+    operation, ``http.request.method`` and ``http.route`` (``GET /item/:id``) or
+    ``rpc.service`` and ``rpc.method`` (``/shop.Cart/Add``), with
+    ``http.response.status_code`` from the status.
+
+    Examples
+    --------
+    >>> _semantic("GET /item/:id", "503", "10.0.0.5:8080")  # doctest: +NORMALIZE_WHITESPACE
+    [('server.address', 'string', '10.0.0.5'), ('server.port', 'int', 8080),
+     ('http.request.method', 'string', 'GET'), ('http.route', 'string', '/item/:id'),
+     ('http.response.status_code', 'int', 503)]
+    """
+    out: list[tuple[str, str, Any]] = []
+    host, sep, port = server.rpartition(":")
+    if sep and port.isdigit():
+        out += [("server.address", "string", host.strip("[]")), ("server.port", "int", int(port))]
+    else:
+        out.append(("server.address", "string", server))
+    if op not in (None, "None"):
+        method, _, route = op.partition(" ")
+        if route.startswith("/") and method.isupper():
+            out += [("http.request.method", "string", method), ("http.route", "string", route)]
+        elif op.startswith("/") and op.count("/") == 2:
+            service, _, name = op[1:].partition("/")
+            out += [("rpc.service", "string", service), ("rpc.method", "string", name)]
+        else:
+            out.append(("wirepath.operation", "string", op))
+    if status not in (None, "None") and status.isdigit():
+        out.append(("http.response.status_code", "int", int(status)))
+    return out
 
 
 # --- documents made batch by batch ------------------------------------------------------

@@ -253,3 +253,45 @@ def test_no_instances_is_an_empty_export(instances, fmt):
         [],
         {"data": [], "total": 0, "limit": 0, "offset": 0, "errors": None},
     )
+
+
+def test_spans_are_named_by_operation_with_semantic_attributes(tmp_path):
+    """The testbed's bridge capture, by service: every span named by its call's
+    operation, with OpenTelemetry's HTTP attributes, as the capture's URLs say."""
+    from pathlib import Path
+
+    import capture
+    import infer
+    import tracefmt
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "t.parquet"
+    capture.convert_pcaps([root / "samples" / "testbed" / "bridge.pcap"], out, node_by="service")
+    trace = tracefmt.read_trace(out)
+    table = infer.infer_nesting(trace).instances_table()
+    assert {"op", "status"} <= set(table.column_names)
+    doc = export_traces(table, "otlp")
+    spans = [sp for rs in doc["resourceSpans"] for ss in rs["scopeSpans"] for sp in ss["spans"]]
+    names = {sp["name"] for sp in spans}
+    assert {"GET /page/:id", "GET /cart/:id", "GET /api/item/:id", "GET /api/price/:id", "GET"} <= names
+    web = next(sp for sp in spans if sp["name"] == "GET /cart/:id" and sp["kind"] == 2)
+    attrs = {a["key"]: next(iter(a["value"].values())) for a in web["attributes"]}
+    assert attrs["http.request.method"] == "GET"
+    assert attrs["http.route"] == "/cart/:id"
+    assert attrs["http.response.status_code"] in (200, "200")
+    assert attrs["server.address"] == "10.77.0.2"
+    assert attrs["server.port"] in (8080, "8080")
+    # A Redis call: named by its command, no HTTP attributes.
+    redis = next(sp for sp in spans if sp["name"] == "GET" and sp["kind"] == 2)
+    keys = {a["key"] for a in redis["attributes"]}
+    assert "http.route" not in keys
+    assert "wirepath.operation" in keys
+    # Every server span's name is its call's label with ids folded.
+    labels = trace["label"].cast(pa.string()).to_pylist()
+    ops = dict(
+        zip(table["pair"].to_pylist(), (labels[r] for r in table["call_row"].to_pylist()), strict=True)
+    )
+    assert all(
+        re.sub(r"/\d+", "/:id", ops[p]) == op
+        for p, op in zip(table["pair"].to_pylist(), table["op"].to_pylist(), strict=True)
+    )
