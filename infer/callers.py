@@ -61,9 +61,9 @@ class CallerAttribution:
         if self.kept:
             out.append(
                 f"{self.kept:,} connection{'s' * (self.kept != 1)} from an address that also serves kept "
-                "its address as caller (its calls do not tell which service made them): nesting cannot "
-                "hang them under a visit; a names file entry per source address, or services that "
-                "call from addresses of their own, would"
+                "its address as caller: a client on that host, or calls that do not tell which service "
+                "made them (a names file entry per source address, or services calling from addresses "
+                "of their own, settle those)"
             )
         return out
 

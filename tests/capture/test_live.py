@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -557,11 +558,14 @@ def _tcp_ports(pcap: str) -> set[int]:
 
 
 _ONE_HOST = """
-import http.client, http.server, sys, threading
+import http.client, http.server, sys, threading, time
+SLOW = len(sys.argv) > 2 and sys.argv[2] == "slow"
 class Back(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_GET(self):
         body = b"item"
+        if SLOW and self.path.endswith("3"):
+            time.sleep(0.040)  # the slow run: one item in ten takes 40 ms more
         # One item in ten is unavailable: a server error the trace must carry.
         self.send_response(503 if self.path.endswith("0") else 200)
         self.send_header("Content-Length", str(len(body))); self.end_headers()
@@ -671,3 +675,57 @@ def test_loopback_counts_are_explained() -> None:
     assert "twice" not in _summary(
         LiveReport("eth0", ["c.pcap"], stats, "2026-12-07T00:00:00Z", 5.0, "signal")
     )
+
+
+def _record_and_infer(netns: str, out: Path, *extra: str) -> tuple[Path, Path]:
+    """One run of the one-host services recorded on lo by service and inferred: its
+    paths file and instances table."""
+    agent = Agent(netns, out / "cap", "--node-by", "service")
+    _in_ns(netns, _ONE_HOST, "200", *extra)
+    code, doc = agent.stop(signal.SIGINT)
+    assert code == 0, agent.err
+    paths, inst = out / "p.json", out / "i.parquet"
+    argv = [sys.executable, "-m", "wirepath", "infer", "nesting", doc["trace"], "--out", str(paths)]
+    run = subprocess.run(
+        [*argv, "--instances", str(inst)], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    return paths, inst
+
+
+@needs_root
+@root_only
+def test_your_own_services_the_slowed_endpoint_is_named_with_its_size(netns: str, tmp_path: Path) -> None:
+    """The README's "your own services": two recordings of services on one host, the
+    second with one item in ten 40 ms slower at the back; viz diff names the endpoint,
+    the delay and the share of requests it hit, with no manual step."""
+    runs = {}
+    for name in ("base", "slow"):
+        (tmp_path / name).mkdir()
+        runs[name] = _record_and_infer(netns, tmp_path / name, *(["slow"] if name == "slow" else []))
+    (bp, bi), (sp, si) = runs["base"], runs["slow"]
+    argv = [
+        sys.executable,
+        "-m",
+        "wirepath",
+        "viz",
+        "diff",
+        str(bp),
+        str(sp),
+        "--out",
+        str(tmp_path / "d.svg"),
+    ]
+    run = subprocess.run(
+        [*argv, "--instances", str(bi), str(si)], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    sentence = run.stdout.splitlines()[0]
+    m = re.fullmatch(
+        r"127\.0\.0\.1:8080 -> 127\.0\.0\.1:9090 \(GET /item/:id\): \+([\d.]+) ms in (\d+) of (\d+) requests "
+        r"\((\d+)% of the (\d+) that pass there\)",
+        sentence,
+    )
+    assert m, sentence
+    assert float(m[1]) == pytest.approx(40, rel=0.1)  # within 10% of the injected delay
+    assert int(m[2]) == pytest.approx(20, abs=2)  # /3, /13, ... /193: 20 of 200
+    assert int(m[4]) == pytest.approx(10, abs=1)

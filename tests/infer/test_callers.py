@@ -93,4 +93,4 @@ def test_a_connection_its_calls_do_not_place_keeps_its_address() -> None:
     out, did = attribute_callers(t)
     assert (did.renamed, did.kept) == ({}, 1)
     assert "h" in out["sender"].cast(pa.string()).to_pylist()
-    assert "kept its address as caller" in did.lines()[0]
+    assert "kept its address as caller: a client on that host" in did.lines()[0]
