@@ -121,6 +121,8 @@ class NestingResult:
     operations: tuple[np.ndarray, list[str]] | None = None
     #: Per pair, its return's status code, and the statuses (None: none in the trace).
     statuses: tuple[np.ndarray, list[str]] | None = None
+    #: Patterns told apart by operation too (``infer_nesting(by_label=True)``).
+    by_label: bool = False
 
     @property
     def mean_parallelism(self) -> float:
@@ -196,6 +198,7 @@ class NestingResult:
             instance_map=self.calibration.apply_instances,
             operations=operations,
             statuses=statuses,
+            by_operation=self.by_label,
         )
         return replace(
             self,
@@ -1079,6 +1082,7 @@ def infer_nesting(
     sort: str = "total",
     runner: Runner | None = None,
     on_stage: Callable[[str], None] | None = None,
+    by_label: bool = False,
     **overrides: Any,
 ) -> NestingResult:
     """Infer causal path patterns of an RPC trace with the nesting algorithm.
@@ -1092,6 +1096,9 @@ def infer_nesting(
         ``"paper"``, the 2003 scoreboard). ``NestingParams`` documents every field.
     sort : {"total", "count"}
         Pattern order: by total latency or by instance count.
+    by_label : bool
+        Tell patterns apart by their visits' operations too (``infer.operations``): each
+        endpoint's requests get patterns of their own (the trace needs labels).
     runner : Runner, optional
         Run the costly part, every stage's scoring of the candidates (the chain rounds'
         alone below a million call pairs), as tasks of a Dask cluster
@@ -1181,6 +1188,7 @@ def infer_nesting(
         calibration,
         operations,
         statuses,
+        by_label=by_label,
     )
     say(f"{len(result.patterns):,} patterns")
     return result
@@ -1288,6 +1296,7 @@ def _result(
     calibration: Calibration,
     operations: tuple[np.ndarray, list[str]] | None = None,
     statuses: tuple[np.ndarray, list[str]] | None = None,
+    by_label: bool = False,
 ) -> NestingResult:
     """The result of a parent assignment: its instances and patterns built."""
     from infer.patterns import build_patterns
@@ -1301,6 +1310,7 @@ def _result(
         instance_map=calibration.apply_instances,
         operations=operations,
         statuses=statuses,
+        by_operation=by_label,
     )
     return NestingResult(
         nodes=names,
@@ -1317,6 +1327,7 @@ def _result(
         calibration=calibration,
         operations=operations,
         statuses=statuses,
+        by_label=by_label,
     )
 
 

@@ -11,7 +11,7 @@ call to child call), kept apart for each pattern.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -400,6 +400,29 @@ def _instance_patterns(h: np.ndarray, roots: np.ndarray, root: np.ndarray) -> tu
     return pat_of_root, by_root[root], rep_root
 
 
+def _by_operation(
+    pairs: CallPairs, parent: np.ndarray, names: list[str], operations: tuple[np.ndarray, list[str]]
+) -> tuple[CallPairs, list[str]]:
+    """``pairs`` whose callee is the node with the call's operation (``web GET
+    /cart/:id``; the node alone where the call has none), and each child's caller its
+    parent's; the names, the first ones ``names``.
+
+    Examples
+    --------
+    >>> p = CallPairs(np.array([0, 1]), np.array([1, 2]), *(np.zeros(2, np.int64),) * 4, 0, 0, 0)
+    >>> q, names = _by_operation(p, np.array([-1, 0]), ["c", "w", "d"], (np.array([0, -1]), ["GET /a"]))
+    >>> [names[i] for i in q.caller], [names[i] for i in q.callee]
+    (['c', 'w GET /a'], ['w GET /a', 'd'])
+    """
+    codes, ops = operations
+    width = len(ops) + 1
+    keys, node = np.unique(pairs.callee * width + (codes + 1), return_inverse=True)
+    named = [names[k // width] + ("" if k % width == 0 else f" {ops[k % width - 1]}") for k in keys.tolist()]
+    callee = len(names) + node.ravel()
+    caller = np.where(parent >= 0, callee[np.maximum(parent, 0)], pairs.caller)
+    return replace(pairs, caller=caller, callee=callee), [*names, *named]
+
+
 def _pattern_list(
     shapes: list[tuple[Shape, str]],
     count: np.ndarray,
@@ -493,6 +516,7 @@ def build_patterns(
     instance_map: Callable[[np.ndarray], np.ndarray] | None = None,
     operations: tuple[np.ndarray, list[str]] | None = None,
     statuses: tuple[np.ndarray, list[str]] | None = None,
+    by_operation: bool = False,
 ) -> tuple[list[Pattern], np.ndarray, np.ndarray]:
     """Instances and patterns from parent links; returns (patterns, instance, pattern index).
 
@@ -504,10 +528,15 @@ def build_patterns(
     their product. With ``operations`` (a code per pair and the operations' names,
     ``infer.operations.operation_codes``), each visit lists its most frequent ones; so with
     ``statuses`` (a code per pair of its return's status), and each visit's error share.
+    ``by_operation``: patterns told apart by their visits' operations too (a visit's
+    node is ``node operation``, ``web GET /cart/:id``), so each endpoint has patterns of
+    its own.
     """
     n = parent.size
     if n == 0:
         return [], np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if by_operation and operations is not None:
+        pairs, names = _by_operation(pairs, parent, names, operations)
     depth, root = depths(parent)
     max_depth = int(depth.max())
     ch = _Children.of(pairs, parent, depth)

@@ -310,6 +310,8 @@ def _ops_text(visit: dict[str, Any]) -> str:
     if not ops:
         return bad
     top = ops[0]
+    if len(ops) == 1 and str(visit.get("node", "")).endswith(f" {top['op']}"):
+        return bad  # patterns by operation (--by-label): the node's name says it already
     share = "" if top["share"] >= 0.995 else f" {top['share']:.0%}"
     more = f", +{len(ops) - 1}" if len(ops) > 1 else ""
     return f"  [{printable(top['op'])}{share}{more}]{bad}"

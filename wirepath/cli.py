@@ -268,6 +268,7 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
                     tracefmt.read_any_trace(args.trace, columns=_nesting_columns(args.trace)),
                     params,
                     sort=args.sort,
+                    by_label=args.by_label,
                     runner=run,
                     on_stage=None if bar is None else bar.step,
                 )
@@ -633,6 +634,11 @@ def _register_nesting(algos: argparse._SubParsersAction) -> None:
         "--min-count", type=count(1), default=1, metavar="N", help="drop patterns seen fewer times"
     )
     p.add_argument("--sort", choices=list(tracefmt.PATTERN_SORTS), default="total", help="order patterns by")
+    p.add_argument(
+        "--by-label",
+        action="store_true",
+        help="tell patterns apart by their visits' operations too (GET /item/:id): a pattern per endpoint",
+    )
     p.add_argument("--show", type=count(0), default=5, metavar="N", help="patterns to print (default 5)")
     p.add_argument("--window", metavar="DURATION", help="also list patterns per time window (e.g. 60s)")
     p.add_argument(

@@ -68,3 +68,23 @@ def test_each_visit_says_its_operations_on_the_testbed_capture(tmp_path: Path) -
     # The filtered result keeps them.
     kept, _, _ = result.confident(0.5)
     assert kept.to_json()["patterns"][0]["root"]["ops"]
+
+
+def test_by_label_gives_each_endpoint_patterns_of_its_own(tmp_path: Path) -> None:
+    out = tmp_path / "t.parquet"
+    capture.convert_pcaps([ROOT / "samples" / "testbed" / "bridge.pcap"], out, node_by="service")
+    trace = tracefmt.read_trace(out)
+    plain = infer.infer_nesting(trace)
+    by = infer.infer_nesting(trace, by_label=True)
+    # The same parents; the patterns split by operation, every visit named with its own.
+    assert (plain.parent == by.parent).all()
+    assert sum(p.count for p in by.patterns) == sum(p.count for p in plain.patterns) == 60
+    roots = {p["root"]["node"] for p in by.to_json()["patterns"]}
+    assert roots == {"10.77.0.2:8080 GET /page/:id", "10.77.0.2:8080 GET /cart/:id"}
+    for p in by.to_json()["patterns"]:
+        stack = [p["root"]]
+        while stack:
+            v = stack.pop()
+            assert v["node"].endswith(" " + v["ops"][0]["op"]), v["node"]
+            stack += v["children"]
+    assert "[" not in tree_lines(by.to_json()["patterns"][0])[0]  # the name says it already
