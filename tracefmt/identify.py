@@ -13,7 +13,7 @@ import os
 import zlib
 from dataclasses import dataclass
 
-__all__ = ["FileKind", "file_kind", "hint"]
+__all__ = ["CAPTURE", "INSTANCES", "PATHS", "RESULTS", "SPANS", "TRACE", "FileKind", "file_kind", "hint"]
 
 _PCAP_MAGICS = frozenset(
     {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x0a\x0d\x0d\x0a"}
@@ -36,25 +36,25 @@ class FileKind:
         return f"{self.what}; {self.verbs.replace('FILE', str(path))}"
 
 
-_CAPTURE = FileKind(
+CAPTURE = FileKind(
     "a packet capture", "make it a trace with `wirepath capture pcap FILE --out trace.parquet`"
 )
-_TRACE = FileKind(
+TRACE = FileKind(
     "a trace", "read by `wirepath info`, `infer nesting`, `infer convolution`, `convert`, `merge`"
 )
-_INSTANCES = FileKind(
+INSTANCES = FileKind(
     "an instances table (written by `infer nesting --instances`)",
     "read by `wirepath export FILE` and `wirepath report PATHS --instances FILE`",
 )
-_RESULTS = FileKind(
+RESULTS = FileKind(
     "a trend results file (in a store's results/)",
     "read by `wirepath trend analyze`, `trend check` and `trend dashboard` with `--store`",
 )
-_PATHS = FileKind(
+PATHS = FileKind(
     "a paths file (written by `infer nesting` or `infer convolution`)",
     "read by `wirepath viz draw FILE`, `report FILE`, `eval FILE TRACE` and `viz diff`",
 )
-_SPANS = FileKind(
+SPANS = FileKind(
     "tracing spans (Jaeger or OTLP JSON)", "make them a trace with `wirepath convert FILE trace.parquet`"
 )
 
@@ -83,15 +83,15 @@ def file_kind(path: str | os.PathLike[str]) -> FileKind | None:
         except (zlib.error, gzip.BadGzipFile):
             return None
     if head[:4] in _PCAP_MAGICS:
-        return _CAPTURE
+        return CAPTURE
     if head[:4] == _PARQUET_MAGIC:
         return _parquet_kind(path)
     text = head.lstrip()
     if text[:1] == b"{":
         if b'"wirepath.paths/' in text:
-            return _PATHS
+            return PATHS
         if b'"resourceSpans"' in text or (b'"data"' in text and b'"spans"' in text):
-            return _SPANS
+            return SPANS
     return None
 
 
@@ -103,11 +103,11 @@ def _parquet_kind(path: str | os.PathLike[str]) -> FileKind | None:
     except Exception:
         return None
     if {"timestamp", "sender", "receiver", "op"} <= names:
-        return _TRACE
+        return TRACE
     if {"pair", "parent", "instance", "pattern"} <= names:
-        return _INSTANCES
+        return INSTANCES
     if {"test", "build", "trial", "value"} <= names:
-        return _RESULTS
+        return RESULTS
     return None
 
 
@@ -118,7 +118,3 @@ def hint(path: str | os.PathLike[str], *, unless: FileKind | None = None) -> str
     if kind is None or kind is unless:
         return ""
     return f" but {kind.say(path)}"
-
-
-#: The kinds, for readers that say which one they wanted (``hint(..., unless=TRACE)``).
-TRACE, PATHS, SPANS, CAPTURE, INSTANCES, RESULTS = _TRACE, _PATHS, _SPANS, _CAPTURE, _INSTANCES, _RESULTS

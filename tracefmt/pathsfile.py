@@ -380,34 +380,28 @@ def _check_pattern(pat: dict[str, Any], where: str) -> None:
                 f"{where}: visit {visit['node']!r}'s delay_s must be null or an object with a finite mean "
                 "(and finite stats)"
             )
-        ops = visit.get("ops", [])
-        if not isinstance(ops, list) or not all(
-            isinstance(o, dict)
-            and isinstance(o.get("op"), str)
-            and _number(o.get("share"))
-            and 0 <= o["share"] <= 1
-            for o in ops
-        ):
-            raise SchemaError(
-                f"{where}: visit {visit['node']!r}'s ops must be a list of {{op: text, share: 0 to 1}}"
-            )
-        statuses = visit.get("status", [])
-        if not isinstance(statuses, list) or not all(
-            isinstance(o, dict)
-            and isinstance(o.get("status"), str)
-            and _number(o.get("share"))
-            and 0 <= o["share"] <= 1
-            for o in statuses
-        ):
-            raise SchemaError(
-                f"{where}: visit {visit['node']!r}'s status must be a list of {{status: text, share: 0 to 1}}"
-            )
+        for field, name in (("ops", "op"), ("status", "status")):
+            if not _shares(visit.get(field, []), name):
+                shape = f"{{{name}: text, share: 0 to 1}}"
+                raise SchemaError(f"{where}: visit {visit['node']!r}'s {field} must be a list of {shape}")
         errors = visit.get("errors", 0)
         if not _number(errors) or not 0 <= errors <= 1:
             raise SchemaError(
                 f"{where}: visit {visit['node']!r}'s errors must be a share from 0 to 1, not {errors!r}"
             )
         stack.extend((child, depth + 1) for child in visit.get("children", []))
+
+
+def _shares(value: Any, name: str) -> bool:
+    """Whether ``value`` is a visit's list of ``{name: text, share: 0 to 1}`` (its
+    operations, its statuses)."""
+    return isinstance(value, list) and all(
+        isinstance(o, dict)
+        and isinstance(o.get(name), str)
+        and _number(o.get("share"))
+        and 0 <= o["share"] <= 1
+        for o in value
+    )
 
 
 def _check_path(path: Any, where: str) -> None:

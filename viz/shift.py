@@ -119,7 +119,8 @@ def _fit(base: np.ndarray, slow: np.ndarray) -> tuple[float, float]:
     the misfit or more left), every request moved, by the mean of ``d``."""
     m = min(_RANKS, base.size, slow.size)
     u = (np.arange(m) + 0.5) / m
-    d = np.quantile(slow, u) - np.quantile(base, u)
+    q_slow = np.quantile(slow, u)
+    d = q_slow - np.quantile(base, u)
     if m < 4:
         return 1.0, float(d.mean())
     one_level = float(np.sum((d - d.mean()) ** 2))
@@ -128,14 +129,14 @@ def _fit(base: np.ndarray, slow: np.ndarray) -> tuple[float, float]:
     csum, csq = np.cumsum(d), np.cumsum(d * d)
     left = csq[k - 1] - csum[k - 1] ** 2 / k
     right = (csq[-1] - csq[k - 1]) - (csum[-1] - csum[k - 1]) ** 2 / (m - k)
-    best = int(np.argmin(left + right))
-    if one_level <= 0 or (left + right)[best] > _STEP_LEFT * one_level:
+    two_levels = left + right
+    best = int(np.argmin(two_levels))
+    if one_level <= 0 or two_levels[best] > _STEP_LEFT * one_level:
         return 1.0, float(d.mean())
     split = int(k[best])
     low, high = float(d[:split].mean()), float(d[split:].mean())
     # The requests that moved are the side that moved the way the mean did, the most;
     # which requests they were is chance, so their change is against the base's mean.
-    q_slow = np.quantile(slow, u)
     moved_by = float(slow.mean() - base.mean())
     if (high - low) * moved_by >= 0:
         return (m - split) / m, float(q_slow[split:].mean() - base.mean())

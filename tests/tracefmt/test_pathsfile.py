@@ -73,3 +73,51 @@ def test_no_nan_or_infinity_is_written(tmp_path) -> None:
     doc["stats"] = {"stages": [{"spread": [1.0, None]}]}
     write_paths(doc, out)
     assert json.loads(out.read_text())["stats"]["stages"][0]["spread"] == [1.0, None]
+
+
+def _nesting(**visit: object) -> dict:
+    stats = {"mean": 0.001, "p50": 0.001, "p90": 0.001, "p99": 0.001, "std": 0.0}
+    root = {"node": "web", "caller": "client", "latency_s": stats, "delay_s": None, "children": [], **visit}
+    pattern = {"id": "p", "count": 1, "total_latency_s": 0.001, "root": root}
+    return {"format": "wirepath.paths/1", "algorithm": "nesting", "patterns": [pattern]}
+
+
+def test_a_visits_operations_statuses_and_errors_are_checked() -> None:
+    check_paths(_nesting(ops=[{"op": "GET /a/:id", "share": 1.0}], status=[{"status": "503", "share": 0.1}]))
+    check_paths(_nesting(errors=0.1))
+
+
+@pytest.mark.parametrize(
+    ("visit", "message"),
+    [
+        (
+            {"ops": [{"op": "GET /", "share": 1.5}]},
+            "'web''s ops must be a list of \\{op: text, share: 0 to 1\\}",
+        ),
+        ({"ops": "GET /"}, "ops must be a list of \\{op: text"),
+        ({"ops": [{"op": 7, "share": 1.0}]}, "ops must be a list of \\{op: text"),
+        ({"status": [{"status": 503, "share": 0.1}]}, "'web''s status must be a list of \\{status: text"),
+        ({"status": [{"status": "503", "share": math.nan}]}, "status must be a list of \\{status: text"),
+        ({"errors": 2}, "'web''s errors must be a share from 0 to 1, not 2"),
+        ({"errors": "0.1"}, "errors must be a share from 0 to 1, not '0.1'"),
+    ],
+)
+def test_bad_operations_statuses_and_errors_are_refused(visit: dict, message: str) -> None:
+    with pytest.raises(SchemaError, match=message):
+        check_paths(_nesting(**visit))
+
+
+@pytest.mark.parametrize(
+    "callers",
+    [
+        {"renamed": {"a -> a:80": "2"}, "kept": 0},
+        {"renamed": [], "kept": 0},
+        {"renamed": {}, "kept": None},
+        {"renamed": {}, "kept": 0, "extra": 1},
+    ],
+)
+def test_bad_caller_attributions_are_refused(callers: dict) -> None:
+    doc = {**_nesting(), "stats": {"callers": callers}}
+    with pytest.raises(SchemaError, match=r"stats\.callers must be an object: renamed"):
+        check_paths(doc)
+    check_paths({**_nesting(), "stats": {"callers": {"renamed": {"a -> a:80": 2}, "kept": 1}}})

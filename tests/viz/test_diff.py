@@ -479,3 +479,30 @@ def test_the_sentence_names_the_operation_where_the_time_went(docs):
         diff_paths(_run(docs), _run(docs, wait=0.101)).sentence()
         == "WS1 -> AP1: +0.10 s in 10 of 10 requests"
     )
+
+
+def test_instances_with_convolution_paths_is_one_error(tmp_path, capsys):
+    import json
+
+    from wirepath.cli import main
+
+    doc = {
+        "format": "wirepath.paths/1",
+        "algorithm": "convolution",
+        "paths": [{"nodes": ["c", "a", "b"], "delays_s": [[0.002]], "counts": [10, 10]}],
+    }
+    for name in ("b.json", "s.json"):
+        (tmp_path / name).write_text(json.dumps(doc))
+    (tmp_path / "i.parquet").write_bytes(b"")
+    argv = [
+        "viz",
+        "diff",
+        str(tmp_path / "b.json"),
+        str(tmp_path / "s.json"),
+        "--out",
+        str(tmp_path / "d.svg"),
+    ]
+    assert main([*argv, "--instances", str(tmp_path / "i.parquet"), str(tmp_path / "i.parquet")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --instances applies to nesting paths files (convolution has none)"]
+    assert not (tmp_path / "d.svg").exists()
