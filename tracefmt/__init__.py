@@ -84,7 +84,7 @@ from tracefmt.spans import SPAN_AT, SPAN_FORMATS, SpanStats, read_jaeger, read_o
 from tracefmt.store import STORE_DIRS, Store
 from tracefmt.summary import TraceSummary, summarize_trace
 from tracefmt.text import TextStats, format_text_lines, iter_text_trace, read_text_trace, write_text_trace
-from tracefmt.units import format_duration_ns, format_instant_ns, parse_duration_ns
+from tracefmt.units import format_duration_ns, format_instant_ns, format_instants_ns, parse_duration_ns
 
 __all__ = [
     "CORE_COLUMNS",
@@ -130,6 +130,7 @@ __all__ = [
     "existing_file",
     "format_duration_ns",
     "format_instant_ns",
+    "format_instants_ns",
     "format_text_lines",
     "hop_delays_s",
     "iter_any_trace",

@@ -22,6 +22,7 @@ __all__ = [
     "UNIT_NS",
     "format_duration_ns",
     "format_instant_ns",
+    "format_instants_ns",
     "offsets_ns",
     "parse_duration_ns",
     "shifted_ns",
@@ -142,6 +143,18 @@ def format_instant_ns(ns: int | None) -> str | None:
         return None
     sec, frac = divmod(int(ns), 1_000_000_000)
     return datetime.fromtimestamp(sec, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+
+
+def format_instants_ns(ns: np.ndarray) -> list[str]:
+    """:func:`format_instant_ns` of every timestamp at once (int64 ns, none INT64_MIN).
+
+    Examples
+    --------
+    >>> format_instants_ns(np.array([1_500_000_000, -1]))
+    ['1970-01-01T00:00:01.500000000Z', '1969-12-31T23:59:59.999999999Z']
+    """
+    text = np.datetime_as_string(np.asarray(ns, np.int64).astype("datetime64[ns]"), unit="ns")
+    return [t + "Z" for t in text.tolist()]
 
 
 _I64 = np.iinfo(np.int64)

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from tracefmt import ParameterError, format_instant_ns
+from tracefmt import ParameterError, format_instant_ns, format_instants_ns
 from tracefmt.cluster import InProcess, Runner, split_evenly
 from tracefmt.display import printable
-from trend.mdl import MdlGroup, classify_mdl
+from trend.mdl import MdlGroup, MdlPrograms, classify_mdl, resolve_unit, trial_stats
 from trend.series import Series
 from trend.tmm import classify_tmm
 
@@ -88,8 +88,8 @@ class SeriesTrend:
     def to_json(self) -> dict[str, Any]:
         s = self.series
 
-        def num(x: float) -> float | None:
-            return None if np.isnan(x) else float(x)
+        def nums(x: np.ndarray) -> list[float | None]:
+            return [None if v != v else v for v in x.tolist()]  # NaN is the only value unequal to itself
 
         return {
             "test": s.test,
@@ -98,16 +98,15 @@ class SeriesTrend:
             "direction": s.direction,
             "method": self.method,
             "runs": [
-                {
-                    "build": b,
-                    "time": format_instant_ns(int(t)),
-                    "value": num(v),
-                    "trend": num(tr),
-                    "mark": m,
-                    "failed_trials": int(f),
-                }
+                {"build": b, "time": t, "value": v, "trend": tr, "mark": m, "failed_trials": f}
                 for b, t, v, tr, m, f in zip(
-                    s.builds, s.times_ns, self.values, self.trend, self.marks, s.failed_trials, strict=True
+                    s.builds,
+                    format_instants_ns(s.times_ns),
+                    nums(self.values),
+                    nums(self.trend),
+                    self.marks.tolist(),
+                    s.failed_trials.tolist(),
+                    strict=True,
                 )
             ],
             "groups": [g.to_json() for g in self.groups],
@@ -242,22 +241,29 @@ def analyze_all(
         raise ParameterError(f"unknown method {method!r} (must be one of {', '.join(METHODS)})")
     options = {"method": method, "window": window, "unit": unit, "sbps": sbps}
     if runner is None or isinstance(runner, InProcess):
-        # Grouping buys nothing here; the plain loop keeps the one-process run as it was.
-        return _each(series, options, on_error)
-    bounds = [(a, b) for a, b in split_evenly(len(series), GROUPS_PER_SLOT * runner.width) if b > a]
-    packs = [_pack(series[a:b]) for a, b in bounds]
+        bounds = [(0, len(series))] if len(series) else []
+        results = [_analyze_group(_pack(series), **options)] if bounds else []
+    else:
+        bounds = [(a, b) for a, b in split_evenly(len(series), GROUPS_PER_SLOT * runner.width) if b > a]
+        results = list(runner.map(_analyze_group, [_pack(series[a:b]) for a, b in bounds], **options))
+    return _gather(series, method, bounds, results, on_error)
+
+
+def _gather(
+    series: Sequence[Series],
+    method: str,
+    bounds: list[tuple[int, int]],
+    results: Sequence[_Trends],
+    on_error: Callable[[Series, ParameterError], None] | None,
+) -> list[SeriesTrend]:
+    """The groups' trends in series order; the first error raised, or each passed to ``on_error``."""
     out: list[SeriesTrend] = []
-    for (start, stop), (done, error) in zip(
-        bounds, runner.map(_analyze_group, packs, **options), strict=True
-    ):
-        trends = _unpack_trends(series[start:stop], method, done)
-        out += trends
-        if error is not None:
+    for (start, stop), flat in zip(bounds, results, strict=True):
+        for k in sorted(flat.errors):
             if on_error is None:
-                raise error
-            # A group stops at its first bad series; the rest of it is rare enough to finish here.
-            on_error(series[start + len(trends)], error)
-            out += _each(series[start + len(trends) + 1 : stop], options, on_error)
+                raise flat.errors[k]
+            on_error(series[start + k], flat.errors[k])
+        out += _unpack_trends(series[start:stop], method, flat)
     return out
 
 
@@ -308,6 +314,14 @@ class _Pack:
             )
         ]
 
+    def one(self, k: int) -> Series:
+        """Series ``k`` alone."""
+        run_off = np.r_[0, np.cumsum(self.runs)]
+        trial_off = np.r_[0, np.cumsum(self.trial_counts)]
+        lo, hi = int(run_off[k]), int(run_off[k + 1])
+        trials = tuple(self.trials[trial_off[i] : trial_off[i + 1]] for i in range(lo, hi))
+        return Series(*self.names[k], self.builds[k], self.times_ns[lo:hi], trials)
+
 
 def _pack(group: Sequence[Series]) -> _Pack:
     trials = [t for s in group for t in s.trials]
@@ -321,58 +335,233 @@ def _pack(group: Sequence[Series]) -> _Pack:
     )
 
 
-#: A group's trends, flat (as :class:`_Pack`): every run's value and trend, the codes of
-#: the marks and their labels, and per series its MDL groups and short- and long-term change.
-_Trends = tuple[
-    np.ndarray,
-    np.ndarray,
-    np.ndarray,
-    np.ndarray,
-    list[tuple[MdlGroup, ...]],
-    list[tuple[float | None, float | None]],
-]
+#: The marks a run can have, as the flat form codes them.
+_MARKS = np.array(["failed", "normal", "regression", "progression", "outlier"], dtype=object)
+_MARK_CODE = {m: np.uint8(k) for k, m in enumerate(_MARKS)}
+
+
+@dataclass
+class _Trends:
+    """A group's trends, flat (as :class:`_Pack`): every run's value, trend and mark code
+    (:data:`_MARKS`); per series its MDL groups and short- and long-term change, or its
+    error (then its runs' fields mean nothing). With ``programs``, the MDL programs of the
+    series ``program_of`` (per series its index there, -1 for none) as they ended."""
+
+    values: np.ndarray
+    trend: np.ndarray
+    codes: np.ndarray
+    groups: list[tuple[MdlGroup, ...]]
+    changes: list[tuple[float | None, float | None]]
+    errors: dict[int, ParameterError]
+    programs: MdlPrograms | None = None
+    program_of: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """Per run of a pack: its trials that did not fail (``valid[start[r]:start[r] + count[r]]``),
+    their mean (NaN for a failed run), and the statistics MDL groups it by."""
+
+    count: np.ndarray
+    start: np.ndarray
+    valid: np.ndarray
+    values: np.ndarray
+    sizes: np.ndarray
+    avg: np.ndarray
+    sd: np.ndarray
+
+    @classmethod
+    def of(cls, pack: _Pack) -> _Runs:
+        n_runs = pack.trial_counts.size
+        run_of = np.repeat(np.arange(n_runs), pack.trial_counts)
+        keep = ~np.isnan(pack.trials)
+        valid = pack.trials[keep]
+        count = np.bincount(run_of[keep], minlength=n_runs)
+        start = np.cumsum(count) - count
+        values = np.full(n_runs, np.nan)
+        values[count == 1] = valid[start[count == 1]]
+        # A run of one trial enters MDL as a bare value; one of several as its trials.
+        sizes = count.astype(np.float64)
+        avg = values.copy()
+        sd = np.zeros(n_runs)
+        multi = np.flatnonzero(count >= 2)
+        if multi.size:
+            width = int(count[multi].max())
+            table = np.zeros((multi.size, width))
+            row = np.repeat(np.arange(multi.size), count[multi])
+            col = np.arange(row.size) - np.repeat(np.cumsum(count[multi]) - count[multi], count[multi])
+            table[row, col] = valid[np.repeat(start[multi], count[multi]) + col]
+            avg[multi], sd[multi] = trial_stats(table, count[multi])
+            # The mean as Series.values takes it (numpy's sum: in order below 8 terms,
+            # in eight running sums from 8 on, which only numpy's own sum repeats).
+            total = table[:, 0].copy()
+            for c in range(1, min(width, 8)):
+                total += np.where(count[multi] > c, table[:, c], 0.0)
+            for j in np.flatnonzero(count[multi] >= 8).tolist():
+                total[j] = table[j, : count[multi][j]].sum()
+            values[multi] = total / count[multi]
+        return cls(count, start, valid, values, sizes, avg, sd)
 
 
 def _analyze_group(
-    pack: _Pack, *, method: str, window: int, unit: float | None, sbps: float | None
-) -> tuple[_Trends, ParameterError | None]:
-    """One task of :func:`analyze_all`: the computed fields of the group's trends (not the
-    series, which the caller holds), up to the first error, and that error.
+    pack: _Pack,
+    *,
+    method: str,
+    window: int,
+    unit: float | None,
+    sbps: float | None,
+    prior: MdlPrograms | None = None,
+    prior_of: np.ndarray | None = None,
+    keep_programs: bool = False,
+) -> _Trends:
+    """The trends of every series of a pack, flat: the runs' statistics for all series at
+    once, and the MDL programs of all of them in one compiled pass
+    (:class:`trend.mdl.MdlPrograms`), the same to the last bit as :func:`analyze_series`
+    one series at a time. A series that cannot be analysed is analysed alone, so that its
+    error is the one :func:`analyze_series` raises.
 
-    The error is returned, not raised, so that the caller raises the first one in series
-    order, whichever task fails first.
+    With ``prior`` (programs of an earlier analysis) and ``prior_of`` (per series its
+    index there, -1 for none), a series whose first runs are those the prior program saw
+    (their statistics equal, the same largest value and unit) resumes it: only its new
+    runs cost work. ``keep_programs`` returns the programs as they ended.
     """
-    trends: list[SeriesTrend] = []
-    error = None
-    for s in pack.series():
-        try:
-            trends.append(analyze_series(s, method=method, window=window, unit=unit, sbps=sbps))
-        except ParameterError as e:  # what analyze_series raises; it pickles (one message)
-            error = e
-            break
-    marks = np.concatenate([t.marks for t in trends]) if trends else np.empty(0, dtype=object)
-    labels, codes = np.unique(marks.astype(str), return_inverse=True)
-    flat = (
-        np.concatenate([t.values for t in trends]) if trends else np.empty(0),
-        np.concatenate([t.trend for t in trends]) if trends else np.empty(0),
-        codes.reshape(-1).astype(np.uint8 if labels.size <= 256 else np.int64),
-        np.array(labels.tolist(), dtype=object),
-        [t.groups for t in trends],
-        [(t.short_change, t.long_change) for t in trends],
+    runs_per = pack.runs
+    n_series = runs_per.size
+    r = _Runs.of(pack)
+    run_off = np.r_[0, np.cumsum(runs_per)].astype(np.int64)
+    series_of_run = np.repeat(np.arange(n_series), runs_per)
+    trial_series = np.repeat(series_of_run, pack.trial_counts)
+    bad = np.zeros(n_series, bool)
+    bad[trial_series[np.isinf(pack.trials) | (pack.trials < 0)]] = True
+    n_runs = r.count.size
+    trend = np.full(n_runs, np.nan)
+    codes = np.zeros(n_runs, np.uint8)  # failed
+    groups: list[tuple[MdlGroup, ...]] = [()] * n_series
+    errors: dict[int, ParameterError] = {}
+    has = r.count > 0
+    # The largest valid trial of each series (0 for a series without any).
+    top = np.zeros(n_series)
+    if r.valid.size:
+        np.maximum.at(top, np.repeat(series_of_run, r.count), r.valid)
+    valid_runs = np.bincount(series_of_run[has], minlength=n_series)
+    zero = ~bad & (valid_runs > 0) & (top == 0)
+    for k in np.flatnonzero(zero).tolist():  # nothing to group: jumpavg needs a positive maximum
+        idx = np.flatnonzero(has[run_off[k] : run_off[k + 1]]) + run_off[k]
+        trend[idx] = 0.0
+        codes[idx] = _MARK_CODE["normal"]
+        trials = int(r.count[idx].sum())
+        groups[k] = (MdlGroup(0, int(idx.size), trials, 0.0, 0.0, "normal", float("nan")),)
+    live = np.flatnonzero(~bad & (valid_runs > 0) & (top > 0))
+    programs = program_of = None
+    if method == "mdl":
+        units = np.zeros(live.size)
+        for j, k in enumerate(live.tolist()):
+            try:
+                units[j] = resolve_unit(float(top[k]), unit=unit, sbps=sbps)
+            except ParameterError:
+                bad[k] = True
+        live = live[~bad[live]] if live.size else live
+        units = units[units > 0] if units.size else units
+        runs_of = np.flatnonzero(has & np.isin(series_of_run, live))
+        offsets = np.r_[0, np.cumsum(valid_runs[live])].astype(np.int64)
+        programs = MdlPrograms.new(offsets, r.sizes[runs_of], r.avg[runs_of], r.sd[runs_of], top[live], units)
+        program_of = np.full(n_series, -1, np.int64)
+        program_of[live] = np.arange(live.size)
+        if prior is not None and prior_of is not None:
+            _resume(programs, program_of, prior, prior_of)
+        programs.advance()
+        for j, k in enumerate(live.tolist()):
+            s_runs = runs_of[offsets[j] : offsets[j + 1]]
+            try:
+                result = programs.result(j, pack.names[k][3])
+            except ParameterError:
+                bad[k] = True
+                continue
+            trend[s_runs] = result.run_averages()
+            codes[s_runs] = _MARK_CODE["normal"]
+            for g in result.groups:
+                codes[s_runs[g.start]] = _MARK_CODE[g.comment]
+            groups[k] = result.groups
+    else:
+        for k in live.tolist():
+            idx = np.flatnonzero(has[run_off[k] : run_off[k + 1]]) + run_off[k]
+            result = classify_tmm(r.values[idx], window=window, direction=pack.names[k][3])
+            trend[idx] = result.tmm
+            codes[idx] = [_MARK_CODE[m] for m in result.marks]
+    changes: list[tuple[float | None, float | None]] = [(None, None)] * n_series
+    for k in range(n_series):
+        if bad[k]:
+            try:  # alone, for the error analyze_series gives
+                analyze_series(pack.one(k), method=method, window=window, unit=unit, sbps=sbps)
+            except ParameterError as e:
+                errors[k] = e
+            continue
+        lo, hi = run_off[k], run_off[k + 1]
+        changes[k] = trend_compliance(pack.times_ns[lo:hi], trend[lo:hi], pack.names[k][3])
+    kept = keep_programs and programs is not None
+    return _Trends(
+        r.values,
+        trend,
+        codes,
+        groups,
+        changes,
+        errors,
+        programs if kept else None,
+        program_of if kept else None,
     )
-    return flat, error
+
+
+def _resume(programs: MdlPrograms, program_of: np.ndarray, prior: MdlPrograms, prior_of: np.ndarray) -> None:
+    """Graft onto ``programs`` every prior program whose series still starts with the runs
+    it saw: the same statistics run by run, the same largest value and unit."""
+    here = program_of[prior_of >= 0]
+    there = prior_of[prior_of >= 0]
+    ok = (here >= 0) & (there < prior.series)
+    here, there = here[ok], there[ok]
+    done = prior.done[there]
+    ok = (
+        (done <= np.diff(programs.offsets)[here])
+        & (prior.max_values[there] == programs.max_values[here])
+        & (prior.units[there] == programs.units[here])
+    )
+    here, there, done = here[ok], there[ok], done[ok]
+    within = np.arange(int(done.sum())) - np.repeat(np.cumsum(done) - done, done)
+    a = np.repeat(programs.offsets[here], done) + within
+    b = np.repeat(prior.offsets[there], done) + within
+    same = (
+        (programs.sizes[a] == prior.sizes[b])
+        & (programs.avg[a] == prior.avg[b])
+        & (programs.sd[a] == prior.sd[b])
+    )
+    # Per series whether every run it saw is the same (a series of no runs seen has nothing to resume).
+    run_series = np.repeat(np.arange(here.size), done)
+    differs = np.bincount(run_series[~same], minlength=here.size) > 0
+    resume = ~differs & (done > 0)
+    programs.graft(here[resume], prior, there[resume])
 
 
 def _unpack_trends(series: Sequence[Series], method: str, flat: _Trends) -> list[SeriesTrend]:
-    """The :class:`SeriesTrend` of the group ``series`` (up to the first error: as many as
-    ``flat`` holds), each with the caller's own series and arrays of its own, as in-process."""
-    values, trend, codes, labels, groups, changes = flat
+    """The :class:`SeriesTrend` of the group ``series`` but those in error, each with the
+    caller's own series and arrays of its own, as in-process."""
     out = []
     at = 0
-    for s, g, (short, long) in zip(series, groups, changes, strict=False):
+    for k, s in enumerate(series):
         end = at + s.runs
-        marks = labels[codes[at:end]]
-        out.append(SeriesTrend(s, method, values[at:end].copy(), trend[at:end].copy(), marks, g, short, long))
+        if k not in flat.errors:
+            marks = _MARKS[flat.codes[at:end]]
+            short, long = flat.changes[k]
+            out.append(
+                SeriesTrend(
+                    s,
+                    method,
+                    flat.values[at:end].copy(),
+                    flat.trend[at:end].copy(),
+                    marks,
+                    flat.groups[k],
+                    short,
+                    long,
+                )
+            )
         at = end
     return out
 

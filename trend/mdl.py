@@ -36,6 +36,7 @@ __all__ = [
     "DIRECTIONS",
     "MAX_SBPS",
     "MdlGroup",
+    "MdlPrograms",
     "MdlResult",
     "check_direction",
     "classify_mdl",
@@ -43,6 +44,7 @@ __all__ = [
     "renormalized",
     "resolve_unit",
     "run_stats",
+    "trial_stats",
 ]
 
 #: A series' direction: which way is better.
@@ -192,13 +194,27 @@ def run_stats(values: Iterable[float | Iterable[float]]) -> tuple[np.ndarray, np
     max_value = float(table.max())
     if max_value <= 0.0:
         raise ParameterError("every value is 0: MDL grouping needs a positive maximum")
-    # Welford over the trials of every run at once (one column a step), as for_runs does.
-    # Values near float64's maximum overflow to inf: the bits are then not finite, and
-    # classify_mdl refuses to decide on them.
-    avg = np.zeros(len(rows))
-    m2 = np.zeros(len(rows))
+    avg, stdev = trial_stats(table, lengths)
+    # A bare float enters jumpavg as itself, not through for_runs.
+    single = np.array(scalar)
+    avg[single] = table[single, 0]
+    stdev[single] = 0.0
+    return lengths.astype(np.float64), avg, stdev, max_value
+
+
+def trial_stats(table: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Average and population deviation of each row's first ``lengths`` values, as
+    ``AvgStdevStats.for_runs`` computes them (Welford, one value at a time).
+
+    >>> [x.tolist() for x in trial_stats(np.array([[2.0, 4.0], [1.0, 0.0]]), np.array([2, 1]))]
+    [[3.0, 1.0], [1.0, 0.0]]
+    """
+    # Welford over every row at once (one column a step). Values near float64's maximum
+    # overflow to inf: the bits are then not finite, and classify_mdl refuses to decide on them.
+    avg = np.zeros(len(table))
+    m2 = np.zeros(len(table))
     with np.errstate(over="ignore", invalid="ignore"):
-        for c in range(width):
+        for c in range(table.shape[1] if table.ndim == 2 else 0):
             live = lengths > c
             x = table[:, c]
             delta = x - avg
@@ -207,11 +223,7 @@ def run_stats(values: Iterable[float | Iterable[float]]) -> tuple[np.ndarray, np
             avg = np.where(live, new_avg, avg)
             m2 = np.where(live, new_m2, m2)
         stdev = np.sqrt(m2 / lengths)
-    # A bare float enters jumpavg as itself, not through for_runs.
-    single = np.array(scalar)
-    avg[single] = table[single, 0]
-    stdev[single] = 0.0
-    return lengths.astype(np.float64), avg, stdev, max_value
+    return avg, stdev
 
 
 def renormalized(n: float, avg: float, stdev: float) -> tuple[float, float]:
@@ -589,6 +601,217 @@ class _Program:
         self.const[j] = self.best[j] + math.log(norm) / _LN2
 
 
+#: Samples the prune bound of a program allows for, whatever its series holds now: a
+#: program resumed with more runs must not have dropped a start that the longer series
+#: could still need (the bound grows with the samples, by 2 bits per doubling).
+PRUNE_SAMPLES = 2**40
+
+
+def _lgamma_table(total: int) -> np.ndarray:
+    """``math.lgamma((k - 1) / 2)`` for k = 0 .. total (k < 2 unused): CPython's own
+    lgamma, which the compiled program cannot call."""
+    global _LGAMMA
+    if _LGAMMA.size <= total:
+        size = max(total + 1, 2 * _LGAMMA.size)
+        _LGAMMA = np.array([0.0, 0.0] + [math.lgamma((k - 1) / 2) for k in range(2, size)])
+    return _LGAMMA
+
+
+_LGAMMA = np.zeros(2)
+#: Per-run fields of :class:`MdlPrograms` (the rest are per series or per slot).
+_STATE_FIELDS = ("n", "a", "s", "prev", "start", "win_bits", "win_n", "win_a", "win_s")
+_RUN_FIELDS = ("sizes", "avg", "sd", *_STATE_FIELDS)
+
+
+@dataclass
+class MdlPrograms:
+    """The MDL programs of many series, flat, resumable a run at a time.
+
+    Per run (all series' runs one after the other, series ``k``'s from ``offsets[k]``):
+    its statistics (``sizes``, ``avg``, ``sd`` as :func:`run_stats` gives them), the open
+    group starting there (``n``, ``a``, ``s``, and ``prev``, the average it codes its own
+    against) and the winner at the run (``start`` within the series, its bits and
+    statistics). Per series: the largest value and the unit its bits are counted in, its
+    oldest open start ``lo`` (a flat index) and the runs ``done``. Per slot, one more per
+    series (series ``k``'s run ``i`` is slot ``i + k``): ``best``, the best bits of the
+    runs before.
+
+    :meth:`advance` runs every series' program up to its last run (``trend._mdljit``);
+    :meth:`resized` makes room for more runs; :meth:`result` reads a series' groups, the
+    same as :func:`classify_mdl` gives.
+
+    Examples
+    --------
+    >>> p = MdlPrograms.of([[1.0, 1.0, 5.0, 5.0], [2.0, [2.0, 2.2]]], unit=0.1)
+    >>> p.advance()
+    >>> [[(g.start, g.size, g.comment) for g in p.result(k).groups] for k in range(2)]
+    [[(0, 2, 'normal'), (2, 2, 'progression')], [(0, 2, 'normal')]]
+    """
+
+    offsets: np.ndarray
+    max_values: np.ndarray
+    units: np.ndarray
+    lo: np.ndarray
+    done: np.ndarray
+    best: np.ndarray
+    sizes: np.ndarray
+    avg: np.ndarray
+    sd: np.ndarray
+    n: np.ndarray
+    a: np.ndarray
+    s: np.ndarray
+    prev: np.ndarray
+    start: np.ndarray
+    win_bits: np.ndarray
+    win_n: np.ndarray
+    win_a: np.ndarray
+    win_s: np.ndarray
+
+    @classmethod
+    def new(
+        cls,
+        offsets: np.ndarray,
+        sizes: np.ndarray,
+        avg: np.ndarray,
+        sd: np.ndarray,
+        max_values: np.ndarray,
+        units: np.ndarray,
+    ) -> MdlPrograms:
+        """Programs that have seen none of their runs yet. The runs' statistics are
+        :func:`run_stats`'s (checked there: finite, >= 0, a positive maximum per series),
+        ``max_values`` each series' largest trial and ``units`` its :func:`resolve_unit`."""
+        offsets = np.asarray(offsets, np.int64)
+        count, series = int(offsets[-1]), offsets.size - 1
+        runs = {f: np.zeros(count) for f in _RUN_FIELDS}
+        runs["start"] = np.zeros(count, np.int64)
+        runs.update(
+            sizes=np.asarray(sizes, np.float64),
+            avg=np.asarray(avg, np.float64),
+            sd=np.asarray(sd, np.float64),
+        )
+        return cls(
+            offsets=offsets,
+            max_values=np.asarray(max_values, np.float64),
+            units=np.asarray(units, np.float64),
+            lo=offsets[:-1].copy(),
+            done=np.zeros(series, np.int64),
+            best=np.zeros(count + series),
+            **runs,
+        )
+
+    @classmethod
+    def of(
+        cls,
+        series: Sequence[Sequence[float | Sequence[float]]],
+        *,
+        unit: float | None = None,
+        sbps: float | None = None,
+    ) -> MdlPrograms:
+        """Programs of the series given as :func:`classify_mdl` takes one (checked as it does)."""
+        stats = [run_stats(v) for v in series]
+        offsets = np.r_[0, np.cumsum([st[0].size for st in stats])]
+        tops = np.array([st[3] for st in stats])
+        units = np.array([resolve_unit(top, unit=unit, sbps=sbps) for top in tops])
+        cat = [np.concatenate([st[i] for st in stats]) if stats else np.zeros(0) for i in range(3)]
+        return cls.new(offsets, *cat, tops, units)
+
+    @property
+    def series(self) -> int:
+        return self.offsets.size - 1
+
+    def _cum(self) -> np.ndarray:
+        """Per slot the samples of its series before it."""
+        runs = np.diff(self.offsets)
+        per_slot = np.zeros(self.best.size)
+        per_slot[np.arange(self.offsets[-1]) + np.repeat(np.arange(self.series), runs)] = self.sizes
+        total = np.r_[0.0, np.cumsum(per_slot)]
+        first = self.offsets[:-1] + np.arange(self.series)
+        return (total[:-1] - np.repeat(total[first], runs + 1)).astype(np.int64)
+
+    def advance(self) -> None:
+        """Run every series' program through its last run."""
+        from trend._mdljit import advance, size_terms
+
+        runs = np.diff(self.offsets)
+        cum = self._cum()
+        terms = size_terms(_lgamma_table(int(cum.max(initial=0)) + 1))
+        prune = np.array(
+            [
+                _prune_bound(m / u, PRUNE_SAMPLES)
+                for m, u in zip(self.max_values.tolist(), self.units.tolist(), strict=True)
+            ]
+        )
+        with np.errstate(over="ignore", invalid="ignore"):
+            advance(
+                self.offsets[:-1],
+                self.offsets[:-1] + self.done,
+                self.offsets[1:],
+                self.sizes,
+                self.avg,
+                self.sd,
+                cum,
+                self.max_values,
+                self.units,
+                prune,
+                terms,
+                self.lo,
+                self.n,
+                self.a,
+                self.s,
+                self.prev,
+                self.best,
+                self.start,
+                self.win_bits,
+                self.win_n,
+                self.win_a,
+                self.win_s,
+            )
+        self.done = runs.copy()
+
+    def graft(self, into: np.ndarray, source: MdlPrograms, take: np.ndarray) -> None:
+        """Series ``into`` (indices here) resume where ``source``'s series ``take`` stopped.
+
+        Their first runs must be the ones ``source`` saw, with the same largest value and
+        unit (the caller checks: :func:`trend.state` compares the runs' statistics); the
+        runs after them are then the only work :meth:`advance` does for them.
+        """
+        into, take = np.asarray(into, np.int64), np.asarray(take, np.int64)
+        done = source.done[take]
+        within = np.arange(int(done.sum())) - np.repeat(np.cumsum(done) - done, done)
+        src = np.repeat(source.offsets[take], done) + within
+        dst = np.repeat(self.offsets[into], done) + within
+        for f in _STATE_FIELDS:
+            getattr(self, f)[dst] = getattr(source, f)[src]
+        # best: every slot of the runs seen, and the one after them (the next run's).
+        self.best[dst + np.repeat(into, done)] = source.best[src + np.repeat(take, done)]
+        self.best[self.offsets[into] + done + into] = source.best[source.offsets[take] + done + take]
+        self.lo[into] = source.lo[take] - source.offsets[take] + self.offsets[into]
+        self.done[into] = done
+
+    def result(self, k: int, direction: str = "bigger-is-better") -> MdlResult:
+        """Series ``k``'s grouping, as :func:`classify_mdl` gives it (after :meth:`advance`)."""
+        lo, hi = int(self.offsets[k]), int(self.offsets[k + 1])
+        starts, bits = self.start[lo:hi], self.win_bits[lo:hi]
+        total_bits = float(self.best[int(starts[-1]) + lo + k]) + float(bits[-1])
+        if not math.isfinite(total_bits):  # never decide on NaN bits
+            raise ParameterError(
+                f"unit {self.units[k]:g} gives no finite description length for values up to "
+                f"{self.max_values[k]:g}"
+            )
+        stats = np.stack([self.win_n[lo:hi], self.win_a[lo:hi], self.win_s[lo:hi]], axis=1)
+        return _result(
+            starts,
+            bits,
+            stats,
+            float(self.best[lo + k + 1]),
+            self.sizes[lo:hi],
+            float(self.max_values[k]),
+            float(self.units[k]),
+            direction,
+            total_bits,
+        )
+
+
 def _prune_bound(max_v: float, total: int) -> float:
     """An upper bound K on g(A) + g(C) - g(A + C) in bits, over any two adjacent groups.
 
@@ -622,9 +845,9 @@ def _prune_bound(max_v: float, total: int) -> float:
 
 
 def _result(
-    starts: list[int],
-    win_bits: list[float],
-    win_stats: list[tuple[float, float, float]],
+    starts: Sequence[int],
+    win_bits: Sequence[float],
+    win_stats: Sequence[tuple[float, float, float]],
     best1: float,
     sizes: np.ndarray,
     max_value: float,
@@ -637,15 +860,15 @@ def _result(
     end = len(starts) - 1
     while end >= 0:
         ends.append(end)
-        end = starts[end] - 1
+        end = int(starts[end]) - 1
     ends.reverse()
     cum = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     groups = []
     prev_avg = None
     for g, end in enumerate(ends):
-        start = starts[end]
-        nf, avg, sd = win_stats[end]
-        bits = win_bits[end]
+        start = int(starts[end])
+        nf, avg, sd = (float(x) for x in win_stats[end])
+        bits = float(win_bits[end])
         if g < len(ends) - 1:
             # Every group but the last was copied once into the grouping that follows it.
             avg, sd = renormalized(nf, avg, sd)

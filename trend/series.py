@@ -504,11 +504,15 @@ class Series:
     @property
     def failed(self) -> np.ndarray:
         """Runs all of whose trials failed."""
-        return np.array([bool(np.isnan(t).all()) for t in self.trials], dtype=bool)
+        return self.failed_trials == np.array([t.size for t in self.trials], dtype=np.int64)
 
     @property
     def failed_trials(self) -> np.ndarray:
-        return np.array([int(np.isnan(t).sum()) for t in self.trials], dtype=np.int64)
+        sizes = np.array([t.size for t in self.trials], dtype=np.int64)
+        if not sizes.size:
+            return sizes
+        flat = np.isnan(np.concatenate(self.trials)).astype(np.int64)
+        return np.add.reduceat(np.r_[flat, 0], np.cumsum(sizes) - sizes)[: sizes.size] * (sizes > 0)
 
     @property
     def values(self) -> np.ndarray:
@@ -571,6 +575,15 @@ def load_series(store: Store | str | os.PathLike[str], *, tests: Sequence[str] |
     return _split_series(table, values)
 
 
+def _ranks(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Each string's rank among the column's distinct strings in sort order."""
+    enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+    order = pc.array_sort_indices(enc.dictionary).to_numpy()
+    rank = np.empty(order.size, np.int64)
+    rank[order] = np.arange(order.size)
+    return rank[enc.indices.to_numpy(zero_copy_only=False)]
+
+
 def _latest_rows(table: pa.Table, tests: Sequence[str] | None) -> pa.Table:
     """The rows of the tests named (all without ``tests``), each (test, testbed, build) from
     the latest file that holds it, sorted by test, testbed, build and trial."""
@@ -582,15 +595,20 @@ def _latest_rows(table: pa.Table, tests: Sequence[str] | None) -> pa.Table:
         table = table.filter(pa.array(keep))
     if table.num_rows == 0:
         return table
-    table = table.drop_columns(["tags"])  # not needed here, and joins cannot carry lists
-    latest = (
-        table.group_by(["test", "testbed", "build"])
-        .aggregate([("_file", "max")])
-        .rename_columns(["test", "testbed", "build", "_latest"])
-    )
-    table = table.join(latest, ["test", "testbed", "build"])
-    table = table.filter(pc.equal(table["_file"], table["_latest"]))
-    return table.sort_by([(c, "ascending") for c in ("test", "testbed", "build", "trial")])
+    table = table.drop_columns(["tags"])  # not needed here
+    # Sorted on integer ranks of the strings, not the strings: a lab's store holds millions of rows.
+    test, testbed, build = (_ranks(table.column(c)) for c in ("test", "testbed", "build"))
+    trial = table.column("trial").to_numpy()
+    file = table.column("_file").to_numpy()
+    order = np.lexsort((trial, file, build, testbed, test))
+    if file.size and file.max() > file.min():
+        # Per (test, testbed, build) only the rows of the latest file that holds it.
+        t, tb, b, f = test[order], testbed[order], build[order], file[order]
+        new = np.r_[True, (t[1:] != t[:-1]) | (tb[1:] != tb[:-1]) | (b[1:] != b[:-1])]
+        group = np.cumsum(new) - 1
+        latest = np.maximum.reduceat(f, np.flatnonzero(new))
+        order = order[f == latest[group]]
+    return table.take(pa.array(order))
 
 
 def _split_series(table: pa.Table, values: np.ndarray) -> list[Series]:
@@ -610,7 +628,8 @@ def _split_series(table: pa.Table, values: np.ndarray) -> list[Series]:
     new_run[1:] |= np.diff(codes[2]) != 0
     run_starts = np.flatnonzero(new_run)
     run_time = np.minimum.reduceat(t_ns, run_starts)
-    run_trials = np.split(values, run_starts[1:])
+    run_ends = np.r_[run_starts[1:], n].tolist()
+    run_trials = [values[a:b] for a, b in zip(run_starts.tolist(), run_ends, strict=True)]
     run_series = np.cumsum(new_series)[run_starts] - 1
     series_first = np.flatnonzero(new_series)
     cols = {

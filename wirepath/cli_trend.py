@@ -112,8 +112,11 @@ def _gating_epilog(p: argparse.ArgumentParser, found: str, undecided: str = "") 
     p.epilog = _EXIT_EPILOG.format(found=found, undecided=undecided)
 
 
-def _emit(args: argparse.Namespace, doc: dict[str, Any], text: str) -> None:
-    """:func:`emit`, with JSON that never holds NaN or Infinity (``null`` in their place)."""
+def _emit(args: argparse.Namespace, doc: dict[str, Any] | Callable[[], dict[str, Any]], text: str) -> None:
+    """:func:`emit`, with JSON that never holds NaN or Infinity (``null`` in their place).
+    ``doc`` may be a function that makes it: only called for ``--json``."""
+    if callable(doc):
+        doc = doc() if args.json else {}
     if args.json:
         print(json.dumps(trend.finite_json(doc), indent=2, allow_nan=False, default=str))
     else:
@@ -421,7 +424,10 @@ def _say_errors(errors: list[str]) -> None:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     errors: list[str] = []
     trends = _analyze(args, errors)
-    doc = {"method": args.method, "series": [t.to_json() for t in trends], "errors": errors}
+
+    def doc() -> dict[str, Any]:  # every run of every series: made only for --json
+        return {"method": args.method, "series": [t.to_json() for t in trends], "errors": errors}
+
     _emit(args, doc, _table(trends))
     _say_errors(errors)
     return 1 if errors else 0
