@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         DIRECTIONS,
         MAX_SBPS,
         MdlGroup,
+        MdlPrograms,
         MdlResult,
         check_direction,
         classify_mdl,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
         renormalized,
         resolve_unit,
         run_stats,
+        trial_stats,
     )
     from trend.numbers import check_number, finite_json
     from trend.series import (
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
         paths_results,
         trial_windows,
     )
+    from trend.state import STATE_FILE, load_programs, save_programs, state_path
     from trend.tmm import TmmResult, classify_tmm
     from trend.wda import WdaResult, WdaRun, analyze_wda, load_wda_config, read_wda_runs
 
@@ -65,6 +68,7 @@ _EXPORTS = {
         "DIRECTIONS",
         "MAX_SBPS",
         "MdlGroup",
+        "MdlPrograms",
         "MdlResult",
         "check_direction",
         "classify_mdl",
@@ -72,7 +76,9 @@ _EXPORTS = {
         "renormalized",
         "resolve_unit",
         "run_stats",
+        "trial_stats",
     ],
+    "trend.state": ["STATE_FILE", "load_programs", "save_programs", "state_path"],
     "trend.numbers": ["check_number", "finite_json"],
     "trend.series": [
         "IMPORT_COLUMNS",
@@ -104,9 +110,11 @@ __all__ = [
     "MAX_TRIALS",
     "METHODS",
     "RESULTS_SCHEMA",
+    "STATE_FILE",
     "Comparison",
     "DashboardReport",
     "MdlGroup",
+    "MdlPrograms",
     "MdlResult",
     "Series",
     "SeriesTrend",
@@ -127,6 +135,7 @@ __all__ = [
     "format_comparison",
     "graph_figure",
     "group_bits",
+    "load_programs",
     "load_series",
     "load_wda_config",
     "mrr_from_timestamps",
@@ -141,7 +150,10 @@ __all__ = [
     "resolve_unit",
     "results_table",
     "run_stats",
+    "save_programs",
+    "state_path",
     "trend_compliance",
+    "trial_stats",
     "trial_windows",
     "write_dashboard",
     "write_results",

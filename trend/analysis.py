@@ -10,7 +10,9 @@ runs to 0.0 for grouping and then puts the marks one run late).
 
 from __future__ import annotations
 
+import contextlib
 import html
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -199,8 +201,15 @@ def analyze_all(
     sbps: float | None = None,
     runner: Runner | None = None,
     on_error: Callable[[Series, ParameterError], None] | None = None,
+    state: str | os.PathLike[str] | None = None,
 ) -> list[SeriesTrend]:
     """:func:`analyze_series` of every series, in order; on ``runner``'s workers if given.
+
+    In this process every series is analysed at once: the runs' statistics flat, and the
+    MDL programs of all series in one compiled pass (:class:`trend.mdl.MdlPrograms`). With
+    ``state`` (a file, :mod:`trend.state`) an MDL analysis in this process resumes the
+    programs saved there by the last one and saves its own: a series whose runs are those
+    it saw plus new ones costs only the new ones. The result is the same either way.
 
     With a cluster runner (:func:`tracefmt.cluster.open_runner`) the series are dealt into
     contiguous groups, about :data:`GROUPS_PER_SLOT` per task slot and never more groups
@@ -222,6 +231,9 @@ def analyze_all(
         Called with a series that cannot be analysed and its error, which is then left out
         of the result: one bad series does not hide the others. Without it the first
         error is raised.
+    state : path, optional
+        The programs' state file (``trend.state.state_path(store)``); unused with a
+        cluster runner or ``tmm``.
 
     Raises
     ------
@@ -242,11 +254,34 @@ def analyze_all(
     options = {"method": method, "window": window, "unit": unit, "sbps": sbps}
     if runner is None or isinstance(runner, InProcess):
         bounds = [(0, len(series))] if len(series) else []
-        results = [_analyze_group(_pack(series), **options)] if bounds else []
+        results = [_analyze_here(series, options, state)] if bounds else []
     else:
         bounds = [(a, b) for a, b in split_evenly(len(series), GROUPS_PER_SLOT * runner.width) if b > a]
         results = list(runner.map(_analyze_group, [_pack(series[a:b]) for a, b in bounds], **options))
     return _gather(series, method, bounds, results, on_error)
+
+
+def _analyze_here(
+    series: Sequence[Series], options: dict[str, Any], state: str | os.PathLike[str] | None
+) -> _Trends:
+    """All ``series`` as one group in this process, resuming and saving the programs in ``state``."""
+    if state is None or options["method"] != "mdl":
+        return _analyze_group(_pack(series), **options)
+    from trend.state import load_programs, save_programs
+
+    unit, sbps = options["unit"], options["sbps"]
+    loaded = load_programs(state, unit=unit, sbps=sbps)
+    prior = prior_of = None
+    if loaded is not None:
+        index, prior = loaded
+        prior_of = np.array([index.get((s.test, s.testbed), -1) for s in series], np.int64)
+    flat = _analyze_group(_pack(series), **options, prior=prior, prior_of=prior_of, keep_programs=True)
+    if flat.programs is not None and flat.program_of is not None:
+        keys = [(series[k].test, series[k].testbed) for k in np.flatnonzero(flat.program_of >= 0).tolist()]
+        # A read-only store: the next analysis starts from nothing, as this one may have.
+        with contextlib.suppress(OSError):
+            save_programs(state, keys, flat.programs, unit=unit, sbps=sbps)
+    return flat
 
 
 def _gather(
@@ -460,8 +495,7 @@ def _analyze_group(
                 units[j] = resolve_unit(float(top[k]), unit=unit, sbps=sbps)
             except ParameterError:
                 bad[k] = True
-        live = live[~bad[live]] if live.size else live
-        units = units[units > 0] if units.size else units
+        units, live = units[~bad[live]], live[~bad[live]]
         runs_of = np.flatnonzero(has & np.isin(series_of_run, live))
         offsets = np.r_[0, np.cumsum(valid_runs[live])].astype(np.int64)
         programs = MdlPrograms.new(offsets, r.sizes[runs_of], r.avg[runs_of], r.sd[runs_of], top[live], units)

@@ -532,7 +532,9 @@ def _read_store_results(store: Store) -> pa.Table:
     parts = []
     for order, f in enumerate(files):
         try:
-            t = pq.read_table(f)
+            # ParquetFile, not read_table: the latter loads pyarrow.dataset, and with it pandas (1 s).
+            with pq.ParquetFile(f) as pf:
+                t = pf.read()
         except (OSError, pa.ArrowInvalid) as e:
             raise TraceFileError(f"{f}: not a readable results file ({e})") from None
         missing = [c for c in RESULTS_SCHEMA.names if c not in t.column_names]
@@ -567,26 +569,7 @@ def load_series(store: Store | str | os.PathLike[str], *, tests: Sequence[str] |
         if not Path(store, "results").is_dir():
             raise TraceFileError(f"{store}: not a wirepath store with results (no results/ directory)")
         store = Store(Path(store))
-    table = _latest_rows(_read_store_results(store), tests)
-    if table.num_rows == 0:
-        return []
-    values = table.column("value").to_numpy(zero_copy_only=False).astype(np.float64)
-    _check_stored_values(store, table, values)
-    return _split_series(table, values)
-
-
-def _ranks(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """Each string's rank among the column's distinct strings in sort order."""
-    enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
-    order = pc.array_sort_indices(enc.dictionary).to_numpy()
-    rank = np.empty(order.size, np.int64)
-    rank[order] = np.arange(order.size)
-    return rank[enc.indices.to_numpy(zero_copy_only=False)]
-
-
-def _latest_rows(table: pa.Table, tests: Sequence[str] | None) -> pa.Table:
-    """The rows of the tests named (all without ``tests``), each (test, testbed, build) from
-    the latest file that holds it, sorted by test, testbed, build and trial."""
+    table = _read_store_results(store)
     if tests:
         keep = np.zeros(table.num_rows, dtype=bool)
         names = table.column("test").to_numpy(zero_copy_only=False).astype(str)
@@ -594,64 +577,72 @@ def _latest_rows(table: pa.Table, tests: Sequence[str] | None) -> pa.Table:
             keep |= np.char.find(names, t) >= 0
         table = table.filter(pa.array(keep))
     if table.num_rows == 0:
-        return table
-    table = table.drop_columns(["tags"])  # not needed here
-    # Sorted on integer ranks of the strings, not the strings: a lab's store holds millions of rows.
-    test, testbed, build = (_ranks(table.column(c)) for c in ("test", "testbed", "build"))
-    trial = table.column("trial").to_numpy()
-    file = table.column("_file").to_numpy()
-    order = np.lexsort((trial, file, build, testbed, test))
-    if file.size and file.max() > file.min():
-        # Per (test, testbed, build) only the rows of the latest file that holds it.
-        t, tb, b, f = test[order], testbed[order], build[order], file[order]
-        new = np.r_[True, (t[1:] != t[:-1]) | (tb[1:] != tb[:-1]) | (b[1:] != b[:-1])]
-        group = np.cumsum(new) - 1
-        latest = np.maximum.reduceat(f, np.flatnonzero(new))
-        order = order[f == latest[group]]
-    return table.take(pa.array(order))
+        return []
+    values = table.column("value").to_numpy(zero_copy_only=False).astype(np.float64)
+    _check_stored_values(store, table, values)
+    return _split_series(table, values)
+
+
+class _Codes:
+    """A string column as the ranks of its strings in sort order, and the strings."""
+
+    def __init__(self, col: pa.ChunkedArray) -> None:
+        enc = pc.dictionary_encode(col.combine_chunks())
+        order = pc.array_sort_indices(enc.dictionary).to_numpy()
+        self.strings = enc.dictionary.take(pa.array(order)).to_pylist()
+        rank = np.empty(order.size, np.int64)
+        rank[order] = np.arange(order.size)
+        self.rank = rank[enc.indices.to_numpy(zero_copy_only=False)]
 
 
 def _split_series(table: pa.Table, values: np.ndarray) -> list[Series]:
-    """Sorted rows (see :func:`_latest_rows`) cut into series, and each series into runs
-    ordered by time, then build."""
-    t_ns = table.column("time").cast(pa.int64()).to_numpy()
-    codes = [
-        table.column(c).combine_chunks().dictionary_encode().indices.to_numpy()
-        for c in ("test", "testbed", "build")
-    ]
-    # Boundaries of runs (a new test, testbed or build) and of series (a new test or testbed).
-    n = table.num_rows
-    new_series = np.zeros(n, dtype=bool)
-    new_series[0] = True
-    new_series[1:] = (np.diff(codes[0]) != 0) | (np.diff(codes[1]) != 0)
-    new_run = new_series.copy()
-    new_run[1:] |= np.diff(codes[2]) != 0
+    """The rows cut into series (sorted by test, then testbed), each into runs ordered by
+    time, then build, each run's trials by trial number; a (test, testbed, build) stored
+    by several files is taken from the latest. Sorted on integer ranks of the strings, not
+    the strings: a lab's store holds millions of rows."""
+    test, testbed, build = (_Codes(table.column(c)) for c in ("test", "testbed", "build"))
+    trial = table.column("trial").to_numpy()
+    file = table.column("_file").to_numpy()
+    order = np.lexsort((trial, file, build.rank, testbed.rank, test.rank))
+    t, tb, b = test.rank[order], testbed.rank[order], build.rank[order]
+    new_run = np.r_[True, (t[1:] != t[:-1]) | (tb[1:] != tb[:-1]) | (b[1:] != b[:-1])]
+    if file.size and file.max() > file.min():
+        # Per (test, testbed, build) only the rows of the latest file that holds it.
+        f = file[order]
+        latest = np.maximum.reduceat(f, np.flatnonzero(new_run))
+        kept = f == latest[np.cumsum(new_run) - 1]
+        order, t, tb, b = order[kept], t[kept], tb[kept], b[kept]
+        new_run = np.r_[True, (t[1:] != t[:-1]) | (tb[1:] != tb[:-1]) | (b[1:] != b[:-1])]
+    n = order.size
     run_starts = np.flatnonzero(new_run)
+    t_ns = table.column("time").cast(pa.int64()).to_numpy()[order]
     run_time = np.minimum.reduceat(t_ns, run_starts)
-    run_ends = np.r_[run_starts[1:], n].tolist()
-    run_trials = [values[a:b] for a, b in zip(run_starts.tolist(), run_ends, strict=True)]
+    new_series = np.r_[True, (t[1:] != t[:-1]) | (tb[1:] != tb[:-1])]
     run_series = np.cumsum(new_series)[run_starts] - 1
-    series_first = np.flatnonzero(new_series)
-    cols = {
+    # Runs in series order, then time, then build.
+    runs = np.lexsort((b[run_starts], run_time, run_series))
+    ordered = values[order]
+    run_ends = np.r_[run_starts[1:], n]
+    run_trials = [
+        ordered[x:y] for x, y in zip(run_starts[runs].tolist(), run_ends[runs].tolist(), strict=True)
+    ]
+    run_build = [build.strings[k] for k in b[run_starts][runs].tolist()]
+    run_time = run_time[runs]
+    series_first = order[np.flatnonzero(new_series)]
+    names = {
         c: table.column(c).take(pa.array(series_first)).to_pylist()
         for c in ("test", "testbed", "unit", "direction")
     }
-    run_build = table.column("build").take(pa.array(run_starts)).to_pylist()
-    bounds = np.searchsorted(run_series, np.arange(series_first.size + 1))
-    series: list[Series] = []
-    for k in range(series_first.size):
-        lo, hi = bounds[k], bounds[k + 1]
-        builds = np.array(run_build[lo:hi], dtype=object)
-        order = np.lexsort((builds.astype(str), run_time[lo:hi]))  # time, then build
-        series.append(
-            Series(
-                test=cols["test"][k],
-                testbed=cols["testbed"][k],
-                unit=cols["unit"][k],
-                direction=cols["direction"][k],
-                builds=tuple(builds[order].tolist()),
-                times_ns=run_time[lo:hi][order],
-                trials=tuple(run_trials[lo + j] for j in order),
-            )
+    bounds = np.searchsorted(run_series[runs], np.arange(series_first.size + 1)).tolist()
+    return [
+        Series(
+            test=names["test"][k],
+            testbed=names["testbed"][k],
+            unit=names["unit"][k],
+            direction=names["direction"][k],
+            builds=tuple(run_build[bounds[k] : bounds[k + 1]]),
+            times_ns=run_time[bounds[k] : bounds[k + 1]],
+            trials=tuple(run_trials[bounds[k] : bounds[k + 1]]),
         )
-    return series
+        for k in range(series_first.size)
+    ]

@@ -156,6 +156,11 @@ def _method_args(p: argparse.ArgumentParser) -> None:
         help="tmm rolling window in runs, at least 2 (default 14)",
     )
     p.add_argument("--test", action="append", metavar="TEXT", help="only tests whose name contains TEXT")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="analyse every series from its first run, not from the programs saved in DIR/state/ (rewritten)",
+    )
     _mdl_args(p)
 
 
@@ -376,6 +381,9 @@ def _analyze(args: argparse.Namespace, errors: list[str] | None = None) -> list[
             f"no series in {args.store}/results" + (f" matching {', '.join(args.test)}" if args.test else "")
         )
     on_error = None if errors is None else lambda s, e: errors.append(f"error: {tracefmt.printable(str(e))}")
+    state = trend.state_path(args.store)
+    if getattr(args, "fresh", False):
+        state.unlink(missing_ok=True)
     with runner(args) as run:
         trends = analyze_all(
             series,
@@ -385,6 +393,7 @@ def _analyze(args: argparse.Namespace, errors: list[str] | None = None) -> list[
             sbps=args.sbps,
             runner=run,
             on_error=on_error,
+            state=state,
         )
     if errors and not trends:
         raise tracefmt.ParameterError(errors[0].removeprefix("error: "))
