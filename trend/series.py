@@ -13,14 +13,16 @@ trials.
 from __future__ import annotations
 
 import csv
+import functools
 import io
+import math
 import os
 import time as _time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -48,6 +50,7 @@ __all__ = [
     "IMPORT_COLUMNS",
     "RESULTS_SCHEMA",
     "Series",
+    "import_results",
     "load_series",
     "parse_time_ns",
     "read_result_rows",
@@ -191,20 +194,23 @@ class _Cells:
     """Import columns of cell texts (those some record gave), each row's line, the source."""
 
     arr: dict[str, pa.Array]
-    line_of: np.ndarray
+    line_of: np.ndarray | _DataLines
     source: str
 
     @property
     def n(self) -> int:
         return len(self.line_of)
 
+    def line(self, row: int) -> int:
+        return int(self.line_of[row])
+
     def fail(self, row: int | None, reason: str) -> None:
         """Raise a ParseError on the line of ``row``; nothing when ``row`` is None."""
         if row is not None:
-            raise ParseError(self.source, int(self.line_of[row]), reason)
+            raise ParseError(self.source, self.line(row), reason)
 
 
-def _cells(cols: dict[str, Any], line_of: np.ndarray, source: str) -> _Cells:
+def _cells(cols: dict[str, Any], line_of: np.ndarray | _DataLines, source: str) -> _Cells:
     """The columns as Arrow strings, without those no record gave; a ParseError when there
     are no rows or a required column is missing."""
     n = len(line_of)
@@ -289,13 +295,9 @@ def _times_ns(cells: _Cells) -> np.ndarray:
     return parsed[pc.index_in(t_col, uniq).to_numpy()]
 
 
-def _trials(cells: _Cells, names: dict[str, pa.Array]) -> np.ndarray:
-    """The trial numbers: given, or numbered in row order within their run; a (run, trial)
-    given twice is a ParseError naming both lines."""
+def _trial_numbers(cells: _Cells) -> np.ndarray:
+    """The trial numbers given (-1 where a cell leaves it to the row order)."""
     n = cells.n
-    codes = [pc.dictionary_encode(names[c]).indices.to_numpy() for c in ("test", "testbed", "build")]
-    _, run = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
-    run = run.reshape(-1)
     trial_col = cells.arr.get("trial")
     trial_text = (
         pa.array([""] * n, pa.string())
@@ -307,26 +309,8 @@ def _trials(cells: _Cells, names: dict[str, pa.Array]) -> np.ndarray:
     bad = _first(~auto & ~is_int)
     if bad is not None:
         cells.fail(bad, f"trial {trial_text[bad].as_py()!r} is not an integer from 0 to 999,999,999")
-    trial = np.zeros(n, dtype=np.int64)
+    trial = np.full(n, -1, dtype=np.int64)
     trial[~auto] = pc.cast(pc.filter(trial_text, pa.array(~auto)), pa.int64()).to_numpy()
-    if auto.any():
-        rows = np.flatnonzero(auto)
-        order = rows[np.argsort(run[rows], kind="stable")]
-        keys = run[order]
-        starts = np.r_[0, np.flatnonzero(np.diff(keys)) + 1]
-        rank = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
-        trial[order] = rank
-    pairs = np.stack([run, trial], axis=1)
-    _, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
-    dup = _first(first[inverse.reshape(-1)] != np.arange(n))
-    if dup is not None:
-        earlier = int(first[inverse.reshape(-1)][dup])
-        cells.fail(
-            dup,
-            f"duplicate: test {names['test'][dup].as_py()!r} testbed {names['testbed'][dup].as_py()!r} "
-            f"build {names['build'][dup].as_py()!r} trial {trial[dup]} already given on line "
-            f"{int(cells.line_of[earlier])}",
-        )
     return trial
 
 
@@ -340,26 +324,140 @@ def _tags(cells: _Cells) -> pa.Array:
     return tag_lists.take(pc.index_in(tag_text, tag_uniq))
 
 
+#: The string columns of a results table, kept as codes into their distinct strings.
+_NAMED = ("test", "testbed", "build", "unit", "direction")
+
+
+@dataclass
+class _Checked:
+    """Rows checked, compactly: the string columns as codes into distinct values (a lab's
+    file repeats each test name thousands of times), the rest as arrays; trials -1 where
+    the row order numbers them. Batches of a streamed file are joined with :meth:`join`."""
+
+    codes: dict[str, np.ndarray]
+    strings: dict[str, pa.Array]
+    time_ns: np.ndarray
+    value: np.ndarray
+    trial: np.ndarray
+    tags: pa.ChunkedArray
+
+    @classmethod
+    def of(cls, cells: _Cells) -> _Checked:
+        names = _names(cells)
+        value = _values(cells, names["test"])
+        time_ns = _times_ns(cells)
+        trial = _trial_numbers(cells)
+        encoded = {c: pc.dictionary_encode(names[c]) for c in _NAMED}
+        return cls(
+            {c: e.indices.to_numpy(zero_copy_only=False).astype(np.int32) for c, e in encoded.items()},
+            {c: e.dictionary for c, e in encoded.items()},
+            time_ns,
+            value,
+            trial,
+            pa.chunked_array([_tags(cells)]),
+        )
+
+    @classmethod
+    def join(cls, parts: list[_Checked]) -> _Checked:
+        """The batches as one (emptied as they are joined, a column at a time, so that a
+        file's rows are never held twice): each string column's codes into the distinct
+        strings of all batches."""
+        if len(parts) == 1:
+            return parts[0]
+        codes, strings = {}, {}
+        for c in _NAMED:
+            every = pa.concat_arrays([p.strings[c] for p in parts])
+            uniq = pc.unique(every)
+            where = pc.index_in(every, uniq).to_numpy(zero_copy_only=False).astype(np.int32)
+            sizes = np.cumsum([0] + [len(p.strings[c]) for p in parts])
+            codes[c] = np.concatenate(
+                [where[sizes[k] : sizes[k + 1]][p.codes.pop(c)] for k, p in enumerate(parts)]
+            )
+            strings[c] = uniq
+
+        def column(name: str) -> np.ndarray:
+            out = np.concatenate([getattr(p, name) for p in parts])
+            for p in parts:
+                setattr(p, name, None)
+            return out
+
+        time_ns, value, trial = column("time_ns"), column("value"), column("trial")
+        return cls(
+            codes, strings, time_ns, value, trial, pa.chunked_array([c for p in parts for c in p.tags.chunks])
+        )
+
+    @property
+    def n(self) -> int:
+        return self.value.size
+
+    def ids(self, *columns: str) -> np.ndarray:
+        """Per row a dense id of its values of ``columns`` (0, 1, ... in sorted order of
+        the codes): one integer key per row, sorted once, not rows of codes."""
+        sizes = [max(len(self.strings[c]), 1) for c in columns]
+        if math.prod(sizes) < 2**62:
+            key = np.zeros(self.n, np.int64)
+            for c, size in zip(columns, sizes, strict=True):
+                key = key * size + self.codes[c]
+            return np.unique(key, return_inverse=True)[1].reshape(-1)
+        rows = np.stack([self.codes[c] for c in columns], axis=1)
+        return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
+
+    def number_trials(self, cells: _Cells) -> None:
+        """Number the trials the row order numbers (within their run), and refuse a (run,
+        trial) given twice, naming both lines (``cells`` of all rows, for the lines)."""
+        run = self.ids("test", "testbed", "build")
+        auto = self.trial < 0
+        if auto.any():
+            rows = np.flatnonzero(auto)
+            order = rows[np.argsort(run[rows], kind="stable")]
+            keys = run[order]
+            starts = np.r_[0, np.flatnonzero(np.diff(keys)) + 1]
+            rank = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
+            self.trial[order] = rank
+        # A row whose (run, trial) an earlier row has: in the stable order of the keys, it
+        # follows one equal to it; the first such row of the file is reported.
+        key = run * np.int64(1_000_000_000) + self.trial
+        del run
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        again = np.flatnonzero(key[1:] == key[:-1]) + 1
+        if again.size:
+            at = again[np.argmin(order[again])]
+            group_start = np.searchsorted(key, key[at])
+            dup, earlier = int(order[at]), int(order[group_start])
+            name = {c: self.strings[c][int(self.codes[c][dup])].as_py() for c in ("test", "testbed", "build")}
+            cells.fail(
+                dup,
+                f"duplicate: test {name['test']!r} testbed {name['testbed']!r} "
+                f"build {name['build']!r} trial {self.trial[dup]} already given on line "
+                f"{cells.line(earlier)}",
+            )
+
+    def table(self, lo: int = 0, hi: int | None = None) -> pa.Table:
+        """Rows ``lo`` to ``hi`` as a results table."""
+        hi = self.n if hi is None else hi
+        cols = {c: self.strings[c].take(pa.array(self.codes[c][lo:hi])) for c in _NAMED}
+        return pa.table(
+            {
+                "test": cols["test"],
+                "testbed": cols["testbed"],
+                "build": cols["build"],
+                "time": pa.array(self.time_ns[lo:hi], pa.int64()).cast(RESULTS_SCHEMA.field("time").type),
+                "trial": pa.array(self.trial[lo:hi], pa.int32()),
+                "value": pa.array(self.value[lo:hi], pa.float64()),
+                "unit": cols["unit"],
+                "direction": cols["direction"],
+                "tags": self.tags.slice(lo, hi - lo).combine_chunks(),
+            }
+        ).cast(RESULTS_SCHEMA)
+
+
 def _columns_table(cols: dict[str, Any], line_of: np.ndarray, source: str) -> pa.Table:
     """Check columns of cell texts and build a results table (every check vectorized)."""
     cells = _cells(cols, line_of, source)
-    names = _names(cells)
-    value = _values(cells, names["test"])
-    t_ns = _times_ns(cells)
-    trial = _trials(cells, names)
-    return pa.table(
-        {
-            "test": names["test"],
-            "testbed": names["testbed"],
-            "build": names["build"],
-            "time": pa.array(t_ns, pa.int64()).cast(RESULTS_SCHEMA.field("time").type),
-            "trial": pa.array(trial, pa.int32()),
-            "value": pa.array(value, pa.float64()),
-            "unit": names["unit"],
-            "direction": names["direction"],
-            "tags": _tags(cells),
-        }
-    ).cast(RESULTS_SCHEMA)
+    checked = _Checked.of(cells)
+    checked.number_trials(cells)
+    return checked.table()
 
 
 def results_table(records: Iterable[dict[str, Any]], *, source: str = "<records>") -> pa.Table:
@@ -402,6 +500,128 @@ def _csv_lines(data: bytes) -> np.ndarray:
     return lines[1:]  # past the header
 
 
+class _DataLines:
+    """The line numbers of a CSV file's data rows ``first`` to ``first + n``, found only
+    when an error needs one: the file is scanned again then, a few MiB at a time."""
+
+    def __init__(self, source: str | bytes, first: int, n: int) -> None:
+        self.source, self.first, self.n = source, first, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, row: int) -> int:
+        return int(_data_lines(self.source)[self.first + row])
+
+
+def _opened(source: str | bytes) -> BinaryIO:
+    """A CSV source (a regular file's path, or the bytes of another kind of file) opened."""
+    return io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")
+
+
+@functools.lru_cache(maxsize=1)
+def _data_lines(source: str | bytes) -> np.ndarray:
+    """1-based line numbers of the non-blank lines after the header (the CSV reader skips
+    blank lines)."""
+    found: list[np.ndarray] = []
+    line, ink = 1, False  # the line being read, and whether it has shown a non-blank byte
+    with _opened(source) as f:
+        while chunk := f.read(_SCAN_BYTES):
+            buf = np.frombuffer(chunk, dtype=np.uint8)
+            ends = np.flatnonzero(buf == 10)
+            inked = np.flatnonzero(~np.isin(buf, (9, 10, 13, 32)))
+            starts = np.r_[0, ends[:-1] + 1]
+            has = np.searchsorted(inked, ends) - np.searchsorted(inked, starts) > 0
+            if has.size:
+                has[0] |= ink
+                found.append(line + np.flatnonzero(has))
+                line += ends.size
+                ink = bool(inked.size and inked[-1] > ends[-1])
+            else:
+                ink |= bool(inked.size)
+    if ink:
+        found.append(np.array([line]))
+    lines = np.concatenate(found) if found else np.zeros(0, np.int64)
+    return lines[1:]  # past the header
+
+
+#: Bytes a CSV file is parsed (and, for an error's line, scanned) at a time: memory is
+#: bounded by this, not by the file.
+_BLOCK_BYTES = 1 << 20
+_SCAN_BYTES = 4 << 20
+#: Rows a results file is written in at a time (a Parquet row group).
+_ROW_GROUP = 1 << 20
+
+
+def _csv_header(path: str, source: str | bytes) -> list[str]:
+    """The header's column names, checked (a UTF-8 byte order mark dropped)."""
+    with _opened(source) as f:
+        first = f.readline(1 << 16).removeprefix(b"\xef\xbb\xbf").decode("utf-8", "replace")
+    if not first.strip():
+        raise ParseError(path, 1, f"empty file (expected a header with {', '.join(_REQUIRED)})")
+    header = [h.strip() for h in next(csv.reader([first]))]
+    unknown = [h for h in header if h not in IMPORT_COLUMNS]
+    if unknown:
+        raise ParseError(path, 1, f"unknown column {unknown[0]!r} (columns: {', '.join(IMPORT_COLUMNS)})")
+    return header
+
+
+def _bad_csv_line(path: str, source: str | bytes, header: list[str]) -> ParseError:
+    """The error of a CSV file pyarrow refused: its first row with the wrong number of
+    fields, found the slow way, only now."""
+    with _opened(source) as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as f:
+        for line, row in enumerate(csv.reader(f), start=1):
+            if line > 1 and any(c.strip() for c in row) and len(row) != len(header):
+                return ParseError(path, line, f"{len(row)} fields, the header has {len(header)}")
+    return ParseError(path, 1, "not a CSV file this reader understands")
+
+
+def _checked_rows(path: str | os.PathLike[str]) -> tuple[_Checked, _Cells]:
+    """A results file checked, compactly, and the cells of all its rows (for their lines).
+    A CSV file is parsed a block at a time (memory bounded by the block and the compact
+    rows, not by the file); JSON is a document, read whole (up to MAX_RESULTS_BYTES)."""
+    name = str(path)
+    # A regular CSV file is parsed from disk a block at a time; anything else is read first
+    # (up to MAX_RESULTS_BYTES: a pipe, a device, JSON), and a missing or unreadable file
+    # gets read_bytes' message.
+    source: str | bytes = name
+    if name.endswith(".json") or not Path(name).is_file():
+        source = read_bytes(path, "a results file (CSV or JSON)", limit=MAX_RESULTS_BYTES)
+    if name.endswith(".json"):
+        doc = load_json(source, name)
+        records = doc.get("results") if isinstance(doc, dict) else doc
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise ParseError(name, 1, 'JSON results must be a list of objects (or {"results": [...]})')
+        cols, line_of = _records_columns(records, name)
+        cells = _cells(cols, np.asarray(line_of, dtype=np.int64), name)
+        return _Checked.of(cells), cells
+    if not name.endswith(".csv"):
+        raise ParameterError(f"{name}: result files are .csv or .json")
+    header = _csv_header(name, source)
+    parts, rows = [], 0
+    try:
+        with _opened(source) as f:
+            reader = pacsv.open_csv(
+                f,
+                read_options=pacsv.ReadOptions(column_names=header, skip_rows=1, block_size=_BLOCK_BYTES),
+                convert_options=pacsv.ConvertOptions(
+                    column_types=dict.fromkeys(header, pa.string()), strings_can_be_null=False
+                ),
+            )
+            for batch in reader:
+                if batch.num_rows == 0:
+                    continue
+                cols = {c: batch.column(c) for c in header}
+                cells = _cells(cols, _DataLines(source, rows, batch.num_rows), name)
+                parts.append(_Checked.of(cells))
+                rows += batch.num_rows
+    except pa.ArrowInvalid:
+        raise _bad_csv_line(name, source, header) from None
+    if not parts:
+        raise ParseError(name, 2, "no results (the file holds no records)")
+    return _Checked.join(parts), _Cells({}, _DataLines(source, 0, rows), name)
+
+
 def read_result_rows(path: str | os.PathLike[str]) -> pa.Table:
     """Read a CSV (header with :data:`IMPORT_COLUMNS`) or JSON (list of records) result file.
 
@@ -413,43 +633,43 @@ def read_result_rows(path: str | os.PathLike[str]) -> pa.Table:
     >>> read_result_rows(p).num_rows
     1
     """
-    name = str(path)
-    data = read_bytes(path, "a results file (CSV or JSON)", limit=MAX_RESULTS_BYTES)
-    if name.endswith(".json"):
-        doc = load_json(data, name)
-        records = doc.get("results") if isinstance(doc, dict) else doc
-        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-            raise ParseError(name, 1, 'JSON results must be a list of objects (or {"results": [...]})')
-        return results_table(records, source=name)
-    if not name.endswith(".csv"):
-        raise ParameterError(f"{name}: result files are .csv or .json")
-    first = data.split(b"\n", 1)[0].decode("utf-8", "replace")
-    if not first.strip():
-        raise ParseError(name, 1, f"empty file (expected a header with {', '.join(_REQUIRED)})")
-    header = [h.strip() for h in next(csv.reader([first]))]
-    unknown = [h for h in header if h not in IMPORT_COLUMNS]
-    if unknown:
-        raise ParseError(name, 1, f"unknown column {unknown[0]!r} (columns: {', '.join(IMPORT_COLUMNS)})")
-    try:
-        table = pacsv.read_csv(
-            io.BytesIO(data),
-            read_options=pacsv.ReadOptions(column_names=header, skip_rows=1),
-            convert_options=pacsv.ConvertOptions(
-                column_types=dict.fromkeys(header, pa.string()), strings_can_be_null=False
-            ),
-        )
-    except pa.ArrowInvalid:
-        # Find the offending line the slow way, only now.
-        for line, row in enumerate(csv.reader(data.decode("utf-8", "replace").splitlines()), start=1):
-            if line > 1 and any(c.strip() for c in row) and len(row) != len(header):
-                raise ParseError(name, line, f"{len(row)} fields, the header has {len(header)}") from None
-        raise ParseError(name, 1, "not a CSV file this reader understands") from None
-    cols = {c: table.column(c).combine_chunks() for c in header}
-    return _columns_table(cols, _csv_lines(data), name)
+    checked, cells = _checked_rows(path)
+    checked.number_trials(cells)
+    return checked.table()
 
 
-def write_results(store: Store, table: pa.Table, *, name: str = "import") -> Path:
-    """Add a results table to the store as a new Parquet file; returns its path.
+def import_results(
+    store: Store, path: str | os.PathLike[str], *, name: str = "import"
+) -> tuple[Path, dict[str, int]]:
+    """Check a results file and add it to the store as a new Parquet file, a block of rows
+    at a time; returns its path and what it holds (series, runs, trials, failed trials).
+
+    Nothing is written unless every row is good (the error names the first bad line).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "r.csv").write_text("test,build,time,value\\nip4,b1,0,10.5\\nip4,b1,0,fail\\n")
+    >>> out, summary = import_results(Store.create(d / "store"), d / "r.csv")
+    >>> summary
+    {'series': 1, 'runs': 1, 'trials': 2, 'failed_trials': 1}
+    """
+    checked, cells = _checked_rows(path)
+    checked.number_trials(cells)
+    summary = {
+        "series": int(checked.ids("test", "testbed").max(initial=-1)) + 1,
+        "runs": int(checked.ids("test", "testbed", "build").max(initial=-1)) + 1,
+        "trials": checked.n,
+        "failed_trials": int(np.isnan(checked.value).sum()),
+    }
+    tables = (checked.table(lo, min(lo + _ROW_GROUP, checked.n)) for lo in range(0, checked.n, _ROW_GROUP))
+    return write_results(store, tables, name=name), summary
+
+
+def write_results(store: Store, table: pa.Table | Iterable[pa.Table], *, name: str = "import") -> Path:
+    """Add a results table (or its parts, one row group each) to the store as a new
+    Parquet file; returns its path.
 
     Examples
     --------
@@ -461,7 +681,7 @@ def write_results(store: Store, table: pa.Table, *, name: str = "import") -> Pat
     >>> [(s.test, s.builds, s.values.tolist()) for s in load_series(store)]
     [('ip4', ('b1',), [10.1])]
     """
-    table = table.select(RESULTS_SCHEMA.names).cast(RESULTS_SCHEMA)
+    parts = [table] if isinstance(table, pa.Table) else table
     make_dirs(store.results_dir)
     sweep_temporaries(store.results_dir)  # a killed import's: its name is no later one's
     stamp = _time.strftime("%Y%m%dT%H%M%S", _time.gmtime())
@@ -476,7 +696,9 @@ def write_results(store: Store, table: pa.Table, *, name: str = "import") -> Pat
         out = OutputFile(path, exclusive=True)
         try:
             with write_errors(path):
-                pq.write_table(table, out.open())
+                with pq.ParquetWriter(out.open(), RESULTS_SCHEMA) as writer:
+                    for part in parts:
+                        writer.write_table(part.select(RESULTS_SCHEMA.names).cast(RESULTS_SCHEMA))
                 out.commit()
             return path
         except FileExistsError:

@@ -217,7 +217,12 @@ def _summary_of(table: Any) -> dict[str, int]:
 def _write(args: argparse.Namespace, table: Any, name: str) -> int:
     with _writing(args.store):
         path = trend.write_results(tracefmt.Store.create(args.store), table, name=name)
-    doc = {"output": str(path), **_summary_of(table)}
+    return _said(args, path, _summary_of(table))
+
+
+def _said(args: argparse.Namespace, path: Path, summary: dict[str, int]) -> int:
+    """What an import wrote, and where."""
+    doc = {"output": str(path), **summary}
     text = f"wrote {doc['trials']:,} trials ({doc['runs']:,} runs of {doc['series']:,} series) to {path}"
     if doc["failed_trials"]:
         text += f"\n{doc['failed_trials']:,} failed trials (stored as NaN)"
@@ -226,7 +231,11 @@ def _write(args: argparse.Namespace, table: Any, name: str) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    return _write(args, trend.read_result_rows(args.file), Path(args.file).stem)
+    with _writing(args.store):
+        path, summary = trend.import_results(
+            tracefmt.Store.create(args.store), args.file, name=Path(args.file).stem
+        )
+    return _said(args, path, summary)
 
 
 # from-paths / from-capture ----------------------------------------------------------------
