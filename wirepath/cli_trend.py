@@ -631,9 +631,11 @@ def _register_dashboard(sub: argparse._SubParsersAction) -> None:
         "dashboard",
         _cmd_dashboard,
         "write the static HTML dashboard of every series",
-        "Write OUT/index.html (per testbed: test, trend, short- and long-term change,\n"
-        "regressions, progressions, runs in the last group; failed tests of the last 7 days)\n"
-        "and one interactive plotly graph per test (self-contained, works offline).\n\n"
+        "Write OUT/index.html: every series in one table, regressions first, sortable and\n"
+        "filtered by name, testbed, core count or regression (trend, short- and long-term\n"
+        "change, regressions, progressions, runs in the last group, last change, recent runs);\n"
+        "the failed tests of the last 7 days per testbed; and OUT/graph.html, which draws one\n"
+        "series' plotly graph on demand from OUT/data/ (works offline, from file:// too).\n\n"
         "example:\n  wirepath trend dashboard --store store --out site/",
     )
     _store_arg(p)
@@ -645,6 +647,16 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     trends = _analyze(args)
     with _writing(args.out):
         report = trend.write_dashboard(trends, args.out)
-    doc = {"index": str(report.index), "graphs": [str(g) for g in report.graphs], "series": len(trends)}
-    _emit(args, doc, f"wrote {report.index} and {len(report.graphs)} graphs ({len(trends)} series)")
+    doc = {
+        "index": str(report.index),
+        "graph": str(report.graph),
+        "data": [str(p) for p in report.data],
+        "series": report.series,
+    }
+    _emit(
+        args,
+        doc,
+        f"wrote {report.index} ({report.series:,} series; each one's graph on demand in "
+        f"{report.graph}, from {len(report.data):,} data files)",
+    )
     return 0

@@ -22,60 +22,87 @@ def site(tmp_path_factory):
 
 
 def test_files_are_local_only(site):
-    index = (site / "index.html").read_text()
-    graphs = sorted((site / "graphs").glob("*.html"))
-    assert len(graphs) == 5
-    assert (site / "graphs" / "plotly.min.js").stat().st_size > 1_000_000
-    for page in [index, *(g.read_text() for g in graphs)]:
-        assert "https://cdn" not in page
+    assert sorted(p.name for p in site.iterdir()) == ["data", "graph.html", "index.html", "plotly.min.js"]
+    assert sorted(p.name for p in (site / "data").iterdir()) == ["index.js", "series-0.js"]
+    assert (site / "plotly.min.js").stat().st_size > 1_000_000
+    pages = [site / "index.html", site / "graph.html", *(site / "data").iterdir()]
+    for page in (p.read_text() for p in pages):
+        assert "https://" not in page
         assert "http://" not in page.replace("http://www.w3.org", "")
+
+
+def _cells(d):
+    return {
+        r.find_element("css selector", "td a").text: [c.text for c in r.find_elements("css selector", "td")]
+        for r in d.find_elements("css selector", "#series tbody tr")
+    }
 
 
 @pytest.mark.browser
 def test_dashboard_renders_in_chromium(site, open_page, tmp_path):
     page = open_page(site / "index.html")
     d = page.driver
-    headings = [h.text for h in d.find_elements("css selector", "h2")]
-    assert headings == ["Testbed 2n-skx", "Testbed 3n-icx", "Testbed staging"]
-    # A table per testbed and core count, the count read from the test name.
-    sections = d.execute_script(
-        "return [...document.querySelectorAll('h2, h3.cores, table.trend')].map(e =>"
-        " e.tagName === 'TABLE' ? [...e.querySelectorAll('tbody td a')].map(a => a.textContent).join(',')"
-        " : e.textContent);"
-    )
-    assert sections == [
-        "Testbed 2n-skx", "1 core", "ip4base-64b-1c,ip6base-78b-1c",
-        "Testbed 3n-icx", "1 core", "ip4-ipsec-1518b-1c", "2 cores", "l2bdbase-64b-2c",
-        "Testbed staging", "No core count in the test name", "checkout-p50",
-    ]  # fmt: skip
-    rows = d.find_elements("css selector", "table.trend tbody tr")
-    cells = {
-        r.find_element("css selector", "td a").text: [c.text for c in r.find_elements("css selector", "td")]
-        for r in rows
-    }
-    assert set(cells) == {
-        "ip4base-64b-1c",
-        "ip6base-78b-1c",
+    assert d.execute_script("return document.body.dataset.ready") == "1"
+    # Every series in one table, those in a regression now first (then by name).
+    order = [a.text for a in d.find_elements("css selector", "#series tbody td:first-child a")]
+    assert order == [
+        "checkout-p50",
         "l2bdbase-64b-2c",
         "ip4-ipsec-1518b-1c",
-        "checkout-p50",
-    }
+        "ip4base-64b-1c",
+        "ip6base-78b-1c",
+    ]
+    assert d.find_element("id", "shown").text == "5 of 5 series"
+    cells = _cells(d)
+    # test, testbed, cores (read from the name), trend, short, long, regressions, progressions,
+    # runs in last group, last change.
+    assert [c[1:3] for c in cells.values()] == [
+        ["staging", ""], ["3n-icx", "2"], ["3n-icx", "1"], ["2n-skx", "1"], ["2n-skx", "1"],
+    ]  # fmt: skip
     l2 = cells["l2bdbase-64b-2c"]
-    assert l2[1].endswith("Mpps")
-    assert l2[2].startswith("-")  # short-term change
-    assert l2[4:] == ["1", "0", "6"]  # regressions, progressions, runs in last group
+    assert l2[3].endswith("Mpps")
+    assert l2[4].startswith("-")  # short-term change
+    assert l2[6:9] == ["1", "0", "6"]  # regressions, progressions, runs in last group
+    assert l2[9].startswith("2026-")  # the date of the last change
     regressed = d.find_elements("css selector", "tr.regressed td a")
     assert {a.text for a in regressed} == {"l2bdbase-64b-2c", "checkout-p50"}
+    assert len(d.find_elements("css selector", "svg.spark polyline")) == 5
     failed = d.find_elements("css selector", "table.failed tbody tr td")
     assert [c.text for c in failed][:2] == ["ip4base-64b-1c", "1"]
-    assert page.console_errors() == []
 
-    # Follow the link to the regressed test's graph.
+    # Filters: a testbed, a core count, regressions now, a name.
+    from selenium.webdriver.support.ui import Select
+
+    Select(d.find_element("id", "testbed")).select_by_value("3n-icx")
+    assert sorted(_cells(d)) == ["ip4-ipsec-1518b-1c", "l2bdbase-64b-2c"]
+    Select(d.find_element("id", "cores")).select_by_value("2")
+    assert sorted(_cells(d)) == ["l2bdbase-64b-2c"]
+    Select(d.find_element("id", "testbed")).select_by_value("")
+    Select(d.find_element("id", "cores")).select_by_value("")
+    d.find_element("id", "regressed").click()
+    assert sorted(_cells(d)) == ["checkout-p50", "l2bdbase-64b-2c"]
+    d.find_element("id", "regressed").click()
+    d.find_element("id", "filter").send_keys("ip6")
+    assert sorted(_cells(d)) == ["ip6base-78b-1c"]
+    d.find_element("id", "filter").clear()
+    d.find_element("id", "filter").send_keys(" ")  # an input event with the box back to blank
+    d.find_element("id", "filter").clear()
+    # Sorting by a column, both ways.
+    header = d.find_element("css selector", 'th[data-key="last_group"]')
+    header.click()
+    runs = [int(c[8]) for c in _cells(d).values()]
+    assert runs == sorted(runs)
+    header.click()
+    runs = [int(c[8]) for c in _cells(d).values()]
+    assert runs == sorted(runs, reverse=True)
+    assert page.console_errors() == []
+    page.screenshot(tmp_path / "index.png")
+
+    # Follow the link to the regressed test's graph: drawn on demand from its data file.
     link = next(a for a in d.find_elements("css selector", "td a") if a.text == "l2bdbase-64b-2c")
     link.click()
     d.implicitly_wait(5)
-    plot = d.find_element("css selector", ".js-plotly-plot")
-    assert plot is not None
+    d.find_element("css selector", ".js-plotly-plot")
     traces = d.execute_script(
         "const p = document.querySelector('.js-plotly-plot');"
         "return p.data.map(t => [t.name, t.x.length, (t.marker || {}).color || null]);"
@@ -89,8 +116,40 @@ def test_dashboard_renders_in_chromium(site, open_page, tmp_path):
     assert "build: 1000" in hover
     assert "testbed: 3n-icx" in hover
     assert "date: 2026-09-01 02:00 UTC" in hover
+    assert d.title == "l2bdbase-64b-2c (3n-icx), mdl"
     assert page.console_errors() == []
     page.screenshot(tmp_path / "graph.png")
+
+
+@pytest.mark.browser
+def test_a_graph_link_to_no_series_says_so(site, open_page):
+    page = open_page(site / "graph.html")
+    d = page.driver
+    d.get((site / "graph.html").as_uri() + "#0/no-such-series")
+    assert d.find_element("id", "missing").is_displayed()
+    d.get((site / "graph.html").as_uri() + "#../../etc/x")
+    assert d.find_element("id", "missing").is_displayed()
+
+
+def test_names_with_markup_are_text_in_the_data(tmp_path):
+    import numpy as np
+
+    from trend.analysis import analyze_series
+    from trend.dashboard import write_dashboard
+    from trend.series import Series
+
+    s = Series(
+        "<script>x</script>",
+        "tb</script>",
+        "pps",
+        "bigger-is-better",
+        ("b<1>",),
+        np.array([0]),
+        (np.array([1e6]),),
+    )
+    report = write_dashboard([analyze_series(s)], tmp_path)
+    for path in report.data:
+        assert "</script>" not in path.read_text()
 
 
 @pytest.mark.parametrize(
@@ -121,7 +180,6 @@ def test_tmm_dashboard_marks_outliers_grey(tmp_path):
         main(["trend", "dashboard", "--store", str(store), "--out", str(out), "--method", "tmm", "--json"])
         == 0
     )
-    (graph,) = (out / "graphs").glob("*.html")
-    text = graph.read_text()
+    text = (out / "data" / "series-0.js").read_text()
     assert '"name":"outliers"' in text
     assert '"color":"grey"' in text
