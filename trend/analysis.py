@@ -67,7 +67,7 @@ class SeriesTrend:
     @property
     def runs_in_last_group(self) -> int:
         """Runs since the trend last changed (the last group's runs for ``mdl``)."""
-        anomalies = np.flatnonzero(np.isin(self.marks, ["regression", "progression"]))
+        anomalies = np.flatnonzero((self.marks == "regression") | (self.marks == "progression"))
         valid = self.marks != "failed"
         start = anomalies[-1] if anomalies.size else 0
         return int(valid[start:].sum())
@@ -359,6 +359,17 @@ class _Pack:
 
 
 def _pack(group: Sequence[Series]) -> _Pack:
+    flat = getattr(group, "flat", None)  # a whole SeriesList (a slice of one is a plain list)
+    if flat is not None:
+        runs, times_ns, trial_counts, trials = flat
+        return _Pack(
+            names=[(s.test, s.testbed, s.unit, s.direction) for s in group],
+            builds=[s.builds for s in group],
+            runs=runs,
+            times_ns=times_ns,
+            trial_counts=trial_counts,
+            trials=trials,
+        )
     trials = [t for s in group for t in s.trials]
     return _Pack(
         names=[(s.test, s.testbed, s.unit, s.direction) for s in group],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import itertools
 import math
 import os
 import time as _time
@@ -843,11 +844,12 @@ def _split_series(table: pa.Table, values: np.ndarray) -> list[Series]:
     run_series = np.cumsum(new_series)[run_starts] - 1
     # Runs in series order, then time, then build.
     runs = np.lexsort((b[run_starts], run_time, run_series))
-    ordered = values[order]
-    run_ends = np.r_[run_starts[1:], n]
-    run_trials = [
-        ordered[x:y] for x, y in zip(run_starts[runs].tolist(), run_ends[runs].tolist(), strict=True)
-    ]
+    # Every run's trials, the runs in their final order, in one array (each run a slice of it).
+    counts = np.diff(np.r_[run_starts, n])[runs]
+    within = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+    flat = values[order][np.repeat(run_starts[runs], counts) + within]
+    cuts = np.r_[0, np.cumsum(counts)].tolist()
+    run_trials = [flat[x:y] for x, y in itertools.pairwise(cuts)]
     run_build = [build.strings[k] for k in b[run_starts][runs].tolist()]
     run_time = run_time[runs]
     series_first = order[np.flatnonzero(new_series)]
@@ -856,7 +858,7 @@ def _split_series(table: pa.Table, values: np.ndarray) -> list[Series]:
         for c in ("test", "testbed", "unit", "direction")
     }
     bounds = np.searchsorted(run_series[runs], np.arange(series_first.size + 1)).tolist()
-    return [
+    out = SeriesList(
         Series(
             test=names["test"][k],
             testbed=names["testbed"][k],
@@ -867,4 +869,14 @@ def _split_series(table: pa.Table, values: np.ndarray) -> list[Series]:
             trials=tuple(run_trials[bounds[k] : bounds[k + 1]]),
         )
         for k in range(series_first.size)
-    ]
+    )
+    out.flat = (np.diff(bounds).astype(np.int64), run_time, counts.astype(np.int32), flat)
+    return out
+
+
+class SeriesList(list):
+    """The series of a store as :func:`load_series` gives them, with their runs also flat
+    (``flat``: runs per series, every run's time, trials per run, every trial), so that an
+    analysis of all of them need not gather a million small arrays back into one."""
+
+    flat: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
