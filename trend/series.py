@@ -310,8 +310,8 @@ def _trial_numbers(cells: _Cells) -> np.ndarray:
     bad = _first(~auto & ~is_int)
     if bad is not None:
         cells.fail(bad, f"trial {trial_text[bad].as_py()!r} is not an integer from 0 to 999,999,999")
-    trial = np.full(n, -1, dtype=np.int64)
-    trial[~auto] = pc.cast(pc.filter(trial_text, pa.array(~auto)), pa.int64()).to_numpy()
+    trial = np.full(n, -1, dtype=np.int32)
+    trial[~auto] = pc.cast(pc.filter(trial_text, pa.array(~auto)), pa.int32()).to_numpy()
     return trial
 
 
@@ -391,22 +391,27 @@ class _Checked:
     def n(self) -> int:
         return self.value.size
 
-    def ids(self, *columns: str) -> np.ndarray:
-        """Per row a dense id of its values of ``columns`` (0, 1, ... in sorted order of
-        the codes): one integer key per row, sorted once, not rows of codes."""
+    def keys(self, *columns: str) -> np.ndarray:
+        """Per row one integer that is equal exactly where its values of ``columns`` are:
+        the codes combined (or, past 2**62 combinations, dense ids of the rows of codes)."""
         sizes = [max(len(self.strings[c]), 1) for c in columns]
         if math.prod(sizes) < 2**62:
             key = np.zeros(self.n, np.int64)
             for c, size in zip(columns, sizes, strict=True):
-                key = key * size + self.codes[c]
-            return np.unique(key, return_inverse=True)[1].reshape(-1)
+                key *= size
+                key += self.codes[c]
+            return key
         rows = np.stack([self.codes[c] for c in columns], axis=1)
         return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
+
+    def distinct(self, *columns: str) -> int:
+        """How many distinct values of ``columns`` the rows hold."""
+        return int(np.unique(self.keys(*columns)).size)
 
     def number_trials(self, cells: _Cells) -> None:
         """Number the trials the row order numbers (within their run), and refuse a (run,
         trial) given twice, naming both lines (``cells`` of all rows, for the lines)."""
-        run = self.ids("test", "testbed", "build")
+        run = self.keys("test", "testbed", "build")
         auto = self.trial < 0
         if auto.any():
             rows = np.flatnonzero(auto)
@@ -415,17 +420,18 @@ class _Checked:
             starts = np.r_[0, np.flatnonzero(np.diff(keys)) + 1]
             rank = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
             self.trial[order] = rank
-        # A row whose (run, trial) an earlier row has: in the stable order of the keys, it
-        # follows one equal to it; the first such row of the file is reported.
-        key = run * np.int64(1_000_000_000) + self.trial
-        del run
-        order = np.argsort(key, kind="stable")
-        key = key[order]
-        again = np.flatnonzero(key[1:] == key[:-1]) + 1
+        # A row whose (run, trial) an earlier row has: in the stable order of (run, trial)
+        # it follows one equal to it; the first such row of the file is reported.
+        order = np.lexsort((self.trial, run))
+        run = run[order]
+        trial = self.trial[order]
+        again = np.flatnonzero((run[1:] == run[:-1]) & (trial[1:] == trial[:-1])) + 1
         if again.size:
-            at = again[np.argmin(order[again])]
-            group_start = np.searchsorted(key, key[at])
-            dup, earlier = int(order[at]), int(order[group_start])
+            at = int(again[np.argmin(order[again])])
+            first = at
+            while first > 0 and run[first - 1] == run[at] and trial[first - 1] == trial[at]:
+                first -= 1
+            dup, earlier = int(order[at]), int(order[first])
             name = {c: self.strings[c][int(self.codes[c][dup])].as_py() for c in ("test", "testbed", "build")}
             cells.fail(
                 dup,
@@ -551,7 +557,7 @@ def _data_lines(source: str | bytes) -> np.ndarray:
 _BLOCK_BYTES = 1 << 20
 _SCAN_BYTES = 4 << 20
 #: Rows a results file is written in at a time (a Parquet row group).
-_ROW_GROUP = 1 << 20
+_ROW_GROUP = 1 << 18
 
 
 def _csv_header(path: str, source: str | bytes) -> list[str]:
@@ -618,6 +624,8 @@ def _checked_rows(path: str | os.PathLike[str]) -> tuple[_Checked, _Cells]:
                 rows += batch.num_rows
     except pa.ArrowInvalid:
         raise _bad_csv_line(name, source, header) from None
+    # The blocks' text is gone: hand its memory back before the rows are joined.
+    pa.default_memory_pool().release_unused()
     if not parts:
         raise ParseError(name, 2, "no results (the file holds no records)")
     return _Checked.join(parts), _Cells({}, _DataLines(source, 0, rows), name)
@@ -659,8 +667,8 @@ def import_results(
     checked, cells = _checked_rows(path)
     checked.number_trials(cells)
     summary = {
-        "series": int(checked.ids("test", "testbed").max(initial=-1)) + 1,
-        "runs": int(checked.ids("test", "testbed", "build").max(initial=-1)) + 1,
+        "series": checked.distinct("test", "testbed"),
+        "runs": checked.distinct("test", "testbed", "build"),
         "trials": checked.n,
         "failed_trials": int(np.isnan(checked.value).sum()),
     }
