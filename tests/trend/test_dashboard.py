@@ -183,3 +183,39 @@ def test_tmm_dashboard_marks_outliers_grey(tmp_path):
     text = (out / "data" / "series-0.js").read_text()
     assert '"name":"outliers"' in text
     assert '"color":"grey"' in text
+
+
+@pytest.mark.browser
+def test_an_index_of_ten_thousand_series_opens_and_filters(tmp_path, open_page):
+    import numpy as np
+
+    from trend.analysis import analyze_all
+    from trend.dashboard import write_dashboard
+    from trend.series import Series
+
+    rng = np.random.default_rng(1)
+    day = 86_400 * 10**9
+    series = []
+    for k in range(10_000):
+        level = 1e7 * (1 + rng.random())
+        values = level * (1 + rng.normal(0, 0.002, 8))
+        if k % 97 == 0:
+            values[5:] *= 0.9  # a regression at the newest runs of every 97th series
+        trials = tuple(np.array([v]) for v in values)
+        builds = tuple(f"b{i}" for i in range(8))
+        series.append(Series(f"t{k:05d}-64b-2t1c-mrr", f"tb{k % 3}", "pps", "bigger-is-better", builds,
+                             np.arange(8) * day, trials))  # fmt: skip
+    report = write_dashboard(analyze_all(series), tmp_path / "site")
+    assert len(report.data) == 101  # the index and 100 files of 100 series
+    page = open_page(report.index)
+    d = page.driver
+    assert d.execute_script("return document.body.dataset.ready") == "1"
+    assert d.find_element("id", "shown").text == "100 of 10,000 series"
+    first = [a.text for a in d.find_elements("css selector", "#series tbody td:first-child a")][:3]
+    assert first == ["t00000-64b-2t1c-mrr", "t00097-64b-2t1c-mrr", "t00194-64b-2t1c-mrr"]
+    d.find_element("id", "regressed").click()
+    assert d.find_element("id", "shown").text == "100 of 104 series"
+    d.find_element("id", "more").click()
+    assert len(d.find_elements("css selector", "#series tbody tr")) == 104
+    assert not d.find_element("id", "more").is_displayed()
+    assert page.console_errors() == []
