@@ -16,6 +16,7 @@ import csv
 import functools
 import io
 import itertools
+import json
 import math
 import os
 import time as _time
@@ -146,13 +147,14 @@ def _text(value: Any) -> str | None:
 
 
 def _records_columns(
-    records: Iterable[dict[str, Any]], source: str
+    records: Iterable[dict[str, Any]], source: str, lines: Iterable[int] | None = None
 ) -> tuple[dict[str, list[Any]], list[int]]:
     """Records (one trial each, or one run with ``values``) as columns of cell texts, and the
-    record number of every row."""
+    line of every row: ``lines`` (one per record), else the record's number."""
     cols: dict[str, list[Any]] = {c: [] for c in [*IMPORT_COLUMNS, "time_ns"]}
     line_of: list[int] = []
-    for line, rec in enumerate(records, start=1):
+    numbers = itertools.count(1) if lines is None else lines
+    for line, rec in zip(numbers, records, strict=False):  # a count never ends
         if not isinstance(rec, dict):
             raise ParseError(source, line, "a result record must be an object")
         given = (
@@ -602,8 +604,10 @@ def _checked_rows(path: str | os.PathLike[str]) -> tuple[_Checked, _Cells]:
         cols, line_of = _records_columns(records, name)
         cells = _cells(cols, np.asarray(line_of, dtype=np.int64), name)
         return _Checked.of(cells), cells
+    if name.endswith(_JSON_LINES):
+        return _checked_json_lines(name, source)
     if not name.endswith(".csv"):
-        raise ParameterError(f"{name}: result files are .csv or .json")
+        raise ParameterError(f"{name}: result files are .csv, .json or .jsonl (JSON Lines)")
     header = _csv_header(name, source)
     parts, rows = [], 0
     try:
@@ -631,8 +635,48 @@ def _checked_rows(path: str | os.PathLike[str]) -> tuple[_Checked, _Cells]:
     return _Checked.join(parts), _Cells({}, _DataLines(source, 0, rows), name)
 
 
+#: File names of JSON Lines: one record (an object) a line, read a block of lines at a time.
+_JSON_LINES = (".jsonl", ".ndjson")
+#: Records of a JSON Lines file checked at a time.
+_JSON_BLOCK = 50_000
+
+
+def _checked_json_lines(name: str, source: str | bytes) -> tuple[_Checked, _Cells]:
+    """A JSON Lines results file checked a block of records at a time (memory bounded by
+    the block and the compact rows, not by the file); blank lines are skipped."""
+    parts, line_arrays = [], []
+
+    def block(records: list[Any], lines: list[int]) -> None:
+        cols, line_of = _records_columns(records, name, lines)
+        cells = _cells(cols, np.asarray(line_of, dtype=np.int64), name)
+        parts.append(_Checked.of(cells))
+        line_arrays.append(cells.line_of)
+
+    records: list[Any] = []
+    lines: list[int] = []
+    with _opened(source) as f:
+        for number, raw in enumerate(f, start=1):
+            text = raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw
+            if not text.strip():
+                continue
+            try:
+                records.append(json.loads(text))
+            except (ValueError, UnicodeDecodeError) as e:
+                raise ParseError(name, number, f"not a JSON object ({e})") from None
+            lines.append(number)
+            if len(records) == _JSON_BLOCK:
+                block(records, lines)
+                records, lines = [], []
+    if records:
+        block(records, lines)
+    if not parts:
+        raise ParseError(name, 1, "no results (the file holds no records)")
+    return _Checked.join(parts), _Cells({}, np.concatenate(line_arrays), name)
+
+
 def read_result_rows(path: str | os.PathLike[str]) -> pa.Table:
-    """Read a CSV (header with :data:`IMPORT_COLUMNS`) or JSON (list of records) result file.
+    """Read a CSV (header with :data:`IMPORT_COLUMNS`), JSON (a list of records) or JSON
+    Lines (``.jsonl``, a record a line) result file.
 
     Examples
     --------

@@ -194,11 +194,13 @@ def _register_import(sub: argparse._SubParsersAction) -> None:
         "time is ISO-8601 (UTC if no zone) or epoch seconds; value is a number, empty/nan/fail\n"
         "for a failed trial; direction is bigger-is-better (throughput) or smaller-is-better\n"
         "(latency); tags are ';'-separated. JSON: a list of such objects, or objects with\n"
-        "'values' (the run's trials) instead of 'value'. Several trials per build make one run.\n"
+        "'values' (the run's trials) instead of 'value'; JSON Lines (.jsonl): one such object\n"
+        "a line. CSV and JSON Lines are read a block at a time, whatever their size. Several\n"
+        "trials per build make one run.\n"
         "A build already stored for the same test and testbed is replaced.\n\n"
         "example:\n  wirepath trend import samples/trend/mrr.csv --store store",
     )
-    p.add_argument("file", metavar="FILE", help="results file (.csv or .json)")
+    p.add_argument("file", metavar="FILE", help="results file (.csv, .json or .jsonl)")
     _store_arg(p)
 
 

@@ -131,3 +131,39 @@ def test_data_lines_scan_matches_a_line_count(tmp_path):
     p.write_text(body)
     want = [i for i, line in enumerate(body.split("\n"), start=1) if line.strip()][1:]
     assert ts._data_lines(str(p)).tolist() == want
+
+
+def _jsonl(path, rows, *, blank_every: int = 0) -> None:
+    import json
+
+    lines = []
+    for i, (test, build, time, trial, value) in enumerate(rows):
+        lines.append(json.dumps({"test": test, "build": build, "time": time, "trial": trial, "value": value}))
+        if blank_every and i % blank_every == blank_every - 1:
+            lines.append("")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_json_lines_in_many_blocks_give_the_csv_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(ts, "_JSON_BLOCK", 37)
+    rows = _rows()
+    _write(tmp_path / "r.csv", rows)
+    _jsonl(tmp_path / "r.jsonl", rows, blank_every=11)
+    assert read_result_rows(tmp_path / "r.jsonl").equals(read_result_rows(tmp_path / "r.csv"))
+
+
+def test_json_lines_errors_name_their_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(ts, "_JSON_BLOCK", 37)
+    rows = _rows()
+    rows.append(rows[3])  # the fourth record again, blocks later
+    _jsonl(tmp_path / "r.jsonl", rows, blank_every=11)
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    with pytest.raises(ParseError) as e:
+        read_result_rows(tmp_path / "r.jsonl")
+    assert f"r.jsonl:{len(lines)}:" in str(e.value)
+    assert "already given on line 4" in str(e.value)
+    lines[200] = '{"test": "x", "build": '
+    (tmp_path / "r.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ParseError) as e:
+        read_result_rows(tmp_path / "r.jsonl")
+    assert "r.jsonl:201: not a JSON object" in str(e.value)
