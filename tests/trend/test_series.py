@@ -116,7 +116,7 @@ def test_bad_import_files(tmp_path, header, body, message):
 
 
 def test_wrong_extension_and_bad_json(tmp_path):
-    with pytest.raises(ParameterError, match=r"\.csv or \.json"):
+    with pytest.raises(ParameterError, match=r"\.csv, \.json or \.jsonl"):
         read_result_rows(_csv(tmp_path, "", name="r.txt"))
     p = tmp_path / "r.json"
     p.write_text('{"results": 3}')
