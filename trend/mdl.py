@@ -17,6 +17,13 @@ them: to the new group first, then to the earliest start.
 Old starts whose grouping already costs more than the best by a proven bound (see
 ``_prune_bound``) can never win again and are dropped, as in PELT: after a level shift the
 work restarts from the shift instead of growing with the whole series.
+
+Two runners of the same program, each where it is the faster: :func:`classify_mdl` runs
+one series with numpy (no compiler to start, so ``trend compare`` answers at once, and a
+single long series is cheapest with float32 estimates and a few exact re-evaluations);
+:class:`MdlPrograms` runs many series at once, compiled (``trend._mdljit``), and keeps
+each program to resume with more runs (``trend analyze`` of a whole store). The tests
+hold them equal, group for group and bit for bit, on random series.
 """
 
 from __future__ import annotations
