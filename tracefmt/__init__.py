@@ -4,87 +4,215 @@ and span files (Jaeger, OTLP) as traces with ground truth.
 Every other wirepath package takes a validated Arrow table from here.
 """
 
-from tracefmt._files import (
-    DISK_FULL,
-    OutputFile,
-    atomic_output,
-    distinct_outputs,
-    existing_file,
-    make_dirs,
-    output_mode,
-    parquet_output,
-    remove_quietly,
-    sweep_temporaries,
-    write_atomic,
-    write_error,
-    write_errors,
-)
-from tracefmt.configfile import MAX_CONFIG_BYTES, load_json, load_toml, read_config_bytes, read_config_text
-from tracefmt.convert import (
-    TRACE_SUFFIXES,
-    ConvertReport,
-    convert_trace,
-    iter_any_trace,
-    read_any_trace,
-    trace_format,
-)
-from tracefmt.display import printable
-from tracefmt.errors import (
-    MissingToolError,
-    ParameterError,
-    ParseError,
-    SchemaError,
-    TraceFileError,
-    WirepathError,
-)
-from tracefmt.merge import (
-    DEFAULT_DEDUP_WINDOW_NS,
-    MergeInput,
-    MergeReport,
-    load_names,
-    merge_traces,
-    rename_nodes,
-)
-from tracefmt.parquet import (
-    Partitioning,
-    TraceMetadata,
-    TraceWriter,
-    iter_trace,
-    read_trace,
-    read_trace_metadata,
-    trace_parts,
-    write_trace,
-)
-from tracefmt.pathsfile import (
-    PATHS_FORMAT,
-    PATTERN_SORTS,
-    check_paths,
-    check_sort,
-    hop_delays_s,
-    read_paths,
-    write_paths,
-)
-from tracefmt.points import point_timestamps
-from tracefmt.schema import (
-    CORE_COLUMNS,
-    OP_CALL,
-    OP_RETURN,
-    OP_SEND,
-    OPS,
-    OPTIONAL_FIELDS,
-    SCHEMA_VERSION,
-    TRACE_SCHEMA,
-    empty_trace,
-    op_codes,
-    sort_trace,
-    validate_trace,
-)
-from tracefmt.signals import sigterm_as_interrupt
-from tracefmt.spans import SPAN_AT, SPAN_FORMATS, SpanStats, read_jaeger, read_otlp, read_spans, span_format
-from tracefmt.store import STORE_DIRS, Store
-from tracefmt.summary import TraceSummary, summarize_trace
-from tracefmt.text import TextStats, format_text_lines, iter_text_trace, read_text_trace, write_text_trace
-from tracefmt.units import format_duration_ns, format_instant_ns, format_instants_ns, parse_duration_ns
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tracefmt.lazy import lazy_package
+
+if TYPE_CHECKING:
+    from tracefmt._files import (
+        DISK_FULL,
+        OutputFile,
+        atomic_output,
+        distinct_outputs,
+        existing_file,
+        make_dirs,
+        output_mode,
+        parquet_output,
+        remove_quietly,
+        sweep_temporaries,
+        write_atomic,
+        write_error,
+        write_errors,
+    )
+    from tracefmt.configfile import (
+        MAX_CONFIG_BYTES,
+        load_json,
+        load_toml,
+        read_config_bytes,
+        read_config_text,
+    )
+    from tracefmt.convert import (
+        TRACE_SUFFIXES,
+        ConvertReport,
+        convert_trace,
+        iter_any_trace,
+        read_any_trace,
+        trace_format,
+    )
+    from tracefmt.display import printable
+    from tracefmt.errors import (
+        MissingToolError,
+        ParameterError,
+        ParseError,
+        SchemaError,
+        TraceFileError,
+        WirepathError,
+    )
+    from tracefmt.merge import (
+        DEFAULT_DEDUP_WINDOW_NS,
+        MergeInput,
+        MergeReport,
+        load_names,
+        merge_traces,
+        rename_nodes,
+    )
+    from tracefmt.parquet import (
+        Partitioning,
+        TraceMetadata,
+        TraceWriter,
+        iter_trace,
+        read_trace,
+        read_trace_metadata,
+        trace_parts,
+        write_trace,
+    )
+    from tracefmt.pathsfile import (
+        PATHS_FORMAT,
+        PATTERN_SORTS,
+        check_paths,
+        check_sort,
+        hop_delays_s,
+        read_paths,
+        write_paths,
+    )
+    from tracefmt.points import point_timestamps
+    from tracefmt.schema import (
+        CORE_COLUMNS,
+        OP_CALL,
+        OP_RETURN,
+        OP_SEND,
+        OPS,
+        OPTIONAL_FIELDS,
+        SCHEMA_VERSION,
+        TRACE_SCHEMA,
+        empty_trace,
+        op_codes,
+        sort_trace,
+        validate_trace,
+    )
+    from tracefmt.signals import sigterm_as_interrupt
+    from tracefmt.spans import (
+        SPAN_AT,
+        SPAN_FORMATS,
+        SpanStats,
+        read_jaeger,
+        read_otlp,
+        read_spans,
+        span_format,
+    )
+    from tracefmt.store import STORE_DIRS, Store
+    from tracefmt.summary import TraceSummary, summarize_trace
+    from tracefmt.text import TextStats, format_text_lines, iter_text_trace, read_text_trace, write_text_trace
+    from tracefmt.units import format_duration_ns, format_instant_ns, format_instants_ns, parse_duration_ns
+
+#: Where each public name lives: a module is imported when one of its names is first
+#: used, so that a command (``wirepath --help``) pays only for what it touches.
+_EXPORTS = {
+    "tracefmt._files": [
+        "DISK_FULL",
+        "OutputFile",
+        "atomic_output",
+        "distinct_outputs",
+        "existing_file",
+        "make_dirs",
+        "output_mode",
+        "parquet_output",
+        "remove_quietly",
+        "sweep_temporaries",
+        "write_atomic",
+        "write_error",
+        "write_errors",
+    ],
+    "tracefmt.configfile": [
+        "MAX_CONFIG_BYTES",
+        "load_json",
+        "load_toml",
+        "read_config_bytes",
+        "read_config_text",
+    ],
+    "tracefmt.convert": [
+        "TRACE_SUFFIXES",
+        "ConvertReport",
+        "convert_trace",
+        "iter_any_trace",
+        "read_any_trace",
+        "trace_format",
+    ],
+    "tracefmt.display": ["printable"],
+    "tracefmt.errors": [
+        "MissingToolError",
+        "ParameterError",
+        "ParseError",
+        "SchemaError",
+        "TraceFileError",
+        "WirepathError",
+    ],
+    "tracefmt.merge": [
+        "DEFAULT_DEDUP_WINDOW_NS",
+        "MergeInput",
+        "MergeReport",
+        "load_names",
+        "merge_traces",
+        "rename_nodes",
+    ],
+    "tracefmt.parquet": [
+        "Partitioning",
+        "TraceMetadata",
+        "TraceWriter",
+        "iter_trace",
+        "read_trace",
+        "read_trace_metadata",
+        "trace_parts",
+        "write_trace",
+    ],
+    "tracefmt.pathsfile": [
+        "PATHS_FORMAT",
+        "PATTERN_SORTS",
+        "check_paths",
+        "check_sort",
+        "hop_delays_s",
+        "read_paths",
+        "write_paths",
+    ],
+    "tracefmt.points": ["point_timestamps"],
+    "tracefmt.schema": [
+        "CORE_COLUMNS",
+        "OP_CALL",
+        "OP_RETURN",
+        "OP_SEND",
+        "OPS",
+        "OPTIONAL_FIELDS",
+        "SCHEMA_VERSION",
+        "TRACE_SCHEMA",
+        "empty_trace",
+        "op_codes",
+        "sort_trace",
+        "validate_trace",
+    ],
+    "tracefmt.signals": ["sigterm_as_interrupt"],
+    "tracefmt.spans": [
+        "SPAN_AT",
+        "SPAN_FORMATS",
+        "SpanStats",
+        "read_jaeger",
+        "read_otlp",
+        "read_spans",
+        "span_format",
+    ],
+    "tracefmt.store": ["STORE_DIRS", "Store"],
+    "tracefmt.summary": ["TraceSummary", "summarize_trace"],
+    "tracefmt.text": [
+        "TextStats",
+        "format_text_lines",
+        "iter_text_trace",
+        "read_text_trace",
+        "write_text_trace",
+    ],
+    "tracefmt.units": ["format_duration_ns", "format_instant_ns", "format_instants_ns", "parse_duration_ns"],
+}
+__getattr__, __dir__ = lazy_package(__name__, _EXPORTS)
 
 __all__ = [
     "CORE_COLUMNS",
