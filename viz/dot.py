@@ -96,10 +96,10 @@ class DotGraph:
     """Lines of one digraph; attribute values are quoted here (labels and tooltips
     shortened to fit a drawing, :func:`shorten_label`), names stay as given."""
 
-    def __init__(self, name: str = "paths", label: str | None = None) -> None:
+    def __init__(self, name: str = "paths", label: str | None = None, *, rankdir: str = "TB") -> None:
         self.lines = [
             f"digraph {dot_quote(name)} {{",
-            f'  graph [fontname="{_FONT}", rankdir=TB, nodesep=0.3, ranksep=0.4'
+            f'  graph [fontname="{_FONT}", rankdir={rankdir}, nodesep=0.3, ranksep=0.4'
             + (f", label={dot_quote(shorten_label(label))}, labelloc=t" if label else "")
             + "];",
             f'  node [fontname="{_FONT}", fontsize=11, shape=box, style="rounded,filled", fillcolor=white];',
@@ -223,7 +223,9 @@ def convolution_dot(doc: dict[str, Any], *, top: int | None = None) -> str:
     >>> '"c0n1" -> "c0n2" [label="90 msgs\\\\nafter 21 ms, 200 ms"];' in text
     True
     """
-    g = DotGraph("convolution", "convolution paths")
+    # Each path a row (left to right), the paths one under another: top to bottom they
+    # stood side by side, a drawing thousands of points wide for a dozen paths.
+    g = DotGraph("convolution", "convolution paths", rankdir="LR")
     for k, path in enumerate(doc.get("paths", [])[:top]):
         nodes, counts, delays = path["nodes"], path["counts"], path["delays_s"]
         medians = path.get("medians_s") or [None] * len(delays)

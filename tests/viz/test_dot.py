@@ -210,3 +210,25 @@ def test_collapse_keeps_different_shapes_apart_and_matches_truth(runs):
 def test_collapse_refuses_convolution_paths():
     with pytest.raises(ParameterError, match="collapsing replicas applies to nesting"):
         collapse_replicas(_conv_doc(), ["WS*"])
+
+
+def test_many_convolution_paths_are_drawn_as_rows_not_a_wide_strip():
+    # Twelve paths of five services, as convolution gives on a busy trace: the real dot
+    # draws each as a row, the rows one under another, so the drawing stays readable.
+    services = ["client", "nginx", "app", "redis", "postgres"]
+    paths = [
+        {
+            "nodes": [services[0], *services[1 + k % 2 :], f"backend-{k}"],
+            "counts": [1_000 - k] * (len(services) - k % 2),
+            "delays_s": [[0.0021, 0.0132]] * (len(services) - 1 - k % 2),
+        }
+        for k in range(12)
+    ]
+    doc = {"algorithm": "convolution", "paths": paths}
+    svg = subprocess.run(
+        ["dot", "-Tsvg"], input=convolution_dot(doc).encode(), capture_output=True, check=True
+    )
+    root = ET.fromstring(svg.stdout)
+    width, height = (float(root.get(k).removesuffix("pt")) for k in ("width", "height"))
+    assert width < 1_300
+    assert height > width
