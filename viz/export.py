@@ -165,15 +165,16 @@ class _Spans:
             table, tuple(c for c in ("op", "status") if c in table.column_names)
         )
         self.has_op, self.has_status = "op" in table.column_names, "status" in table.column_names
-        # Per span: client spans (one per trace, over its root visit), then the visit spans.
-        is_root = parent_row < 0
-        r = rows[is_root]
-        self.n_client = int(r.size)
-        self.row = np.concatenate([r, rows])
+        # Per span: a CLIENT span of every call (at its caller, as a tracer in the caller
+        # records it), then a SERVER span of every call (at its callee). A client span's
+        # parent is the server span of the visit that made the call (none for a request's
+        # root call); a server span's parent is its own call's client span.
+        self.n_client = int(rows.size)
+        self.row = np.concatenate([rows, rows])
         # The root row a span's trace is named after (its trace id is that row's).
-        self.root = np.concatenate([root_row[is_root], root_row])
-        # The row whose visit span is the parent; -1: the client span of the root row.
-        self.parent_row = np.concatenate([np.full(r.size, -1, np.int64), parent_row])
+        self.root = np.concatenate([root_row, root_row])
+        # The row whose server span is a client span's parent (-1: none).
+        self.parent_row = np.concatenate([parent_row, rows])
 
     @property
     def n_traces(self) -> int:
@@ -185,7 +186,7 @@ class _Spans:
         return _mix(self.pair[row].astype(np.uint64) * np.uint64(2) ^ _mix(t_call.view(np.uint64)))
 
     def client_id(self, row: np.ndarray) -> np.ndarray:
-        """The id of the client span over each (root) row."""
+        """The id of the client span of each row's call."""
         t_ret = self.t_ret[row]
         return _mix(
             self.pair[row].astype(np.uint64) * np.uint64(2) + np.uint64(1) ^ _mix(t_ret.view(np.uint64))
@@ -241,9 +242,10 @@ class _Batch:
         self.trace = s.trace_id(s.root[idx])
         self.span = _hex(np.where(client, s.client_id(row), s.span_id(row)))
         parent_row = s.parent_row[idx]
-        parent_id = np.where(parent_row >= 0, s.span_id(np.maximum(parent_row, 0)), s.client_id(s.root[idx]))
+        parent_id = np.where(client, s.span_id(np.maximum(parent_row, 0)), s.client_id(row))
+        orphan = client & (parent_row < 0)
         self.parent: list[str | None] = [
-            None if c else f"{p:016x}" for c, p in zip(client.tolist(), parent_id.tolist(), strict=True)
+            None if o else f"{p:016x}" for o, p in zip(orphan.tolist(), parent_id.tolist(), strict=True)
         ]
         self.kind = ["client" if c else "server" for c in client.tolist()]
         caller, callee = s.caller[row], s.callee[row]

@@ -69,7 +69,7 @@ def test_otlp_parses_into_export_trace_service_request(instances):
     request = json_format.Parse(json.dumps(_otlp_to_proto_json(doc)), ExportTraceServiceRequest())
     spans = [(rs, s) for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
     n_traces, n_visits = _truth(instances, 300)
-    assert len(spans) == n_visits + n_traces  # a server span per visit, a client span per request
+    assert len(spans) == 2 * n_visits  # a client span and a server span per call
     assert len({s.trace_id for _, s in spans}) == n_traces
     by_id = {(s.trace_id, s.span_id): (rs, s) for rs, s in spans}
     assert len(by_id) == len(spans)
@@ -83,6 +83,7 @@ def test_otlp_parses_into_export_trace_service_request(instances):
             strict=False,
         )
     )
+    roots = 0
     for rs, s in spans:
         assert len(s.trace_id) == 16
         assert len(s.span_id) == 8
@@ -93,13 +94,25 @@ def test_otlp_parses_into_export_trace_service_request(instances):
         attrs = {a.key: a.value for a in s.attributes}
         assert attrs["wirepath.pattern"].string_value
         if s.kind == Span.SPAN_KIND_CLIENT:
-            assert not s.parent_span_id
+            # At the caller: under the server span of the caller's own visit, or a
+            # request's root call.
+            roots += not s.parent_span_id
+            if s.parent_span_id:
+                parent_rs, parent = by_id[(s.trace_id, s.parent_span_id)]
+                assert parent.kind == Span.SPAN_KIND_SERVER
+                assert parent_rs.resource.attributes[0].value == service.value
+                assert parent.start_time_unix_nano <= s.start_time_unix_nano
             continue
         assert 0.0 <= attrs["wirepath.confidence"].double_value <= 1.0
         parent_rs, parent = by_id[(s.trace_id, s.parent_span_id)]
-        # The parent span belongs to the node that made this call.
+        # The parent is this call's client span, at the node that made the call.
+        assert parent.kind == Span.SPAN_KIND_CLIENT
         assert parent_rs.resource.attributes[0].value.string_value == attrs["peer.service"].string_value
-        assert parent.start_time_unix_nano <= s.start_time_unix_nano
+        assert (parent.start_time_unix_nano, parent.end_time_unix_nano) == (
+            s.start_time_unix_nano,
+            s.end_time_unix_nano,
+        )
+    assert roots == n_traces  # one root call per request
     # The hex ids of the file are the bytes the protobuf holds.
     first = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     assert HEX32.fullmatch(first["traceId"])
@@ -150,11 +163,18 @@ def test_zipkin_follows_zipkin2_api(instances):
     for span in spans:
         _check_zipkin_span(span)
     n_traces, n_visits = _truth(instances)
-    assert len(spans) == n_traces + n_visits
-    ids = {(s["traceId"], s["id"]) for s in spans}
+    assert len(spans) == 2 * n_visits
+    ids = {(s["traceId"], s["id"]): s for s in spans}
     assert len(ids) == len(spans)
     assert all((s["traceId"], s["parentId"]) in ids for s in spans if "parentId" in s)
-    assert sum(s["kind"] == "CLIENT" for s in spans) == n_traces
+    assert sum(s["kind"] == "CLIENT" for s in spans) == n_visits
+    assert sum("parentId" not in s for s in spans) == n_traces  # one root call per request
+    for s in spans:
+        if s["kind"] == "SERVER":  # under its own call's client span, from the caller
+            parent = ids[(s["traceId"], s["parentId"])]
+            assert parent["kind"] == "CLIENT"
+            assert parent["localEndpoint"]["serviceName"] == s["remoteEndpoint"]["serviceName"]
+            assert parent["remoteEndpoint"]["serviceName"] == s["localEndpoint"]["serviceName"]
     # A server span's duration is its call-to-return time, rounded up to a microsecond.
     dur = instances["t_return"].cast(pa.int64()).to_numpy() - instances["t_call"].cast(pa.int64()).to_numpy()
     server = sorted(s["duration"] for s in spans if s["kind"] == "SERVER")
@@ -214,7 +234,7 @@ def test_jaeger_follows_the_json_model(instances):
         assert len(roots) == 1  # the client span
         kinds = {kv["value"] for s in trace["spans"] for kv in s["tags"] if kv["key"] == "span.kind"}
         assert kinds == {"client", "server"}
-    assert sum(len(t["spans"]) for t in doc["data"]) == n_traces + n_visits
+    assert sum(len(t["spans"]) for t in doc["data"]) == 2 * n_visits
 
 
 def test_the_checks_catch_broken_shapes(instances):
@@ -295,3 +315,38 @@ def test_spans_are_named_by_operation_with_semantic_attributes(tmp_path):
         re.sub(r"/\d+", "/:id", ops[p]) == op
         for p, op in zip(table["pair"].to_pylist(), table["op"].to_pylist(), strict=True)
     )
+
+
+@pytest.mark.parametrize(("fmt", "read"), [("otlp", "read_otlp"), ("jaeger", "read_jaeger")])
+def test_an_export_read_back_is_one_call_per_hop(instances, tmp_path, fmt, read):
+    # A tracer's reader (ours here) merges each hop's client and server spans into one
+    # call: the calls it finds are the instances table's, each once, with its times.
+    import tracefmt
+
+    path = tmp_path / f"x.{fmt}.json"
+    write_export(instances, fmt, path, max_traces=200)
+    trace = getattr(tracefmt, read)(path)
+    calls = trace.filter(pa.compute.equal(trace["op"], "call"))
+    returns = trace.filter(pa.compute.equal(trace["op"], "return"))
+    got = sorted(
+        zip(calls["sender"].to_pylist(), calls["receiver"].to_pylist(),
+            calls["timestamp"].cast(pa.int64()).to_pylist(), strict=True)
+    )  # fmt: skip
+    _, n_visits = _truth(instances, 200)
+    keep = np.isin(instances["instance"].to_numpy(), np.unique(_kept_instances(instances, 200)))
+    rows = instances.filter(pa.array(keep))
+    want = sorted(
+        zip(rows["caller"].cast(pa.string()).to_pylist(), rows["callee"].cast(pa.string()).to_pylist(),
+            rows["t_call"].cast(pa.int64()).to_pylist(), strict=True)
+    )  # fmt: skip
+    assert len(got) == n_visits == len(want)
+    assert got == want
+    assert returns.num_rows == n_visits
+
+
+def _kept_instances(instances, max_traces):
+    parent = instances["parent"].fill_null(-1).to_numpy()
+    t_call = instances["t_call"].cast(pa.int64()).to_numpy()
+    roots = np.flatnonzero(parent < 0)
+    roots = roots[np.argsort(t_call[roots], kind="stable")][:max_traces]
+    return instances["pair"].to_numpy()[roots]
