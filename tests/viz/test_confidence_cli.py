@@ -314,13 +314,14 @@ def test_export_otlp_keeps_exactly_the_confident_requests(
     assert requests > 0
     roots = int((~linked(kept)).sum())
     assert text.strip() == (
-        f"wrote {roots:,} traces ({kept.num_rows + roots:,} spans) as otlp to {out}; left out "
+        f"wrote {roots:,} traces ({2 * kept.num_rows:,} spans) as otlp to {out}; left out "
         f"{requests:,} requests holding {links:,} links of confidence below {p:g}"
     )
     spans = otlp_spans(json.loads(out.read_text()))
     server = [(svc, s) for svc, s in spans if s["kind"] == 2]
     client = [(svc, s) for svc, s in spans if s["kind"] == 3]
-    assert len(client) == roots
+    assert len(client) == kept.num_rows  # a client span per call, at its caller
+    assert sum("parentSpanId" not in s for _, s in client) == roots
     assert len({s["traceId"] for _, s in spans}) == roots
     # The server spans are the kept calls: callee, call and return times.
     got = Counter((svc, int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"])) for svc, s in server)
@@ -358,7 +359,7 @@ def test_export_spans_carry_the_pattern_confidence(
     assert len(by_call) == t.num_rows
     stated = {q["id"]: q["confidence"] for q in files.doc["patterns"]}
     spans = otlp_spans(json.loads(out.read_text()))
-    assert len(spans) == t.num_rows + int((~linked(t)).sum())
+    assert len(spans) == 2 * t.num_rows  # a client and a server span a call
     for svc, s in spans:
         a = attributes(s)
         assert set(a["wirepath.pattern_confidence"]) == {"doubleValue"}
@@ -424,7 +425,7 @@ def test_export_min_confidence_is_the_same_filter_in_every_format(
     # at least P, span for span.
     assert some == {tid: spans for tid, spans in every.items() if confident(spans)}
     assert len(some) == int((~linked(kept)).sum())
-    assert sum(len(s) for s in some.values()) == kept.num_rows + len(some)
+    assert sum(len(s) for s in some.values()) == 2 * kept.num_rows  # a client and a server span a call
     double = "float64" if fmt == "jaeger" else "string"
     for spans in every.values():
         for s in spans:
