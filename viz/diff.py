@@ -185,6 +185,13 @@ class PathsDiff:
                 f"({c['patterns']} pattern{'' if c['patterns'] == 1 else 's'}; "
                 f"{format_change(c['impact_s'])} in all{changed}): {c['where']}{noise}"
             )
+            q = c.get("quantiles")
+            if q:
+                moves = ", ".join(
+                    f"{name} {format_s(b)} -> {format_s(s)}"
+                    for name, b, s in zip(q["of"], q["base_s"], q["slow_s"], strict=True)
+                )
+                lines.append(f"{'':>11}{printable(q['visit'])}: {moves}")
         return lines
 
     def to_json(self) -> dict[str, Any]:
@@ -208,6 +215,17 @@ def _instances(doc: dict[str, Any]) -> int:
     return sum(int(p["count"]) for p in doc.get("patterns", []))
 
 
+#: The quantiles of a visit's latency a change is shown with, as the paths file keeps them.
+QUANTILES = ("p50", "p90", "p99")
+
+
+def _quantiles(stats: dict[str, float] | None) -> list[float] | None:
+    """A visit's latency p50, p90 and p99 (None where the paths file has not all three)."""
+    if not stats or any(stats.get(q) is None for q in QUANTILES):
+        return None
+    return [float(stats[q]) for q in QUANTILES]
+
+
 def _visit_rows(base: dict[str, Any], slow: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     base_visits = list(visits(base["root"]))
@@ -220,6 +238,12 @@ def _visit_rows(base: dict[str, Any], slow: dict[str, Any]) -> list[dict[str, An
                 "depth": depth,
                 "latency_base_s": mean_of(b.get("latency_s")),
                 "latency_slow_s": mean_of(v.get("latency_s")),
+                "latency_quantiles_s": (_quantiles(b.get("latency_s")), _quantiles(v.get("latency_s"))),
+                "delay_quantiles_s": (
+                    (None, None)
+                    if parent is None
+                    else (_quantiles(b.get("delay_s")), _quantiles(v.get("delay_s")))
+                ),
                 "delay_base_s": None if parent is None else mean_of(b.get("delay_s")),
                 "delay_slow_s": None if parent is None else mean_of(v.get("delay_s")),
             }
@@ -328,9 +352,12 @@ def _compare_pattern(
     # request, as two calls to one node, adds both) and its variance.
     mine: dict[tuple[str, ...], list[float]] = {}
     op_of: dict[tuple[str, ...], str | None] = {}
+    visit_of: dict[tuple[str, ...], tuple[int, str]] = {}
     for (key, owner, edge, vb, sb), (_, _, _, vs, ss) in zip(seg_b, seg_s, strict=True):
         variance = sb * sb / n_base + ss * ss / n
         op_of.setdefault(key, ops[edge if edge >= 0 else owner])
+        # A wait shows in the delay of the call it waits for; the rest in a visit's latency.
+        visit_of.setdefault(key, (edge, "delay") if edge >= 0 else (owner, "latency"))
         one = mine.setdefault(key, [0.0, 0.0])
         one[0] += vs - vb
         one[1] += variance
@@ -342,7 +369,7 @@ def _compare_pattern(
     # The segment that moved most: a change of this pattern's requests is put there.
     dominant = max(mine, key=lambda k: (abs(mine[k][0]), k)) if mine else None
     for key, (change, variance) in mine.items():
-        acc = pooled.setdefault(key, [0.0, 0.0, 0.0, 0.0, [], {}])
+        acc = pooled.setdefault(key, [0.0, 0.0, 0.0, 0.0, [], {}, None])
         acc[0] += n  # requests: each of this pattern's once
         acc[1] += n * change
         acc[2] += 1  # patterns
@@ -350,6 +377,18 @@ def _compare_pattern(
         acc[4].append((sp["id"], key == dominant))
         if op_of.get(key) is not None:
             acc[5][op_of[key]] = acc[5].get(op_of[key], 0) + n
+        # The latency distribution of the visit the time is spent in (the called one for a
+        # wait), from the pattern with the most requests there.
+        k, stat = visit_of[key]
+        row = rows[k]
+        if acc[6] is None or n > acc[6][0]:
+            q_base, q_slow = row[f"{stat}_quantiles_s"]
+            acc[6] = (
+                n,
+                f"{row['caller']} -> {row['node']} {'call delay' if stat == 'delay' else 'latency'}",
+                q_base,
+                q_slow,
+            )
     lat_b, lat_s = bp["root"].get("latency_s"), sp["root"].get("latency_s")
     change = mean_of(lat_s) - mean_of(lat_b)
     return {
@@ -374,11 +413,17 @@ def _pooled_changes(
     biggest ``|change| x requests``; with the patterns' latency shifts (``shifts``),
     the requests of those patterns that changed and by how much."""
     changes = []
-    for key, (weight, weighted, n_patterns, variance, ids, ops) in pooled.items():
+    for key, (weight, weighted, n_patterns, variance, ids, ops, visit) in pooled.items():
         label, where = _describe(key)
         change_s = weighted / weight
+        _, visit_name, q_base, q_slow = visit
         changes.append(
             {
+                # In both runs the p50, p90 and p99 of where it is spent: the delay of the
+                # call waited for, else the latency of the visit.
+                "quantiles": None
+                if q_base is None or q_slow is None
+                else {"visit": visit_name, "of": list(QUANTILES), "base_s": q_base, "slow_s": q_slow},
                 # The operation most of its requests make there (labelled traces only).
                 "op": max(ops, key=lambda o: (ops[o], o)) if ops else None,
                 **_changed_requests(weighted, [(shifts.get(i), here) for i, here in ids]),

@@ -506,3 +506,42 @@ def test_instances_with_convolution_paths_is_one_error(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --instances applies to nesting paths files (convolution has none)"]
     assert not (tmp_path / "d.svg").exists()
+
+
+def _stats(mean, p50, p90, p99):
+    return {"mean": mean, "p50": p50, "p90": p90, "p99": p99, "std": 0.001}
+
+
+def _two_hop(db_latency, ap_delay):
+    """client -> WS -> AP -> DB, a thousand requests; the DB's latency and the AP call's delay given."""
+    quick = _stats(0.001, 0.001, 0.001, 0.001)
+    db = {"node": "DB", "caller": "AP", "latency_s": db_latency, "delay_s": quick, "children": []}
+    ap = {"node": "AP", "caller": "WS", "latency_s": _stats(0.02, 0.02, 0.03, 0.04), "delay_s": ap_delay,
+          "children": [db]}  # fmt: skip
+    root = {"node": "WS", "caller": "client", "latency_s": _stats(0.03, 0.03, 0.05, 0.06), "delay_s": None,
+            "children": [ap]}  # fmt: skip
+    return {"format": "wirepath.paths/1", "algorithm": "nesting",
+            "patterns": [{"id": "p", "count": 1000, "total_latency_s": 30.0, "root": root}]}  # fmt: skip
+
+
+def test_a_change_shows_the_distribution_where_it_is_spent():
+    # The DB slowed in its tail only (p90 and p99), the mean a little: the change is told
+    # with the DB's latency quantiles in both runs.
+    quick = _stats(0.001, 0.001, 0.001, 0.001)
+    base = _two_hop(_stats(0.010, 0.010, 0.012, 0.014), quick)
+    slow = _two_hop(_stats(0.014, 0.010, 0.050, 0.052), quick)
+    d = diff_paths(base, slow)
+    top = d.changes[0]
+    assert top["label"] == "AP -> DB"
+    assert top["quantiles"] == {
+        "visit": "AP -> DB latency", "of": ["p50", "p90", "p99"],
+        "base_s": [0.010, 0.012, 0.014], "slow_s": [0.010, 0.050, 0.052],
+    }  # fmt: skip
+    text = d.text_lines(1)
+    assert text[1].strip() == "AP -> DB latency: p50 10 ms -> 10 ms, p90 12 ms -> 50 ms, p99 14 ms -> 52 ms"
+    # A wait before a call shows in that call's delay.
+    base = _two_hop(_stats(0.010, 0.010, 0.012, 0.014), _stats(0.001, 0.001, 0.002, 0.003))
+    slow = _two_hop(_stats(0.010, 0.010, 0.012, 0.014), _stats(0.041, 0.041, 0.042, 0.043))
+    top = diff_paths(base, slow).changes[0]
+    assert top["quantiles"]["visit"] == "WS -> AP call delay"
+    assert top["quantiles"]["slow_s"] == [0.041, 0.042, 0.043]
