@@ -2,10 +2,11 @@
 
 Input is the instances table of ``wirepath infer nesting --instances`` (one row per call
 pair with its inferred parent, instance, pattern and confidence). Each root instance
-becomes one trace; each visit (call pair) one ``SERVER`` span of the called node, child
-of its parent visit's span; the root's caller, which nobody called, gets one ``CLIENT``
-span over the root visit, so the trace starts where the request came from. The pattern
-id, the parent's confidence and the number of candidate parents are attributes.
+becomes one trace; each call (call pair) a ``CLIENT`` span at its caller, child of the
+caller's own ``SERVER`` span (none for the request's root call, so the trace starts where
+the request came from), and a ``SERVER`` span at the called node, child of that client
+span: the two spans two instrumented services record for one RPC. The pattern id, the
+parent's confidence and the number of candidate parents are attributes.
 
 Ids are deterministic (hashes of the call times and pair numbers): exporting twice gives
 the same file. ``write_export`` writes it a batch of spans at a time, so its memory does
@@ -559,7 +560,7 @@ def export_traces(instances: pa.Table, fmt: str, *, max_traces: int | None = Non
     ...     "op": ["call", "call", "return", "return"], "id": pa.array([1, 2, 2, 1], pa.uint64())})
     >>> spans = export_traces(infer_nesting(t).instances_table(), "zipkin")
     >>> [(s["kind"], s["localEndpoint"]["serviceName"], s["duration"]) for s in spans]
-    [('CLIENT', 'c', 30), ('SERVER', 'w', 30), ('SERVER', 'd', 10)]
+    [('CLIENT', 'c', 30), ('CLIENT', 'w', 10), ('SERVER', 'w', 30), ('SERVER', 'd', 10)]
     """
     with collector_paused():
         doc, _ = _document(instances, fmt, max_traces)
@@ -585,7 +586,7 @@ def write_export(
     ...     "op": ["call", "call", "return", "return"], "id": pa.array([1, 2, 2, 1], pa.uint64())})
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "t.json"
     >>> write_export(infer_nesting(t).instances_table(), "jaeger", out)
-    {'traces': 1, 'spans': 3}
+    {'traces': 1, 'spans': 4}
     """
     with collector_paused():
         doc, spans = _document(instances, fmt, max_traces)
