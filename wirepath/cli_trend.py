@@ -392,8 +392,10 @@ def _analyze(args: argparse.Namespace, errors: list[str] | None = None) -> list[
             f"no series in {args.store}/results" + (f" matching {', '.join(args.test)}" if args.test else "")
         )
     on_error = None if errors is None else lambda s, e: errors.append(f"error: {tracefmt.printable(str(e))}")
-    state = trend.state_path(args.store)
-    if getattr(args, "fresh", False):
+    # The saved programs are the whole store's: an analysis of some tests (--test) neither
+    # resumes nor replaces them.
+    state = None if args.test else trend.state_path(args.store)
+    if state is not None and getattr(args, "fresh", False):
         state.unlink(missing_ok=True)
     with runner(args) as run:
         trends = analyze_all(

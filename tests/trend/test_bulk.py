@@ -200,3 +200,17 @@ def test_the_cli_keeps_its_programs_in_the_store_and_says_the_same(tmp_path, cap
         assert (store / "state" / "trend-mdl.npz").is_file()
     assert outputs[0] == outputs[1] == outputs[2]
     assert '"series"' in outputs[0]
+
+
+def test_an_analysis_of_some_tests_leaves_the_saved_programs_alone(tmp_path, capsys):
+    from wirepath.cli import main
+
+    samples = __import__("pathlib").Path(__file__).resolve().parents[2] / "samples" / "trend"
+    store = tmp_path / "store"
+    assert main(["trend", "import", str(samples / "mrr.csv"), "--store", str(store)]) == 0
+    assert main(["trend", "analyze", "--store", str(store)]) == 0
+    saved = (store / "state" / "trend-mdl.npz").read_bytes()
+    assert main(["trend", "analyze", "--store", str(store), "--test", "ip4base"]) == 0
+    assert (store / "state" / "trend-mdl.npz").read_bytes() == saved
+    keys, _ = load_programs(store / "state" / "trend-mdl.npz", unit=None, sbps=None)
+    assert len(keys) == 4  # every series of the store, not the one analysed last
