@@ -425,10 +425,13 @@ class _Runs:
         count = np.bincount(run_of[keep], minlength=n_runs)
         start = np.cumsum(count) - count
         values = np.full(n_runs, np.nan)
-        values[count == 1] = valid[start[count == 1]]
-        # A run of one trial enters MDL as a bare value; one of several as its trials.
-        sizes = count.astype(np.float64)
+        # A run of one trial enters MDL as a bare value (-0.0 as given); one of several as
+        # its trials. Its mean, as numpy's sum starts from 0.0, is never -0.0.
+        single = count == 1
         avg = values.copy()
+        avg[single] = valid[start[single]]
+        values[single] = avg[single] + 0.0
+        sizes = count.astype(np.float64)
         sd = np.zeros(n_runs)
         multi = np.flatnonzero(count >= 2)
         if multi.size:
@@ -440,7 +443,7 @@ class _Runs:
             avg[multi], sd[multi] = trial_stats(table, count[multi])
             # The mean as Series.values takes it (numpy's sum: in order below 8 terms,
             # in eight running sums from 8 on, which only numpy's own sum repeats).
-            total = table[:, 0].copy()
+            total = table[:, 0] + 0.0
             for c in range(1, min(width, 8)):
                 total += np.where(count[multi] > c, table[:, c], 0.0)
             for j in np.flatnonzero(count[multi] >= 8).tolist():

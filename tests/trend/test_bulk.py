@@ -214,3 +214,12 @@ def test_an_analysis_of_some_tests_leaves_the_saved_programs_alone(tmp_path, cap
     assert (store / "state" / "trend-mdl.npz").read_bytes() == saved
     keys, _ = load_programs(store / "state" / "trend-mdl.npz", unit=None, sbps=None)
     assert len(keys) == 4  # every series of the store, not the one analysed last
+
+
+def test_negative_zero_trials_average_as_numpy_averages_them():
+    # -0.0 passes as a value >= 0; numpy's mean of it is 0.0, whatever the trial count.
+    s = Series("t", "tb", "pps", "bigger-is-better", ("b0", "b1", "b2"), np.arange(3) * DAY,
+               (np.array([-0.0, -0.0]), np.array([-0.0]), np.array([0.0])))  # fmt: skip
+    together, alone = analyze_all([s])[0], analyze_series(s)
+    assert together.to_json() == alone.to_json()
+    assert [math.copysign(1, v) for v in together.values] == [1.0, 1.0, 1.0]
