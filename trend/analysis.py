@@ -359,7 +359,8 @@ class _Pack:
 
 
 def _pack(group: Sequence[Series]) -> _Pack:
-    flat = getattr(group, "flat", None)  # a whole SeriesList (a slice of one is a plain list)
+    # A whole SeriesList as load_series made it (a slice of one is a plain list).
+    flat = group.flat_runs() if hasattr(group, "flat_runs") else None
     if flat is not None:
         runs, times_ns, trial_counts, trials = flat
         return _Pack(
@@ -533,7 +534,11 @@ def _analyze_group(
     else:
         for k in live.tolist():
             idx = np.flatnonzero(has[run_off[k] : run_off[k + 1]]) + run_off[k]
-            result = classify_tmm(r.values[idx], window=window, direction=pack.names[k][3])
+            try:
+                result = classify_tmm(r.values[idx], window=window, direction=pack.names[k][3])
+            except ParameterError:  # told below as analyze_series tells it
+                bad[k] = True
+                continue
             trend[idx] = result.tmm
             codes[idx] = [_MARK_CODE[m] for m in result.marks]
     changes: list[tuple[float | None, float | None]] = [(None, None)] * n_series

@@ -80,7 +80,7 @@ def _dates(times_ns: np.ndarray) -> list[str]:
 
 def _hover_texts(s: Series, dates: list[str], y: np.ndarray, label: str) -> list[str]:
     """The hover label of every run: date, value, build and testbed."""
-    testbed = html.escape(s.testbed)
+    testbed, label = html.escape(s.testbed), html.escape(label)
     return [
         f"date: {d[:16]} UTC<br>value: {v:.6g} {label}<br>build: {html.escape(b)}<br>testbed: {testbed}"
         for d, v, b in zip(dates, y.tolist(), s.builds, strict=True)
@@ -156,7 +156,11 @@ def figure_data(t: SeriesTrend) -> dict[str, Any]:
     layout = {
         "title": {"text": f"{html.escape(s.test)} ({html.escape(s.testbed)}), {t.method}"},
         "xaxis": {"title": {"text": "run date"}},
-        "yaxis": {"title": {"text": f"{html.escape(s.test)} [{label}]" if label else html.escape(s.test)}},
+        "yaxis": {
+            "title": {
+                "text": f"{html.escape(s.test)} [{html.escape(label)}]" if label else html.escape(s.test)
+            }
+        },
         "hovermode": "closest",
         "template": "plotly_white",
         "margin": {"l": 60, "r": 20, "t": 50, "b": 50},

@@ -496,9 +496,15 @@ class _Program:
         if i > self.lo:
             self._merge_run(i, m, xa, xs)
             approx = self._approximate_bits(i)
-            low = float(approx.min())
-            # The winner is the cheapest; keep every start that could be it.
-            near = (np.flatnonzero(approx <= low + 2 * self.tol + 1e-9 * abs(low)) + self.lo).tolist()
+            # The winner is the cheapest; keep every start that could be it, and those whose
+            # estimate is NaN (a run whose deviation overflowed): jumpavg compares their
+            # exact bits, which then lose every comparison.
+            with np.errstate(invalid="ignore"):
+                low = float(np.nanmin(approx)) if not np.isnan(approx).all() else math.nan
+            keep = (
+                ~(approx > low + 2 * self.tol + 1e-9 * abs(low)) if low == low else np.ones(approx.size, bool)
+            )
+            near = (np.flatnonzero(keep) + self.lo).tolist()
         self.n[i] = m
         self.a[i], self.s[i] = (xa, xs) if m == 1.0 and xs == 0.0 else renormalized(m, xa, xs)
         self._pick_winner(i, m, near)

@@ -923,6 +923,7 @@ def _split_series(table: pa.Table, values: np.ndarray) -> list[Series]:
         for k in range(series_first.size)
     )
     out.flat = (np.diff(bounds).astype(np.int64), run_time, counts.astype(np.int32), flat)
+    out.flat_of = [id(x) for x in out]
     return out
 
 
@@ -932,3 +933,12 @@ class SeriesList(list):
     analysis of all of them need not gather a million small arrays back into one."""
 
     flat: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    #: The series ``flat`` holds, by identity: a list changed in place (sorted, popped,
+    #: an item replaced) no longer matches, and is packed from its series instead.
+    flat_of: list[int] | None = None
+
+    def flat_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """``flat`` while the list holds exactly the series it was made for, else None."""
+        if self.flat is None or self.flat_of != [id(x) for x in self]:
+            return None
+        return self.flat

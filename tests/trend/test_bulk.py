@@ -223,3 +223,40 @@ def test_negative_zero_trials_average_as_numpy_averages_them():
     together, alone = analyze_all([s])[0], analyze_series(s)
     assert together.to_json() == alone.to_json()
     assert [math.copysign(1, v) for v in together.values] == [1.0, 1.0, 1.0]
+
+
+def test_a_store_list_changed_in_place_is_analysed_as_it_now_is(tmp_path):
+    from tracefmt import Store
+    from trend.series import load_series, results_table, write_results
+
+    store = Store.create(tmp_path / "store")
+    rows = [{"test": "a", "build": f"b{i}", "time": i, "value": v} for i, v in enumerate([10.0, 10.0, 5.0])]
+    rows += [
+        {"test": "b", "build": f"b{i}", "time": i, "value": v} for i, v in enumerate([1.0, 1.0, 1.0, 2.0])
+    ]
+    write_results(store, results_table(rows))
+    for change in (list.reverse, lambda s: s.pop(0), lambda s: s.__setitem__(0, s[1])):
+        series = load_series(store)
+        change(series)
+        for t in analyze_all(series):
+            _same(t, analyze_series(t.series))
+
+
+def test_a_tmm_error_is_told_as_one_series_alone_tells_it():
+    s = Series("t", "tb", "pps", "bigger-is-better", ("b0", "b1", "b2"), np.arange(3) * DAY,
+               tuple(np.array([v]) for v in (1.0, 2.0, 1.0)))  # fmt: skip
+    with pytest.raises(ParameterError) as alone:
+        analyze_series(s, method="tmm", window=0)
+    errors = []
+    assert analyze_all([s], method="tmm", window=0, on_error=lambda x, e: errors.append(str(e))) == []
+    assert errors == [str(alone.value)]
+
+
+def test_a_run_whose_deviation_overflows_is_grouped_as_jumpavg_groups_it():
+    jumpavg = pytest.importorskip("jumpavg")
+    values = [[2e154], 1e153, 1e153, 1e153, 1e153]  # 2e154 squared overflows: a NaN deviation
+    want = [len(g) for g in jumpavg.classify(values)]
+    assert [g.size for g in classify_mdl(values).groups] == want == [1, 4]
+    p = MdlPrograms.of([values])
+    p.advance()
+    assert [g.size for g in p.result(0).groups] == want

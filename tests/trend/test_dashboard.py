@@ -219,3 +219,17 @@ def test_an_index_of_ten_thousand_series_opens_and_filters(tmp_path, open_page):
     assert len(d.find_elements("css selector", "#series tbody tr")) == 104
     assert not d.find_element("id", "more").is_displayed()
     assert page.console_errors() == []
+
+
+def test_a_unit_is_text_in_the_graph_too():
+    import numpy as np
+
+    from trend.analysis import analyze_series
+    from trend.dashboard import figure_data
+    from trend.series import Series
+
+    link = '<a href="https://example.invalid/">x</a>'
+    s = Series("t", "tb", link, "bigger-is-better", ("b1",), np.array([0]), (np.array([5.0]),))
+    fig = figure_data(analyze_series(s))
+    assert "<a " not in fig["data"][0]["text"][0]
+    assert "<a " not in fig["layout"]["yaxis"]["title"]["text"]
