@@ -11,27 +11,13 @@ numpy, kept for learning and as the reference the tests compare this loop to.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
-from numba import njit
+
+from tracefmt.compiled import compiled
 
 __all__ = ["bin_edges", "run_move_gains", "spliced_likelihood"]
 
 _CALL, _RETURN, _SENT = 0, 1, 2
-
-
-def _compiled(**options: object) -> Callable:
-    """``numba.njit`` with its machine code cached beside this file, or, where no cache
-    can be written (a read-only install, another user), compiled afresh each run."""
-
-    def compile_(fn: Callable) -> Callable:
-        try:
-            return njit(cache=True, nogil=True, **options)(fn)
-        except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-            return njit(nogil=True, **options)(fn)
-
-    return compile_
 
 
 def bin_edges(bins_of, n_bins: int) -> np.ndarray:
@@ -52,7 +38,7 @@ def bin_edges(bins_of, n_bins: int) -> np.ndarray:
     return hi
 
 
-@_compiled(inline="always")
+@compiled(inline="always")
 def _bin(delay: np.int64, edges: np.ndarray, n_bins: np.int64) -> np.int64:
     """The delay's bin, as ``infer.candidates.delay_bins``: the edges at or below its
     magnitude, counted by bisection; negative delays in the mirror bins."""
@@ -72,7 +58,7 @@ def _bin(delay: np.int64, edges: np.ndarray, n_bins: np.int64) -> np.int64:
 # ``ChainModel.kernel_arguments`` lists them in this order.
 
 
-@_compiled(inline="always")
+@compiled(inline="always")
 def _edge(
     in_kind: np.int64,
     in_pair: np.int64,
@@ -126,7 +112,7 @@ def _edge(
     return score + unseen
 
 
-@_compiled(inline="always")
+@compiled(inline="always")
 def _chain(
     o: np.int64,
     buf: np.ndarray,
@@ -190,7 +176,7 @@ def _chain(
 
 
 # Long on purpose: a compiled loop kernel, whose steps as functions cost a call each inside numba.
-@_compiled()
+@compiled()
 def spliced_likelihood(
     owner: np.ndarray,
     group: np.ndarray,
@@ -282,7 +268,7 @@ def spliced_likelihood(
 
 
 # Long on purpose: a compiled loop kernel, whose steps as functions cost a call each inside numba.
-@_compiled()
+@compiled()
 def run_move_gains(
     source: np.ndarray,
     dest: np.ndarray,
@@ -365,7 +351,7 @@ def run_move_gains(
     return out
 
 
-@_compiled()
+@compiled()
 def occupants(
     c: np.ndarray,
     member: np.ndarray,

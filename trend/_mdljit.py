@@ -18,10 +18,11 @@ The state of a series between runs (its open groups and the winners so far) live
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from tracefmt.compiled import compiled
 
 __all__ = ["advance", "size_terms"]
 
@@ -29,23 +30,7 @@ _LN2 = math.log(2.0)
 _LNPI = math.log(math.pi)
 
 
-def _compiled(fn: Callable) -> Callable:
-    """``numba.njit`` with its machine code cached beside this file where it can be."""
-    try:
-        return njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-        return njit(nogil=True)(fn)
-
-
-def _compiled_parallel(fn: Callable) -> Callable:
-    """``_compiled`` with ``prange`` loops spread over the cores."""
-    try:
-        return njit(cache=True, nogil=True, parallel=True)(fn)
-    except RuntimeError:
-        return njit(nogil=True, parallel=True)(fn)
-
-
-@_compiled
+@compiled()
 def size_terms(lgam: np.ndarray) -> np.ndarray:
     """Per sample count n (rows; n < 2 unused but the first) the terms of a group's bits
     that depend on n alone, each computed as :func:`_bits` would: ``log2(n (n + 1))``,
@@ -62,7 +47,7 @@ def size_terms(lgam: np.ndarray) -> np.ndarray:
     return out
 
 
-@_compiled
+@compiled()
 def _bits(
     n: np.int64,
     avg: float,
@@ -101,7 +86,7 @@ def _bits(
     return bits + sphere / _LN2
 
 
-@_compiled_parallel
+@compiled(parallel=True)
 def advance(
     origin: np.ndarray,
     run_lo: np.ndarray,
