@@ -302,23 +302,6 @@ def _gather(
     return out
 
 
-def _each(
-    series: Sequence[Series],
-    options: dict[str, Any],
-    on_error: Callable[[Series, ParameterError], None] | None,
-) -> list[SeriesTrend]:
-    """:func:`analyze_series` of each series in this process; bad ones to ``on_error`` if given."""
-    if on_error is None:
-        return [analyze_series(s, **options) for s in series]
-    out = []
-    for s in series:
-        try:
-            out.append(analyze_series(s, **options))
-        except ParameterError as e:
-            on_error(s, e)
-    return out
-
-
 @dataclass(frozen=True)
 class _Pack:
     """Series in a few flat arrays, as :func:`analyze_all` ships a group to a worker.
@@ -337,17 +320,6 @@ class _Pack:
     times_ns: np.ndarray
     trial_counts: np.ndarray  # per run
     trials: np.ndarray
-
-    def series(self) -> list[Series]:
-        run_cuts = np.cumsum(self.runs)[:-1]
-        trials = np.split(self.trials, np.cumsum(self.trial_counts)[:-1])
-        per_series = np.split(np.arange(len(trials)), run_cuts)
-        return [
-            Series(*name, builds, times_ns, tuple(trials[k] for k in runs))
-            for name, builds, times_ns, runs in zip(
-                self.names, self.builds, np.split(self.times_ns, run_cuts), per_series, strict=True
-            )
-        ]
 
     def one(self, k: int) -> Series:
         """Series ``k`` alone."""
@@ -495,8 +467,12 @@ def _analyze_group(
         np.maximum.at(top, np.repeat(series_of_run, r.count), r.valid)
     valid_runs = np.bincount(series_of_run[has], minlength=n_series)
     zero = ~bad & (valid_runs > 0) & (top == 0)
+
+    def valid_runs_of(k: int) -> np.ndarray:
+        return np.flatnonzero(has[run_off[k] : run_off[k + 1]]) + run_off[k]
+
     for k in np.flatnonzero(zero).tolist():  # nothing to group: jumpavg needs a positive maximum
-        idx = np.flatnonzero(has[run_off[k] : run_off[k + 1]]) + run_off[k]
+        idx = valid_runs_of(k)
         trend[idx] = 0.0
         codes[idx] = _MARK_CODE["normal"]
         trials = int(r.count[idx].sum())
@@ -517,7 +493,9 @@ def _analyze_group(
         program_of = np.full(n_series, -1, np.int64)
         program_of[live] = np.arange(live.size)
         if prior is not None and prior_of is not None:
-            _resume(programs, program_of, prior, prior_of)
+            here = program_of[prior_of >= 0]
+            there = prior_of[prior_of >= 0]
+            programs.resume(prior, here[here >= 0], there[here >= 0])
         programs.advance()
         for j, k in enumerate(live.tolist()):
             s_runs = runs_of[offsets[j] : offsets[j + 1]]
@@ -533,7 +511,7 @@ def _analyze_group(
             groups[k] = result.groups
     else:
         for k in live.tolist():
-            idx = np.flatnonzero(has[run_off[k] : run_off[k + 1]]) + run_off[k]
+            idx = valid_runs_of(k)
             try:
                 result = classify_tmm(r.values[idx], window=window, direction=pack.names[k][3])
             except ParameterError:  # told below as analyze_series tells it
@@ -562,35 +540,6 @@ def _analyze_group(
         programs if kept else None,
         program_of if kept else None,
     )
-
-
-def _resume(programs: MdlPrograms, program_of: np.ndarray, prior: MdlPrograms, prior_of: np.ndarray) -> None:
-    """Graft onto ``programs`` every prior program whose series still starts with the runs
-    it saw: the same statistics run by run, the same largest value and unit."""
-    here = program_of[prior_of >= 0]
-    there = prior_of[prior_of >= 0]
-    ok = (here >= 0) & (there < prior.series)
-    here, there = here[ok], there[ok]
-    done = prior.done[there]
-    ok = (
-        (done <= np.diff(programs.offsets)[here])
-        & (prior.max_values[there] == programs.max_values[here])
-        & (prior.units[there] == programs.units[here])
-    )
-    here, there, done = here[ok], there[ok], done[ok]
-    within = np.arange(int(done.sum())) - np.repeat(np.cumsum(done) - done, done)
-    a = np.repeat(programs.offsets[here], done) + within
-    b = np.repeat(prior.offsets[there], done) + within
-    same = (
-        (programs.sizes[a] == prior.sizes[b])
-        & (programs.avg[a] == prior.avg[b])
-        & (programs.sd[a] == prior.sd[b])
-    )
-    # Per series whether every run it saw is the same (a series of no runs seen has nothing to resume).
-    run_series = np.repeat(np.arange(here.size), done)
-    differs = np.bincount(run_series[~same], minlength=here.size) > 0
-    resume = ~differs & (done > 0)
-    programs.graft(here[resume], prior, there[resume])
 
 
 def _unpack_trends(series: Sequence[Series], method: str, flat: _Trends) -> list[SeriesTrend]:

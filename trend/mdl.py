@@ -221,7 +221,7 @@ def trial_stats(table: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.
     avg = np.zeros(len(table))
     m2 = np.zeros(len(table))
     with np.errstate(over="ignore", invalid="ignore"):
-        for c in range(table.shape[1] if table.ndim == 2 else 0):
+        for c in range(table.shape[1]):
             live = lengths > c
             x = table[:, c]
             delta = x - avg
@@ -433,7 +433,7 @@ def _size_bits(total: int, max_v: float) -> np.ndarray:
     t_size = np.zeros(total + 1)
     if total >= 2:
         big = np.arange(total + 1, dtype=np.float64)[2:]
-        lgam = np.array([math.lgamma((k - 1) / 2) for k in range(2, total + 1)])
+        lgam = _lgamma_table(total)[2 : total + 1]
         t_size[2:] = (
             np.log(big * (big + 1))
             + math.log(1 - 1 / (max_v + 2))
@@ -620,6 +620,19 @@ class _Program:
 PRUNE_SAMPLES = 2**40
 
 
+def _run_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The flat indices ``starts[k] .. starts[k] + counts[k] - 1`` of every k, in order.
+
+    >>> _run_ranges(np.array([10, 3]), np.array([2, 3])).tolist()
+    [10, 11, 3, 4, 5]
+    """
+    return (
+        np.repeat(starts, counts)
+        + np.arange(int(counts.sum()))
+        - np.repeat(np.cumsum(counts) - counts, counts)
+    )
+
+
 def _lgamma_table(total: int) -> np.ndarray:
     """``math.lgamma((k - 1) / 2)`` for k = 0 .. total (k < 2 unused): CPython's own
     lgamma, which the compiled program cannot call."""
@@ -781,18 +794,38 @@ class MdlPrograms:
             )
         self.done = runs.copy()
 
+    def resume(self, source: MdlPrograms, into: np.ndarray, take: np.ndarray) -> None:
+        """Series ``into`` (indices here) resume ``source``'s series ``take`` (pair by
+        pair) where each still starts with the runs that program saw: the same statistics
+        run by run, the same largest value and unit. The others start afresh."""
+        into, take = np.asarray(into, np.int64), np.asarray(take, np.int64)
+        done = source.done[take]
+        ok = (
+            (done > 0)
+            & (done <= np.diff(self.offsets)[into])
+            & (source.max_values[take] == self.max_values[into])
+            & (source.units[take] == self.units[into])
+        )
+        into, take, done = into[ok], take[ok], done[ok]
+        here, there = _run_ranges(self.offsets[into], done), _run_ranges(source.offsets[take], done)
+        same = (
+            (self.sizes[here] == source.sizes[there])
+            & (self.avg[here] == source.avg[there])
+            & (self.sd[here] == source.sd[there])
+        )
+        differs = np.bincount(np.repeat(np.arange(into.size), done)[~same], minlength=into.size) > 0
+        self.graft(into[~differs], source, take[~differs])
+
     def graft(self, into: np.ndarray, source: MdlPrograms, take: np.ndarray) -> None:
         """Series ``into`` (indices here) resume where ``source``'s series ``take`` stopped.
 
         Their first runs must be the ones ``source`` saw, with the same largest value and
-        unit (the caller checks: :func:`trend.state` compares the runs' statistics); the
-        runs after them are then the only work :meth:`advance` does for them.
+        unit (:meth:`resume` checks it); the runs after them are then the only work
+        :meth:`advance` does for them.
         """
         into, take = np.asarray(into, np.int64), np.asarray(take, np.int64)
         done = source.done[take]
-        within = np.arange(int(done.sum())) - np.repeat(np.cumsum(done) - done, done)
-        src = np.repeat(source.offsets[take], done) + within
-        dst = np.repeat(self.offsets[into], done) + within
+        src, dst = _run_ranges(source.offsets[take], done), _run_ranges(self.offsets[into], done)
         for f in _STATE_FIELDS:
             getattr(self, f)[dst] = getattr(source, f)[src]
         # best: every slot of the runs seen, and the one after them (the next run's).

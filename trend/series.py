@@ -461,10 +461,17 @@ class _Checked:
         ).cast(RESULTS_SCHEMA)
 
 
-def _columns_table(cols: dict[str, Any], line_of: np.ndarray, source: str) -> pa.Table:
-    """Check columns of cell texts and build a results table (every check vectorized)."""
-    cells = _cells(cols, line_of, source)
-    checked = _Checked.of(cells)
+def _checked_records(
+    records: Iterable[Any], source: str, lines: Iterable[int] | None = None
+) -> tuple[_Checked, _Cells]:
+    """Records checked (every check vectorized), and their cells (for their lines)."""
+    cols, line_of = _records_columns(records, source, lines)
+    cells = _cells(cols, np.asarray(line_of, dtype=np.int64), source)
+    return _Checked.of(cells), cells
+
+
+def _numbered_table(checked: _Checked, cells: _Cells) -> pa.Table:
+    """The results table of checked rows, their trials numbered (``cells``: all rows')."""
     checked.number_trials(cells)
     return checked.table()
 
@@ -491,22 +498,7 @@ def results_table(records: Iterable[dict[str, Any]], *, source: str = "<records>
     >>> t.column("trial").to_pylist(), t.column("direction").to_pylist()
     ([0, 1], ['bigger-is-better', 'bigger-is-better'])
     """
-    cols, line_of = _records_columns(records, source)
-    return _columns_table(cols, np.asarray(line_of, dtype=np.int64), source)
-
-
-def _csv_lines(data: bytes) -> np.ndarray:
-    """1-based line numbers of the non-blank lines after the header (as the CSV reader skips
-    blank lines), found on the bytes at once."""
-    buf = np.frombuffer(data, dtype=np.uint8)
-    ends = np.flatnonzero(buf == 10)
-    if buf.size and buf[-1] != 10:
-        ends = np.r_[ends, buf.size]
-    starts = np.r_[0, ends[:-1] + 1]
-    ink = np.r_[0, np.cumsum(~np.isin(buf, (9, 10, 13, 32)))]
-    blank = ink[ends] - ink[starts] == 0
-    lines = np.flatnonzero(~blank) + 1
-    return lines[1:]  # past the header
+    return _numbered_table(*_checked_records(records, source))
 
 
 class _DataLines:
@@ -601,9 +593,7 @@ def _checked_rows(path: str | os.PathLike[str]) -> tuple[_Checked, _Cells]:
         records = doc.get("results") if isinstance(doc, dict) else doc
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise ParseError(name, 1, 'JSON results must be a list of objects (or {"results": [...]})')
-        cols, line_of = _records_columns(records, name)
-        cells = _cells(cols, np.asarray(line_of, dtype=np.int64), name)
-        return _Checked.of(cells), cells
+        return _checked_records(records, name)
     if name.endswith(_JSON_LINES):
         return _checked_json_lines(name, source)
     if not name.endswith(".csv"):
@@ -647,9 +637,8 @@ def _checked_json_lines(name: str, source: str | bytes) -> tuple[_Checked, _Cell
     parts, line_arrays = [], []
 
     def block(records: list[Any], lines: list[int]) -> None:
-        cols, line_of = _records_columns(records, name, lines)
-        cells = _cells(cols, np.asarray(line_of, dtype=np.int64), name)
-        parts.append(_Checked.of(cells))
+        checked, cells = _checked_records(records, name, lines)
+        parts.append(checked)
         line_arrays.append(cells.line_of)
 
     records: list[Any] = []
@@ -686,9 +675,7 @@ def read_result_rows(path: str | os.PathLike[str]) -> pa.Table:
     >>> read_result_rows(p).num_rows
     1
     """
-    checked, cells = _checked_rows(path)
-    checked.number_trials(cells)
-    return checked.table()
+    return _numbered_table(*_checked_rows(path))
 
 
 def import_results(

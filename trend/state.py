@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from tracefmt import Store, write_atomic
-from trend.mdl import MdlPrograms
+from trend.mdl import _RUN_FIELDS, MdlPrograms
 
 __all__ = ["STATE_FILE", "load_programs", "save_programs", "state_path"]
 
@@ -109,11 +109,9 @@ def _consistent(p: MdlPrograms, series: int) -> bool:
     if off.ndim != 1 or off.size != series + 1 or (off.size and off[0] != 0) or np.any(np.diff(off) < 0):
         return False
     runs = int(off[-1]) if off.size else 0
-    per_run = ("sizes", "avg", "sd", "n", "a", "s", "prev", "start", "win_bits", "win_n", "win_a", "win_s")
-    per_series = ("max_values", "units", "lo", "done")
     return (
-        all(getattr(p, f).shape == (runs,) for f in per_run)
-        and all(getattr(p, f).shape == (series,) for f in per_series)
+        all(getattr(p, f).shape == (runs,) for f in _RUN_FIELDS)
+        and all(getattr(p, f).shape == (series,) for f in ("max_values", "units", "lo", "done"))
         and p.best.shape == (runs + series,)
         and bool(np.all((p.done >= 0) & (p.done <= np.diff(off))))
         and bool(np.all((p.lo >= off[:-1]) & (p.lo <= off[:-1] + np.maximum(p.done - 1, 0))))
