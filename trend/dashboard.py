@@ -87,10 +87,6 @@ def _hover_texts(s: Series, dates: list[str], y: np.ndarray, label: str) -> list
     ]
 
 
-def _numbers(x: np.ndarray) -> list[float | None]:
-    return [None if v != v else v for v in x.tolist()]  # NaN (a failed run) is a gap
-
-
 def figure_data(t: SeriesTrend) -> dict[str, Any]:
     """The trendline graph of one series as plotly's figure document (``data``, ``layout``):
     what :func:`graph_figure` draws and ``graph.html`` plots.
@@ -111,8 +107,8 @@ def figure_data(t: SeriesTrend) -> dict[str, Any]:
     y = t.values / div
     hover = _hover_texts(s, dates, y, label)
 
-    def runs(idx: np.ndarray) -> tuple[list[str], list[float | None], list[str]]:
-        return [dates[i] for i in idx.tolist()], _numbers(y[idx]), [hover[i] for i in idx.tolist()]
+    def runs(idx: np.ndarray) -> tuple[list[str], list[float], list[str]]:
+        return [dates[i] for i in idx.tolist()], y[idx].tolist(), [hover[i] for i in idx.tolist()]
 
     x_ok, y_ok, text_ok = runs(ok)
     data: list[dict[str, Any]] = [
@@ -129,7 +125,7 @@ def figure_data(t: SeriesTrend) -> dict[str, Any]:
         {
             "type": "scatter",
             "x": x_ok,
-            "y": _numbers((t.trend / div)[ok]),
+            "y": (t.trend / div)[ok].tolist(),  # runs that did not fail: no NaN
             "mode": "lines",
             "name": "trend",
             "line": {"shape": "hv", "color": "#444"},
@@ -185,15 +181,6 @@ def graph_figure(t: SeriesTrend) -> go.Figure:
     return go.Figure(figure_data(t))
 
 
-def _change_cell(x: float | None, direction: str) -> str:
-    """A change as a table cell, green when it goes the better way (up for throughput)."""
-    if x is None:
-        return '<td class="num">n/a</td>'
-    better = x > 0 if direction == "bigger-is-better" else x < 0
-    cls = "" if x == 0 else "good" if better else "bad"
-    return f'<td class="num {cls}">{x * 100:+.2f} %</td>'
-
-
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; margin-bottom: 1em; }
@@ -229,12 +216,6 @@ def core_count(test: str) -> int | None:
     if m is None and _FRAME_SIZE.search(test):
         m = _CORES.search(test)
     return int(m.group(1)) if m else None
-
-
-def _core_heading(cores: int | None) -> str:
-    if cores is None:
-        return "No core count in the test name"
-    return f"{cores} core" + ("" if cores == 1 else "s")
 
 
 def _failed_table(trends: list[SeriesTrend], now_ns: int) -> list[str]:
