@@ -297,7 +297,7 @@ def diff_paths(
     slow_ids = {p["id"] for p in slow_c["patterns"]}
     # Numbered as the report and viz draw number the slow run's patterns (by total time).
     rank_of = {p["id"]: k for k, p in enumerate(select_patterns(slow_c), 1)}
-    pooled: dict[tuple[str, ...], list[Any]] = {}
+    pooled: dict[tuple[str, ...], _Pooled] = {}
     lat_b, lat_s = (
         (_root_latencies(instances[0], base_c), _root_latencies(instances[1], slow_c))
         if instances is not None
@@ -335,12 +335,28 @@ def _check_runs(base: dict[str, Any], slow: dict[str, Any], algorithm: str, refu
             raise ParameterError(f"the {where} run is a {doc['algorithm']} paths file{refusal}")
 
 
+@dataclass
+class _Pooled:
+    """One segment's changes over the patterns that have it (:func:`_compare_pattern`)."""
+
+    requests: int = 0
+    weighted: float = 0.0  # the change, times each pattern's requests
+    patterns: int = 0
+    variance: float = 0.0  # of ``weighted``
+    #: (pattern id, whether the segment is where that pattern moved most)
+    ids: list[tuple[str, bool]] = field(default_factory=list)
+    #: requests per operation made there (labelled traces)
+    ops: dict[str, int] = field(default_factory=dict)
+    #: (requests, name, base p50/p90/p99, slow p50/p90/p99) of where it is spent, from the
+    #: pattern with the most requests there
+    where: tuple[int, str, list[float] | None, list[float] | None] | None = None
+
+
 def _compare_pattern(
-    bp: dict[str, Any], sp: dict[str, Any], pooled: dict[tuple[str, ...], list[Any]]
+    bp: dict[str, Any], sp: dict[str, Any], pooled: dict[tuple[str, ...], _Pooled]
 ) -> dict[str, Any]:
     """One pattern of both runs compared: its visits' latencies, self times and waits,
-    and its whole latency; its segments' changes are added to ``pooled`` (key ->
-    [weight, weighted change, patterns, weighted squared standard error])."""
+    and its whole latency; its segments' changes are added to ``pooled``."""
     n, n_base = int(sp["count"]), int(bp["count"])
     rows = _visit_rows(bp, sp)
     for row in rows:
@@ -369,26 +385,19 @@ def _compare_pattern(
     # The segment that moved most: a change of this pattern's requests is put there.
     dominant = max(mine, key=lambda k: (abs(mine[k][0]), k)) if mine else None
     for key, (change, variance) in mine.items():
-        acc = pooled.setdefault(key, [0.0, 0.0, 0.0, 0.0, [], {}, None])
-        acc[0] += n  # requests: each of this pattern's once
-        acc[1] += n * change
-        acc[2] += 1  # patterns
-        acc[3] += n * n * variance
-        acc[4].append((sp["id"], key == dominant))
+        acc = pooled.setdefault(key, _Pooled())
+        acc.requests += n  # each of this pattern's once
+        acc.weighted += n * change
+        acc.patterns += 1
+        acc.variance += n * n * variance
+        acc.ids.append((sp["id"], key == dominant))
         if op_of.get(key) is not None:
-            acc[5][op_of[key]] = acc[5].get(op_of[key], 0) + n
-        # The latency distribution of the visit the time is spent in (the called one for a
-        # wait), from the pattern with the most requests there.
+            acc.ops[op_of[key]] = acc.ops.get(op_of[key], 0) + n
         k, stat = visit_of[key]
-        row = rows[k]
-        if acc[6] is None or n > acc[6][0]:
-            q_base, q_slow = row[f"{stat}_quantiles_s"]
-            acc[6] = (
-                n,
-                f"{row['caller']} -> {row['node']} {'call delay' if stat == 'delay' else 'latency'}",
-                q_base,
-                q_slow,
-            )
+        if acc.where is None or n > acc.where[0]:
+            row = rows[k]
+            name = f"{row['caller']} -> {row['node']} {'call delay' if stat == 'delay' else 'latency'}"
+            acc.where = (n, name, *row[f"{stat}_quantiles_s"])
     lat_b, lat_s = bp["root"].get("latency_s"), sp["root"].get("latency_s")
     change = mean_of(lat_s) - mean_of(lat_b)
     return {
@@ -407,16 +416,17 @@ def _compare_pattern(
 
 
 def _pooled_changes(
-    pooled: dict[tuple[str, ...], list[Any]], shifts: dict[str, dict[str, Any] | None]
+    pooled: dict[tuple[str, ...], _Pooled], shifts: dict[str, dict[str, Any] | None]
 ) -> list[dict[str, Any]]:
     """Segment changes pooled over patterns, told apart from noise first, then the
     biggest ``|change| x requests``; with the patterns' latency shifts (``shifts``),
     the requests of those patterns that changed and by how much."""
     changes = []
-    for key, (weight, weighted, n_patterns, variance, ids, ops, visit) in pooled.items():
+    for key, acc in pooled.items():
         label, where = _describe(key)
+        weight, weighted, ops = acc.requests, acc.weighted, acc.ops
         change_s = weighted / weight
-        _, visit_name, q_base, q_slow = visit
+        _, visit_name, q_base, q_slow = acc.where
         changes.append(
             {
                 # In both runs the p50, p90 and p99 of where it is spent: the delay of the
@@ -426,16 +436,16 @@ def _pooled_changes(
                 else {"visit": visit_name, "of": list(QUANTILES), "base_s": q_base, "slow_s": q_slow},
                 # The operation most of its requests make there (labelled traces only).
                 "op": max(ops, key=lambda o: (ops[o], o)) if ops else None,
-                **_changed_requests(weighted, [(shifts.get(i), here) for i, here in ids]),
+                **_changed_requests(weighted, [(shifts.get(i), here) for i, here in acc.ids]),
                 "label": label,
                 "where": where,
                 "kind": key[0],
                 "key": list(key),
                 "change_s": change_s,
                 "requests": int(weight),
-                "patterns": int(n_patterns),
+                "patterns": acc.patterns,
                 "impact_s": change_s * weight,
-                "z": _z(change_s, variance / (weight * weight)),
+                "z": _z(change_s, acc.variance / (weight * weight)),
             }
         )
     changes.sort(key=lambda c: (_noise(c["z"]), -abs(c["impact_s"]), c["label"]))
