@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from tracefmt.points import point_timestamps
     from tracefmt.schema import (
         CORE_COLUMNS,
+        KEY_COLUMNS,
         OP_CALL,
         OP_RETURN,
         OP_SEND,
@@ -179,6 +180,7 @@ _EXPORTS = {
     "tracefmt.points": ["point_timestamps"],
     "tracefmt.schema": [
         "CORE_COLUMNS",
+        "KEY_COLUMNS",
         "OP_CALL",
         "OP_RETURN",
         "OP_SEND",
@@ -218,6 +220,7 @@ __all__ = [
     "CORE_COLUMNS",
     "DEFAULT_DEDUP_WINDOW_NS",
     "DISK_FULL",
+    "KEY_COLUMNS",
     "MAX_CONFIG_BYTES",
     "OPS",
     "OPTIONAL_FIELDS",

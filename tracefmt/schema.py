@@ -17,6 +17,7 @@ from tracefmt.errors import SchemaError
 
 __all__ = [
     "CORE_COLUMNS",
+    "KEY_COLUMNS",
     "NODE_TYPE",
     "OPS",
     "OPTIONAL_FIELDS",
@@ -59,7 +60,13 @@ OPTIONAL_FIELDS: tuple[pa.Field, ...] = (
     pa.field("label", NODE_TYPE),  # e.g. "GET /cart"
     pa.field("status", NODE_TYPE),  # a return's status where its protocol gives one: "200", "503"
     pa.field("point", NODE_TYPE),  # capture point that saw the message
+    # Request identity the message carried on the wire (docs/files.md, "Request keys"):
+    pa.field("trace_id", NODE_TYPE),  # 32 lowercase hex digits: W3C traceparent, B3, Jaeger, grpc-trace-bin
+    pa.field("span_id", NODE_TYPE),  # 16 lowercase hex digits: the sending span's id in the same header
+    pa.field("request_id", NODE_TYPE),  # an opaque request id header's value: X-Request-ID, X-Correlation-ID
 )
+#: The optional columns that say which request a message belongs to (``infer.keys``).
+KEY_COLUMNS: tuple[str, ...] = ("trace_id", "request_id")
 _OPTIONAL = {f.name: f for f in OPTIONAL_FIELDS}
 _FREE_PREFIXES = ("true_", "x_")
 _STRINGS = (pa.string(), pa.large_string())
