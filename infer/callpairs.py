@@ -60,6 +60,9 @@ class CallPairs:
         Rows of the two messages in the (time-sorted) trace.
     unmatched_calls, unmatched_returns, sends : int
         Messages left out.
+    key, strict : ndarray, optional
+        Per pair, its request key (-1: none) and whether it must take a parent of its
+        own key (``infer.keys``): the candidates the keys leave. None: no keys.
     """
 
     caller: np.ndarray
@@ -71,6 +74,8 @@ class CallPairs:
     unmatched_calls: int
     unmatched_returns: int
     sends: int
+    key: np.ndarray | None = None
+    strict: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.caller.size)
@@ -120,6 +125,8 @@ class CallPairs:
             self.unmatched_calls,
             self.unmatched_returns,
             self.sends,
+            None if self.key is None else self.key[index],
+            None if self.strict is None else self.strict[index],
         )
 
 

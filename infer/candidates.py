@@ -578,6 +578,10 @@ class CandidatePlan:
             & (c != rep)
             & (self.c_caller[pos] == np.repeat(p.callee[par_idx], counts))
         )
+        if p.key is not None and p.strict is not None:
+            from infer.keys import allowed
+
+            ok &= allowed(p.key, p.strict, c, rep)
         # Half the memory for the kept candidates when pair indices fit 32 bits.
         index = np.int32 if self.n < 1 << 31 else np.int64
         return c[ok].astype(index), rep[ok].astype(index)

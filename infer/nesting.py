@@ -54,6 +54,7 @@ from infer.candidates import (
     skew_tolerance,
 )
 from infer.chains import ChainModel, answer_log_odds, chain_log_likelihood, chain_stages
+from infer.keys import agree_keys, call_keys, close_keys, with_keys
 from infer.operations import operation_codes, value_codes
 from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import log_confidence_by
@@ -262,6 +263,7 @@ class NestingResult:
                         "stages",
                         "min_confidence",
                         "callers",
+                        "keys",
                     )
                     if k in self.trace_info
                 },
@@ -671,9 +673,7 @@ class _Scoring:
         """The candidates and the scoreboard of pass 1, where each child's candidates
         share one unit of weight (``counts`` filled in place when given)."""
         n = len(pairs)
-        tolerance_s = params.tolerance_s
-        if params.auto_tolerance:
-            tolerance_s = max(tolerance_s, skew_tolerance(pairs)[0])
+        tolerance_s = candidate_tolerance_s(pairs, params)
         tol_ns = round(tolerance_s * 1e9)
         board = Scoreboard(params, n_nodes)
         chunks = CandidateChunks(
@@ -759,6 +759,14 @@ class _Scoring:
         with np.errstate(divide="ignore"):
             log_odds = np.where(parent >= 0, np.log(share) - np.log1p(-share), np.inf)
         return Stage(name, k, parent, sigmoid(log_odds), moved, ll, self.tolerance_s, log_odds), model
+
+
+def candidate_tolerance_s(pairs: CallPairs, params: NestingParams) -> float:
+    """The clock-skew tolerance candidates are found with: the params', or the trace's
+    own estimate when ``auto_tolerance`` and it is larger (``skew_tolerance``)."""
+    if params.auto_tolerance:
+        return max(params.tolerance_s, skew_tolerance(pairs)[0])
+    return params.tolerance_s
 
 
 def nesting_stages(
@@ -1145,6 +1153,7 @@ def infer_nesting(
     nodes, pairs, info = _call_pairs(trace, params)
     if callers.renamed or callers.kept:
         info["callers"] = callers.to_json()
+    pairs = _keyed(trace, pairs, params, info)
     operations = call_operations(trace, pairs)
     statuses = return_statuses(trace, pairs)
     labels = operations[0] if operations is not None and params.request_rounds else None
@@ -1154,6 +1163,8 @@ def infer_nesting(
     del trace
     counts = np.zeros(len(pairs), np.int64)
     final = _last_stage(pairs, len(nodes.names), params, counts, runner, info, say, labels)
+    if pairs.key is not None:
+        final = _agreeing(pairs, final, info)
     calibration = Calibration.identity()
     if params.calibrate:
         # Twins are inferred as the trace was, with the tolerance it was given.
@@ -1220,6 +1231,34 @@ def _call_pairs(trace: pa.Table, params: NestingParams) -> tuple[NodeCodes, Call
         )
     ts = trace["timestamp"].cast(pa.int64())
     return nodes, pairs, {"messages": trace.num_rows, "start_ns": ts[0].as_py(), "end_ns": ts[-1].as_py()}
+
+
+def _keyed(trace: pa.Table, pairs: CallPairs, params: NestingParams, info: dict[str, Any]) -> CallPairs:
+    """``pairs`` with the candidates the trace's request keys leave (``infer.keys``), and
+    what they decided in ``info["keys"]``; as they are without keys or ``use_keys``."""
+    if not params.use_keys:
+        return pairs
+    found = call_keys(trace, pairs)
+    if found is None:
+        return pairs
+    tol_ns = round(candidate_tolerance_s(pairs, params) * 1e9)
+    evidence = close_keys(pairs, found[0], tol_ns, found[1])
+    info["keys"] = evidence.to_json()
+    return with_keys(pairs, evidence)
+
+
+def _agreeing(pairs: CallPairs, final: Stage, info: dict[str, Any]) -> Stage:
+    """The last stage with no request holding two keys (``infer.keys.agree_keys``); a
+    call moved for it gets even odds, and ``info["keys"]`` the count moved."""
+    parent, moved = agree_keys(pairs, final.parent, round(final.tolerance_s * 1e9))
+    parent = _without_loops(pairs, parent)  # a call moved under a call that stays within it
+    info["keys"]["moved_to_agree"] = moved
+    if not moved:
+        return final
+    changed = parent != final.parent
+    assert final.log_odds is not None
+    log_odds = np.where(changed, np.where(parent >= 0, 0.0, np.inf), final.log_odds)
+    return replace(final, parent=parent, confidence=sigmoid(log_odds), log_odds=log_odds)
 
 
 def call_operations(trace: pa.Table, pairs: CallPairs) -> tuple[np.ndarray, list[str]] | None:

@@ -68,6 +68,10 @@ class NestingParams:
         it when it is larger than ``tolerance_s``.
     use_ids : bool
         Match calls and returns by id where the trace has ids.
+    use_keys : bool
+        Take the request keys the trace carries (``trace_id``, ``request_id``) as
+        evidence (``infer.keys``): calls of one key belong to one request, calls of two
+        never do. Off, they are ignored.
     density : bool
         Score a delay by its bin's count divided by the bin's width (a density)
         instead of the raw count (the paper's way). Wrong candidates spread evenly over
@@ -129,6 +133,7 @@ class NestingParams:
     tolerance_s: float = 0.0
     auto_tolerance: bool = True
     use_ids: bool = True
+    use_keys: bool = True
     density: bool = True
     board: str = "joint"
     rounds: int = 2
@@ -258,7 +263,7 @@ class NestingParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not (isinstance(value, int) and 0 <= value <= top):
                 raise ParameterError(f"{name} must be an integer from 0 to {top}, not {value!r}")
-        for name in ("auto_tolerance", "use_ids", "density", "calibrate"):
+        for name in ("auto_tolerance", "use_ids", "use_keys", "density", "calibrate"):
             if not isinstance(getattr(self, name), bool):
                 raise ParameterError(f"{name} must be true or false, not {getattr(self, name)!r}")
         if self.request_window < 2 or self.request_tuples < 1:

@@ -95,6 +95,9 @@ class Window:
     parent: np.ndarray | None = None
     far: Far | None = None
     data: tuple[np.ndarray, ...] = ()
+    #: The pairs' request keys and strictness (``CallPairs.key``, ``strict``), cut to
+    #: the window; None without keys.
+    keys: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def hi(self) -> int:
@@ -107,7 +110,9 @@ class Window:
         32-bit arrays would let them)."""
         none = np.zeros(0, np.int64)
         caller, callee, tc, tr = self.fields
-        return CallPairs(caller.astype(np.int64), callee.astype(np.int64), tc, tr, none, none, 0, 0, 0)
+        key, strict = self.keys if self.keys is not None else (None, None)
+        codes = caller.astype(np.int64), callee.astype(np.int64)
+        return CallPairs(*codes, tc, tr, none, none, 0, 0, 0, key, strict)
 
     def homes(self, pairs: CallPairs) -> Homes:
         return Homes.of(pairs, self.parents(), self.far)
@@ -152,7 +157,10 @@ class Windows:
             # Node codes in 32 bits: a task's fields cross to a worker every stage.
             codes = pairs.caller[lo:hi].astype(np.int32), pairs.callee[lo:hi].astype(np.int32)
             fields = (*codes, tc[lo:hi], tr[lo:hi])
-            self.windows.append(Window(self.token, lo, tuple(ranges[a:b]), fields))
+            keys = None
+            if pairs.key is not None and pairs.strict is not None:
+                keys = (pairs.key[lo:hi], pairs.strict[lo:hi])
+            self.windows.append(Window(self.token, lo, tuple(ranges[a:b]), fields, keys=keys))
 
     def items(self, homes: Homes | None = None, data: tuple[np.ndarray, ...] = ()) -> list[Window]:
         """A stage's tasks: each window with the assignment scored (``homes``) and the
@@ -161,7 +169,7 @@ class Windows:
         for w in self.windows:
             parent, far = homes.window(w.lo, w.hi) if homes is not None else (None, None)
             cut = tuple(a[w.lo : w.hi] for a in data)
-            out.append(Window(w.token, w.lo, w.spans, w.fields, parent, far, cut))
+            out.append(Window(w.token, w.lo, w.spans, w.fields, parent, far, cut, w.keys))
         return out
 
 

@@ -40,7 +40,7 @@ from synth.limits import (
     Limit,
     tracelet_problem,
 )
-from tracefmt import ParameterError, ParseError, TraceFileError
+from tracefmt import KEY_COLUMNS, ParameterError, ParseError, TraceFileError
 from tracefmt.configfile import load_toml, read_config_text
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "Delay",
     "Faults",
     "HopSpec",
+    "KeySpec",
     "NodeDelay",
     "SynthConfig",
     "TraceletSpec",
@@ -176,6 +177,16 @@ class Faults:
 
 
 @dataclass(frozen=True)
+class KeySpec:
+    """Which calls carry their request's key on the wire (``[keys]``, ``synth.keys``):
+    those ``callers`` send (None: every caller), a ``share`` of them, in ``column``."""
+
+    callers: tuple[str, ...] | None = None
+    share: float = 1.0
+    column: str = "trace_id"
+
+
+@dataclass(frozen=True)
 class SynthConfig:
     """A whole configuration; ``replace()`` it to apply command-line overrides."""
 
@@ -189,6 +200,7 @@ class SynthConfig:
     start_ns: int = 0
     resolution_ns: int = 1000
     faults: Faults = field(default_factory=Faults)
+    keys: KeySpec | None = None
 
     def with_overrides(self, *, labels: Mapping[str, str] | None = None, **changes: Any) -> SynthConfig:
         """A copy with fields replaced, checked like the file's (``check_config``).
@@ -643,7 +655,7 @@ def parse_config(text: str, path: str = "<config>") -> SynthConfig:
     """Parse configuration text (TOML); see ``load_config``."""
     r = _Reader(path, text)
     doc = _toml(text, path)
-    r.check_keys(doc, (), {"nodes", "trace", "tracelet", "faults"})
+    r.check_keys(doc, (), {"nodes", "trace", "tracelet", "faults", "keys"})
     nodes_list = _read_nodes(r, doc)
     nodes = set(nodes_list)
     trace = doc.get("trace", {})
@@ -668,7 +680,25 @@ def parse_config(text: str, path: str = "<config>") -> SynthConfig:
         start_ns=_start_ns(r, trace.get("start", DEFAULT_START)),
         resolution_ns=round(r.number(trace, ("trace",), "resolution_s", 1e-6, RESOLUTION) * 1e9),
         faults=_read_faults(r, doc, nodes),
+        keys=_read_keys(r, doc, nodes),
     )
+
+
+def _read_keys(r: _Reader, doc: Mapping[str, Any], nodes: set[str]) -> KeySpec | None:
+    k = doc.get("keys")
+    if k is None:
+        return None
+    if not isinstance(k, dict):
+        raise r.fail((), "keys", "must be a table ([keys] with callers, share, column)")
+    r.check_keys(k, ("keys",), {"callers", "share", "column"})
+    callers = None
+    if k.get("callers", "*") != "*":
+        callers, _ = r.choice(k, ("keys",), "callers", nodes)
+    column = k.get("column", "trace_id")
+    if column not in KEY_COLUMNS:
+        raise r.fail(("keys",), "column", f"must be one of {', '.join(KEY_COLUMNS)}, not {column!r}")
+    share = float(r.number(k, ("keys",), "share", 1.0, FRACTION))
+    return KeySpec(callers, share, column)
 
 
 def _toml(text: str, path: str) -> dict[str, Any]:

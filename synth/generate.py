@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from synth.config import ConfigError, Faults, SynthConfig, check_config
+from synth.config import ConfigError, Faults, KeySpec, SynthConfig, check_config
 from synth.faults import CaptureQueue, stamp_skew
+from synth.keys import key_column
 from synth.limits import MAX_LOOP_CALLS, MAX_LOOPS, MAX_MESSAGES, calls_per_instance
 from synth.template import Batch, Template, build_template
 from synth.truth import PatternBook, mean_parallelism
@@ -467,7 +468,20 @@ class _Engine:
         cols["true_call"] = pa.array(uid.astype(np.uint64))
         parent = e["parent"].astype(np.int64)
         cols["true_parent"] = pa.array(parent.astype(np.uint64), mask=parent < 0)
+        if cfg.keys is not None:
+            cols[cfg.keys.column] = self._keys(cfg.keys, e)
         return pa.table(cols)
+
+    def _keys(self, spec: KeySpec, e: dict[str, np.ndarray]) -> pa.DictionaryArray:
+        """The ``[keys]`` column: calls of the chosen callers carry their request's key,
+        a ``share`` of them by a coin per call (from its uid: the same in any batching)."""
+        keyed = e["op"] == _OP_CALL
+        if spec.callers is not None:
+            keyed &= np.isin(e["sender"], [self.config.nodes.index(n) for n in spec.callers])
+        if spec.share < 1.0:
+            mixed = (e["uid"].astype(np.uint64) + np.uint64(self.config.seed)) * np.uint64(0x9E3779B97F4A7C15)
+            keyed &= (mixed >> np.uint64(11)) / float(1 << 53) < spec.share
+        return key_column(e["inst"].astype(np.uint64), keyed, spec.column)
 
     def run(self, on_progress: Callable[[int], None] | None = None) -> Iterator[pa.Table]:
         written = 0

@@ -276,6 +276,7 @@ _STATS_SHAPES = {
     "confidence": "an object of numbers (and its calibration's name)",
     "min_confidence": "an object of numbers (what --min-confidence left out)",
     "callers": "an object: renamed (an object of connection counts) and kept (a count)",
+    "keys": "an object of counts (what the request keys decided)",
 }
 
 #: Settings that readers take as numbers, so never null.
@@ -325,6 +326,8 @@ def _check_outline(doc: dict[str, Any], where: str) -> None:
                         for k, x in value.items()
                     )
                 )
+            elif key == "keys":
+                ok = isinstance(value, dict) and all(_number(x) for x in value.values())
             elif key == "callers":
                 renamed = value.get("renamed") if isinstance(value, dict) else None
                 ok = (

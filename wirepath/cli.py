@@ -97,12 +97,12 @@ def _parse_offsets(pairs: Sequence[str], inputs: Sequence[str]) -> dict[str, int
 def _nesting_columns(path: str) -> tuple[str, ...]:
     """The optional columns nesting uses that the trace has: ``flow`` (a service's calls
     from its bare address given back to it, ``infer.callers``), ``label`` (each
-    visit's operations; the request rounds' visit types) and ``status`` (its returns'
-    statuses and errors)."""
+    visit's operations; the request rounds' visit types), ``status`` (its returns'
+    statuses and errors) and the request keys (``infer.keys``)."""
     if tracefmt.trace_format(path) != "parquet":
         return ()  # a text trace has the core columns only
     names = tracefmt.read_trace_metadata(path).schema.names
-    return tuple(c for c in ("flow", "label", "status") if c in names)
+    return tuple(c for c in ("flow", "label", "status", *tracefmt.KEY_COLUMNS) if c in names)
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
@@ -240,6 +240,7 @@ def _nesting_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "tolerance_s": None if args.tolerance is None else tracefmt.parse_duration_ns(args.tolerance) / 1e9,
         "auto_tolerance": args.auto_tolerance,
         "use_ids": args.use_ids,
+        "use_keys": args.use_keys,
         "density": args.density,
         "board": args.board,
         "rounds": args.rounds,
@@ -317,6 +318,13 @@ def _nesting_arguments(p: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         help="match calls and returns by id where the trace has ids (default "
         f"{'on' if d.use_ids else 'off'}; off: by time order)",
+    )
+    p.add_argument(
+        "--use-keys",
+        action=argparse.BooleanOptionalAction,
+        help="take the request keys the trace carries (trace_id, request_id: traceparent, B3, "
+        "X-Request-ID) as evidence: calls of one key are of one request, of two keys never "
+        f"(default {'on' if d.use_keys else 'off'})",
     )
     p.add_argument(
         "--calibrate",

@@ -1,0 +1,351 @@
+"""Request keys as evidence: calls that carry the same trace id or request id belong to
+one request, calls with different ones never do.
+
+A partly instrumented system puts request identity on some of its calls: a front proxy
+stamps ``X-Request-ID``, a service with OpenTelemetry sends ``traceparent``, the boxes in
+between pass nothing on. The capture keeps them (``trace_id`` and ``request_id``,
+docs/files.md); here they become one code a call pair (:func:`call_keys`): pairs that
+share a trace id or a request id, directly or through a third pair, share a code.
+
+:func:`close_keys` spreads the codes along the calls they decide and says, per pair,
+which candidate parents its key leaves (:class:`KeyEvidence`):
+
+- a parent whose key differs from its child's is impossible;
+- a keyed child with a candidate of its own key takes one of those: its request did
+  visit the caller then;
+- a child left with one candidate is pinned to it, and the two then share a key: the
+  parent's key goes down to an unkeyed child, the child's up to an unkeyed parent (a
+  proxy that stamps the id on the way out); a child whose candidates all carry one key
+  takes it.
+
+That repeats until nothing changes. :class:`~infer.candidates.CandidatePlan` applies the
+same rule to every candidate it enumerates, so every stage of the nesting algorithm,
+and the calibration, works on the choices the keys leave.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from infer.callpairs import CallPairs
+from tracefmt import KEY_COLUMNS
+
+__all__ = ["KeyEvidence", "allowed", "call_keys", "close_keys", "with_keys"]
+
+#: Rounds of :func:`close_keys` at most: each one spreads keys a hop further.
+CLOSE_ROUNDS = 16
+
+
+def call_keys(trace: pa.Table, pairs: CallPairs) -> tuple[np.ndarray, dict[str, int]] | None:
+    """Per call pair, the code of its request key (-1: none), and how many pairs carry
+    each kind of key; None when the trace has no key columns or they are empty.
+
+    A pair's values are its call's, else its return's (a proxy may echo the id on the
+    response only). Pairs that share any value of any key column share a code.
+
+    Examples
+    --------
+    The third pair's call has no key, its return has one:
+
+    >>> t = pa.table({"trace_id": ["a", None, "b", None, None, "a"],
+    ...               "request_id": ["r1", "r2", None, "r2", None, None]})
+    >>> p = CallPairs(*(np.zeros(3, np.int64),) * 4, np.array([0, 1, 4]),
+    ...               np.array([5, 3, 2]), 0, 0, 0)
+    >>> codes, kinds = call_keys(t, p)
+    >>> codes.tolist(), kinds
+    ([0, 1, 2], {'trace_id': 2, 'request_id': 2})
+    """
+    present = [c for c in KEY_COLUMNS if c in trace.column_names]
+    if not present or not len(pairs):
+        return None
+    rows_src: list[np.ndarray] = []
+    rows_val: list[np.ndarray] = []
+    kinds: dict[str, int] = {}
+    base = 0
+    for column in present:
+        col = trace[column]
+        if col.null_count == len(col):
+            continue
+        code = _value_codes(col)
+        value = np.where(code[pairs.call_row] >= 0, code[pairs.call_row], code[pairs.return_row])
+        has = np.flatnonzero(value >= 0)
+        kinds[column] = int(has.size)
+        rows_src.append(has)
+        rows_val.append(value[has] + base)
+        base += int(code.max(initial=-1)) + 1
+    if not rows_src or not sum(len(r) for r in rows_src):
+        return None
+    src, val = np.concatenate(rows_src), np.concatenate(rows_val)
+    n = len(pairs)
+    # Pairs and values as one graph: a pair joins each value it carries.
+    graph = coo_matrix((np.ones(src.size, np.int8), (src, n + val)), shape=(n + base, n + base))
+    _, comp = connected_components(graph, directed=False)
+    keyed = np.zeros(n, bool)
+    keyed[src] = True
+    # Codes numbered in the order of the pairs that carry them.
+    _, first, inverse = np.unique(comp[:n][keyed], return_index=True, return_inverse=True)
+    rank = np.empty(first.size, np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    codes = np.full(n, -1, np.int64)
+    codes[keyed] = rank[inverse.ravel()]
+    return codes, kinds
+
+
+def _value_codes(col: pa.ChunkedArray) -> np.ndarray:
+    """Per row, a code of the column's value (-1: null), the same for equal values."""
+    enc = col.combine_chunks()
+    if not pa.types.is_dictionary(enc.type):
+        enc = enc.dictionary_encode()
+    else:
+        enc = enc.dictionary_decode().dictionary_encode()  # equal values, one code
+    return enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def allowed(key: np.ndarray, strict: np.ndarray, child: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Whether each candidate (``child``, ``parent``) is left by the keys: not of two
+    different keys, and of the child's own key where ``strict`` says the child has a
+    candidate of that key.
+
+    >>> key, strict = np.array([0, -1, 1, 0]), np.array([False, False, False, True])
+    >>> allowed(key, strict, np.array([2, 2, 3, 3]), np.array([0, 1, 1, 0])).tolist()
+    [False, True, False, True]
+    """
+    kc, kp = key[child], key[parent]
+    return (kc == kp) | ((kc < 0) | (kp < 0)) & ~((kp < 0) & strict[child])
+
+
+@dataclass
+class KeyEvidence:
+    """What the request keys decide: per pair its key after :func:`close_keys` (-1:
+    none) and whether it must take a parent of its own key (``strict``), and counts for
+    the paths file (``to_json``)."""
+
+    key: np.ndarray
+    strict: np.ndarray
+    counts: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``keys`` section of the paths file (docs/files.md)."""
+        return dict(self.counts)
+
+
+def with_keys(pairs: CallPairs, evidence: KeyEvidence | None) -> CallPairs:
+    """``pairs`` whose candidates are those ``evidence`` leaves (unchanged for None)."""
+    if evidence is None:
+        return pairs
+    return CallPairs(
+        pairs.caller,
+        pairs.callee,
+        pairs.t_call,
+        pairs.t_return,
+        pairs.call_row,
+        pairs.return_row,
+        pairs.unmatched_calls,
+        pairs.unmatched_returns,
+        pairs.sends,
+        key=evidence.key,
+        strict=evidence.strict,
+    )
+
+
+def close_keys(
+    pairs: CallPairs, key: np.ndarray, tol_ns: int, kinds: dict[str, int] | None = None
+) -> KeyEvidence:
+    """Spread ``key`` (per pair, -1: none) along the calls the keys decide, as the
+    module docstring says, and count what they decided.
+
+    Examples
+    --------
+    Two requests visit node 1 at once, and each call node 1 makes carries its request's
+    key: both are pinned; the call of node 2 has no key, and only the first call into
+    node 2 is open around it, so it is of that request.
+
+    >>> p = CallPairs(np.array([0, 0, 1, 2, 1]), np.array([1, 1, 2, 3, 2]),
+    ...     np.array([0, 1, 2, 4, 5]), np.array([20, 21, 12, 8, 13]), *(np.zeros(5, np.int64),) * 2,
+    ...     0, 0, 0)
+    >>> ev = close_keys(p, np.array([7, 8, 7, -1, 8]), 0)
+    >>> ev.key.tolist(), ev.counts["pinned"]
+    ([7, 8, 7, 7, 8], 2)
+    """
+    from infer.candidates import CandidatePlan
+
+    n = len(pairs)
+    key = np.asarray(key, np.int64).copy()
+    given = int(np.count_nonzero(key >= 0))
+    parts = list(CandidatePlan(pairs, tol_ns).chunks())
+    if parts:
+        c = np.concatenate([p[1] for p in parts]).astype(np.int64)
+        par = np.concatenate([p[2] for p in parts]).astype(np.int64)
+    else:
+        c = par = np.zeros(0, np.int64)
+    before = np.bincount(c, minlength=n)
+    strict = np.zeros(n, bool)
+    keep = np.ones(c.size, bool)
+    for _ in range(CLOSE_ROUNDS):
+        kc, kp = key[c], key[par]
+        same = (kc >= 0) & (kc == kp)
+        strict = np.zeros(n, bool)
+        strict[c[same]] = True
+        keep = allowed(key, strict, c, par)
+        left = np.bincount(c[keep], minlength=n)
+        changed = _spread(key, c[keep], par[keep], left)
+        if not changed:
+            break
+    left = np.bincount(c[keep], minlength=n)
+    decided = (left == 1) & (before > 1)
+    counts: dict[str, Any] = {
+        "pairs": n,
+        "keyed": given,
+        **{f"keyed_by_{column}": count for column, count in (kinds or {}).items()},
+        "keyed_after_spreading": int(np.count_nonzero(key >= 0)),
+        "requests": int(np.unique(key[key >= 0]).size),
+        "narrowed": int(np.count_nonzero(left < before)),
+        "pinned": int(np.count_nonzero(decided)),
+    }
+    return KeyEvidence(key, strict, counts)
+
+
+def _spread(key: np.ndarray, c: np.ndarray, par: np.ndarray, left: np.ndarray) -> bool:
+    """One round of spreading keys along the candidates left (``c``, ``par``; ``left``:
+    each child's count): in place; whether any key changed."""
+    n = key.size
+    changed = False
+    # A child whose candidates all carry one key is of that request.
+    kp = key[par]
+    lo = np.full(n, np.iinfo(np.int64).max)
+    hi = np.full(n, -2, np.int64)
+    np.minimum.at(lo, c, kp)
+    np.maximum.at(hi, c, kp)
+    take = (key < 0) & (left > 0) & (lo == hi) & (lo >= 0)
+    if take.any():
+        key[take] = lo[take]
+        changed = True
+    # A child pinned to an unkeyed parent gives it its key, unless two pinned children
+    # of that parent disagree (the data contradict each other: nothing is spread).
+    only = left[c] == 1
+    up = only & (key[c] >= 0) & (key[par] < 0)
+    if up.any():
+        tgt, val = par[up], key[c[up]]
+        lo = np.full(n, np.iinfo(np.int64).max)
+        hi = np.full(n, -2, np.int64)
+        np.minimum.at(lo, tgt, val)
+        np.maximum.at(hi, tgt, val)
+        agree = np.flatnonzero((lo == hi) & (hi >= 0))
+        if agree.size:
+            key[agree] = lo[agree]
+            changed = True
+    return changed
+
+
+def agree_keys(pairs: CallPairs, parent: np.ndarray, tol_ns: int) -> tuple[np.ndarray, int]:
+    """``parent`` with no inferred request holding two keys, and how many calls moved.
+
+    The candidates keep a child from a parent of another key, but an unkeyed visit can
+    still gather calls of two requests below it. Where a tree holds two keys, the calls
+    whose key disagrees with what their tree holds above them (or, under an unkeyed
+    visit, with its earliest keyed child's) move, with what hangs under them, to the
+    latest-called candidate whose tree has their key or none; a call with none left
+    becomes a root.
+
+    Examples
+    --------
+    Node 1 is visited twice at once; the first visit got both calls, of keys 7 and 8:
+
+    >>> p = CallPairs(np.array([0, 0, 1, 1]), np.array([1, 1, 2, 2]), np.array([0, 1, 2, 3]),
+    ...     np.array([20, 21, 12, 13]), *(np.zeros(4, np.int64),) * 2, 0, 0, 0,
+    ...     key=np.array([-1, -1, 7, 8]), strict=np.zeros(4, bool))
+    >>> agree_keys(p, np.array([-1, -1, 0, 0]), 0)
+    (array([-1, -1,  0,  1]), 1)
+    """
+    from infer.candidates import CandidatePlan
+
+    key = pairs.key
+    parent = parent.copy()
+    if key is None or not (key >= 0).any():
+        return parent, 0
+    parts = list(CandidatePlan(pairs, tol_ns).chunks())
+    c = np.concatenate([p[1] for p in parts]).astype(np.int64) if parts else np.zeros(0, np.int64)
+    par = np.concatenate([p[2] for p in parts]).astype(np.int64) if parts else np.zeros(0, np.int64)
+    moved = np.zeros(parent.size, bool)
+    for _ in range(CLOSE_ROUNDS):
+        cut = _disagreeing(pairs, parent, key)
+        if not cut.size:
+            break
+        moved[cut] = True
+        parent[cut] = -1
+        tree = _tree_keys(parent, key)
+        want = tree[cut]  # the key each cut subtree holds (its own)
+        slot = np.full(parent.size, -1, np.int64)
+        slot[cut] = np.arange(cut.size)
+        on = slot[c] >= 0
+        cc, pp = c[on], par[on]
+        tk = tree[pp]
+        fits = (tk == -1) | (tk == want[slot[cc]])
+        cc, pp = cc[fits], pp[fits]
+        if not cc.size:
+            continue
+        # The latest-called fitting candidate of each cut call.
+        order = np.lexsort((-pairs.t_call[pp], cc))
+        first = np.r_[True, cc[order][1:] != cc[order][:-1]]
+        parent[cc[order][first]] = pp[order][first]
+    cut = _disagreeing(pairs, parent, key)
+    parent[cut] = -1  # what still disagrees stands alone
+    moved[cut] = True
+    return parent, int(np.count_nonzero(moved))
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    depth = np.zeros(parent.size, np.int64)
+    at = parent.copy()
+    while (live := at >= 0).any():
+        depth[live] += 1
+        at[live] = parent[at[live]]
+    return depth
+
+
+def _tree_keys(parent: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Per pair, the key its tree holds (-1: none, -2: several)."""
+    root = np.arange(parent.size)
+    while (up := parent[root] >= 0).any():
+        root[up] = parent[root[up]]
+    has = key >= 0
+    lo = np.full(parent.size, np.iinfo(np.int64).max)
+    hi = np.full(parent.size, -1, np.int64)
+    np.minimum.at(lo, root[has], key[has])
+    np.maximum.at(hi, root[has], key[has])
+    tk = np.where(hi < 0, -1, np.where(lo == hi, hi, -2))
+    return tk[root]
+
+
+def _disagreeing(pairs: CallPairs, parent: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """The calls to cut from their parents so that no tree holds two keys."""
+    depth = _depths(parent)
+    top = int(depth.max(initial=0))
+    levels = [np.flatnonzero(depth == d) for d in range(top + 1)]
+    # Down: the key each call holds from itself or above.
+    above = key.copy()
+    for idx in levels[1:]:
+        idx = idx[above[idx] < 0]
+        above[idx] = above[parent[idx]]
+    kid = np.flatnonzero(parent >= 0)
+    cut = [kid[(key[kid] >= 0) & (above[parent[kid]] >= 0) & (above[parent[kid]] != key[kid])]]
+    # Up, under visits that hold no key from above: the earliest keyed child's key wins.
+    below = np.where(key >= 0, key, -1)
+    for idx in reversed(levels[1:]):
+        idx = idx[(below[idx] >= 0) & (above[parent[idx]] < 0)]
+        if not idx.size:
+            continue
+        up = parent[idx]
+        order = np.lexsort((pairs.t_call[idx], up))
+        first = np.r_[True, up[order][1:] != up[order][:-1]]
+        win = np.empty(parent.size, np.int64)
+        win[up[order][first]] = below[idx[order][first]]
+        cut.append(idx[below[idx] != win[up]])
+        below[up[order][first]] = win[up[order][first]]
+    return np.unique(np.concatenate(cut))
