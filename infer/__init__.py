@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         true_parents,
         true_patterns,
     )
+    from infer.keys import key_evaluation, key_evaluation_lines
     from infer.nesting import (
         NestingResult,
         Stage,
@@ -58,6 +59,7 @@ _EXPORTS = {
         "true_parents",
         "true_patterns",
     ],
+    "infer.keys": ["key_evaluation", "key_evaluation_lines"],
     "infer.nesting": [
         "NestingResult",
         "Stage",
@@ -99,6 +101,8 @@ __all__ = [
     "group_stats",
     "infer_convolution",
     "infer_nesting",
+    "key_evaluation",
+    "key_evaluation_lines",
     "latency_stats",
     "match_calls",
     "nesting_lines",

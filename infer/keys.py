@@ -25,6 +25,7 @@ and the calibration, works on the choices the keys leave.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +37,17 @@ from scipy.sparse.csgraph import connected_components
 from infer.callpairs import CallPairs
 from tracefmt import KEY_COLUMNS
 
-__all__ = ["KeyEvidence", "allowed", "call_keys", "close_keys", "with_keys"]
+__all__ = [
+    "KeyEvidence",
+    "agree_keys",
+    "allowed",
+    "call_keys",
+    "close_keys",
+    "held_out_check",
+    "key_evaluation",
+    "key_evaluation_lines",
+    "with_keys",
+]
 
 #: Rounds of :func:`close_keys` at most: each one spreads keys a hop further.
 CLOSE_ROUNDS = 16
@@ -129,6 +140,11 @@ class KeyEvidence:
     key: np.ndarray
     strict: np.ndarray
     counts: dict[str, Any] = field(default_factory=dict)
+    #: Per pair, the key it carried itself (before spreading; -1: none).
+    given: np.ndarray | None = None
+    #: Per pair, the parent its key decides (its one candidate of the same key; -1:
+    #: none): the truth the held-out calibration scores against.
+    known: np.ndarray | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``keys`` section of the paths file (docs/files.md)."""
@@ -176,6 +192,7 @@ def close_keys(
     from infer.candidates import CandidatePlan
 
     n = len(pairs)
+    given_key = key
     key = np.asarray(key, np.int64).copy()
     given = int(np.count_nonzero(key >= 0))
     parts = list(CandidatePlan(pairs, tol_ns).chunks())
@@ -199,6 +216,10 @@ def close_keys(
             break
     left = np.bincount(c[keep], minlength=n)
     decided = (left == 1) & (before > 1)
+    same = keep & (key[c] >= 0) & (key[c] == key[par])
+    known = np.full(n, -1, np.int64)
+    one = np.bincount(c[same], minlength=n) == 1
+    known[c[same & one[c]]] = par[same & one[c]]
     counts: dict[str, Any] = {
         "pairs": n,
         "keyed": given,
@@ -208,7 +229,7 @@ def close_keys(
         "narrowed": int(np.count_nonzero(left < before)),
         "pinned": int(np.count_nonzero(decided)),
     }
-    return KeyEvidence(key, strict, counts)
+    return KeyEvidence(key, strict, counts, np.asarray(given_key, np.int64), known)
 
 
 def _spread(key: np.ndarray, c: np.ndarray, par: np.ndarray, left: np.ndarray) -> bool:
@@ -349,3 +370,118 @@ def _disagreeing(pairs: CallPairs, parent: np.ndarray, key: np.ndarray) -> np.nd
         cut.append(idx[below[idx] != win[up]])
         below[up[order][first]] = win[up[order][first]]
     return np.unique(np.concatenate(cut))
+
+
+#: Folds of the held-out calibration: each run hides the keys of one fold's requests.
+FOLDS = 2
+
+
+def held_out_check(
+    pairs: CallPairs,
+    evidence: KeyEvidence,
+    infer_parents: Callable[[CallPairs], tuple[np.ndarray, np.ndarray, float]],
+    tol_ns: int,
+    *,
+    seed: int = 0,
+) -> dict[str, Any] | None:
+    """How right the inference is on the trace's own keys, hidden a fold at a time (the
+    counts ``wirepath eval --truth keys`` reports); None with too few calls whose parent
+    the keys decide (``MIN_LINKS``).
+
+    The requests with keys are dealt into ``FOLDS`` folds. For each, the keys of its
+    requests are hidden, the rest spread again (``close_keys``) and the same inference
+    run (``infer_parents``: parents, stated log-odds, likelihood); each hidden call
+    whose parent its key decided (``KeyEvidence.known``) counts as right when the
+    inference found that parent. No call is scored by a run it was visible in.
+    """
+    from infer.calibration import MIN_LINKS
+
+    assert evidence.given is not None
+    assert evidence.known is not None
+    known = evidence.known
+    if int(np.count_nonzero(known >= 0)) < MIN_LINKS:
+        return None
+    given = evidence.given
+    codes = np.unique(given[given >= 0])
+    fold_of = np.full(int(given.max()) + 1, -1, np.int64)
+    fold_of[codes] = np.random.default_rng(seed).permutation(codes.size) % FOLDS
+    fold = np.where(given >= 0, fold_of[np.maximum(given, 0)], -1)
+    right, request = [], []
+    for f in range(FOLDS):
+        hidden = fold == f
+        kept = np.where(hidden, -1, given)
+        variant = with_keys(pairs, close_keys(pairs, kept, tol_ns))
+        got = infer_parents(variant)[0]
+        scored = np.flatnonzero(hidden & (known >= 0))
+        right.append(got[scored] == known[scored])
+        request.append(given[scored])
+    right_all, req = np.concatenate(right), np.concatenate(request)
+    if right_all.size < MIN_LINKS:
+        return None
+    _, inv = np.unique(req, return_inverse=True)
+    wrong = np.bincount(inv.ravel(), weights=~right_all)
+    return {
+        "held_out_calls": int(right_all.size),
+        "held_out_right": int(right_all.sum()),
+        "held_out_requests": int(wrong.size),
+        "held_out_requests_right": int(np.count_nonzero(wrong == 0)),
+    }
+
+
+def key_evaluation(paths: dict[str, Any]) -> dict[str, Any]:
+    """The held-out check of a paths file (``held_out_check``) as a report: calls and
+    requests right, with their shares.
+
+    Raises
+    ------
+    ParameterError
+        The paths file holds no such check (a trace without keys, or too few calls
+        whose parent the keys decide, or inferred without calibration).
+
+    Examples
+    --------
+    >>> doc = {"stats": {"keys": {"keyed": 900, "held_out_calls": 400, "held_out_right": 300,
+    ...        "held_out_requests": 100, "held_out_requests_right": 60}}}
+    >>> key_evaluation(doc)["calls"]
+    {'held_out': 400, 'right': 300, 'right_rate': 0.75}
+    """
+    from tracefmt import ParameterError
+
+    keys = (paths.get("stats") or {}).get("keys") or {}
+    if "held_out_calls" not in keys:
+        why = "its trace has no request keys" if not keys else "too few calls have a parent their key decides"
+        raise ParameterError(
+            f"the paths file has no held-out check of request keys ({why}; it is made by "
+            "'infer nesting' with --calibrate, on a trace with trace_id or request_id)"
+        )
+    calls, right = keys["held_out_calls"], keys["held_out_right"]
+    requests, whole = keys["held_out_requests"], keys["held_out_requests_right"]
+    return {
+        "keyed_calls": keys.get("keyed"),
+        "calls": {"held_out": calls, "right": right, "right_rate": right / calls if calls else None},
+        "requests": {
+            "held_out": requests,
+            "fully_right": whole,
+            "fully_right_rate": whole / requests if requests else None,
+        },
+    }
+
+
+def key_evaluation_lines(report: dict[str, Any]) -> list[str]:
+    """``key_evaluation`` as text.
+
+    >>> doc = {"stats": {"keys": {"keyed": 900, "held_out_calls": 400, "held_out_right": 300,
+    ...        "held_out_requests": 100, "held_out_requests_right": 60}}}
+    >>> print("\\n".join(key_evaluation_lines(key_evaluation(doc))))
+    calls      right parent 300 of 400 keyed calls held out (75.0%)
+    requests   fully right 60 of 100 keyed requests held out (60.0%)
+    (each call scored by a run its key was hidden in; the keys decide its true parent)
+    """
+    c, r = report["calls"], report["requests"]
+    return [
+        f"calls      right parent {c['right']:,} of {c['held_out']:,} keyed calls held out "
+        f"({c['right_rate']:.1%})",
+        f"requests   fully right {r['fully_right']:,} of {r['held_out']:,} keyed requests held out "
+        f"({r['fully_right_rate']:.1%})",
+        "(each call scored by a run its key was hidden in; the keys decide its true parent)",
+    ]

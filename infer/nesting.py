@@ -54,7 +54,7 @@ from infer.candidates import (
     skew_tolerance,
 )
 from infer.chains import ChainModel, answer_log_odds, chain_log_likelihood, chain_stages
-from infer.keys import agree_keys, call_keys, close_keys, with_keys
+from infer.keys import KeyEvidence, agree_keys, call_keys, close_keys, held_out_check, with_keys
 from infer.operations import operation_codes, value_codes
 from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import log_confidence_by
@@ -1153,7 +1153,7 @@ def infer_nesting(
     nodes, pairs, info = _call_pairs(trace, params)
     if callers.renamed or callers.kept:
         info["callers"] = callers.to_json()
-    pairs = _keyed(trace, pairs, params, info)
+    pairs, evidence = _keyed(trace, pairs, params, info)
     operations = call_operations(trace, pairs)
     statuses = return_statuses(trace, pairs)
     labels = operations[0] if operations is not None and params.request_rounds else None
@@ -1170,6 +1170,12 @@ def infer_nesting(
         # Twins are inferred as the trace was, with the tolerance it was given.
         same = params.with_overrides(tolerance_s=final.tolerance_s, auto_tolerance=False)
         answer = _answer(len(nodes.names), same, runner)
+        if evidence is not None:
+            # The trace's own keys, hidden a fold at a time: how right the run is where
+            # the user's system says what is right.
+            held = held_out_check(pairs, evidence, answer, round(final.tolerance_s * 1e9))
+            info["keys"].update(held or {})
+            say("calibration: keys held out")
         twins = iter(("calibration: the twin", "calibration: the twin's twin"))
 
         def answer_twin(twin: CallPairs) -> tuple[np.ndarray, np.ndarray, float]:
@@ -1187,6 +1193,9 @@ def infer_nesting(
         )
     assert final.log_odds is not None
     confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)
+    if evidence is not None and evidence.known is not None:
+        # A parent the keys decided is no estimate.
+        confidence[(evidence.known >= 0) & (evidence.known == final.parent)] = 1.0
     result = _result(
         nodes.names,
         pairs,
@@ -1233,18 +1242,21 @@ def _call_pairs(trace: pa.Table, params: NestingParams) -> tuple[NodeCodes, Call
     return nodes, pairs, {"messages": trace.num_rows, "start_ns": ts[0].as_py(), "end_ns": ts[-1].as_py()}
 
 
-def _keyed(trace: pa.Table, pairs: CallPairs, params: NestingParams, info: dict[str, Any]) -> CallPairs:
-    """``pairs`` with the candidates the trace's request keys leave (``infer.keys``), and
-    what they decided in ``info["keys"]``; as they are without keys or ``use_keys``."""
+def _keyed(
+    trace: pa.Table, pairs: CallPairs, params: NestingParams, info: dict[str, Any]
+) -> tuple[CallPairs, KeyEvidence | None]:
+    """``pairs`` with the candidates the trace's request keys leave (``infer.keys``) and
+    the evidence, with what it decided in ``info["keys"]``; as they are and None without
+    keys or ``use_keys``."""
     if not params.use_keys:
-        return pairs
+        return pairs, None
     found = call_keys(trace, pairs)
     if found is None:
-        return pairs
+        return pairs, None
     tol_ns = round(candidate_tolerance_s(pairs, params) * 1e9)
     evidence = close_keys(pairs, found[0], tol_ns, found[1])
     info["keys"] = evidence.to_json()
-    return with_keys(pairs, evidence)
+    return with_keys(pairs, evidence), evidence
 
 
 def _agreeing(pairs: CallPairs, final: Stage, info: dict[str, Any]) -> Stage:

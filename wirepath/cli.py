@@ -294,6 +294,16 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     paths = tracefmt.read_paths(args.paths)
+    if args.truth == "keys":
+        if args.trace or args.instances:
+            raise tracefmt.ParameterError(
+                "--truth keys reads the paths file alone: give no trace or --instances"
+            )
+        report = infer.key_evaluation(paths)
+        _emit(args, report, "\n".join(infer.key_evaluation_lines(report)))
+        return 0
+    if args.trace is None:
+        raise tracefmt.ParameterError("give the trace with its truth columns, or --truth keys")
     trace = tracefmt.read_trace(args.trace)
     instances = infer.read_instances(args.instances) if args.instances else None
     report = infer.evaluate_paths(paths, trace, instances=instances)
@@ -673,12 +683,21 @@ def _register_eval(verbs: argparse._SubParsersAction) -> None:
         "2% and 6%, and the relative error of per-visit latency and per-edge delay in\n"
         "correctly found patterns. With --instances also the requests fully right (true\n"
         "instances whose every call got its true parent, TraceWeaver's measure) and the\n"
-        "calls with the right parent.\n\n"
-        "example: wirepath eval paths.json t.parquet --instances inst.parquet",
+        "calls with the right parent. With --truth keys, no trace: the check 'infer nesting'\n"
+        "made on the trace's own request keys (trace_id, request_id), hidden a fold at a\n"
+        "time: how many keyed calls whose parent the keys decide it found without them.\n\n"
+        "example: wirepath eval paths.json t.parquet --instances inst.parquet\n"
+        "         wirepath eval paths.json --truth keys",
     )
     p.add_argument("paths", help="paths file (JSON) from wirepath infer")
-    p.add_argument("trace", help="the trace, with its truth columns (.parquet)")
+    p.add_argument("trace", nargs="?", help="the trace, with its truth columns (.parquet)")
     p.add_argument("--instances", metavar="FILE.parquet", help="instances from 'infer --instances'")
+    p.add_argument(
+        "--truth",
+        choices=("columns", "keys"),
+        default="columns",
+        help="the trace's truth columns (default), or the paths file's held-out request keys",
+    )
 
 
 def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int:

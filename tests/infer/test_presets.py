@@ -37,6 +37,7 @@ PAPER = {
     "tolerance_s": 0.0,
     "auto_tolerance": False,
     "use_ids": True,
+    "use_keys": True,
     "density": False,
     "board": "delay",
     "rounds": 0,
