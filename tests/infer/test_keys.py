@@ -159,3 +159,50 @@ def test_synth_keys_section_keys_the_chosen_callers(tmp_path: Path) -> None:
     assert keyed["trace_id"].to_pylist() == [f"{i:032x}" for i in inst]
     with pytest.raises(synth.ConfigError, match=r"keys\.column"):
         synth.parse_config(text + '\n[keys]\ncolumn = "span_id"\n')
+
+
+def test_parents_the_keys_decide_are_the_true_parents(busy: pa.Table) -> None:
+    from infer.keys import close_keys
+    from infer.nesting import NestingParams, candidate_tolerance_s
+
+    keyed = sort_trace(validate_trace(reveal_keys(busy, share=0.6, seed=2)))
+    pairs = match_calls(keyed, node_codes(keyed))
+    codes, kinds = call_keys(keyed, pairs)
+    tol_ns = round(candidate_tolerance_s(pairs, NestingParams()) * 1e9)
+    ev = close_keys(pairs, codes, tol_ns, kinds)
+    from infer import true_parents
+
+    truth = true_parents(pairs, keyed)
+    known = np.flatnonzero(ev.known >= 0)
+    assert known.size > 500
+    assert np.array_equal(ev.known[known], truth[known])
+    # Spread keys are the true requests' keys.
+    inst = keyed["true_instance"].to_numpy()[pairs.call_row]
+    spread = np.flatnonzero((ev.key >= 0) & (codes < 0))
+    by_code = {int(k): int(i) for k, i in zip(codes[codes >= 0], inst[codes >= 0], strict=True)}
+    assert all(by_code[int(ev.key[s])] == int(inst[s]) for s in spread)
+
+
+def test_eval_truth_keys_reports_the_held_out_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tracefmt import write_trace
+    from wirepath.cli import main
+
+    t = _trace("multitier.toml", 4_000, 5.0)
+    write_trace(reveal_keys(t), tmp_path / "k.parquet")
+    write_trace(t, tmp_path / "plain.parquet")
+    assert main(["infer", "nesting", str(tmp_path / "k.parquet"), "--out", str(tmp_path / "k.json")]) == 0
+    assert main(["infer", "nesting", str(tmp_path / "plain.parquet"), "--out", str(tmp_path / "p.json")]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "k.json"), "--truth", "keys", "--json"]) == 0
+    import json
+
+    report = json.loads(capsys.readouterr().out)
+    calls = report["calls"]
+    assert calls["held_out"] > 200
+    assert 0 < calls["right"] <= calls["held_out"]
+    assert main(["eval", str(tmp_path / "p.json"), "--truth", "keys"]) == 1
+    assert "no held-out check of request keys" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "k.json")]) == 1
+    assert "--truth keys" in capsys.readouterr().err
