@@ -270,9 +270,9 @@ def agree_keys(pairs: CallPairs, parent: np.ndarray, tol_ns: int) -> tuple[np.nd
     The candidates keep a child from a parent of another key, but an unkeyed visit can
     still gather calls of two requests below it. Where a tree holds two keys, the calls
     whose key disagrees with what their tree holds above them (or, under an unkeyed
-    visit, with its earliest keyed child's) move, with what hangs under them, to the
-    latest-called candidate whose tree has their key or none; a call with none left
-    becomes a root.
+    visit, with its earliest keyed child's) move, with what hangs under them, to a
+    candidate whose tree holds their key, else one whose tree holds none (the latest
+    called); a call with none left becomes a root.
 
     Examples
     --------
@@ -311,8 +311,8 @@ def agree_keys(pairs: CallPairs, parent: np.ndarray, tol_ns: int) -> tuple[np.nd
         cc, pp = cc[fits], pp[fits]
         if not cc.size:
             continue
-        # The latest-called fitting candidate of each cut call.
-        order = np.lexsort((-pairs.t_call[pp], cc))
+        # Each cut call's fitting candidate: of its own key before none, then the latest called.
+        order = np.lexsort((-pairs.t_call[pp], tree[pp] < 0, cc))
         first = np.r_[True, cc[order][1:] != cc[order][:-1]]
         parent[cc[order][first]] = pp[order][first]
     cut = _disagreeing(pairs, parent, key)
