@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from capture.live import LiveCapture, LiveReport, LiveStats, Recording, capture_live
     from capture.naming import Namer, format_address, one_host_note
     from capture.protocols import PROTOCOLS, detect_tcp, parse_dns_datagram, parse_stream
+    from capture.request_keys import KeyOptions, RequestKeys
     from capture.source import (
         FakeSource,
         PacketBatch,
@@ -36,6 +37,7 @@ _EXPORTS = {
     "capture.live": ["LiveCapture", "LiveReport", "LiveStats", "Recording", "capture_live"],
     "capture.naming": ["Namer", "format_address", "one_host_note"],
     "capture.protocols": ["PROTOCOLS", "detect_tcp", "parse_dns_datagram", "parse_stream"],
+    "capture.request_keys": ["KeyOptions", "RequestKeys"],
     "capture.source": [
         "FakeSource",
         "PacketBatch",
@@ -57,6 +59,7 @@ __all__ = [
     "FakeSource",
     "FlowAssembler",
     "FlowStats",
+    "KeyOptions",
     "LiveCapture",
     "LiveReport",
     "LiveStats",
@@ -67,6 +70,7 @@ __all__ = [
     "PcapSource",
     "ReadStats",
     "Recording",
+    "RequestKeys",
     "Segments",
     "StreamConverter",
     "SynthPcapReport",

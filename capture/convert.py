@@ -45,10 +45,12 @@ import pyarrow as pa
 import pyarrow.compute
 import pyarrow.parquet as pq
 
+from capture._spans import join_spans
 from capture.decode import Decoder, Segments, empty_segments
 from capture.flows import FlowAssembler, FlowStats, Messages, flow_shards, trace_order
 from capture.naming import Namer
 from capture.protocols import protocol_names
+from capture.request_keys import KeyOptions
 from capture.source import PacketBatch, PacketSource, read_packets
 from tracefmt import (
     DEFAULT_DEDUP_WINDOW_NS,
@@ -79,6 +81,8 @@ __all__ = [
 
 PathLike = str | os.PathLike[str]
 _OP_DICT = pa.array(OPS, pa.string())
+#: What a conversion reads of request identity unless told otherwise (capture.request_keys).
+DEFAULT_KEYS = KeyOptions()
 
 
 @dataclass
@@ -102,6 +106,11 @@ class CaptureReport:
     #: Bytes of a connection's protocol data after the last message its parser could read
     #: (a malformed or unforeseen message ends the run: counted, never dropped unsaid).
     unparsed_bytes: int = 0
+    #: Messages that carried a trace id, a request id (``capture.request_keys``); header
+    #: values of request keys that did not follow their grammar (skipped, counted).
+    with_trace_id: int = 0
+    with_request_id: int = 0
+    keys_malformed: int = 0
     connections: int = 0
     drops: int = 0
     fragments_reassembled: int = 0
@@ -131,6 +140,11 @@ class CaptureReport:
             f"other transport {self.other_transport:,}; kernel drops {self.drops:,}"
             + (f"; protocol bytes not parsed {self.unparsed_bytes:,}" if self.unparsed_bytes else ""),
         ]
+        if self.with_trace_id or self.with_request_id or self.keys_malformed:
+            lines.append(
+                f"request keys: {self.with_trace_id:,} messages with a trace id, {self.with_request_id:,} "
+                f"with a request id; malformed values skipped {self.keys_malformed:,}"
+            )
         for p in self.points:
             dups = (
                 f"; {p['duplicates']:,} of its {p['packets']:,} packets were duplicates"
@@ -151,9 +165,15 @@ class CaptureReport:
 
 
 def messages_table(
-    msgs: Messages, namer: Namer, *, point: str | None = None, keep_payload: bool = False
+    msgs: Messages,
+    namer: Namer,
+    *,
+    point: str | None = None,
+    keep_payload: bool = False,
+    keys: KeyOptions | None = None,
 ) -> pa.Table:
-    """The trace table of decoded messages (names resolved per distinct endpoint)."""
+    """The trace table of decoded messages (names resolved per distinct endpoint); with
+    ``keys``, the request-key columns that hold a value here, and those of the headers kept."""
     n = len(msgs)
     # The server side of a call is its receiver; of a return, its sender.
     s_idx, s_dict = namer.names_of(msgs.src_hi, msgs.src_lo, msgs.sport, ~msgs.server_is_dst)
@@ -182,10 +202,40 @@ def messages_table(
             pa.array([point] if point is not None else [], pa.string()),
         ).cast(NODE_TYPE),
     }
+    if keys is not None and n:
+        for name in ("trace_id", "span_id", "request_id"):
+            col = getattr(msgs, name)
+            if col.dtype.itemsize > 1 or (col != b"").any():  # a width of 1: no batch had one
+                arr = _strings(col)
+                if arr.null_count < n:
+                    cols[name] = arr.dictionary_encode()
+        kept = np.flatnonzero(msgs.headers != None)  # noqa: E711 - elementwise
+        for i, column in enumerate(keys.columns):
+            if len(kept):
+                values = np.full(n, None, object)
+                values[kept] = [h[i] for h in msgs.headers[kept].tolist()]
+                if any(v is not None for v in values[kept].tolist()):
+                    cols[column] = pa.array(values, pa.string())
     if keep_payload:
         # A user column (x_ prefix): the trace schema has no payload, inference never reads it.
         cols["x_payload"] = pa.array(msgs.payload.tolist(), pa.binary())
     return pa.table(cols)
+
+
+def _strings(col: np.ndarray) -> pa.StringArray:
+    """An ``S`` array as Arrow strings, ``b""`` as null (the values hold no NUL byte),
+    from its bytes (a list of Python objects costs ten times as much)."""
+    n, w = len(col), col.dtype.itemsize
+    raw = np.ascontiguousarray(col).view(np.uint8).reshape(n, w)
+    length = (raw != 0).sum(axis=1)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(length, out=offsets[1:])
+    data = join_spans(raw.reshape(-1), np.arange(n, dtype=np.int64) * w, length)
+    valid = length > 0
+    return pa.LargeStringArray.from_buffers(
+        n, pa.py_buffer(offsets), pa.py_buffer(data), pa.py_buffer(np.packbits(valid, bitorder="little")),
+        null_count=int(n - valid.sum()),
+    ).cast(pa.string())  # fmt: skip
 
 
 def _running(on_read: Callable[[int, int], None] | None) -> Callable[[int, int], None] | None:
@@ -228,6 +278,10 @@ class StreamConverter:
         The ``point`` column's value for every message.
     keep_payload : bool
         Also write each message's captured bytes (user column ``x_payload``).
+    keys : KeyOptions, optional
+        Which request keys HTTP messages give (``trace_id``, ``span_id``, ``request_id``
+        and the headers kept; ``capture.request_keys``); None reads none. A column gets
+        into the trace only if some message has a value in it.
     parts_dir : path, optional
         Also write the final messages as a partitioned dataset readable while the input
         still grows: ``part-00000.parquet``, ``part-00001.parquet``, ... in time order,
@@ -273,6 +327,7 @@ class StreamConverter:
         node_by: str = "address",
         point: str | None = None,
         keep_payload: bool = False,
+        keys: KeyOptions | None = DEFAULT_KEYS,
         parts_dir: PathLike | None = None,
         part_every_s: float = 2.0,
         on_progress: Callable[[int], None] | None = None,
@@ -292,10 +347,11 @@ class StreamConverter:
         self.report = CaptureReport(output=str(out), sources=[])
         self.point = point
         self.keep_payload = keep_payload
+        self.keys = keys
         self.on_progress = on_progress
         self.on_read = on_read
         self._decoder = Decoder()
-        self._asm = FlowAssembler(keep_payload=keep_payload)
+        self._asm = FlowAssembler(keep_payload=keep_payload, keys=keys)
         # Runs of messages in trace order not final yet, each with its messages' points
         # (indices into ``point_names``) when there are several.
         self._held: list[tuple[Messages, np.ndarray | None]] = []
@@ -303,8 +359,12 @@ class StreamConverter:
         # With several points: each message's point (an index into point_names), set by the merge.
         self._points_of: Callable[[Messages], np.ndarray] | None = None
         # Row groups of 128k messages: the writer holds a row group in memory before writing it.
-        self._writer = TraceWriter(out, provenance={}, row_group_size=1 << 17, partition=partition)
-        self._parts = _Parts(Path(parts_dir), part_every_s) if parts_dir is not None else None
+        # Key columns are written once a message has a value in them (the rows before get nulls).
+        may_add = ("trace_id", "span_id", "request_id", *keys.columns) if keys is not None else ()
+        self._writer = TraceWriter(
+            out, provenance={}, row_group_size=1 << 17, partition=partition, may_add=may_add
+        )
+        self._parts = _Parts(Path(parts_dir), part_every_s, may_add) if parts_dir is not None else None
         self._done = False
 
     def __enter__(self) -> StreamConverter:
@@ -376,7 +436,7 @@ class StreamConverter:
 
     def _table(self, msgs: Messages, points: np.ndarray | None) -> pa.Table:
         """The trace table of ``msgs``, with each one's point when there are several."""
-        t = messages_table(msgs, self.namer, point=self.point, keep_payload=self.keep_payload)
+        t = messages_table(msgs, self.namer, point=self.point, keep_payload=self.keep_payload, keys=self.keys)
         if self._point_dict is None:
             return t
         idx = pa.array(points if points is not None else np.zeros(len(msgs), np.int64), pa.int32())
@@ -427,7 +487,8 @@ class StreamConverter:
 class _Parts:
     """A directory of trace parts in time order, each one published whole."""
 
-    def __init__(self, directory: Path, every_s: float) -> None:
+    def __init__(self, directory: Path, every_s: float, may_add: Sequence[str] = ()) -> None:
+        self.may_add = may_add
         self.dir = directory
         self.every_s = every_s
         self.count = 0
@@ -452,7 +513,7 @@ class _Parts:
 
     def _flush(self, provenance: Mapping[str, Any]) -> None:
         path = self.dir / f"part-{self.count:05d}.parquet"
-        self._writer = TraceWriter(path, provenance=provenance, row_group_size=1 << 17)
+        self._writer = TraceWriter(path, provenance=provenance, row_group_size=1 << 17, may_add=self.may_add)
         for t in self._tables:
             self._writer.write(t)
         self._writer.close()
@@ -507,14 +568,15 @@ def _convert_one(
     point: str | None,
     on_progress: Callable[[int], None] | None,
     keep_payload: bool = False,
+    keys: KeyOptions | None = DEFAULT_KEYS,
     on_read: Callable[[int, int], None] | None = None,
     partition: Partitioning | None = None,
     shard: tuple[int, int] | None = None,
 ) -> CaptureReport:
     """``sources`` in order (rotations of one capture, or one point) into one trace."""
     with StreamConverter(
-        out, namer=namer, point=point, keep_payload=keep_payload, on_progress=on_progress, on_read=on_read,
-        partition=partition, shard=shard,
+        out, namer=namer, point=point, keep_payload=keep_payload, keys=keys, on_progress=on_progress,
+        on_read=on_read, partition=partition, shard=shard,
     ) as conv:  # fmt: skip
         for src in sources:
             conv.add_source(src)
@@ -538,6 +600,9 @@ def _add_flow_stats(report: CaptureReport, st: FlowStats | CaptureReport) -> Non
     report.gaps += st.gaps
     report.out_of_order += st.out_of_order
     report.unparsed_bytes += st.unparsed_bytes
+    report.with_trace_id += st.with_trace_id
+    report.with_request_id += st.with_request_id
+    report.keys_malformed += st.keys_malformed
     report.connections += st.connections
     for k, v in st.flows_by_proto.items():
         report.flows_by_proto[k] = report.flows_by_proto.get(k, 0) + v
@@ -574,6 +639,7 @@ def convert_pcaps(
     node_by: str = "address",
     point_from_file: bool = False,
     keep_payload: bool = False,
+    keys: KeyOptions | None = DEFAULT_KEYS,
     dedup_window_ns: int = DEFAULT_DEDUP_WINDOW_NS,
     chunk_bytes: int = 8 << 20,
     on_progress: Callable[[int], None] | None = None,
@@ -602,6 +668,11 @@ def convert_pcaps(
     keep_payload : bool
         Also write each message's captured bytes in a user column ``x_payload`` (binary).
         Without it no payload byte reaches the trace.
+    keys : KeyOptions, optional
+        Which request keys HTTP/1.x and HTTP/2 messages give: ``trace_id``, ``span_id``,
+        ``request_id`` and the headers kept (``capture.request_keys``; by default the
+        trace-context headers and ``X-Request-ID``, ``X-Correlation-ID``, no header kept).
+        None reads none. A column gets into the trace only if a message has a value in it.
     dedup_window_ns : int
         Largest time step (after offsets) between two points' sightings of one packet.
     chunk_bytes : int
@@ -679,22 +750,22 @@ def convert_pcaps(
         run = runner if runner is not None else InProcess()
         if several:
             return _convert_points_sharded(
-                inputs, out, namer, run, nshards, keep_payload=keep_payload, chunk_bytes=chunk_bytes,
-                dedup_window_ns=dedup_window_ns, partition=partition, on_progress=on_progress,
-                on_read=on_read, t0=t0,
+                inputs, out, namer, run, nshards, keep_payload=keep_payload, keys=keys,
+                chunk_bytes=chunk_bytes, dedup_window_ns=dedup_window_ns, partition=partition,
+                on_progress=on_progress, on_read=on_read, t0=t0,
             )  # fmt: skip
         return _convert_sharded(
-            inputs, out, namer, run, nshards, point=point, keep_payload=keep_payload, chunk_bytes=chunk_bytes,
-            partition=partition, on_progress=on_progress, on_read=on_read, t0=t0,
+            inputs, out, namer, run, nshards, point=point, keep_payload=keep_payload, keys=keys,
+            chunk_bytes=chunk_bytes, partition=partition, on_progress=on_progress, on_read=on_read, t0=t0,
         )  # fmt: skip
     if several:
         return _convert_points_here(
             sources, out, namer, dedup_window_ns=dedup_window_ns, on_progress=on_progress, on_read=on_read,
-            keep_payload=keep_payload, partition=partition, t0=t0,
+            keep_payload=keep_payload, keys=keys, partition=partition, t0=t0,
         )  # fmt: skip
     report = _convert_one(
         sources, out, namer, point=point, on_progress=on_progress, on_read=_running(on_read),
-        keep_payload=keep_payload, partition=partition,
+        keep_payload=keep_payload, keys=keys, partition=partition,
     )  # fmt: skip
     report.seconds = time.perf_counter() - t0
     return report
@@ -709,6 +780,7 @@ def _convert_points_here(
     on_progress: Callable[[int], None] | None,
     on_read: Callable[[int, int], None] | None,
     keep_payload: bool,
+    keys: KeyOptions | None,
     partition: Partitioning | None,
     t0: float,
 ) -> CaptureReport:
@@ -722,7 +794,7 @@ def _convert_points_here(
         parts = []
         for i, src in enumerate(sources):
             part = Path(tmp) / f"point{i}.parquet"
-            _convert_one([src], part, namer, point=points[i], on_progress=None, on_read=reader)
+            _convert_one([src], part, namer, point=points[i], on_progress=None, on_read=reader, keys=None)
             parts.append(part)
         offsets = _clock_offsets(parts, points, report)
     # Second pass: the points' packets merged on one clock, each packet kept once, and
@@ -732,7 +804,7 @@ def _convert_points_here(
         if hasattr(f, "seekable") and f.seekable():  # type: ignore[union-attr]
             f.seek(0)  # type: ignore[union-attr]
     _convert_points(sources, points, offsets, out, namer, report, dedup_window_ns=dedup_window_ns,
-                    on_progress=on_progress, t0=t0, keep_payload=keep_payload,
+                    on_progress=on_progress, t0=t0, keep_payload=keep_payload, keys=keys,
                     partition=partition)  # fmt: skip
     return report
 
@@ -1068,6 +1140,7 @@ def _convert_points(
     on_progress: Callable[[int], None] | None,
     t0: float,
     keep_payload: bool,
+    keys: KeyOptions | None,
     partition: Partitioning | None = None,
     shard: tuple[int, int] | None = None,
 ) -> list[int]:
@@ -1081,7 +1154,7 @@ def _convert_points(
     """
     merge = _PointMerge(sources, offsets, dedup_window_ns)
     with StreamConverter(
-        out, namer=namer, keep_payload=keep_payload, on_progress=on_progress, partition=partition,
+        out, namer=namer, keep_payload=keep_payload, keys=keys, on_progress=on_progress, partition=partition,
         shard=shard, point_names=names,
     ) as conv:  # fmt: skip
         conv.report, conv._t0 = report, t0  # the report of both passes, their time
@@ -1098,7 +1171,10 @@ def _convert_points(
 # The counters an assembler keeps (``_add_flow_stats``): summed over the shards. The
 # others (reader, decoder, duplicates) count every packet, which every shard reads:
 # taken from the first shard. The messages are counted as the shards are merged.
-_FLOW_COUNTERS = ("retransmitted", "after_close", "gaps", "out_of_order", "unparsed_bytes", "connections")
+_FLOW_COUNTERS = (
+    "retransmitted", "after_close", "gaps", "out_of_order", "unparsed_bytes", "connections",
+    "with_trace_id", "with_request_id", "keys_malformed",
+)  # fmt: skip
 _MERGE_ROWS = 1 << 16  # rows read from a shard file at a time while merging
 
 
@@ -1158,6 +1234,7 @@ class _Job:
     offsets: tuple[int, ...] = ()
     placed: tuple[dict[str, Any], ...] = ()
     dedup_window_ns: int = 0
+    keys: KeyOptions | None = None
 
     def shard_file(self, k: int) -> Path:
         return Path(self.tmp) / f"shard-{k:05d}.parquet"
@@ -1170,7 +1247,7 @@ def _shard_task(k: int, *, job: _Job) -> CaptureReport:
     """Task ``k``: every file read and decoded, the flows of shard ``k`` to its shard file."""
     return _convert_one(
         _open_inputs(job.files, job.chunk_bytes), job.shard_file(k), job.namer, point=job.point,
-        on_progress=None, keep_payload=job.keep_payload, shard=(k, job.shards),
+        on_progress=None, keep_payload=job.keep_payload, keys=job.keys, shard=(k, job.shards),
     )  # fmt: skip
 
 
@@ -1178,7 +1255,7 @@ def _point_task(i: int, *, job: _Job) -> CaptureReport:
     """First pass of several points, task ``i``: point ``i`` on its own, to its point file."""
     return _convert_one(
         _open_inputs(job.files[i : i + 1], job.chunk_bytes), job.point_file(i), job.namer,
-        point=job.points[i], on_progress=None,
+        point=job.points[i], on_progress=None, keys=None,
     )  # fmt: skip
 
 
@@ -1190,7 +1267,7 @@ def _points_shard_task(k: int, *, job: _Job) -> CaptureReport:
     _convert_points(
         sources, list(job.points), list(job.offsets), job.shard_file(k), job.namer, report,
         dedup_window_ns=job.dedup_window_ns, on_progress=None, t0=time.perf_counter(),
-        keep_payload=job.keep_payload, shard=(k, job.shards),
+        keep_payload=job.keep_payload, keys=job.keys, shard=(k, job.shards),
     )  # fmt: skip
     return report
 
@@ -1213,6 +1290,7 @@ def _convert_sharded(
     *,
     point: str | None,
     keep_payload: bool,
+    keys: KeyOptions | None,
     chunk_bytes: int,
     partition: Partitioning | None,
     on_progress: Callable[[int], None] | None,
@@ -1221,7 +1299,7 @@ def _convert_sharded(
 ) -> CaptureReport:
     """One capture point (one file or the rotations of one capture) as ``shards`` tasks."""
     with _shard_dir(out) as tmp:
-        job = _Job(tuple(files), shards, chunk_bytes, namer, keep_payload, str(tmp), point=point)
+        job = _Job(tuple(files), shards, chunk_bytes, namer, keep_payload, str(tmp), point=point, keys=keys)
         report = _merged_report(run.map(_shard_task, list(range(shards)), job=job), out)
         if on_read is not None:  # as StreamConverter counts: a record header and the bytes
             on_read(report.packets, report.bytes + 16 * report.packets)
@@ -1238,6 +1316,7 @@ def _convert_points_sharded(
     shards: int,
     *,
     keep_payload: bool,
+    keys: KeyOptions | None,
     chunk_bytes: int,
     dedup_window_ns: int,
     partition: Partitioning | None,
@@ -1248,7 +1327,7 @@ def _convert_points_sharded(
     """Several capture points: a first-pass task per point, then ``shards`` tasks."""
     points = tuple(_point_names([name for _, name in files]))
     with _shard_dir(out) as tmp:
-        job = _Job(tuple(files), shards, chunk_bytes, namer, keep_payload, str(tmp), points=points,
+        job = _Job(tuple(files), shards, chunk_bytes, namer, keep_payload, str(tmp), points=points, keys=keys,
                    dedup_window_ns=dedup_window_ns)  # fmt: skip
         first = run.map(_point_task, list(range(len(files))), job=job)
         if on_read is not None:

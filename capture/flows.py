@@ -52,9 +52,11 @@ from capture._spans import join_spans
 from capture.decode import PROTO_TCP, PROTO_UDP, Segments, empty_segments
 from capture.protocols import (
     DNS_PORTS,
+    FOUND_HEADERS,
     NO_REPLY,
     NOT_DNS_PORTS,
     REQUEST_METHODS,
+    WANT_HEADERS,
     detect_tcp,
     parse_dns_datagram,
     parse_stream,
@@ -64,6 +66,7 @@ from capture.protocols import (
     tls_records,
     tls_server_name,
 )
+from capture.request_keys import KeyOptions, RequestKeys, header_keys, http1_keys
 from tracefmt.hashing import mix64
 
 __all__ = ["FlowAssembler", "FlowStats", "Messages", "flow_shards", "trace_order"]
@@ -112,6 +115,11 @@ class FlowStats:
     gaps: int = 0
     out_of_order: int = 0
     unparsed_bytes: int = 0
+    #: Messages that carried a trace id, a request id (``capture.request_keys``), and the
+    #: header values of request keys that did not follow their grammar (skipped).
+    with_trace_id: int = 0
+    with_request_id: int = 0
+    keys_malformed: int = 0
     flows_by_proto: Counter = field(default_factory=Counter)
     messages_by_proto: Counter = field(default_factory=Counter)
 
@@ -124,6 +132,9 @@ class FlowStats:
             "gaps": self.gaps,
             "out_of_order": self.out_of_order,
             "unparsed_bytes": self.unparsed_bytes,
+            "with_trace_id": self.with_trace_id,
+            "with_request_id": self.with_request_id,
+            "keys_malformed": self.keys_malformed,
             "flows_by_proto": dict(sorted(self.flows_by_proto.items())),
             "messages_by_proto": dict(sorted(self.messages_by_proto.items())),
         }
@@ -152,10 +163,33 @@ class Messages:
     server_is_dst: np.ndarray
     #: object: a return's status where its protocol gives one (an HTTP status code), else None.
     status: np.ndarray | None = None
+    #: The request keys the message carried (``capture.request_keys``): ``S`` arrays, ``b""``
+    #: for none; ``headers`` None or the values of the headers kept (a tuple).
+    trace_id: np.ndarray | None = None
+    span_id: np.ndarray | None = None
+    request_id: np.ndarray | None = None
+    headers: np.ndarray | None = None
+    #: uint8: how many of the message's request-key header values were malformed.
+    keys_malformed: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        n = len(self.ts_ns)
         if self.status is None:  # protocols without a status
-            object.__setattr__(self, "status", np.full(len(self.ts_ns), None, object))
+            object.__setattr__(self, "status", np.full(n, None, object))
+        for name in ("trace_id", "span_id", "request_id"):
+            if getattr(self, name) is None:  # one byte each: most messages carry no key
+                object.__setattr__(self, name, np.zeros(n, "S1"))
+        if self.headers is None:
+            object.__setattr__(self, "headers", np.full(n, None, object))
+        if self.keys_malformed is None:
+            object.__setattr__(self, "keys_malformed", np.zeros(n, np.uint8))
+
+    def with_keys(self, keys: RequestKeys) -> Messages:
+        """These messages with ``keys`` (one per message)."""
+        return dataclasses.replace(
+            self, trace_id=keys.trace_id, span_id=keys.span_id, request_id=keys.request_id,
+            headers=keys.headers, keys_malformed=keys.malformed,
+        )  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.ts_ns)
@@ -490,7 +524,8 @@ class _ParsedRows:
     """Messages the protocol parsers found, a row each: connection ``piece``, direction
     ``dirs`` (0 from the client), stream offset ``off`` and ``length``, the parser's
     ``label`` and ``key`` (a call id, ``NO_REPLY`` or None), and whether it is the
-    first after a hole in its direction (``after_gap``)."""
+    first after a hole in its direction (``after_gap``); the header fields a parser gave
+    (``headers``: HTTP/2's, when request keys are read; else None)."""
 
     piece: np.ndarray
     dirs: np.ndarray
@@ -499,19 +534,21 @@ class _ParsedRows:
     label: np.ndarray  # object
     key: list[int | None]
     after_gap: np.ndarray
+    headers: list[list[tuple[bytes, bytes]] | None]
 
     def __len__(self) -> int:
         return len(self.piece)
 
     @staticmethod
-    def of(rows: list[tuple[int, int, int, int, str | None, int | None, bool]]) -> _ParsedRows:
-        """From ``(piece, direction, offset, length, label, key, after_gap)`` tuples."""
+    def of(rows: list[tuple]) -> _ParsedRows:
+        """From ``(piece, direction, offset, length, label, key, after_gap, headers)`` tuples."""
         label = np.full(len(rows), None, object)
         label[:] = [r[4] for r in rows]
         return _ParsedRows(
             piece=np.array([r[0] for r in rows], np.int64), dirs=np.array([r[1] for r in rows], np.int64),
             off=np.array([r[2] for r in rows], np.int64), length=np.array([r[3] for r in rows], np.int64),
             label=label, key=[r[5] for r in rows], after_gap=np.array([r[6] for r in rows], bool),
+            headers=[r[7] for r in rows],
         )  # fmt: skip
 
 
@@ -731,9 +768,16 @@ class FlowAssembler:
     """
 
     def __init__(
-        self, *, idle_timeout_ns: int = 60_000_000_000, max_carry: int = 1 << 17, keep_payload: bool = False
+        self,
+        *,
+        idle_timeout_ns: int = 60_000_000_000,
+        max_carry: int = 1 << 17,
+        keep_payload: bool = False,
+        keys: KeyOptions | None = None,
     ) -> None:
         self.keep_payload = keep_payload
+        #: Which request keys HTTP messages give (``capture.request_keys``); None reads none.
+        self.keys = keys
         self.idle_timeout_ns = idle_timeout_ns
         self.max_carry = max_carry
         self.stats = FlowStats()
@@ -953,6 +997,10 @@ class FlowAssembler:
         st.flows_by_proto.update(out.protos[mask & out.counted].tolist())
         for code, k in zip(*np.unique(msgs.proto, return_counts=True), strict=True):
             st.messages_by_proto[protocol_names()[int(code)]] += int(k)
+        if len(msgs):
+            st.with_trace_id += int((msgs.trace_id != b"").sum())
+            st.with_request_id += int((msgs.request_id != b"").sum())
+            st.keys_malformed += int(msgs.keys_malformed.sum(dtype=np.int64))
 
     def _remember_closed(self, pc: _Pieces, closed: np.ndarray) -> None:
         """Note the next sequence number each way of the connections that closed."""
@@ -1426,6 +1474,7 @@ class FlowAssembler:
         keep = handled[tp]
         if not keep.any():
             return _empty_messages(), handled
+        lo, hi = lo[keep], hi[keep]
         tix, tp, td, span, labels = tix[keep], tp[keep], td[keep], span[keep], labels[keep]
         pst = np.r_[True, tp[1:] != tp[:-1]]
         is_call = td == 0
@@ -1445,6 +1494,8 @@ class FlowAssembler:
             flow=cb.flow_ids[tp], proto=np.full(len(tix), protocol_codes()["http"], np.int8), label=labels,
             payload=np.full(len(tix), None, object), server_is_dst=is_call, status=status,
         )  # fmt: skip
+        if self.keys is not None:
+            msgs = msgs.with_keys(http1_keys(cb.stream, lo, hi, self.keys))
         return msgs, handled
 
     def _turn_payloads(
@@ -1571,9 +1622,8 @@ class FlowAssembler:
         msgs = self._parsed_table(cb, rows, ts, pairs, protos)
         return _Parsed(msgs, rows, fallback, clean, by_key & parsed, unparsed)
 
-    @staticmethod
     def _parse_runs(
-        cb: _ConnectionBatch, protos: np.ndarray, parsed: np.ndarray
+        self, cb: _ConnectionBatch, protos: np.ndarray, parsed: np.ndarray
     ) -> tuple[_ParsedRows, np.ndarray, np.ndarray]:
         """The parsers over each run of contiguous bytes: the messages found (those of
         connections that fall back to the turn-taking rule left out), the bytes after the
@@ -1586,16 +1636,22 @@ class FlowAssembler:
         rs = np.flatnonzero(k.run_start)
         run_end = np.r_[rs[1:], len(k.run_start)][np.searchsorted(rs, sel)]
         lo, hi = k.sstart[sel], k.sstart[run_end - 1] + k.kcap[run_end - 1]
-        rows: list[tuple[int, int, int, int, str | None, int | None, bool]] = []
+        rows: list[tuple] = []
         found = np.zeros(2 * cb.count, np.int64)
         unparsed = np.zeros(cb.count, np.int64)
+        # Parsers that can tell header fields (HTTP/2) are asked for the request keys'.
+        want = frozenset(self.keys.names) if self.keys is not None else None
         for r, a, b in zip(sel.tolist(), lo.tolist(), hi.tolist(), strict=True):
             p, dr = int(k.kp[r]), int(k.kd[r])
-            msgs = parse_stream(protos[p], stream[a:b], dr, cb.ctxs[p])
+            ctx = cb.ctxs[p]
+            if want is not None:
+                ctx[WANT_HEADERS] = want
+            msgs = parse_stream(protos[p], stream[a:b], dr, ctx)
+            headers = ctx.pop(FOUND_HEADERS, None) or {}
             after_gap = bool(k.gap[r])
             used = 0
             for i, (off, ln, lab, key) in enumerate(msgs):
-                rows.append((p, dr, a + off, ln, lab, key, after_gap and i == 0))
+                rows.append((p, dr, a + off, ln, lab, key, after_gap and i == 0, headers.get(off)))
                 used = max(used, off + ln)
             found[2 * p + dr] += len(msgs)
             unparsed[p] += max(0, (b - a) - used)
@@ -1676,7 +1732,7 @@ class FlowAssembler:
             payload[:] = [
                 cb.stream[a : a + n] for a, n in zip(rows.off.tolist(), rows.length.tolist(), strict=True)
             ]
-        return Messages(
+        msgs = Messages(
             ts_ns=ts,
             src_hi=np.where(sender_is_a, a_hi, b_hi),
             src_lo=np.where(sender_is_a, a_lo, b_lo),
@@ -1695,6 +1751,22 @@ class FlowAssembler:
             server_is_dst=from_client,
             status=return_statuses(rows.label, pairs.op == 1),
         )
+        return msgs if self.keys is None else msgs.with_keys(self._parsed_keys(cb, rows, protos))
+
+    def _parsed_keys(self, cb: _ConnectionBatch, rows: _ParsedRows, protos: np.ndarray) -> RequestKeys:
+        """The request keys of parsed messages: HTTP/1.x read from their bytes, HTTP/2
+        from the header fields its parser gave."""
+        assert self.keys is not None
+        keys = RequestKeys.none(len(rows))
+        http1 = np.flatnonzero(protos[rows.piece] == "http")
+        if len(http1):
+            got = http1_keys(cb.stream, rows.off[http1], rows.off[http1] + rows.length[http1], self.keys)
+            keys = _keys_at(keys, http1, got)
+        with_fields = np.flatnonzero(np.array([h is not None for h in rows.headers], bool))
+        if len(with_fields):
+            got = header_keys([rows.headers[i] for i in with_fields.tolist()], self.keys)
+            keys = _keys_at(keys, with_fields, got)
+        return keys
 
     # ---- where turns may be cut, and what released turns leave ---------------------------------
     def _cut_points(self, cb: _ConnectionBatch, paths: _Paths) -> np.ndarray:
@@ -1752,6 +1824,21 @@ class FlowAssembler:
                 by_key=bool(by_key[p]),
             )  # fmt: skip
         return out
+
+
+def _keys_at(keys: RequestKeys, at: np.ndarray, got: RequestKeys) -> RequestKeys:
+    """``keys`` with rows ``at`` set from ``got`` (the counts added)."""
+    cols = {}
+    for name in ("trace_id", "span_id", "request_id"):
+        base, new = getattr(keys, name), getattr(got, name)
+        col = base.astype(np.result_type(base.dtype, new.dtype))
+        col[at] = new
+        cols[name] = col
+    headers = keys.headers.copy()
+    headers[at] = got.headers
+    malformed = keys.malformed.copy()
+    malformed[at] = got.malformed
+    return RequestKeys(**cols, headers=headers, malformed=malformed)
 
 
 def _index_of(ids: np.ndarray, values: np.ndarray) -> np.ndarray:

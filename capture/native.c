@@ -8,6 +8,12 @@
  *   numpy it needs an index per 8-byte word.
  * - http_turns: whether each HTTP/1.x turn is exactly one message, and its label's bytes;
  *   in numpy a dozen passes over the stream and binary searches per turn.
+ * - http_headers: where the values of a few named header fields are in each HTTP/1.x
+ *   message; in numpy a pass over every byte of the stream (bodies too) and a gather per
+ *   line, here only the header lines are read.
+ * - traceparents, tokens: those values checked and copied into fixed-width rows (a W3C
+ *   traceparent's ids, an opaque request id); numpy needs a dozen passes over a byte
+ *   matrix of them.
  *
  * Both take and fill buffers the caller allocated (numpy arrays, bytes), check every
  * bound before touching memory, and never keep a reference. Only the Python C API is
@@ -391,10 +397,261 @@ done:
     return result;
 }
 
+/* ---- HTTP/1.x header fields -------------------------------------------------------- */
+
+PyDoc_STRVAR(http_headers_doc,
+"http_headers(stream, lo, hi, names, vlo, vhi) -> None\n\n"
+"For every message stream[lo[t]:hi[t]] and every name of ``names`` (bytes: lower-case\n"
+"field names, each followed by a line feed), where the value of the first header line of\n"
+"that name is: ``vlo[t * k + j]``, ``vhi[t * k + j]`` (int64, k names; -1 when absent).\n"
+"The header lines are those after the first line, up to the first empty line or hi[t];\n"
+"a name matches in any case and must be followed by a colon at once; the value is the\n"
+"rest of the line, blanks (space, tab) and a carriage return at its end taken off.");
+
+static PyObject *
+http_headers(PyObject *self, PyObject *args)
+{
+    PyObject *objs[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO:http_headers", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5]))
+        return NULL;
+    static const char *names[6] = {"stream", "lo", "hi", "names", "vlo", "vhi"};
+    static const int writable[6] = {0, 0, 0, 0, 1, 1};
+    static const Py_ssize_t item[6] = {1, 8, 8, 1, 8, 8};
+    Py_buffer v[6];
+    int got = 0;
+    PyObject *result = NULL;
+    for (; got < 6; got++)
+        if (get_buffer_aligned(objs[got], &v[got], writable[got], names[got], (int)item[got]) < 0)
+            goto done;
+    /* The names: up to 32, each ending with a line feed. */
+    const unsigned char *nb = (const unsigned char *)v[3].buf;
+    Py_ssize_t name_at[32], name_len[32];
+    int k = 0;
+    for (Py_ssize_t i = 0, start = 0; i < v[3].len; i++)
+        if (nb[i] == '\n') {
+            if (k == 32 || i == start) {
+                PyErr_SetString(PyExc_ValueError, "names: 1 to 32 non-empty names, each ending with a line feed");
+                goto done;
+            }
+            name_at[k] = start;
+            name_len[k++] = i - start;
+            start = i + 1;
+        }
+    Py_ssize_t turns = v[1].len / 8;
+    if (v[2].len != turns * 8 || v[4].len != turns * k * 8 || v[5].len != turns * k * 8) {
+        PyErr_SetString(PyExc_ValueError, "lo and hi need one item per message, vlo and vhi one per name too");
+        goto done;
+    }
+    const unsigned char *s = (const unsigned char *)v[0].buf;
+    const int64_t *lo = (const int64_t *)v[1].buf, *hi = (const int64_t *)v[2].buf;
+    int64_t *vlo = (int64_t *)v[4].buf, *vhi = (int64_t *)v[5].buf;
+    for (Py_ssize_t t = 0; t < turns; t++) {
+        int64_t a = lo[t], b = hi[t];  /* read once: the outputs may share memory with them */
+        if (a < 0 || b < a || b > v[0].len) {
+            PyErr_Format(PyExc_ValueError, "message %zd (%lld, %lld) is outside the stream of %zd bytes", t,
+                         (long long)a, (long long)b, v[0].len);
+            goto done;
+        }
+        int64_t *olo = vlo + t * k, *ohi = vhi + t * k;
+        for (int j = 0; j < k; j++)
+            olo[j] = ohi[j] = -1;
+        const unsigned char *nl = memchr(s + a, '\n', (size_t)(b - a));
+        int left = k;
+        while (nl != NULL && left > 0) {
+            Py_ssize_t ls = nl - s + 1;  /* this line's start */
+            const unsigned char *next = ls < b ? memchr(s + ls, '\n', (size_t)(b - ls)) : NULL;
+            Py_ssize_t le = next != NULL ? next - s : b;
+            Py_ssize_t ce = le > ls && s[le - 1] == '\r' ? le - 1 : le;
+            if (ce == ls)
+                break;  /* the empty line: the header ends */
+            const unsigned char *colon = memchr(s + ls, ':', (size_t)(ce - ls));
+            if (colon != NULL) {
+                Py_ssize_t nlen = colon - (s + ls);
+                for (int j = 0; j < k; j++) {
+                    if (olo[j] >= 0 || name_len[j] != nlen)
+                        continue;
+                    Py_ssize_t i = 0;
+                    while (i < nlen) {
+                        unsigned char c = s[ls + i];
+                        if (c >= 'A' && c <= 'Z')
+                            c |= 0x20;
+                        if (c != nb[name_at[j] + i])
+                            break;
+                        i++;
+                    }
+                    if (i < nlen)
+                        continue;
+                    Py_ssize_t va = ls + nlen + 1, vb = ce;
+                    while (va < vb && (s[va] == ' ' || s[va] == '\t'))
+                        va++;
+                    while (vb > va && (s[vb - 1] == ' ' || s[vb - 1] == '\t'))
+                        vb--;
+                    olo[j] = va;
+                    ohi[j] = vb;
+                    left--;
+                    break;
+                }
+            }
+            nl = next;
+        }
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(&v[i]);
+    return result;
+}
+
+/* The buffers of objs (counted in *got, for release on failure too). */
+static int
+get_buffers(PyObject **objs, int nobj, Py_buffer *v, const char *const *names, const int *writable,
+            const Py_ssize_t *item, int *got)
+{
+    for (*got = 0; *got < nobj; (*got)++)
+        if (get_buffer_aligned(objs[*got], &v[*got], writable[*got], names[*got], (int)item[*got]) < 0)
+            return -1;
+    return 0;
+}
+
+static int
+is_lower_hex(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+static int
+all_lower_hex(const unsigned char *p, int n, int *nonzero)
+{
+    *nonzero = 0;
+    for (int i = 0; i < n; i++) {
+        if (!is_lower_hex(p[i]))
+            return 0;
+        if (p[i] != '0')
+            *nonzero = 1;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(traceparents_doc,
+"traceparents(buf, vlo, vhi, trace, span, ok) -> None\n\n"
+"Check each W3C traceparent value buf[vlo[i]:vhi[i]] (int64 spans): version (two lower-case\n"
+"hex digits, not ff), trace id (32), parent id (16), flags (2), dashes between; version 00\n"
+"exactly 55 bytes, a later one 55 or more with a dash after the flags; neither id all\n"
+"zeros. ``ok`` (uint8) 1 where valid, and then the ids into rows i of ``trace`` (32 bytes\n"
+"each) and ``span`` (16).");
+
+static PyObject *
+traceparents(PyObject *self, PyObject *args)
+{
+    PyObject *objs[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO:traceparents", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5]))
+        return NULL;
+    static const char *const names[6] = {"buf", "vlo", "vhi", "trace", "span", "ok"};
+    static const int writable[6] = {0, 0, 0, 1, 1, 1};
+    static const Py_ssize_t item[6] = {1, 8, 8, 1, 1, 1};
+    Py_buffer v[6];
+    int got = 0;
+    PyObject *result = NULL;
+    if (get_buffers(objs, 6, v, names, writable, item, &got) < 0)
+        goto done;
+    Py_ssize_t n = v[1].len / 8;
+    if (v[2].len != n * 8 || v[3].len != n * 32 || v[4].len != n * 16 || v[5].len != n) {
+        PyErr_SetString(PyExc_ValueError, "vlo, vhi, ok need one item per value, trace 32 bytes, span 16");
+        goto done;
+    }
+    const unsigned char *s = (const unsigned char *)v[0].buf;
+    const int64_t *vlo = (const int64_t *)v[1].buf, *vhi = (const int64_t *)v[2].buf;
+    unsigned char *trace = (unsigned char *)v[3].buf, *span = (unsigned char *)v[4].buf;
+    unsigned char *ok = (unsigned char *)v[5].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t a = vlo[i], b = vhi[i];
+        if (a < 0 || b < a || b > v[0].len) {
+            PyErr_Format(PyExc_ValueError, "value %zd (%lld, %lld) is outside the buffer", i, (long long)a,
+                         (long long)b);
+            goto done;
+        }
+        const unsigned char *p = s + a;
+        int64_t len = b - a;
+        int nz_v, nz_t, nz_s, nz_f;
+        int good = len >= 55 && all_lower_hex(p, 2, &nz_v) && !(p[0] == 'f' && p[1] == 'f') && p[2] == '-'
+                   && p[35] == '-' && p[52] == '-' && all_lower_hex(p + 3, 32, &nz_t)
+                   && all_lower_hex(p + 36, 16, &nz_s) && all_lower_hex(p + 53, 2, &nz_f) && nz_t && nz_s;
+        if (good && len != 55)
+            good = nz_v && p[55] == '-';  /* only a later version may go on */
+        ok[i] = (unsigned char)good;
+        if (good) {
+            memcpy(trace + 32 * i, p + 3, 32);
+            memcpy(span + 16 * i, p + 36, 16);
+        }
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&v[k]);
+    return result;
+}
+
+PyDoc_STRVAR(tokens_doc,
+"tokens(buf, vlo, vhi, out, ok) -> None\n\n"
+"Check each value buf[vlo[i]:vhi[i]] (int64 spans) as an opaque token: 1 to w bytes of\n"
+"printable ASCII (0x20-0x7e), w the width of ``out``'s rows (``out`` holds one row per\n"
+"value, zeros). ``ok`` (uint8) 1 where it is, and then the value into its row.");
+
+static PyObject *
+tokens(PyObject *self, PyObject *args)
+{
+    PyObject *objs[5];
+    if (!PyArg_ParseTuple(args, "OOOOO:tokens", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4]))
+        return NULL;
+    static const char *const names[5] = {"buf", "vlo", "vhi", "out", "ok"};
+    static const int writable[5] = {0, 0, 0, 1, 1};
+    static const Py_ssize_t item[5] = {1, 8, 8, 1, 1};
+    Py_buffer v[5];
+    int got = 0;
+    PyObject *result = NULL;
+    if (get_buffers(objs, 5, v, names, writable, item, &got) < 0)
+        goto done;
+    Py_ssize_t n = v[1].len / 8;
+    if (v[2].len != n * 8 || v[4].len != n || (n > 0 && v[3].len % n != 0)) {
+        PyErr_SetString(PyExc_ValueError, "vlo, vhi, ok and the rows of out need one item per value");
+        goto done;
+    }
+    Py_ssize_t width = n > 0 ? v[3].len / n : 0;
+    const unsigned char *s = (const unsigned char *)v[0].buf;
+    const int64_t *vlo = (const int64_t *)v[1].buf, *vhi = (const int64_t *)v[2].buf;
+    unsigned char *out = (unsigned char *)v[3].buf, *ok = (unsigned char *)v[4].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t a = vlo[i], b = vhi[i];
+        if (a < 0 || b < a || b > v[0].len) {
+            PyErr_Format(PyExc_ValueError, "value %zd (%lld, %lld) is outside the buffer", i, (long long)a,
+                         (long long)b);
+            goto done;
+        }
+        int good = b > a && b - a <= width;
+        for (int64_t j = a; good && j < b; j++)
+            good = s[j] >= 0x20 && s[j] <= 0x7e;
+        ok[i] = (unsigned char)good;
+        if (good)
+            memcpy(out + width * i, s + a, (size_t)(b - a));
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&v[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"pcap_walk", pcap_walk, METH_VARARGS, pcap_walk_doc},
     {"join_spans", join_spans, METH_VARARGS, join_spans_doc},
     {"http_turns", http_turns, METH_VARARGS, http_turns_doc},
+    {"http_headers", http_headers, METH_VARARGS, http_headers_doc},
+    {"traceparents", traceparents, METH_VARARGS, traceparents_doc},
+    {"tokens", tokens, METH_VARARGS, tokens_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -504,6 +504,16 @@ class _DatasetWriter:
         self._part._append(table)
         self._part_rows += table.num_rows
 
+    def widen(self, schema: pa.Schema) -> None:
+        """Go on with the columns of ``schema``: the part being written is widened now,
+        the finished ones when the dataset closes."""
+        if self._types is None:
+            return
+        self._types = [(f.name, f.type) for f in schema]
+        self._schema = schema
+        if self._part is not None:
+            self._part._widen(schema)
+
     def _next_part(self, provenance: Mapping[str, Any]) -> None:
         if self._part is not None:
             self._finish_part(provenance)
@@ -530,7 +540,8 @@ class _DatasetWriter:
             TraceWriter(path, provenance=provenance, row_group_size=self.row_group_size) as w,
         ):
             for i in range(pf.num_row_groups):
-                w._append(pf.read_row_group(i))
+                rows = pf.read_row_group(i)
+                w._append(with_fields(rows, self._schema) if self._schema is not None else rows)
 
     def close(self, provenance: Mapping[str, Any]) -> None:
         """Finish the last part, bring every part's provenance up to date, write the
@@ -545,7 +556,9 @@ class _DatasetWriter:
             self._finish_part(provenance)
             final = _metadata_bytes(provenance)
             for path, meta in self._done:
-                if meta != final:
+                if meta != final or (
+                    self._schema is not None and pq.read_schema(path).names != self._schema.names
+                ):
                     self._rewrite(path, provenance)
             schema = self._schema if self._schema is not None else empty_trace().schema
             with write_errors(self.path):
@@ -564,6 +577,24 @@ class _DatasetWriter:
         if part is not None:
             part.abort()
         self._out.discard()
+
+
+#: Columns nearly unique per request: a dictionary page would repeat them in every row group.
+_NEAR_UNIQUE = frozenset({"trace_id", "span_id", "request_id"})
+
+
+def with_fields(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table``'s columns in the order and types of ``schema``, nulls for those it lacks.
+
+    Examples
+    --------
+    >>> t = with_fields(pa.table({"a": [1]}), pa.schema([("a", pa.int64()), ("b", pa.string())]))
+    >>> t.column_names, t["b"].null_count
+    (['a', 'b'], 1)
+    """
+    n = table.num_rows
+    cols = [table[f.name] if f.name in table.column_names else pa.nulls(n, f.type) for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema.with_metadata(table.schema.metadata))
 
 
 class TraceWriter:
@@ -596,6 +627,11 @@ class TraceWriter:
     partition : Partitioning or str, optional
         Write a dataset with parts of this many messages or this time span
         (``Partitioning.parse``: ``"5M"``, ``"1h"``); None writes one file.
+    may_add : sequence of str
+        Optional or user columns a write may bring after the first (the rows before
+        have nulls there: what was written is written again, once per such column) or
+        leave out (nulls). A capture learns only as it goes whether a column such as
+        ``trace_id`` has any value; a trace without one does not get it.
 
     Examples
     --------
@@ -624,8 +660,11 @@ class TraceWriter:
         provenance: Mapping[str, Any] | None = None,
         row_group_size: int = DEFAULT_ROW_GROUP,
         partition: Partitioning | str | None = None,
+        may_add: Sequence[str] = (),
     ) -> None:
         self.partition = Partitioning.of(partition)
+        self.may_add = frozenset(may_add)
+        self._known: pa.Schema | None = None  # the columns so far (with may_add)
         self._dataset: _DatasetWriter | None = None
         self._out: OutputFile | None = None
         if self.partition is not None:
@@ -672,7 +711,7 @@ class TraceWriter:
                 self._schema,
                 compression="zstd",
                 compression_level=3,
-                use_dictionary=[n for n in schema.names if n not in delta],
+                use_dictionary=[n for n in schema.names if n not in delta and n not in _NEAR_UNIQUE],
                 column_encoding=dict.fromkeys(delta, "DELTA_BINARY_PACKED"),
                 write_statistics=["timestamp"],
                 write_page_checksum=True,
@@ -681,11 +720,62 @@ class TraceWriter:
     def write(self, table: pa.Table | pa.RecordBatch) -> None:
         """Append messages (validated against the schema fixed by the first write)."""
         table = validate_trace(table)
+        if self.may_add:
+            table = self._conform(table)
         if self._dataset is not None:
             self._dataset.write(table, self.provenance)
             self.rows += table.num_rows
             return
         self._append(table)
+
+    def _conform(self, table: pa.Table) -> pa.Table:
+        """``table`` with the columns so far: those of ``may_add`` it lacks as nulls; the
+        ones it brings first added to the trace (:meth:`_widen`)."""
+        if self._known is None:
+            self._known = table.schema.remove_metadata()
+            return table
+        new = [f for f in table.schema if f.name not in self._known.names]
+        if any(f.name not in self.may_add for f in new):
+            return table  # refused where it is written, naming the columns
+        if new:
+            fields = [*self._known, *new]
+            self._known = validate_trace(pa.schema(fields).empty_table()).schema
+            if self._dataset is not None:
+                self._dataset.widen(self._known)
+            else:
+                self._widen(self._known)
+        return with_fields(table, self._known)
+
+    def _widen(self, schema: pa.Schema) -> None:
+        """Go on with the columns of ``schema``: what is written already is written again
+        with nulls in the new ones (a row group at a time)."""
+        self._pending = [with_fields(t, schema) for t in self._pending]
+        if self._writer is None:
+            return  # nothing open yet: the next write opens with this schema
+        if self._sink is not None:
+            raise SchemaError(
+                f"{self.path}: column(s) {[n for n in schema.names if n not in self._schema.names]} "
+                "appeared after the first rows went into a pipe or device, which cannot be written "
+                "again: write to a file"
+            )
+        assert self._out is not None
+        assert self._out.tmp is not None
+        with write_errors(self.path):
+            self._writer.close()
+            self._writer = None
+            narrow = self._out.tmp.with_name(self._out.tmp.name + ".narrow")
+            os.replace(self._out.tmp, narrow)
+            try:
+                self._open_writer(schema)
+                assert self._writer is not None
+                pf = pq.ParquetFile(narrow)
+                try:
+                    for i in range(pf.num_row_groups):
+                        self._writer.write_table(with_fields(pf.read_row_group(i), schema))
+                finally:
+                    pf.close()
+            finally:
+                narrow.unlink(missing_ok=True)
 
     def _append(self, table: pa.Table) -> None:
         """Append a validated table to the file."""

@@ -19,7 +19,7 @@ parser lookup derive (docs/capture.md, "Adding a protocol").
 
 from __future__ import annotations
 
-from capture.protocols.base import NO_REPLY, Message
+from capture.protocols.base import FOUND_HEADERS, NO_REPLY, WANT_HEADERS, Message
 from capture.protocols.dns import DNS_PORTS, NOT_DNS_PORTS, parse_dns_datagram
 from capture.protocols.http1 import REQUEST_METHODS
 from capture.protocols.registry import (
@@ -38,10 +38,12 @@ from capture.protocols.tls import tls_records, tls_server_name
 
 __all__ = [
     "DNS_PORTS",
+    "FOUND_HEADERS",
     "NOT_DNS_PORTS",
     "NO_REPLY",
     "PROTOCOLS",
     "REQUEST_METHODS",
+    "WANT_HEADERS",
     "Check",
     "Message",
     "Protocol",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["NO_REPLY", "Detector", "Message", "Parser"]
+__all__ = ["FOUND_HEADERS", "NO_REPLY", "WANT_HEADERS", "Detector", "Message", "Parser"]
 
 #: (offset, length, label, key) of one message in a run of stream bytes.
 Message = tuple[int, int, str | None, int | None]
@@ -18,3 +18,10 @@ Parser = Callable[[bytes, int, dict, list[Message]], list[Message]]
 #: ``(client, server, client port, server port)``: whether a connection whose first bytes
 #: each way (up to 256, either may be empty) are these is of the protocol.
 Detector = Callable[[bytes, bytes, int, int], bool]
+#: ``ctx`` keys of a parser that can tell the header fields of its messages (HTTP/2): the
+#: caller sets ``ctx[WANT_HEADERS]`` to the lower-case names it wants (a frozenset of
+#: bytes); the parser leaves under ``ctx[FOUND_HEADERS]``, for the messages of the run it
+#: just read, ``{offset: [(name, value), ...]}`` (the first header block of each message),
+#: which the caller takes away after each run. Nothing is kept unless asked for.
+WANT_HEADERS = "want-headers"
+FOUND_HEADERS = "found-headers"

@@ -1,9 +1,10 @@
 """HTTP/2 (and gRPC over it): a message per stream and direction, labelled from the
-HPACK-decoded request headers."""
+HPACK-decoded request headers; the header fields a caller asks for (``WANT_HEADERS``,
+``capture.protocols.base``) are handed back per message."""
 
 from __future__ import annotations
 
-from capture.protocols.base import Message
+from capture.protocols.base import FOUND_HEADERS, WANT_HEADERS, Message
 
 __all__ = ["PREFACE", "detect_framing", "detect_start", "parse"]
 
@@ -53,7 +54,8 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
     is the request's ``:method :path`` (a gRPC call's method, e.g.
     ``POST /greet.GreetService/Greet``), from the HPACK-decoded headers, for the call
     and its return; ``stream N`` where the headers cannot be decoded (see
-    ``_HeaderBlocks``).
+    ``_HeaderBlocks``). With ``ctx[WANT_HEADERS]``, the fields of those names in each
+    message's first header block go to ``ctx[FOUND_HEADERS]``, by the message's offset.
 
     Examples
     --------
@@ -65,7 +67,8 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
     started: list[list] = []
     pos, n = 0, len(buf)
     # Every run starts a fresh table: a later run of a direction comes after a gap.
-    blocks = _HeaderBlocks()
+    blocks = _HeaderBlocks(ctx.get(WANT_HEADERS))
+    found: dict[int, list[tuple[bytes, bytes]]] = {}
     preface = direction == 0 and buf.startswith(PREFACE)
     # After a gap the run may begin inside a frame: read no headers unless frames chain.
     readable = preface or _frames_plausible(buf)
@@ -93,9 +96,17 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
                 )
                 if pseudo and direction == 0 and b":method" in pseudo:
                     _label_call(pseudo, sid, labels, started)
+                fields = blocks.fields if pseudo is not None else []
+                if fields:
+                    # A message's first block (not its trailers), if it started in this run.
+                    msg = next((m for m in reversed(started) if m[3] == sid), None)
+                    if msg is not None:
+                        found.setdefault(msg[0], fields)
         pos = end
     # A message of an earlier run still open here is not repeated; only this run's starts count.
     out.extend((m[0], m[1], m[2], m[3]) for m in started)
+    if found:
+        ctx[FOUND_HEADERS] = found
     return out
 
 
@@ -159,7 +170,9 @@ class _HeaderBlocks:
     or a gap; a block that fails gives no label.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, want: frozenset[bytes] | None = None) -> None:
+        self.want = want or frozenset()
+        self.fields: list[tuple[bytes, bytes]] = []  # the wanted fields of the last block
         self.reset()
 
     def reset(self) -> None:
@@ -172,7 +185,8 @@ class _HeaderBlocks:
 
     def add(self, fragment: bytes | None, last: bool, starts: bool) -> dict[bytes, bytes] | None:
         """Add a block fragment (None: a malformed frame); at the block's end, its
-        pseudo-headers (None if the block refers to what this table never saw). A
+        pseudo-headers (None if the block refers to what this table never saw), and in
+        ``fields`` the fields of the names wanted, in their order. A
         fragment that does not start a block (a CONTINUATION) with no block begun is
         the tail of one this side missed: skipped, never read as a block of its own."""
         if fragment is None:
@@ -194,6 +208,7 @@ class _HeaderBlocks:
         except (HPACKError, ValueError, IndexError):
             self.reset()
             return None
+        self.fields = [(name, value) for name, value in headers if name in self.want]
         return {name: value for name, value in headers if name.startswith(b":")}
 
 
