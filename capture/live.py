@@ -637,7 +637,7 @@ def capture_live(
         Called with the report of the recording once tcpdump has stopped, before the
         conversion of the last packets.
     convert_options : mapping, optional
-        More keyword arguments for the converter: ``node_by``, ``keep_payload``,
+        More keyword arguments for the converter: ``node_by``, ``keep_payload``, ``keys``,
         ``point``, ``part_every_s``, ``chunk_bytes``.
 
     Returns
@@ -780,7 +780,7 @@ def _raise_failures(failures: Sequence[str], recorded: LiveReport, *, wrote: Pat
     raise TraceFileError("; ".join(failures) + done + kept + later)
 
 
-_CONVERT_OPTIONS = frozenset({"node_by", "keep_payload", "point", "part_every_s", "chunk_bytes"})
+_CONVERT_OPTIONS = frozenset({"node_by", "keep_payload", "keys", "point", "part_every_s", "chunk_bytes"})
 _FOLLOW_WAIT_S = 0.5  # a read of a growing file returns at most this long after its first bytes
 _POLL_S = 0.05
 _PCAP_HEADER = 24  # bytes of a pcap file header; a pcapng section header is longer

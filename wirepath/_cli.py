@@ -255,3 +255,34 @@ def count(lo: int = 1, hi: int = _MANY) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def add_key_options(p: argparse.ArgumentParser) -> None:
+    """``--request-id-headers`` and ``--keep-headers``: what a capture reads of request
+    identity and keeps of headers (``capture.request_keys.KeyOptions``)."""
+    p.add_argument(
+        "--request-id-headers",
+        default="X-Request-ID,X-Correlation-ID",
+        metavar="NAME,...",
+        help="headers holding an opaque request id, the first present wins (column request_id; default "
+        "X-Request-ID,X-Correlation-ID; an empty value reads none). Trace ids (traceparent, b3, "
+        "uber-trace-id, grpc-trace-bin) are always read",
+    )
+    p.add_argument(
+        "--keep-headers",
+        default="",
+        metavar="NAME,...",
+        help="also store these headers' values, one column x_header_<name> each (e.g. user-agent -> "
+        "x_header_user_agent); by default no other header value is stored",
+    )
+
+
+def key_options(args: argparse.Namespace) -> Any:
+    """The ``KeyOptions`` of ``--request-id-headers`` and ``--keep-headers`` (a bad name is
+    a ``ParameterError``, one line naming what is allowed)."""
+    from capture.request_keys import KeyOptions
+
+    return KeyOptions(
+        request_id_headers=KeyOptions.split(args.request_id_headers),
+        keep_headers=KeyOptions.split(args.keep_headers),
+    )

@@ -12,7 +12,7 @@ import capture
 import tracefmt
 from capture.naming import NODE_BY
 from wirepath import cli_live
-from wirepath._cli import Parser, add_cluster_options, add_verb, emit, runner
+from wirepath._cli import Parser, add_cluster_options, add_key_options, add_verb, emit, key_options, runner
 from wirepath._cli import end_progress as _end_progress
 from wirepath._cli import progress as _progress
 
@@ -88,10 +88,12 @@ def _register_pcap(sources: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also store each message's captured bytes (column x_payload); by default no payload is kept",
     )
+    add_key_options(p)
     add_cluster_options(p)
 
 
 def _cmd_pcap(args: argparse.Namespace) -> int:
+    keys = key_options(args)  # a bad header name stops us before any file is read
     # Over the files' sizes when they are known (a gzip file's is not its content's).
     sizes = [os.path.getsize(f) for f in args.files if os.path.isfile(f) and not str(f).endswith(".gz")]
     known = len(sizes) == len(args.files)
@@ -104,6 +106,7 @@ def _cmd_pcap(args: argparse.Namespace) -> int:
             node_by=args.node_by,
             point_from_file=args.point_from_file,
             keep_payload=args.keep_payload,
+            keys=keys,
             dedup_window_ns=tracefmt.parse_duration_ns(args.dedup_window),
             on_progress=progress,
             on_read=progress.read if progress is not None and known else None,

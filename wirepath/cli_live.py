@@ -14,7 +14,16 @@ from typing import Any
 import capture
 import tracefmt
 from capture.live import DEFAULT_BUFFER_MB, DEFAULT_SNAPLEN, LiveCapture, LiveReport, Recording, capture_live
-from wirepath._cli import Progress, add_verb, count, emit, end_progress, progress
+from wirepath._cli import (
+    Progress,
+    add_key_options,
+    add_verb,
+    count,
+    emit,
+    end_progress,
+    key_options,
+    progress,
+)
 
 __all__ = ["register"]
 
@@ -62,6 +71,7 @@ def register(sources: argparse._SubParsersAction) -> None:
         help="name nodes by address, or servers by address:port (default address)",
     )
     p.add_argument("--no-convert", action="store_true", help="only record the pcap files")
+    add_key_options(p)
 
 
 def _recording_arguments(p: argparse.ArgumentParser) -> None:
@@ -87,6 +97,7 @@ def _recording_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_live(args: argparse.Namespace) -> int:
+    keys = key_options(args)  # a bad header name stops us before anything is recorded
     duration = tracefmt.parse_duration_ns(args.duration) / 1e9 if args.duration else None
     watch = _Watch(args, duration)
     with _signals_to(watch.on_signal):
@@ -108,7 +119,7 @@ def _cmd_live(args: argparse.Namespace) -> int:
                 on_ready=watch.on_ready,
                 on_progress=watch.on_progress,
                 on_recorded=watch.on_recorded,
-                convert_options={"node_by": args.node_by},
+                convert_options={"node_by": args.node_by, "keys": keys},
             )
         finally:
             end_progress(watch.bar)
@@ -198,4 +209,11 @@ def _summary(report: LiveReport) -> str:
             if messages is not None
             else f"wrote {report.trace}"
         )
+        conv = report.conversion or {}
+        if conv.get("with_trace_id") or conv.get("with_request_id") or conv.get("keys_malformed"):
+            lines.append(
+                f"request keys: {conv.get('with_trace_id', 0):,} messages with a trace id, "
+                f"{conv.get('with_request_id', 0):,} with a request id; malformed values skipped "
+                f"{conv.get('keys_malformed', 0):,}"
+            )
     return "\n".join(lines)
