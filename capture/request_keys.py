@@ -11,7 +11,8 @@ message trace can keep that (columns ``trace_id``, ``span_id``, ``request_id``;
   ``X-B3-SpanId``; Jaeger's ``uber-trace-id`` (``traceid:spanid:parentspanid:flags``);
   gRPC's binary ``grpc-trace-bin`` (OpenCensus: version 0, then field 0 and the 16-byte
   trace id, field 1 and the 8-byte span id, field 2 and the options byte; base64 on the
-  wire, padding optional). Shorter trace ids (B3's 16 digits, Jaeger's of any width) are
+  wire, padding optional, or raw after a NUL byte where both gRPC peers allow "true
+  binary" metadata, as grpcio does). Shorter trace ids (B3's 16 digits, Jaeger's of any width) are
   left-padded with zeros; upper-case digits are taken (lower-cased) in B3 and Jaeger,
   not in ``traceparent``, whose grammar allows only lower case. An all-zero id, a value
   that does not follow its grammar, is malformed: skipped (the next header on the list
@@ -274,14 +275,15 @@ def _numpy_headers(
     if not len(lf):
         return vlo, vhi
     ls = lf + 1  # line starts
-    nxt = np.r_[lf[1:], len(s)]  # each line's end (its line feed, or the stream's end)
-    ce = nxt - ((nxt > ls) & (s[np.maximum(nxt - 1, 0)] == 13))  # a carriage return off
     # The message each line is in: the last one starting before the line.
     order = np.argsort(lo, kind="stable")
     m = np.searchsorted(lo[order], ls, side="right") - 1
     inside = m >= 0
     t = order[np.maximum(m, 0)]
     inside &= (ls < hi[t]) & (lf >= lo[t])
+    # Each line's end: its line feed, or its message's end.
+    nxt = np.minimum(np.r_[lf[1:], len(s)], hi[t])
+    ce = nxt - ((nxt > ls) & (s[np.maximum(nxt - 1, 0)] == 13))  # a carriage return off
     # The header block ends at the first empty line of the message.
     empty = inside & (ce == ls)
     first_empty = np.full(n, np.iinfo(np.int64).max, np.int64)
@@ -450,15 +452,19 @@ def _uber(m: np.ndarray, length: np.ndarray) -> _Ids:
 
 
 def _grpc_trace_bin(values: list[bytes]) -> _Ids:
-    """OpenCensus binary trace context, base64 (padding optional): version 0, then
+    """OpenCensus binary trace context, base64 (padding optional) or, after a NUL byte,
+    raw (gRPC's true-binary metadata): version 0, then
     fields 0 (trace id, 16 bytes), 1 (span id, 8), 2 (options, 1); a field of another id
     ends what this version can read."""
     out = _Ids(len(values))
     for i, v in enumerate(values):
-        try:
-            raw = base64.b64decode(v + b"=" * (-len(v) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            continue
+        if v[:1] == b"\x00":
+            raw = v[1:]  # gRPC's "true binary" metadata, where both peers allow it: raw bytes
+        else:
+            try:
+                raw = base64.b64decode(v + b"=" * (-len(v) % 4), validate=True)
+            except (binascii.Error, ValueError):
+                continue
         if not raw or raw[0] != 0:
             continue
         pos, trace, span = 1, b"", b""
