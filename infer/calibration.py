@@ -286,7 +286,12 @@ def rough_note(doc: dict[str, Any]) -> str | None:
 
 
 def twin_pairs(
-    pairs: CallPairs, parent: np.ndarray, *, seed: int = 0, max_pairs: int = TWIN_MAX_PAIRS
+    pairs: CallPairs,
+    parent: np.ndarray,
+    *,
+    seed: int = 0,
+    max_pairs: int = TWIN_MAX_PAIRS,
+    keys: np.ndarray | None = None,
 ) -> tuple[CallPairs, np.ndarray]:
     """A synthetic twin of a trace's call pairs and its true parents.
 
@@ -295,6 +300,9 @@ def twin_pairs(
     replacement: the same requests and the same start times, so the same load, in
     another order. On a trace of more than ``max_pairs`` pairs the twin is made of the
     requests starting in a stretch of time from its middle holding about that many.
+    With ``keys`` (per pair, the request key it carried; -1: none) each twin pair whose
+    pair carried one carries its twin request's (``CallPairs.key``, to be spread with
+    ``infer.keys.close_keys``): the same calls keyed as on the trace.
 
     Returns the twin's pairs (in call order) and each one's true parent.
 
@@ -314,7 +322,12 @@ def twin_pairs(
     shift[roots] = np.random.default_rng(seed).permutation(start) - start
     moved = shift[root[keep]]
     order = np.argsort(pairs.t_call[keep] + moved, kind="stable")
-    return _taken(pairs, parent, keep[order], moved[order])
+    twin, truth = _taken(pairs, parent, keep[order], moved[order])
+    if keys is not None:
+        index = keep[order]
+        key = np.where(keys[index] >= 0, root[index], -1)
+        twin = replace(twin, key=key, strict=np.zeros(index.size, bool))
+    return twin, truth
 
 
 def _taken(
@@ -487,6 +500,7 @@ def twin_calibration(
     likelihood_of: Callable[[CallPairs, np.ndarray], float] | None = None,
     max_pairs: int = TWIN_MAX_PAIRS,
     seed: int = 0,
+    keys: np.ndarray | None = None,
 ) -> Calibration:
     """Learn the calibration on a twin of ``pairs`` (``twin_pairs`` of the inferred
     ``parent``); ``infer_parents`` runs the same inference on a twin and returns its
@@ -508,10 +522,14 @@ def twin_calibration(
     likelihood per call depends on how many calls there are: then the gap is taken with
     ``likelihood_of(pairs, parent)`` (the model learnt from the assignment, its
     likelihood per call) on the trace's stretch and on the twin's answer alike.
+
+    ``keys`` (per pair, the request key it carried, -1: none) keys the twin's calls as
+    the trace's are (``twin_pairs``), so the twin is as easy as keys make the trace;
+    ``infer_parents`` spreads them (``infer.keys.close_keys``).
     """
     if int((parent >= 0).sum()) < MIN_LINKS:
         return Calibration.identity()
-    twin, truth = twin_pairs(pairs, parent, seed=seed, max_pairs=max_pairs)
+    twin, truth = twin_pairs(pairs, parent, seed=seed, max_pairs=max_pairs, keys=keys)
     got, log_odds, twin_likelihood = infer_parents(twin)
     linked = got >= 0
     if int(linked.sum()) < MIN_LINKS:
@@ -531,7 +549,7 @@ def twin_calibration(
         ys = corrected(grid, twin_map, gap, float(right.mean()), optimism)
         calls = replace(first, xs=grid, ys=ys, optimism=shift)
     else:
-        second_twin, second_truth = twin_pairs(twin, got, seed=seed + 1)
+        second_twin, second_truth = twin_pairs(twin, got, seed=seed + 1, keys=twin.key)
         got2, log_odds2, _ = infer_parents(second_twin)
         linked2 = got2 >= 0
         if int(linked2.sum()) < MIN_LINKS:

@@ -1179,6 +1179,8 @@ def infer_nesting(
         twins = iter(("calibration: the twin", "calibration: the twin's twin"))
 
         def answer_twin(twin: CallPairs) -> tuple[np.ndarray, np.ndarray, float]:
+            if twin.key is not None:
+                twin = with_keys(twin, close_keys(twin, twin.key, round(final.tolerance_s * 1e9)))
             got = answer(twin)
             say(next(twins, "calibration"))
             return got
@@ -1190,6 +1192,7 @@ def infer_nesting(
             log_likelihood=final.log_likelihood,
             optimism=OPTIMISM.get(params.preset_name or ""),
             likelihood_of=lambda p, parent: chain_log_likelihood(p, parent, same, len(nodes.names)),
+            keys=None if evidence is None else evidence.given,
         )
     assert final.log_odds is not None
     confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)

@@ -261,6 +261,9 @@ def test_optional_columns_are_typed_as_the_schema_says(tmp_path: Path, make_tabl
         label=pa.array(["GET /", "GET /", "POST /cart", None], pa.large_string()),
         status=pa.array([None, "200", None, "503"]),
         point=pa.array(["tap1"] * n),
+        request_id=pa.array(["r1", None, "r2", "r2"], pa.large_string()),
+        span_id=pa.array([None, "00f067aa0ba902b7", None, None]),
+        trace_id=pa.array(["4bf92f3577b34da6a3ce929d0e0e4736"] * n),
     )
     path = tmp_path / "t.parquet"
     write_trace(table, path)

@@ -205,6 +205,9 @@ def test_optional_columns_are_typed_and_ordered() -> None:
         proto=pa.array(["http", "dns"]),
         flow=pa.array([5, 6], pa.int16()),
         bytes=pa.array([1, None], pa.uint32()),
+        request_id=pa.array(["r1", None]),
+        span_id=pa.array([None, "00f067aa0ba902b7"]),
+        trace_id=pa.array(["4bf92f3577b34da6a3ce929d0e0e4736", None]),
     )
     out = validate_trace(table)
     assert out.column_names == [*CORE_COLUMNS, *(f.name for f in OPTIONAL_FIELDS)]
