@@ -20,6 +20,11 @@ Every tool runs in its own process and is measured whole, from process start
   -e tcp.srcport -e tcp.dstport -e tcp.seq -e tcp.len`` to /dev/null;
 - ``scapy``: ``scapy.utils.PcapReader`` over the file.
 
+``--keys`` measures what reading request keys costs (``capture.request_keys``): the
+keep-alive workload with a ``traceparent`` and an ``X-Request-ID`` on every request
+(unique per request), converted by the library with key reading on (the default) and off
+(``keys=None``), alternately, ``--repeat`` times each; it prints both and their ratio.
+
 The baselines read the first ``--baseline-packets`` of the first size's capture; the
 ratios (``x dpkt``, ``x tshark``) compare packets per CPU-second within one workload of
 one run. ``--memory-packets`` also converts a keep-alive capture that big, for peak RSS.
@@ -45,13 +50,19 @@ from capture.frames import tcp_frame
 ROOT = Path(__file__).resolve().parents[1]
 
 _REQ = b"GET /api/item/%05d HTTP/1.1\r\nHost: shop\r\nUser-Agent: bench\r\n\r\n"
+# The same request with a W3C trace context and a request id (unique per request).
+_REQ_KEYS = (
+    b"GET /api/item/%05d HTTP/1.1\r\nHost: shop\r\nUser-Agent: bench\r\n"
+    b"traceparent: 00-%032x-%016x-01\r\nX-Request-ID: %036x\r\n\r\n"
+)
 _RESP = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 24\r\n\r\nthe quick brown fox jump"
 
 
 def write_capture(
-    path: Path, packets: int, *, requests: int = 5, clients: int = 200, servers: int = 8
+    path: Path, packets: int, *, requests: int = 5, clients: int = 200, servers: int = 8, keys: bool = False
 ) -> int:
-    """Write a pcap of HTTP keep-alive conversations; returns the packets written."""
+    """Write a pcap of HTTP keep-alive conversations (with ``keys``, every request carries a
+    traceparent and an X-Request-ID); returns the packets written."""
     per_conv = 3 + 3 * requests + 3
     convs = max(1, packets // per_conv)
     out = open(path, "wb")  # noqa: SIM115 - closed below
@@ -73,7 +84,12 @@ def write_capture(
         cs += 1
         ss += 1
         for r in range(requests):
-            req = _REQ % ((c * requests + r) % 100000)
+            k = c * requests + r
+            if keys:  # ids that look random, as real ones do (they compress as badly)
+                h = ((k + 1) * 0x9E3779B97F4A7C15F39CC0605CEDC835) % (1 << 128)
+                req = _REQ_KEYS % (k % 100000, h, h >> 64, h ^ 0x5BD1E995)
+            else:
+                req = _REQ % (k % 100000)
             pk.append(tcp_frame(cli, srv, sp, dp, cs, ss, 0x18, req))
             cs += len(req)
             pk.append(tcp_frame(srv, cli, dp, sp, ss, cs, 0x18, _RESP))
@@ -103,6 +119,12 @@ _RUNNERS = {
 import sys
 import capture
 r = capture.convert_pcaps([sys.argv[1]], sys.argv[2])
+print(r.packets, r.messages)
+""",
+    "wirepath keys off": """
+import sys
+import capture
+r = capture.convert_pcaps([sys.argv[1]], sys.argv[2], keys=None)
 print(r.packets, r.messages)
 """,
     "dpkt": """
@@ -248,11 +270,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--repeat", type=int, default=1, help="runs of each tool, interleaved; the median is kept (1)"
     )
+    ap.add_argument(
+        "--keys", action="store_true",
+        help="only measure request-key reading: a keep-alive capture of the first size with keys, "
+        "converted with key reading on and off",
+    )  # fmt: skip
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     for tree in (ROOT, args.before):
         if tree is not None:
             compile_packages(tree)
+    if args.keys:
+        return _measure_keys(args)
     rows = []
     with tempfile.TemporaryDirectory(prefix="wirepath-bench-") as tmp:
         for kind in args.workloads:
@@ -330,6 +359,33 @@ def _measure(kind: str, jobs: list[tuple[str, Any]], repeat: int) -> list[dict]:
         got.sort(key=lambda r: r["cpu_seconds"])
         rows.append({"workload": kind, "tool": tool, **got[len(got) // 2], "runs": len(got)})
     return rows
+
+
+def _measure_keys(args: argparse.Namespace) -> int:
+    """Key reading on and off, alternately, on one keep-alive capture whose requests carry
+    a traceparent and an X-Request-ID; the runs of median CPU time, and their ratio."""
+    with tempfile.TemporaryDirectory(prefix="wirepath-bench-") as tmp:
+        pcap, out = Path(tmp) / "keys.pcap", Path(tmp) / "t.parquet"
+        n = write_capture(pcap, args.packets[0], keys=True)
+        print(f"keep-alive with keys: {n:,} packets, {os.path.getsize(pcap) / 1e6:.0f} MB", file=sys.stderr)
+        jobs = [
+            (tool, functools.partial(_run_python, tool, pcap, out, n))
+            for tool in ("wirepath keys off", "wirepath")
+        ]
+        rows = _measure("keep-alive+keys", jobs, args.repeat)
+        size = os.path.getsize(out)
+    off, on = rows
+    ratio = on["cpu_seconds"] / off["cpu_seconds"]
+    if args.json:
+        print(json.dumps({"off": off, "on": on, "ratio": ratio, "trace_bytes_on": size}, indent=2))
+        return 0
+    for label, r in (("keys off", off), ("keys on", on)):
+        print(
+            f"{label:9} {r['packets']:>10,} packets {r['messages']:>9,} messages  "
+            f"wall {r['seconds']:6.2f} s  CPU {r['cpu_seconds']:6.2f} s  peak RSS {r['peak_rss_mb']:5.0f} MB"
+        )
+    print(f"ratio on/off (CPU): {ratio:.3f}; trace with keys {size / 1e6:.1f} MB")
+    return 0
 
 
 def _timed_before(tree: Path, pcap: Path, out: Path, n: int) -> dict:

@@ -66,6 +66,7 @@ from tracefmt import (
 )
 from tracefmt.cluster import InProcess, Runner
 from tracefmt.hashing import mix64
+from tracefmt.parquet import as_listed
 from tracefmt.schema import NODE_TYPE, TS_TYPE
 
 __all__ = [
@@ -208,7 +209,7 @@ def messages_table(
             if col.dtype.itemsize > 1 or (col != b"").any():  # a width of 1: no batch had one
                 arr = _strings(col)
                 if arr.null_count < n:
-                    cols[name] = arr.dictionary_encode()
+                    cols[name] = as_listed(arr)  # nearly all different: not worth hashing
         kept = np.flatnonzero(msgs.headers != None)  # noqa: E711 - elementwise
         for i, column in enumerate(keys.columns):
             if len(kept):

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracefmt._files import (
@@ -583,6 +584,35 @@ class _DatasetWriter:
 _NEAR_UNIQUE = frozenset({"trace_id", "span_id", "request_id"})
 
 
+def as_listed(col: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
+    """A string column (or dictionary of strings) as a dictionary<int32, string> that lists
+    its non-null values in order, repeats and all: no hashing, for values nearly all
+    different (trace ids), which a dictionary page would not shrink anyway.
+
+    Examples
+    --------
+    >>> d = as_listed(pa.array(["a", None, "b", "a"]))
+    >>> d.indices.to_pylist(), d.dictionary.to_pylist()
+    ([0, None, 1, 2], ['a', 'b', 'a'])
+    """
+    if isinstance(col, pa.ChunkedArray) and pa.types.is_dictionary(col.type) and col.num_chunks:
+        # The chunks' dictionaries one after the other, each chunk's indices shifted.
+        indices, values, at = [], [], 0
+        for chunk in col.chunks:
+            indices.append(pc.add(chunk.indices.cast(pa.int32()), pa.scalar(at, pa.int32())))
+            values.append(chunk.dictionary.cast(pa.string()))
+            at += len(chunk.dictionary)
+        return pa.DictionaryArray.from_arrays(pa.concat_arrays(indices), pa.concat_arrays(values))
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks else pa.array([], col.type)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), bool)
+    idx = np.cumsum(valid, dtype=np.int64) - 1
+    indices = pa.array(idx.astype(np.int32), pa.int32(), mask=~valid)
+    return pa.DictionaryArray.from_arrays(indices, col.drop_null().cast(pa.string()))
+
+
 def with_fields(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table``'s columns in the order and types of ``schema``, nulls for those it lacks.
 
@@ -710,7 +740,8 @@ class TraceWriter:
                 where,
                 self._schema,
                 compression="zstd",
-                compression_level=3,
+                # Random ids compress no better at level 3, and take twice as long there.
+                compression_level={n: 1 if n in _NEAR_UNIQUE else 3 for n in schema.names},
                 use_dictionary=[n for n in schema.names if n not in delta and n not in _NEAR_UNIQUE],
                 column_encoding=dict.fromkeys(delta, "DELTA_BINARY_PACKED"),
                 write_statistics=["timestamp"],
@@ -802,7 +833,11 @@ class TraceWriter:
         assert self._writer is not None
         # One contiguous chunk per column: pages then span the row group, which compresses
         # and reads far better than one page run per small input piece.
-        table = pa.concat_tables(self._pending).unify_dictionaries().combine_chunks()
+        table = pa.concat_tables(self._pending)
+        for i, name in enumerate(table.column_names):
+            if name in _NEAR_UNIQUE:  # unifying their dictionaries would hash every value again
+                table = table.set_column(i, table.schema.field(i), as_listed(table[name]))
+        table = table.unify_dictionaries().combine_chunks()
         full = table.num_rows if final else table.num_rows - table.num_rows % self.row_group_size
         if full:
             self._writer.write_table(table.slice(0, full), row_group_size=self.row_group_size)
