@@ -212,7 +212,7 @@ def close_keys(
         keep = allowed(key, strict, c, par)
         left = np.bincount(c[keep], minlength=n)
         changed = _spread(key, c[keep], par[keep], left)
-        changed |= _one_visit_each(key, strict, pairs.caller, c[keep], par[keep], before == 0)
+        changed |= _one_visit_each(key, pairs.caller, c[keep], par[keep], before == 0)
         if not changed:
             break
     left = np.bincount(c[keep], minlength=n)
@@ -235,7 +235,6 @@ def close_keys(
 
 def _one_visit_each(
     key: np.ndarray,
-    strict: np.ndarray,
     caller: np.ndarray,
     c: np.ndarray,
     par: np.ndarray,
@@ -252,7 +251,10 @@ def _one_visit_each(
     call of another key may take it. (Deeper nodes may be visited several times by one
     request: on TraceWeaver's media recording the same rule there lost 2-4 points.)
     """
-    member = (key[c] >= 0) & ~strict[c] & (key[par] < 0) & root[par]
+    # Of their key now: the keys spread this round count.
+    own = np.zeros(key.size, bool)
+    own[c[(key[c] >= 0) & (key[c] == key[par])]] = True
+    member = (key[c] >= 0) & ~own[c] & (key[par] < 0) & root[par]
     if not member.any():
         return False
     mc, mp = c[member], par[member]
