@@ -515,23 +515,19 @@ get_buffers(PyObject **objs, int nobj, Py_buffer *v, const char *const *names, c
     return 0;
 }
 
-static int
-is_lower_hex(unsigned char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-}
-
+/* Whether p[0:n] are all lower-case hex digits, and (in *nonzero) not all '0'; without a
+ * branch per byte, which made it three times slower. */
 static int
 all_lower_hex(const unsigned char *p, int n, int *nonzero)
 {
-    *nonzero = 0;
+    unsigned bad = 0, nz = 0;
     for (int i = 0; i < n; i++) {
-        if (!is_lower_hex(p[i]))
-            return 0;
-        if (p[i] != '0')
-            *nonzero = 1;
+        unsigned c = p[i];
+        bad |= (c - '0' > 9u) & (c - 'a' > 5u);
+        nz |= c ^ '0';
     }
-    return 1;
+    *nonzero = nz != 0;
+    return bad == 0;
 }
 
 PyDoc_STRVAR(traceparents_doc,
@@ -631,8 +627,10 @@ tokens(PyObject *self, PyObject *args)
             goto done;
         }
         int good = b > a && b - a <= width;
+        unsigned bad = 0;
         for (int64_t j = a; good && j < b; j++)
-            good = s[j] >= 0x20 && s[j] <= 0x7e;
+            bad |= (unsigned)(s[j] - 0x20) > 0x5eu;  /* outside 0x20-0x7e */
+        good = good && bad == 0;
         ok[i] = (unsigned char)good;
         if (good)
             memcpy(out + width * i, s + a, (size_t)(b - a));
