@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import json
 import signal
 import ssl
@@ -38,6 +39,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import SpanKind, Tracer
 
 _KIND = {SpanKind.SERVER: 2, SpanKind.CLIENT: 3, SpanKind.INTERNAL: 1}
+
+
+#: The X-Request-ID of the request a connection's task is serving (None: none came).
+REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 
 class OtlpJsonFile(SpanExporter):
@@ -131,7 +136,9 @@ class App:
 
     async def grpc_call(self, method: str, n: int) -> Any:
         stub = self.quote if method == "Quote" else self.recommend
-        return await self.call(f"grpc {method}", "grpc", stub(str(n).encode(), timeout=10))
+        rid = REQUEST_ID.get()
+        metadata = (("x-request-id", rid),) if rid and self.a.pass_request_id else None
+        return await self.call(f"grpc {method}", "grpc", stub(str(n).encode(), timeout=10, metadata=metadata))
 
     async def handle(self, path: str) -> tuple[int, bytes]:
         parts = path.split("?", 1)[0].strip("/").split("/")
@@ -163,10 +170,13 @@ class App:
                 lines = head.decode("latin-1").split("\r\n")
                 method, path = lines[0].split(" ")[:2]
                 length = 0
+                REQUEST_ID.set(None)
                 for line in lines[1:]:
                     k, _, v = line.partition(":")
                     if k.strip().lower() == "content-length":
                         length = int(v)
+                    elif k.strip().lower() == "x-request-id":
+                        REQUEST_ID.set(v.strip())
                 if length:
                     await reader.readexactly(length)
                 with self.tracer.start_as_current_span(
@@ -224,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--key", required=True)
     p.add_argument("--spans", type=Path, help="OTLP/JSON Lines file to append spans to")
     p.add_argument("--fault-ms", type=float, default=15.0, help="extra work in /cart when toggled on")
+    p.add_argument(
+        "--pass-request-id",
+        action="store_true",
+        help="send the request's X-Request-ID on to the gRPC calls it makes (metadata x-request-id)",
+    )
     a = p.parse_args(argv)
     provider = TracerProvider(resource=Resource.create({"service.name": a.name}))
     if a.spans:

@@ -129,6 +129,11 @@ class Run:
     capture: dict[str, Any] = field(default_factory=dict)
 
 
+#: Who sets or passes on ``X-Request-ID``: nobody; nginx (``$request_id`` to the apps over
+#: TLS, and back to the client in its response); nginx, and app1 on to its gRPC calls.
+REQUEST_IDS = ("none", "nginx", "nginx+app1")
+
+
 class RealTestbed(Namespaces):
     """Namespaces, links, servers; a context manager that tears all down.
 
@@ -149,10 +154,14 @@ class RealTestbed(Namespaces):
         code_ms: float = 15.0,
         grpc_ms: float = 10.0,
         delay_by: str = "auto",
+        request_ids: str = "none",
     ) -> None:
         if delay_by not in ("auto", "netem", "relay"):
             raise ValueError(f"delay_by must be auto, netem or relay, not {delay_by!r}")
+        if request_ids not in REQUEST_IDS:
+            raise ValueError(f"request_ids must be one of {', '.join(REQUEST_IDS)}, not {request_ids!r}")
         self.delay_by = delay_by
+        self.request_ids = request_ids
         self.work = work.resolve()
         super().__init__(prefix or f"wprt-{uuid.uuid4().hex[:6]}")
         self.python = python
@@ -208,6 +217,7 @@ class RealTestbed(Namespaces):
                 *("--grpc", f"{addr('grpc')}:{PORTS['grpc']}"),
                 *("--cert", str(self.work / "cert.pem"), "--key", str(self.work / "key.pem")),
                 *("--spans", str(self.work / f"spans-{app}.jsonl"), "--fault-ms", str(self.code_ms)),
+                *(["--pass-request-id"] if self.request_ids == "nginx+app1" and app == "app1" else []),
             )
         self._start_nginx()
 
@@ -370,6 +380,12 @@ class RealTestbed(Namespaces):
         temps = "".join(
             f"    {k}_temp_path {tmp}/{k};\n" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
         )
+        stamp = ""
+        if self.request_ids != "none":
+            stamp = (
+                "            proxy_set_header X-Request-ID $request_id;\n"
+                "            add_header X-Request-ID $request_id always;\n"
+            )
         conf = f"""worker_processes 1;
 daemon off;
 user root;
@@ -394,7 +410,7 @@ http {{
             proxy_set_header Connection "";
             proxy_ssl_session_reuse on;
             proxy_ssl_verify off;
-        }}
+{stamp}        }}
     }}
 }}
 """
@@ -916,6 +932,13 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="how PostgreSQL's replies to app1 are delayed: tc netem, a relay, or netem if the kernel has it",
     )
+    p.add_argument(
+        "--request-ids",
+        choices=REQUEST_IDS,
+        default="none",
+        help="nginx stamps X-Request-ID (to the apps, and back to the client); nginx+app1: app1 "
+        "passes it on to its gRPC calls as metadata (default none)",
+    )
     return p
 
 
@@ -956,6 +979,7 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     kw = {"prefix": a.prefix, "pg_delay_ms": a.pg_delay_ms, "code_ms": a.code_ms, "grpc_ms": a.grpc_ms}
     kw["delay_by"] = a.delay_by
+    kw["request_ids"] = a.request_ids
     with teardown_on_signals(), open_testbed(a.out / "work", **kw) as bed:
         print(f"testbed {bed.prefix} up: " + ", ".join(f"{h} {addr(h)}" for h in HOSTS), file=sys.stderr)
         if a.action == "shell":
