@@ -73,6 +73,8 @@ def nesting_lines(
         )
     if st.get("callers"):
         lines += [f"note: {line}" for line in CallerAttribution(**st["callers"]).lines()]
+    if st.get("keys"):
+        lines[1:1] = key_lines(st["keys"])
     rough = rough_note(doc)
     if rough:
         lines.append(f"note: {rough}")
@@ -81,6 +83,32 @@ def nesting_lines(
         top_text = f"; top {head['id']} x{head['count']:,}" if head else ""
         lines.append(
             f"window {w['start']}: {w['instances']:,} instances, {len(w['patterns'])} patterns{top_text}"
+        )
+    return lines
+
+
+def key_lines(keys: dict[str, Any]) -> list[str]:
+    """What the request keys decided, from a paths file's ``stats.keys``.
+
+    Examples
+    --------
+    >>> print("\\n".join(key_lines({"pairs": 1000, "keyed": 200, "keyed_by_request_id": 200,
+    ...     "keyed_after_spreading": 260, "requests": 90, "narrowed": 150, "pinned": 80,
+    ...     "moved_to_agree": 3, "held_out_calls": 120, "held_out_right": 90})))
+    request keys: 200 of 1,000 call pairs keyed (request_id 200), 260 after spreading; 150 narrowed, 80 pinned
+    held out: 75.0% of 120 keyed calls found again with their keys hidden (wirepath eval --truth keys)
+    """
+    kinds = ", ".join(f"{k[9:]} {v:,}" for k, v in keys.items() if k.startswith("keyed_by_"))
+    lines = [
+        f"request keys: {keys['keyed']:,} of {keys['pairs']:,} call pairs keyed ({kinds}), "
+        f"{keys['keyed_after_spreading']:,} after spreading; {keys['narrowed']:,} narrowed, "
+        f"{keys['pinned']:,} pinned"
+    ]
+    if keys.get("held_out_calls"):
+        share = keys["held_out_right"] / keys["held_out_calls"]
+        lines.append(
+            f"held out: {share:.1%} of {keys['held_out_calls']:,} keyed calls found again with their "
+            "keys hidden (wirepath eval --truth keys)"
         )
     return lines
 
