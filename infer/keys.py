@@ -213,6 +213,7 @@ def close_keys(
         left = np.bincount(c[keep], minlength=n)
         changed = _spread(key, c[keep], par[keep], left)
         changed |= _one_visit_each(key, pairs.caller, c[keep], par[keep], before == 0)
+        changed |= _through_unkeyed(key, c[keep], par[keep])
         if not changed:
             break
     left = np.bincount(c[keep], minlength=n)
@@ -276,6 +277,72 @@ def _one_visit_each(
     if not wv.size:
         return False
     key[wv] = group_of[wg] % span
+    return True
+
+
+#: Pairs (visit, key it could be of) :func:`_through_unkeyed` holds at most.
+_POSSIBLE_BUDGET = 1 << 24
+
+
+def _through_unkeyed(key: np.ndarray, c: np.ndarray, par: np.ndarray) -> bool:
+    """Give an unkeyed visit the key of a call that can hang nowhere else, in place;
+    whether any key changed.
+
+    An unkeyed visit can be of a request only if one of its own candidates can: one of
+    that key, or an unkeyed one that can (or a visit with no candidate at all, which may
+    be of any). So a keyed call's unkeyed candidate whose candidates lead to no visit of
+    its key is not its parent; a call left with one candidate so is pinned to it, and the
+    visit takes its key.
+    """
+    n = key.size
+    kc, kp = key[c], key[par]
+    has = np.bincount(c, minlength=n) > 0
+    free = ~has  # visits with no candidate: of any request
+    span = int(key.max(initial=-1)) + 1
+    if span == 0:
+        return False
+    # (visit, key) as one code; a visit's own key when it has one.
+    possible = np.unique(
+        np.concatenate([c[kp >= 0] * span + kp[kp >= 0], np.flatnonzero(key >= 0) * span + key[key >= 0]])
+    )
+    via = (kp < 0) & (kc < 0)  # unkeyed visit under an unkeyed candidate
+    for _ in range(4):  # a few hops up: deeper chains of unkeyed visits are rare
+        free_next = free.copy()
+        free_next[c[via & free[par]]] = True
+        # What each unkeyed candidate can be of, its visit can be of too.
+        src = possible // span
+        order = np.argsort(src, kind="stable")
+        lo = np.searchsorted(src[order], par[via], "left")
+        hi = np.searchsorted(src[order], par[via], "right")
+        counts = hi - lo
+        if int(counts.sum()) + possible.size > _POSSIBLE_BUDGET:
+            return False
+        rep = np.repeat(np.arange(counts.size), counts)
+        at = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        got = c[via][rep] * span + possible[order][at] % span
+        grown = np.unique(np.concatenate([possible, got]))
+        if grown.size == possible.size and np.array_equal(free_next, free):
+            break
+        possible, free = grown, free_next
+    # A keyed call's unkeyed candidates that can be of its request.
+    test = (kc >= 0) & (kp < 0)
+    fits = np.ones(c.size, bool)
+    code = par[test] * span + kc[test]
+    pos = np.minimum(np.searchsorted(possible, code), max(possible.size - 1, 0))
+    fits[test] = free[par[test]] | (possible.size > 0) & (possible[pos] == code)
+    left = np.bincount(c[fits], minlength=n)
+    pin = fits & test & (left[c] == 1)
+    if not pin.any():
+        return False
+    tgt, val = par[pin], kc[pin]
+    lo_k = np.full(n, np.iinfo(np.int64).max)
+    hi_k = np.full(n, -2, np.int64)
+    np.minimum.at(lo_k, tgt, val)
+    np.maximum.at(hi_k, tgt, val)
+    agree = np.flatnonzero((lo_k == hi_k) & (hi_k >= 0) & (key < 0))
+    if not agree.size:
+        return False
+    key[agree] = lo_k[agree]
     return True
 
 
