@@ -280,6 +280,13 @@ def _one_visit_each(
     return True
 
 
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``a`` (by a sort: ``np.unique`` hashes large arrays
+    of int64 many times slower here)."""
+    a = np.sort(a)
+    return a[np.r_[True, a[1:] != a[:-1]]] if a.size else a
+
+
 #: Pairs (visit, key it could be of) :func:`_through_unkeyed` holds at most.
 _POSSIBLE_BUDGET = 1 << 24
 
@@ -302,7 +309,7 @@ def _through_unkeyed(key: np.ndarray, c: np.ndarray, par: np.ndarray) -> bool:
     if span == 0:
         return False
     # (visit, key) as one code; a visit's own key when it has one.
-    possible = np.unique(
+    possible = _distinct(
         np.concatenate([c[kp >= 0] * span + kp[kp >= 0], np.flatnonzero(key >= 0) * span + key[key >= 0]])
     )
     via = (kp < 0) & (kc < 0)  # unkeyed visit under an unkeyed candidate
@@ -320,7 +327,7 @@ def _through_unkeyed(key: np.ndarray, c: np.ndarray, par: np.ndarray) -> bool:
         rep = np.repeat(np.arange(counts.size), counts)
         at = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
         got = c[via][rep] * span + possible[order][at] % span
-        grown = np.unique(np.concatenate([possible, got]))
+        grown = _distinct(np.concatenate([possible, got]))
         if grown.size == possible.size and np.array_equal(free_next, free):
             break
         possible, free = grown, free_next
