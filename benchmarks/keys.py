@@ -13,7 +13,8 @@ parent) and calls with the right parent, over all calls and over the calls that 
 no key; the expected calibration error (ECE) of the confidences of the unkeyed calls
 (``infer.reliability``); the held-out check the run made on its own keys
 (``stats.keys``: the share of hidden keyed calls it found the parent of, which
-``wirepath eval --truth keys`` reports); and the run time.
+``wirepath eval --truth keys`` reports); and the run time. ``--calibrate-from keys``
+learns the calibration from those held-out calls instead of the keyed twin.
 
 Settings: ``none`` (no keys, today's answer), ``share 20%`` (a fifth of the calls),
 ``front tier`` (the calls the entry service makes: nginx's X-Request-ID), ``every other
@@ -93,14 +94,14 @@ def settings(trace: pa.Table) -> dict[str, np.ndarray | None]:
     }
 
 
-def measure(trace: pa.Table, keyed: np.ndarray | None, calibrate: bool) -> dict[str, Any]:
+def measure(trace: pa.Table, keyed: np.ndarray | None, calibrate: bool, **settings: Any) -> dict[str, Any]:
     if keyed is not None:
         inst = trace["true_instance"].to_numpy().astype(np.uint64)
         trace = trace.append_column("trace_id", key_column(inst, keyed))
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        result = infer.infer_nesting(trace, calibrate=calibrate)
+        result = infer.infer_nesting(trace, calibrate=calibrate, **settings)
     took = time.perf_counter() - t0
     report = infer.evaluate_paths(result.to_json(), trace, instances=result.instances_table())
     pairs = result.pairs
@@ -158,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--settings", default="", help="only these settings (comma-separated)")
     parser.add_argument("--no-calibrate", action="store_true", help="skip calibration (faster; no ECE)")
+    parser.add_argument(
+        "--calibrate-from", choices=("twin", "keys"), default="twin", help="NestingParams.calibrate_from"
+    )
     args = parser.parse_args(argv)
     only = {s.strip() for s in args.settings.split(",") if s.strip()}
     traces: list[tuple[str, pa.Table]] = []
@@ -178,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         for setting, keyed in settings(trace).items():
             if only and setting not in only:
                 continue
-            rows.append((setting, measure(trace, keyed, not args.no_calibrate)))
+            calibrate_from = {} if keyed is None else {"calibrate_from": args.calibrate_from}
+            rows.append((setting, measure(trace, keyed, not args.no_calibrate, **calibrate_from)))
             print(f"{title}: {setting} done", file=sys.stderr)
         table(title, rows)
     return 0

@@ -39,7 +39,14 @@ if TYPE_CHECKING:
         nesting_stages,
         read_instances,
     )
-    from infer.params import AUTO_LAG_QUANTA, BOARDS, PRESETS, ConvolutionParams, NestingParams
+    from infer.params import (
+        AUTO_LAG_QUANTA,
+        BOARDS,
+        CALIBRATE_FROM,
+        PRESETS,
+        ConvolutionParams,
+        NestingParams,
+    )
     from infer.patterns import Pattern, build_patterns, group_stats
     from infer.summary import convolution_lines, evaluation_lines, nesting_lines, pattern_line
     from tracefmt.patterns import latency_stats
@@ -68,7 +75,14 @@ _EXPORTS = {
         "nesting_stages",
         "read_instances",
     ],
-    "infer.params": ["AUTO_LAG_QUANTA", "BOARDS", "PRESETS", "ConvolutionParams", "NestingParams"],
+    "infer.params": [
+        "AUTO_LAG_QUANTA",
+        "BOARDS",
+        "CALIBRATE_FROM",
+        "PRESETS",
+        "ConvolutionParams",
+        "NestingParams",
+    ],
     "infer.patterns": ["Pattern", "build_patterns", "group_stats"],
     "infer.summary": ["convolution_lines", "evaluation_lines", "nesting_lines", "pattern_line"],
     "tracefmt.patterns": ["latency_stats"],
@@ -79,6 +93,7 @@ __getattr__, __dir__ = lazy_package(__name__, _EXPORTS)
 __all__ = [
     "AUTO_LAG_QUANTA",
     "BOARDS",
+    "CALIBRATE_FROM",
     "PRESETS",
     "Calibration",
     "CallPairs",

@@ -186,9 +186,11 @@ class Calibration:
     twin_right_rate : float or None
         The share of the twin's parents the inference got right: an estimate, on the
         optimistic side, of the share right on the trace itself.
-    kind : {"twin", "none"}
-        ``"twin"``: the map learnt on the twin; ``"none"``: not calibrated (not asked
-        for, or too few calls), the stated odds' own probabilities.
+    kind : {"twin", "keys", "none"}
+        ``"twin"``: the map learnt on the twin; ``"keys"``: learnt on the trace's own
+        keyed calls, hidden a fold at a time (``NestingParams.calibrate_from``);
+        ``"none"``: not calibrated (not asked for, or too few calls), the stated odds'
+        own probabilities.
     """
 
     xs: np.ndarray

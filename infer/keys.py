@@ -26,8 +26,8 @@ and the calibration, works on the choices the keys leave.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,7 +37,11 @@ from scipy.sparse.csgraph import connected_components
 from infer.callpairs import CallPairs
 from tracefmt import KEY_COLUMNS
 
+if TYPE_CHECKING:
+    from infer.calibration import Calibration
+
 __all__ = [
+    "HeldOut",
     "KeyEvidence",
     "agree_keys",
     "allowed",
@@ -497,6 +501,34 @@ def _disagreeing(pairs: CallPairs, parent: np.ndarray, key: np.ndarray) -> np.nd
 FOLDS = 2
 
 
+@dataclass
+class HeldOut:
+    """The held-out check of a run (``held_out_check``): per hidden call whose parent
+    its key decides, the odds its run stated, whether it was right, and its request."""
+
+    stated: np.ndarray
+    right: np.ndarray
+    request: np.ndarray
+
+    def to_json(self) -> dict[str, int]:
+        """The counts ``stats.keys`` holds (``wirepath eval --truth keys``)."""
+        _, inv = np.unique(self.request, return_inverse=True)
+        wrong = np.bincount(inv.ravel(), weights=~self.right)
+        return {
+            "held_out_calls": int(self.right.size),
+            "held_out_right": int(self.right.sum()),
+            "held_out_requests": int(wrong.size),
+            "held_out_requests_right": int(np.count_nonzero(wrong == 0)),
+        }
+
+    def calibration(self) -> Calibration:
+        """The map from stated odds to the share right that the held-out calls show
+        (``calibrate_from="keys"``)."""
+        from infer.calibration import Calibration
+
+        return replace(Calibration.learn(self.stated, self.right), kind="keys")
+
+
 def held_out_check(
     pairs: CallPairs,
     evidence: KeyEvidence,
@@ -504,16 +536,16 @@ def held_out_check(
     tol_ns: int,
     *,
     seed: int = 0,
-) -> dict[str, Any] | None:
-    """How right the inference is on the trace's own keys, hidden a fold at a time (the
-    counts ``wirepath eval --truth keys`` reports); None with too few calls whose parent
-    the keys decide (``MIN_LINKS``).
+) -> HeldOut | None:
+    """How right the inference is on the trace's own keys, hidden a fold at a time;
+    None with too few calls whose parent the keys decide (``MIN_LINKS``).
 
     The requests with keys are dealt into ``FOLDS`` folds. For each, the keys of its
     requests are hidden, the rest spread again (``close_keys``) and the same inference
     run (``infer_parents``: parents, stated log-odds, likelihood); each hidden call
     whose parent its key decided (``KeyEvidence.known``) counts as right when the
-    inference found that parent. No call is scored by a run it was visible in.
+    inference found that parent, at the odds it stated. No call is scored by a run it
+    was visible in.
     """
     from infer.calibration import MIN_LINKS
 
@@ -527,26 +559,18 @@ def held_out_check(
     fold_of = np.full(int(given.max()) + 1, -1, np.int64)
     fold_of[codes] = np.random.default_rng(seed).permutation(codes.size) % FOLDS
     fold = np.where(given >= 0, fold_of[np.maximum(given, 0)], -1)
-    right, request = [], []
+    stated, right, request = [], [], []
     for f in range(FOLDS):
         hidden = fold == f
         kept = np.where(hidden, -1, given)
         variant = with_keys(pairs, close_keys(pairs, kept, tol_ns))
-        got = infer_parents(variant)[0]
+        got, log_odds, _ = infer_parents(variant)
         scored = np.flatnonzero(hidden & (known >= 0))
+        stated.append(log_odds[scored])
         right.append(got[scored] == known[scored])
         request.append(given[scored])
-    right_all, req = np.concatenate(right), np.concatenate(request)
-    if right_all.size < MIN_LINKS:
-        return None
-    _, inv = np.unique(req, return_inverse=True)
-    wrong = np.bincount(inv.ravel(), weights=~right_all)
-    return {
-        "held_out_calls": int(right_all.size),
-        "held_out_right": int(right_all.sum()),
-        "held_out_requests": int(wrong.size),
-        "held_out_requests_right": int(np.count_nonzero(wrong == 0)),
-    }
+    held = HeldOut(*(np.concatenate(x) for x in (stated, right, request)))
+    return held if held.right.size >= MIN_LINKS else None
 
 
 def key_evaluation(paths: dict[str, Any]) -> dict[str, Any]:

@@ -1170,11 +1170,12 @@ def infer_nesting(
         # Twins are inferred as the trace was, with the tolerance it was given.
         same = params.with_overrides(tolerance_s=final.tolerance_s, auto_tolerance=False)
         answer = _answer(len(nodes.names), same, runner)
+        held = None
         if evidence is not None:
             # The trace's own keys, hidden a fold at a time: how right the run is where
             # the user's system says what is right.
             held = held_out_check(pairs, evidence, answer, round(final.tolerance_s * 1e9))
-            info["keys"].update(held or {})
+            info["keys"].update(held.to_json() if held is not None else {})
             say("calibration: keys held out")
         twins = iter(("calibration: the twin", "calibration: the twin's twin"))
 
@@ -1185,15 +1186,18 @@ def infer_nesting(
             say(next(twins, "calibration"))
             return got
 
-        calibration = twin_calibration(
-            pairs,
-            final.parent,
-            answer_twin,
-            log_likelihood=final.log_likelihood,
-            optimism=OPTIMISM.get(params.preset_name or ""),
-            likelihood_of=lambda p, parent: chain_log_likelihood(p, parent, same, len(nodes.names)),
-            keys=None if evidence is None else evidence.given,
-        )
+        if held is not None and params.calibrate_from == "keys":
+            calibration = held.calibration()
+        else:
+            calibration = twin_calibration(
+                pairs,
+                final.parent,
+                answer_twin,
+                log_likelihood=final.log_likelihood,
+                optimism=OPTIMISM.get(params.preset_name or ""),
+                likelihood_of=lambda p, parent: chain_log_likelihood(p, parent, same, len(nodes.names)),
+                keys=None if evidence is None else evidence.given,
+            )
     assert final.log_odds is not None
     confidence = np.where(final.parent >= 0, calibration.apply(final.log_odds), 1.0)
     if evidence is not None and evidence.known is not None:

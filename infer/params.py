@@ -20,6 +20,7 @@ from tracefmt import ParameterError
 __all__ = [
     "AUTO_LAG_QUANTA",
     "BOARDS",
+    "CALIBRATE_FROM",
     "COUNT_ESTIMATES",
     "DELAY_ESTIMATES",
     "METHODS",
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 BOARDS = ("joint", "delay")
+#: Where a keyed trace's calibration is learnt (``NestingParams.calibrate_from``).
+CALIBRATE_FROM = ("twin", "keys")
 #: Preset names, the default first.
 PRESETS = ("accurate", "fast", "paper", "requests")
 
@@ -106,6 +109,11 @@ class NestingParams:
     request_tuples : int
         Tuples of children each visit offers a request round's solver at most (its best
         by score, and the one it has).
+    calibrate_from : {"twin", "keys"}
+        Where the calibration is learnt on a trace with request keys: a synthetic twin
+        keyed as the trace is (``"twin"``), or the run's own keyed calls, hidden a fold
+        at a time (``"keys"``, ``infer.keys.held_out_check``; a trace without enough
+        keys falls back to the twin). docs/inference.md, "Request keys", measures both.
     calibrate : bool
         Make each parent's confidence a calibrated probability, learnt by running the
         same inference on a synthetic twin of the trace whose truth is known, and on a
@@ -143,6 +151,7 @@ class NestingParams:
     request_rounds: int = 0
     request_window: int = 48
     request_tuples: int = 32
+    calibrate_from: str = "twin"
     calibrate: bool = True
 
     @classmethod
@@ -273,6 +282,10 @@ class NestingParams:
             )
         if not (math.isfinite(self.chain_min_gain) and self.chain_min_gain >= 0):
             raise ParameterError(f"chain_min_gain must be a number >= 0, not {self.chain_min_gain}")
+        if self.calibrate_from not in CALIBRATE_FROM:
+            raise ParameterError(
+                f"unknown calibrate_from {self.calibrate_from!r} (must be one of {', '.join(CALIBRATE_FROM)})"
+            )
         if self.board not in BOARDS:
             raise ParameterError(f"unknown scoreboard {self.board!r} (must be one of {', '.join(BOARDS)})")
         if self.board == "joint" and self.smooth_bins > 0:
@@ -302,6 +315,8 @@ class NestingParams:
         for name in ("request_window", "request_tuples"):
             if getattr(self, name) != getattr(default, name) and not self.request_rounds:
                 notes.append(f"{name} does nothing without request rounds (request_rounds > 0)")
+        if self.calibrate_from != default.calibrate_from and not (self.calibrate and self.use_keys):
+            notes.append("calibrate_from does nothing without calibrate and use_keys")
         return notes
 
     @property

@@ -248,6 +248,7 @@ def _nesting_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "chains": args.chains,
         "request_rounds": args.request_rounds,
         "calibrate": args.calibrate,
+        "calibrate_from": args.calibrate_from,
     }
     return {k: v for k, v in given.items() if v is not None}
 
@@ -342,6 +343,12 @@ def _nesting_arguments(p: argparse.ArgumentParser) -> None:
         help="make each parent's confidence a calibrated probability, learnt on a synthetic twin "
         f"of the trace and a twin of it (about three times the time; default "
         f"{'on' if d.calibrate else 'off'})",
+    )
+    p.add_argument(
+        "--calibrate-from",
+        choices=list(infer.CALIBRATE_FROM),
+        help="on a trace with request keys: learn the calibration on a twin keyed as the trace is, "
+        f"or on the trace's own keyed calls hidden a fold at a time (default {d.calibrate_from})",
     )
 
 

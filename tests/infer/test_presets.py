@@ -38,6 +38,7 @@ PAPER = {
     "auto_tolerance": False,
     "use_ids": True,
     "use_keys": True,
+    "calibrate_from": "twin",
     "density": False,
     "board": "delay",
     "rounds": 0,
