@@ -267,7 +267,8 @@ class Calibration:
 def rough_note(doc: dict[str, Any]) -> str | None:
     """What a nesting paths file's reader should know when its confidence is rough: its
     preset's twin got fewer of its parents right than ``ROUGH`` marks (None otherwise,
-    for settings of one's own and without calibration).
+    for settings of one's own, without calibration, and with one learnt on the trace's
+    own keys).
 
     Examples
     --------
@@ -276,9 +277,10 @@ def rough_note(doc: dict[str, Any]) -> str | None:
     'confidence is rough on a trace this busy: its twin got 30.0%'
     >>> rough_note({"params": {"preset": "accurate"}, "stats": {"confidence": {"twin_right_rate": 0.8}}})
     """
-    twin = ((doc.get("stats") or {}).get("confidence") or {}).get("twin_right_rate")
+    confidence = (doc.get("stats") or {}).get("confidence") or {}
+    twin = confidence.get("twin_right_rate")
     below, worst = ROUGH.get((doc.get("params") or {}).get("preset") or "", (0.0, 0.0))
-    if twin is None or twin >= below:
+    if twin is None or twin >= below or confidence.get("calibration") == "keys":
         return None
     return (
         f"confidence is rough on a trace this busy: its twin got {twin:.1%} of its parents right; "

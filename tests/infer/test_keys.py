@@ -240,3 +240,18 @@ def test_a_front_proxy_that_stamps_its_calls_gives_its_visits_their_keys() -> No
     _, right_plain, _ = _truth(t, plain)
     _, right, _ = _truth(keyed, result)
     assert right.mean() > right_plain.mean() + 0.04
+
+
+def test_calibration_from_the_keys_is_learnt_on_held_out_calls(busy: pa.Table) -> None:
+    keyed = reveal_keys(busy, share=0.5, seed=4)
+    result = infer_nesting(keyed, calibrate_from="keys")
+    doc = result.to_json()
+    assert doc["stats"]["confidence"]["calibration"] == "keys"
+    keys = doc["stats"]["keys"]
+    assert keys["held_out_calls"] >= 200
+    # The map's share right is the held-out calls' own.
+    assert doc["stats"]["confidence"]["twin_right_rate"] == pytest.approx(
+        keys["held_out_right"] / keys["held_out_calls"], abs=1e-6
+    )
+    twin = infer_nesting(keyed).to_json()["stats"]["confidence"]["calibration"]
+    assert twin == "twin"
