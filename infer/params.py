@@ -211,7 +211,10 @@ class NestingParams:
         """The preset these params equal, if any."""
         for name in PRESETS:
             # Calibration changes the confidence only, not the answer.
-            if replace(getattr(type(self), name)(), calibrate=self.calibrate) == self:
+            preset = replace(
+                getattr(type(self), name)(), calibrate=self.calibrate, calibrate_from=self.calibrate_from
+            )
+            if preset == self:
                 return name
         return None
 
