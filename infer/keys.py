@@ -14,9 +14,13 @@ which candidate parents its key leaves (:class:`KeyEvidence`):
 - a keyed child with a candidate of its own key takes one of those: its request did
   visit the caller then;
 - a child left with one candidate is pinned to it, and the two then share a key: the
-  parent's key goes down to an unkeyed child, the child's up to an unkeyed parent (a
-  proxy that stamps the id on the way out); a child whose candidates all carry one key
-  takes it.
+  parent's key goes down to an unkeyed child, the child's up to an unkeyed parent; a
+  child whose candidates all carry one key takes it;
+- the keyed calls a request's first visit makes hang under one visit: where one root
+  visit alone fits them all, it takes their key (a front proxy that stamps the id on the
+  way out);
+- an unkeyed visit can be of a request only if one of its own candidates can, so a
+  keyed call's candidate that leads to no visit of its key is not its parent.
 
 That repeats until nothing changes. :class:`~infer.candidates.CandidatePlan` applies the
 same rule to every candidate it enumerates, so every stage of the nesting algorithm,
@@ -199,20 +203,15 @@ def close_keys(
     given_key = key
     key = np.asarray(key, np.int64).copy()
     given = int(np.count_nonzero(key >= 0))
+    # Every candidate at once (in 32 bits where pair indices fit, as CandidatePlan
+    # gives them): the rounds filter them again and again.
     parts = list(CandidatePlan(pairs, tol_ns).chunks())
-    if parts:
-        c = np.concatenate([p[1] for p in parts]).astype(np.int64)
-        par = np.concatenate([p[2] for p in parts]).astype(np.int64)
-    else:
-        c = par = np.zeros(0, np.int64)
+    c = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    par = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
+    del parts
     before = np.bincount(c, minlength=n)
-    strict = np.zeros(n, bool)
-    keep = np.ones(c.size, bool)
     for _ in range(CLOSE_ROUNDS):
-        kc, kp = key[c], key[par]
-        same = (kc >= 0) & (kc == kp)
-        strict = np.zeros(n, bool)
-        strict[c[same]] = True
+        strict = _strict(key, c, par)
         keep = allowed(key, strict, c, par)
         left = np.bincount(c[keep], minlength=n)
         changed = _spread(key, c[keep], par[keep], left)
@@ -220,6 +219,9 @@ def close_keys(
         changed |= _through_unkeyed(key, c[keep], par[keep])
         if not changed:
             break
+    # The keys as they ended: a last round that changed some is filtered by them too.
+    strict = _strict(key, c, par)
+    keep = allowed(key, strict, c, par)
     left = np.bincount(c[keep], minlength=n)
     decided = (left == 1) & (before > 1)
     same = keep & (key[c] >= 0) & (key[c] == key[par])
@@ -236,6 +238,14 @@ def close_keys(
         "pinned": int(np.count_nonzero(decided)),
     }
     return KeyEvidence(key, strict, counts, np.asarray(given_key, np.int64), known)
+
+
+def _strict(key: np.ndarray, c: np.ndarray, par: np.ndarray) -> np.ndarray:
+    """Per pair, whether it has a candidate of its own key (then it takes one of those)."""
+    strict = np.zeros(key.size, bool)
+    kc = key[c]
+    strict[c[(kc >= 0) & (kc == key[par])]] = True
+    return strict
 
 
 def _one_visit_each(
@@ -262,7 +272,7 @@ def _one_visit_each(
     member = (key[c] >= 0) & ~own[c] & (key[par] < 0) & root[par]
     if not member.any():
         return False
-    mc, mp = c[member], par[member]
+    mc, mp = c[member].astype(np.int64), par[member].astype(np.int64)
     kids = np.unique(mc)
     span = int(key.max()) + 1  # groups are (caller node, key)
     group_of, group_kids = np.unique(caller[kids] * span + key[kids], return_counts=True)
@@ -306,6 +316,7 @@ def _through_unkeyed(key: np.ndarray, c: np.ndarray, par: np.ndarray) -> bool:
     visit takes its key.
     """
     n = key.size
+    c, par = c.astype(np.int64), par.astype(np.int64)  # (visit, key) codes need 64 bits
     kc, kp = key[c], key[par]
     has = np.bincount(c, minlength=n) > 0
     free = ~has  # visits with no candidate: of any request
