@@ -53,9 +53,10 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
     interleave); the key is the stream id, so call and return pair by stream. The label
     is the request's ``:method :path`` (a gRPC call's method, e.g.
     ``POST /greet.GreetService/Greet``), from the HPACK-decoded headers, for the call
-    and its return; ``stream N`` where the headers cannot be decoded (see
+    and its return; ``stream N`` where those two cannot be decoded (see
     ``_HeaderBlocks``). With ``ctx[WANT_HEADERS]``, the fields of those names in each
-    message's first header block go to ``ctx[FOUND_HEADERS]``, by the message's offset.
+    message's first header block go to ``ctx[FOUND_HEADERS]``, by the message's offset
+    (those decoded: on a connection seen mid-way, a block may give some and not others).
 
     Examples
     --------
@@ -88,15 +89,12 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
         if typ in (1, 5, 9):
             if end < pos + 9 + ln:
                 blocks.reset()  # the frame is cut short: its block is lost
-            else:
-                pseudo = (
-                    blocks.add(_fragment(buf[pos + 9 : end], typ, flags), bool(flags & 0x4), typ != 9)
-                    if readable
-                    else None
-                )
+            elif readable:
+                pseudo = blocks.add(_fragment(buf[pos + 9 : end], typ, flags), bool(flags & 0x4), typ != 9)
                 if pseudo and direction == 0 and b":method" in pseudo:
                     _label_call(pseudo, sid, labels, started)
-                fields = blocks.fields if pseudo is not None else []
+                # A block whose label is unknown may still carry the fields wanted.
+                fields = blocks.fields
                 if fields:
                     # A message's first block (not its trailers), if it started in this run.
                     msg = next((m for m in reversed(started) if m[3] == sid), None)
@@ -165,9 +163,9 @@ class _HeaderBlocks:
     The dynamic table lives as long as the connection, and a capture may have missed
     its beginning or some of its bytes. A fresh table is still sound: new entries go
     in front, so the entries it has are the ones the sender's table has under the same
-    indices, and a reference to one it never saw fails rather than misleads. So the
-    table starts fresh, and starts fresh again after a failed block, a frame cut short
-    or a gap; a block that fails gives no label.
+    indices, and a field that refers to one it never saw is left undecoded while the
+    others decode (``capture.hpack_midway``). So the table starts fresh, and starts
+    fresh again after a malformed block, a frame cut short or a gap.
     """
 
     def __init__(self, want: frozenset[bytes] | None = None) -> None:
@@ -176,19 +174,24 @@ class _HeaderBlocks:
         self.reset()
 
     def reset(self) -> None:
-        from hpack import Decoder
+        # Imported here: hpack's tables cost 60 ms of start-up to runs without HTTP/2.
+        from capture.hpack_midway import HeaderBlockError, MidwayDecoder
 
-        self.decoder = Decoder()
-        # The peer may allow a larger table in SETTINGS; the size updates come in-band.
-        self.decoder.max_allowed_table_size = 1 << 24
+        self.decoder = MidwayDecoder()
+        self.malformed = HeaderBlockError
         self.pending: bytearray | None = None  # the fragments of a block not ended yet
 
     def add(self, fragment: bytes | None, last: bool, starts: bool) -> dict[bytes, bytes] | None:
         """Add a block fragment (None: a malformed frame); at the block's end, its
-        pseudo-headers (None if the block refers to what this table never saw), and in
-        ``fields`` the fields of the names wanted, in their order. A
+        pseudo-headers, and in ``fields`` the fields of the names wanted that were
+        decoded, in their order (else ``fields`` is empty).
+
+        The pseudo-headers are None when the block is malformed or when a field this
+        table could not decode may be one the label needs: the block was not decoded
+        whole and its ``:method`` or ``:path`` is not among the fields decoded. A
         fragment that does not start a block (a CONTINUATION) with no block begun is
         the tail of one this side missed: skipped, never read as a block of its own."""
+        self.fields = []
         if fragment is None:
             self.reset()
             return None
@@ -201,15 +204,19 @@ class _HeaderBlocks:
             return None
         block = bytes(self.pending)
         self.pending = None
-        from hpack import HPACKError
-
         try:
-            headers = self.decoder.decode(block, raw=True)
-        except (HPACKError, ValueError, IndexError):
+            headers = self.decoder.decode(block)
+        except self.malformed:
             self.reset()
             return None
-        self.fields = [(name, value) for name, value in headers if name in self.want]
-        return {name: value for name, value in headers if name.startswith(b":")}
+        known = [f for f in headers if f is not None]
+        # A wanted field is taken even after fields not decoded: one of those could
+        # only shadow it by repeating its name, which request-id and trace headers do not.
+        self.fields = [f for f in known if f[0] in self.want]
+        pseudo = {name: value for name, value in known if name[:1] == b":"}
+        if len(known) < len(headers) and not (b":method" in pseudo and b":path" in pseudo):
+            return None  # the label's fields may be among those not decoded
+        return pseudo
 
 
 def _fragment(payload: bytes, typ: int, flags: int) -> bytes | None:
