@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         trial_stats,
     )
     from trend.numbers import check_number, finite_json
+    from trend.paths import PathSeries, PathsImport, instance_trials, path_series, paths_import, paths_results
     from trend.series import (
         IMPORT_COLUMNS,
         RESULTS_SCHEMA,
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
         covered_windows,
         mrr_from_timestamps,
         mrr_results,
-        paths_results,
         trial_windows,
     )
     from trend.state import STATE_FILE, load_programs, save_programs, state_path
@@ -97,8 +97,15 @@ _EXPORTS = {
         "covered_windows",
         "mrr_from_timestamps",
         "mrr_results",
-        "paths_results",
         "trial_windows",
+    ],
+    "trend.paths": [
+        "PathSeries",
+        "PathsImport",
+        "instance_trials",
+        "path_series",
+        "paths_import",
+        "paths_results",
     ],
     "trend.tmm": ["TmmResult", "classify_tmm"],
     "trend.wda": ["WdaResult", "WdaRun", "analyze_wda", "load_wda_config", "read_wda_runs"],
@@ -118,6 +125,8 @@ __all__ = [
     "MdlGroup",
     "MdlPrograms",
     "MdlResult",
+    "PathSeries",
+    "PathsImport",
     "Series",
     "SeriesTrend",
     "TmmResult",
@@ -138,6 +147,7 @@ __all__ = [
     "graph_figure",
     "group_bits",
     "import_results",
+    "instance_trials",
     "load_programs",
     "load_series",
     "load_wda_config",
@@ -145,6 +155,8 @@ __all__ = [
     "mrr_results",
     "parse_time_ns",
     "parse_values",
+    "path_series",
+    "paths_import",
     "paths_results",
     "read_compare_file",
     "read_result_rows",

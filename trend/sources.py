@@ -1,30 +1,23 @@
-"""Two more sources of series: MRR from captured packets, path latencies from a paths file.
+"""One more source of series: MRR from captured packets (path latencies: ``trend.paths``).
 
 MRR (maximum receive rate) of a trial is the number of packets received at a capture
-point during the trial window divided by the trial duration, regardless of loss. Path
-latencies come from ``wirepath infer`` results: one series per pattern (the root visit's
-mean latency) and one per visit inside it.
+point during the trial window divided by the trial duration, regardless of loss.
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 import numpy as np
 import pyarrow as pa
 
-from tracefmt import ParameterError, ParseError, check_paths, hop_delays_s, read_paths
-from tracefmt.patterns import path_id
+from tracefmt import ParameterError
 from trend.numbers import check_number
-from trend.series import parse_time_ns, results_table
+from trend.series import results_table
 
 __all__ = [
     "MAX_TRIALS",
     "covered_windows",
     "mrr_from_timestamps",
     "mrr_results",
-    "paths_results",
     "trial_windows",
 ]
 
@@ -142,98 +135,3 @@ def mrr_results(
         ],
         source="capture",
     )
-
-
-def _visits(node: dict[str, Any], trail: str, out: list[tuple[str, float]]) -> None:
-    # Preorder with a stack of its own: call chains run deeper than Python's recursion.
-    stack = [(child, f"{trail}/{k}:{child['node']}") for k, child in enumerate(node.get("children") or [])]
-    stack.reverse()
-    while stack:
-        v, key = stack.pop()
-        out.append((key, float(v["latency_s"]["mean"])))
-        kids = [(child, f"{key}/{k}:{child['node']}") for k, child in enumerate(v.get("children") or [])]
-        stack.extend(reversed(kids))
-
-
-def _paths_doc(source: str | os.PathLike[str] | dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The paths file's name for messages and its document, checked to be one."""
-    if isinstance(source, dict):
-        check_paths(source, "<paths>")
-        return "<paths>", source
-    return str(source), read_paths(source)
-
-
-def _path_rows(doc: dict[str, Any], name: str, prefix: str) -> list[tuple[str, float]]:
-    """(series name, latency in seconds) of every nesting pattern and visit, and of every
-    convolution path and hop; a ParseError when a pattern or path is malformed, or there are none."""
-    rows: list[tuple[str, float]] = []
-    try:
-        if "patterns" in doc:
-            for p in doc["patterns"]:
-                rows.append((f"{prefix}{p['id']}", float(p["root"]["latency_s"]["mean"])))
-                _visits(p["root"], f"{prefix}{p['id']}", rows)
-        for path in doc.get("paths") or []:
-            pid = f"{prefix}{path.get('id') or path_id(path['nodes'])}"
-            hops = hop_delays_s(path)
-            total = path.get("latency_s")
-            rows.append((pid, float(sum(hops) if total is None else total)))
-            # One statistic per series: a hop's most frequent delay, and its median in a
-            # series of its own where the run gives one (a run may give it or not).
-            rows += [(f"{pid}/hop{k}", float(d[0])) for k, d in enumerate(path["delays_s"]) if d]
-            medians = path.get("medians_s") or []
-            rows += [(f"{pid}/hop{k}/median", float(m)) for k, m in enumerate(medians) if m is not None]
-    except (KeyError, TypeError, IndexError, ValueError) as e:
-        raise ParseError(name, 1, f"malformed pattern or path ({type(e).__name__}: {e})") from None
-    if not rows:
-        raise ParseError(name, 1, "no patterns or paths in the file")
-    return rows
-
-
-def paths_results(
-    source: str | os.PathLike[str] | dict[str, Any],
-    *,
-    build: str,
-    time_ns: int | None = None,
-    testbed: str = "default",
-    prefix: str = "path:",
-) -> pa.Table:
-    """Latency series rows from a paths file (``wirepath.paths/1``), one run of each.
-
-    Nesting: ``{prefix}{pattern id}`` holds the pattern's root latency (mean, seconds) and
-    ``{prefix}{pattern id}/{k}:{node}/...`` each visit's, the ``k`` being the child's
-    position under its parent (calls in order). Convolution: ``{prefix}{path id}`` holds the
-    path's ``latency_s`` (else the sum of its most frequent hop delays) and
-    ``.../hop{k}`` each hop's most frequent delay. The run's time is the
-    trace's end unless ``time_ns`` is given. All are smaller-is-better, in seconds.
-
-    Examples
-    --------
-    >>> doc = {"format": "wirepath.paths/1", "algorithm": "nesting", "trace": {"end": "2024-05-01T00:00:00Z"},
-    ...        "patterns": [{"id": "p1", "count": 1, "total_latency_s": 0.02, "root": {"node": "WS",
-    ...        "caller": "client", "latency_s": {"mean": 0.02}, "children": [{"node": "DB", "caller": "WS",
-    ...        "latency_s": {"mean": 0.01}, "children": []}]}}]}
-    >>> t = paths_results(doc, build="b1")
-    >>> t.column("test").to_pylist(), t.column("value").to_pylist()
-    (['path:p1', 'path:p1/0:DB'], [0.02, 0.01])
-    """
-    name, doc = _paths_doc(source)
-    if time_ns is None:
-        end = (doc.get("trace") or {}).get("end")
-        if end is None:
-            raise ParameterError(f"{name} names no trace end: give the run's time (time_ns)")
-        time_ns = parse_time_ns(end)
-    rows = _path_rows(doc, name, prefix)
-    records = [
-        {
-            "test": test,
-            "testbed": testbed,
-            "build": build,
-            "time_ns": time_ns,
-            "value": value,
-            "unit": "s",
-            "direction": "smaller-is-better",
-            "tags": "pattern" if "/" not in test[len(prefix) :] else "visit",
-        }
-        for test, value in rows
-    ]
-    return results_table(records, source=name)

@@ -29,6 +29,8 @@ from wirepath._cli import Parser, add_cluster_options, add_verb, emit, runner
 
 __all__ = ["EXIT_REGRESSION", "EXIT_UNDECIDED", "register"]
 
+#: ``trend from-paths --min-count``: a pattern seen fewer times in a run is no measurement of it.
+PATHS_MIN_COUNT = 5
 #: Exit status of a gating verb that found a regression, a failed trial or a failed run.
 EXIT_REGRESSION = 1
 #: Exit status of a gating verb that could not decide: an error, or Mako's FAIL status.
@@ -250,26 +252,91 @@ def _register_from_paths(sub: argparse._SubParsersAction) -> None:
         _cmd_from_paths,
         "add path latencies from an inference result to the store",
         "Read a paths file (wirepath infer ... --out PATHS.json) and store one run of latency\n"
-        "series: per pattern 'path:ID' (its root latency, mean seconds) and per visit\n"
-        "'path:ID/K:NODE/...' (K: the child's position); for convolution results per path the\n"
-        "summed hop delays and each hop. Smaller is better.\n\n"
-        "example:\n  wirepath trend from-paths paths.json --store store --build 1234",
+        "series: per pattern its root latency, named by its shape with the root's operation\n"
+        "('path:client>nginx[GET /item/:id](nginx>app(app>backend))'), and per visit its\n"
+        "latency ('.../app>backend'; '#2' for the second visit of the same call in the\n"
+        "pattern); each series' tags hold its pattern id. For convolution results per path\n"
+        "the summed hop delays ('path:a>b>c') and each hop ('.../a>b'). Smaller is better.\n\n"
+        "With --instances (the table 'infer nesting --instances' wrote for the same run) a\n"
+        "run holds one trial per request (pattern) and per call (visit), so the MDL grouping\n"
+        "sees each run's spread; without it a run is one sample, the paths file's mean, and\n"
+        "the grouping may split on noise.\n\n"
+        "example:\n"
+        "  wirepath trend from-paths paths.json --instances inst.parquet --store store --build 1234",
     )
     p.add_argument("paths", metavar="PATHS.json", help="paths file")
     _store_arg(p)
     p.add_argument("--build", required=True, help="the run's build id")
+    p.add_argument(
+        "--instances",
+        metavar="INST.parquet",
+        help="the run's instances table (infer nesting --instances): one trial per request and call",
+    )
+    p.add_argument(
+        "--trials",
+        type=_arg_type("--trials", integer=True, low=1, high=trend.MAX_TRIALS),
+        help="with --instances: at most this many trials a run, each the mean latency of a batch of "
+        "consecutive requests (default: one trial per request)",
+    )
+    p.add_argument(
+        "--min-count",
+        type=_arg_type("--min-count", integer=True, low=1),
+        default=PATHS_MIN_COUNT,
+        help="leave out the patterns (and their visits) seen fewer times in the run "
+        f"(default {PATHS_MIN_COUNT})",
+    )
     p.add_argument("--time", help="the run's time (ISO-8601 or epoch s; default: the trace's end)")
     p.add_argument("--testbed", default="default", help="testbed name (default 'default')")
     p.add_argument("--prefix", default="path:", help="series name prefix (default 'path:')")
 
 
 def _cmd_from_paths(args: argparse.Namespace) -> int:
+    if args.trials is not None and args.instances is None:
+        raise tracefmt.ParameterError("--trials goes with --instances (without it a run is one sample)")
     t = None if args.time is None else trend.parse_time_ns(args.time)
     with _flags_for(time_ns="--time"):
-        table = trend.paths_results(
-            args.paths, build=args.build, time_ns=t, testbed=args.testbed, prefix=args.prefix
+        made = trend.paths_import(
+            args.paths,
+            build=args.build,
+            time_ns=t,
+            testbed=args.testbed,
+            prefix=args.prefix,
+            instances=args.instances,
+            min_count=args.min_count,
+            trials=args.trials,
         )
-    return _write(args, table, "paths")
+    with _writing(args.store):
+        path = trend.write_results(tracefmt.Store.create(args.store), made.table, name="paths")
+    summary = _summary_of(made.table)
+    doc: dict[str, Any] = {"output": str(path), **summary}
+    text = (
+        f"wrote {summary['trials']:,} trials ({summary['runs']:,} runs of {summary['series']:,} series) "
+        f"to {path}"
+    )
+    trials = made.trials
+    if trials is None:
+        doc["trials_per_run"] = "one: the mean of the paths file"
+        text += (
+            "\nnote: each run is one sample (the paths file's mean latency), so the MDL grouping sees no "
+            "spread within a run and may split on noise; give --instances INST.parquet (written by "
+            "infer nesting --instances) for one trial per request"
+        )
+    else:
+        doc.update(instances=trials.instances, unlisted=trials.unlisted, unmatched=trials.unmatched)
+        each = "request and per call" if args.trials is None else f"batch of requests (at most {args.trials})"
+        text += f"\none trial per {each}, from {trials.instances:,} instances"
+        if trials.unlisted:
+            text += f"; {trials.unlisted:,} of patterns the paths file does not list left out"
+        if trials.unmatched:
+            text += f"; {trials.unmatched:,} whose calls do not make their pattern's shape left out"
+    if made.rare_patterns:
+        doc["rare_patterns"] = made.rare_patterns
+        text += (
+            f"\n{made.rare_patterns:,} patterns seen fewer than {args.min_count} times in the run left out "
+            "(--min-count)"
+        )
+    _emit(args, doc, text)
+    return 0
 
 
 def _register_from_capture(sub: argparse._SubParsersAction) -> None:
