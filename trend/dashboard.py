@@ -193,6 +193,7 @@ td.bad { color: #b00; } td.good { color: #070; }
 tr.regressed td:first-child { border-left: 4px solid #b00; }
 .controls { margin: 1em 0; display: flex; gap: 1em; align-items: center; flex-wrap: wrap; }
 svg.spark polyline { fill: none; stroke: #1f77b4; stroke-width: 1; }
+body.no-cores .cores { display: none; }
 """
 
 
@@ -366,11 +367,12 @@ def write_dashboard(trends: Sequence[SeriesTrend], out: str | os.PathLike[str]) 
         '<div class="controls"><input id="filter" type="search" placeholder="test name contains" size="30">',
         '<select id="testbed"><option value="">every testbed</option>',
         *(f'<option value="{html.escape(tb)}">{html.escape(tb)}</option>' for tb in testbeds),
-        '</select><select id="cores"><option value="">every core count</option></select>',
+        '</select><select id="cores" class="cores"><option value="">every core count</option></select>',
         '<label><input id="regressed" type="checkbox"> in a regression now</label>',
         '<span id="shown"></span></div>',
         '<table id="series" class="trend"><thead><tr>',
-        '<th data-key="test">test</th><th data-key="testbed">testbed</th><th data-key="cores">cores</th>',
+        '<th data-key="test">test</th><th data-key="testbed">testbed</th>',
+        '<th data-key="cores" class="cores">cores</th>',
         '<th data-key="trend">trend</th><th data-key="short">short-term change</th>',
         '<th data-key="long">long-term change</th><th data-key="regressions">regressions</th>',
         '<th data-key="progressions">progressions</th><th data-key="last_group">runs in last group</th>',
@@ -440,7 +442,7 @@ function render() {
   const html = keep.slice(0, shown).map(r =>
     `<tr class="${r.regressed ? "regressed" : ""}">`
     + `<td><a href="graph.html#${encodeURI(r.graph)}">${esc(r.test)}</a></td>`
-    + `<td>${esc(r.testbed)}</td><td class="num">${r.cores === null ? "" : r.cores}</td>`
+    + `<td>${esc(r.testbed)}</td><td class="num cores">${r.cores === null ? "" : r.cores}</td>`
     + `<td class="num">${r.trend_text === null ? "n/a" : esc(r.trend_text)}</td>`
     + change(r.short, r.bigger_is_better) + change(r.long, r.bigger_is_better)
     + `<td class="num">${r.regressions}</td><td class="num">${r.progressions}</td>`
@@ -455,6 +457,8 @@ function setUp() {
   const counts = [...new Set(rows.map(r => r.cores).filter(c => c !== null))].sort((a, b) => a - b);
   const select = document.getElementById("cores");
   for (const c of counts) select.add(new Option(`${c} core${c === 1 ? "" : "s"}`, String(c)));
+  // Core counts come from CSIT-style test names: where no name has one, no column or filter for them.
+  document.body.classList.toggle("no-cores", !counts.length);
   for (const id of ["filter", "testbed", "cores", "regressed"]) {
     for (const kind of ["input", "change"]) {
       document.getElementById(id).addEventListener(kind, () => { shown = PAGE; render(); });

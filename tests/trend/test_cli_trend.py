@@ -9,10 +9,11 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from tracefmt import Store
-from tracefmt.patterns import path_id
+from tracefmt.patterns import path_id, text_id
 from trend import load_series
 from wirepath.cli import main
 
@@ -89,6 +90,8 @@ def test_from_paths_one_series_per_pattern_and_visit(tmp_path, capsys):
                     build,
                     "--time",
                     f"2024-11-2{build}T00:00:00Z",
+                    "--min-count",
+                    "1",
                 ]
             )
             == 0
@@ -101,12 +104,14 @@ def test_from_paths_one_series_per_pattern_and_visit(tmp_path, capsys):
 
     assert len(series) == sum(1 + visits(p["root"]) for p in doc["patterns"])
     first = doc["patterns"][0]
-    root = series[f"path:{first['id']}"]
+    # Named by the shape (whose id the pattern's is), each visit by its call.
+    (name,) = [t for t in series if "/" not in t and text_id(t.removeprefix("path:")) == first["id"]]
+    root = series[name]
     assert root.runs == 2
     assert root.direction == "smaller-is-better"
     assert root.values[0] == first["root"]["latency_s"]["mean"]
     child = first["root"]["children"][0]
-    assert series[f"path:{first['id']}/0:{child['node']}"].values[0] == child["latency_s"]["mean"]
+    assert series[f"{name}/{child['caller']}>{child['node']}"].values[0] == child["latency_s"]["mean"]
 
 
 def test_from_paths_of_convolution_paths(tmp_path, capsys):
@@ -132,18 +137,23 @@ def test_from_paths_of_convolution_paths(tmp_path, capsys):
     paths.write_text(json.dumps(doc))
     assert main(["trend", "from-paths", str(paths), "--store", str(tmp_path), "--build", "1"]) == 0
     got = {s.test: s.values[0] for s in load_series(tmp_path)}
-    other = f"path:{path_id(['a', 'e', 'f'])}"
-    answer = f"path:{path_id(['x', 'y', 'x'])}"
+    # Named by their nodes, each hop by its two; the path id in the tags.
     assert got == {
-        "path:p7": 2.25,
-        "path:p7/hop0": 0.5,
-        "path:p7/hop1": 1.5,
-        other: 0.25,
-        f"{other}/hop0": 0.25,
-        answer: 0.006,
-        f"{answer}/hop0": 0.001,
-        f"{answer}/hop0/median": 0.006,
+        "path:a>b>c>d": 2.25,
+        "path:a>b>c>d/a>b": 0.5,
+        "path:a>b>c>d/b>c": 1.5,
+        "path:a>e>f": 0.25,
+        "path:a>e>f/a>e": 0.25,
+        "path:x>y>x": 0.006,
+        "path:x>y>x/x>y": 0.001,
+        "path:x>y>x/x>y/median": 0.006,
     }
+    tags = {
+        t
+        for s in pq.read_table(next((tmp_path / "results").glob("*.parquet")))["tags"].to_pylist()
+        for t in s
+    }
+    assert {"path:p7", f"path:{path_id(['a', 'e', 'f'])}", "at:1"} <= tags
 
 
 def test_from_paths_takes_the_trace_end_as_time(tmp_path, capsys):
@@ -165,7 +175,12 @@ def test_from_paths_takes_the_trace_end_as_time(tmp_path, capsys):
             }
         )
     )
-    assert main(["trend", "from-paths", str(paths), "--store", str(tmp_path), "--build", "7"]) == 0
+    assert (
+        main(
+            ["trend", "from-paths", str(paths), "--store", str(tmp_path), "--build", "7", "--min-count", "1"]
+        )
+        == 0
+    )
     (s,) = load_series(tmp_path)
     assert s.times_ns.tolist() == [1704067202 * 10**9]
 
