@@ -701,7 +701,9 @@ def paths_results(
     (its ``latency_s``, else the sum of its most frequent hop delays) and per hop (its
     most frequent delay; ``.../median`` its median where the run gives one). The run's
     time is the trace's end unless ``time_ns`` is given. All are smaller-is-better, in
-    seconds.
+    seconds. ``min_count``: patterns seen fewer times in the run are left out with their
+    visits. ``trials`` (with ``instances``): at most this many trials a run, each the mean
+    of a batch of consecutive requests (:func:`batch_means`).
 
     Examples
     --------
