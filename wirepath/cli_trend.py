@@ -274,9 +274,10 @@ def _register_from_paths(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--trials",
-        type=_arg_type("--trials", integer=True, low=1, high=trend.MAX_TRIALS),
+        type=_trials_arg,
         help="with --instances: at most this many trials a run, each the mean latency of a batch of "
-        "consecutive requests (default: one trial per request)",
+        f"consecutive requests, or 'all': one trial per request (default {PATHS_TRIALS}: the "
+        "fewest false alarms and the most changes found of those measured, BENCHMARKS.md)",
     )
     p.add_argument(
         "--min-count",
@@ -290,9 +291,22 @@ def _register_from_paths(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefix", default="path:", help="series name prefix (default 'path:')")
 
 
+#: Trials a run ``from-paths --instances`` keeps unless told: batches of requests, as
+#: CSIT stores a few trials each averaging much traffic (``benchmarks/trend_paths.py``).
+PATHS_TRIALS = 10
+
+
+def _trials_arg(text: str) -> int | str:
+    """``--trials``: a count, or ``all`` (one trial per request)."""
+    if text == "all":
+        return text
+    return int(_arg_type("--trials", integer=True, low=1, high=trend.MAX_TRIALS)(text))
+
+
 def _cmd_from_paths(args: argparse.Namespace) -> int:
     if args.trials is not None and args.instances is None:
         raise tracefmt.ParameterError("--trials goes with --instances (without it a run is one sample)")
+    args.trials = PATHS_TRIALS if args.trials is None else None if args.trials == "all" else args.trials
     t = None if args.time is None else trend.parse_time_ns(args.time)
     with _flags_for(time_ns="--time"):
         made = trend.paths_import(

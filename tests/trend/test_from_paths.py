@@ -93,7 +93,7 @@ def _stored(store: Path) -> dict[str, tuple[str, str | None, np.ndarray]]:
 def test_per_request_trials_are_the_instances_own_latencies(which, request, tmp_path, capsys):
     run = request.getfixturevalue(which)
     paths, inst = run[0] if which == "multitier" else run
-    _import(tmp_path, paths, "1", "--instances", str(inst), "--min-count", "1")
+    _import(tmp_path, paths, "1", "--instances", str(inst), "--min-count", "1", "--trials", "all")
     assert "from" in capsys.readouterr().out
     stored = _stored(tmp_path)
     doc = json.loads(paths.read_text())
@@ -124,7 +124,7 @@ def test_first_level_visits_by_call_order(multitier, tmp_path, capsys):
     """A root's k-th child by call time is the visit at place k (multitier's visits are
     called one after the other), computed from the table with numpy alone."""
     paths, inst = multitier[0]
-    _import(tmp_path, paths, "1", "--instances", str(inst), "--min-count", "1")
+    _import(tmp_path, paths, "1", "--instances", str(inst), "--min-count", "1", "--trials", "all")
     stored = _stored(tmp_path)
     table = pq.read_table(inst)
     pair = table.column("pair").to_numpy()
@@ -172,7 +172,7 @@ def _analysis(store: Path, capsys) -> dict[str, dict]:
     return {s["test"]: s for s in json.loads(capsys.readouterr().out)["series"]}
 
 
-@pytest.mark.parametrize("trials", [None, "10"], ids=["per-request", "batches"])
+@pytest.mark.parametrize("trials", ["all", None], ids=["per-request", "batches by default"])
 def test_unchanged_runs_give_no_regression_and_a_delay_is_found(multitier, tmp_path, capsys, trials):
     extra = [] if trials is None else ["--trials", trials]
     for k, (paths, inst) in enumerate(multitier[:6]):
@@ -199,8 +199,13 @@ def test_without_instances_a_run_is_one_sample_and_it_says_so(multitier, tmp_pat
     assert "each run is one sample" in out
     assert "give --instances" in out
     assert "patterns seen fewer than 5 times in the run left out" in out
-    _import(tmp_path / "b", paths, "1", "--instances", str(inst))
+    _import(tmp_path / "b", paths, "1", "--instances", str(inst), "--trials", "all")
     mean, each = trend.load_series(tmp_path / "a"), trend.load_series(tmp_path / "b")
+    # With --instances and no --trials: ten batches of requests a run at most.
+    _import(tmp_path / "d", paths, "1", "--instances", str(inst))
+    batched = trend.load_series(tmp_path / "d")
+    assert max(s.trials[0].size for s in batched) == 10
+    assert max(s.trials[0].size for s in each) > 10
     assert [s.test for s in mean] == [s.test for s in each]  # the same series either way
     assert {s.trials[0].size for s in mean} == {1}
     np.testing.assert_allclose([s.values[0] for s in mean], [s.values[0] for s in each], rtol=1e-12)
