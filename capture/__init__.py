@@ -10,6 +10,14 @@ from typing import TYPE_CHECKING
 
 from tracefmt.lazy import lazy_package
 
+#: How nodes are named (``capture.naming``; here so that the command line's choices need
+#: no Arrow): by address, or by the service listening there.
+NODE_BY = ("address", "service")
+#: Bytes kept per packet and the kernel's capture buffer of ``capture live``
+#: (``capture.live``), unless told.
+DEFAULT_SNAPLEN = 262144
+DEFAULT_BUFFER_MB = 32
+
 if TYPE_CHECKING:
     from capture.convert import CaptureReport, StreamConverter, convert_pcaps, estimate_offset_ns
     from capture.decode import Decoder, DecodeStats, Segments
@@ -52,6 +60,9 @@ _EXPORTS = {
 __getattr__, __dir__ = lazy_package(__name__, _EXPORTS)
 
 __all__ = [
+    "DEFAULT_BUFFER_MB",
+    "DEFAULT_SNAPLEN",
+    "NODE_BY",
     "PROTOCOLS",
     "CaptureReport",
     "DecodeStats",

@@ -46,6 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from capture import DEFAULT_BUFFER_MB, DEFAULT_SNAPLEN
 from tracefmt import (
     MissingToolError,
     OutputFile,
@@ -75,8 +76,6 @@ __all__ = [
 
 PathLike = str | os.PathLike[str]
 
-DEFAULT_SNAPLEN = 262144
-DEFAULT_BUFFER_MB = 32
 _BLOCK_TIMEOUT_S = 1.25  # libpcap's packet-buffer timeout (1 s, tcpdump's) and a margin
 _PRIVILEGE_HINT = (
     "live capture needs root or CAP_NET_RAW: run it with sudo, or grant the capability to "

@@ -14,12 +14,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from capture import NODE_BY
 from tracefmt import ParameterError, load_names
 from tracefmt.hashing import mix64
 
 __all__ = ["NODE_BY", "Namer", "format_address", "one_host_note"]
 
-NODE_BY = ("address", "service")
 _V4_MAPPED_HI = 0
 _V4_MASK = 0xFFFF00000000
 

@@ -10,6 +10,11 @@ from typing import TYPE_CHECKING
 
 from tracefmt.lazy import lazy_package
 
+#: Where the messages of an RPC read from spans are stamped (``tracefmt.spans``): the
+#: server span's times or the client span's (here: the command line's choices need it
+#: without NumPy and Arrow).
+SPAN_AT = ("callee", "caller")
+
 if TYPE_CHECKING:
     from tracefmt._files import (
         DISK_FULL,
@@ -95,7 +100,6 @@ if TYPE_CHECKING:
     )
     from tracefmt.signals import sigterm_as_interrupt
     from tracefmt.spans import (
-        SPAN_AT,
         SPAN_FORMATS,
         SpanStats,
         read_jaeger,
@@ -195,7 +199,6 @@ _EXPORTS = {
     ],
     "tracefmt.signals": ["sigterm_as_interrupt"],
     "tracefmt.spans": [
-        "SPAN_AT",
         "SPAN_FORMATS",
         "SpanStats",
         "read_jaeger",

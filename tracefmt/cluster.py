@@ -21,11 +21,12 @@ import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tracefmt.errors import MissingToolError, ParameterError, WirepathError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -313,6 +314,7 @@ def side_by_side(
 
     Examples
     --------
+    >>> import numpy as np
     >>> side_by_side(lambda a, b, k: a * b + k, (np.arange(4), np.arange(4)), 1).tolist()
     [1, 2, 5, 10]
     """
@@ -328,6 +330,8 @@ def side_by_side(
     parts = _pool(size).map(
         lambda ab: kernel(*(a[ab[0] : ab[1]] for a in per_entry), *rest), split_evenly(n, threads)
     )
+    import numpy as np  # a command line that runs no kernel starts without NumPy
+
     return np.concatenate(list(parts))
 
 

@@ -32,8 +32,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tracefmt.errors import ParseError, TraceFileError
 
 __all__ = [
@@ -150,6 +148,8 @@ def nesting_depth(text: str | bytes, *, toml: bool = False) -> int:
     bare = (_TOML_SKIP if toml else _JSON_SKIP).sub(b"", data)
     if not bare:
         return 0
+    import numpy as np  # only where a file is read: a command line's start needs none
+
     b = np.frombuffer(bare, dtype=np.uint8)
     # '[' and '{' open, ']' and '}' close; a stray closer cannot make a depth negative.
     step = (b == 0x5B).astype(np.int64) + (b == 0x7B) - (b == 0x5D) - (b == 0x7D)

@@ -52,6 +52,7 @@ from typing import IO, Any
 import numpy as np
 import pyarrow as pa
 
+from tracefmt import SPAN_AT
 from tracefmt._files import existing_file
 from tracefmt.errors import ParameterError, ParseError, TraceFileError
 from tracefmt.identify import SPANS, hint
@@ -69,8 +70,6 @@ __all__ = [
     "span_format",
 ]
 
-#: Where the messages of an RPC are stamped: the server span's times or the client span's.
-SPAN_AT = ("callee", "caller")
 #: The span formats read here.
 SPAN_FORMATS = ("jaeger", "otlp")
 #: File name endings that say "JSON spans" (the content decides which format).

@@ -12,12 +12,10 @@ from typing import TYPE_CHECKING
 from tracefmt.lazy import lazy_package
 
 if TYPE_CHECKING:
-    from trend.analysis import METHODS, SeriesTrend, alert_text, analyze_all, analyze_series, trend_compliance
+    from trend.analysis import SeriesTrend, alert_text, analyze_all, analyze_series, trend_compliance
     from trend.compare import Comparison, compare_runs, format_comparison, parse_values, read_compare_file
     from trend.dashboard import DashboardReport, graph_figure, write_dashboard
     from trend.mdl import (
-        DIRECTIONS,
-        MAX_SBPS,
         MdlGroup,
         MdlPrograms,
         MdlResult,
@@ -29,10 +27,17 @@ if TYPE_CHECKING:
         run_stats,
         trial_stats,
     )
-    from trend.numbers import check_number, finite_json
+    from trend.numbers import (
+        DIRECTIONS,
+        IMPORT_COLUMNS,
+        MAX_SBPS,
+        MAX_TRIALS,
+        METHODS,
+        check_number,
+        finite_json,
+    )
     from trend.paths import PathSeries, PathsImport, instance_trials, path_series, paths_import, paths_results
     from trend.series import (
-        IMPORT_COLUMNS,
         RESULTS_SCHEMA,
         Series,
         import_results,
@@ -43,7 +48,6 @@ if TYPE_CHECKING:
         write_results,
     )
     from trend.sources import (
-        MAX_TRIALS,
         covered_windows,
         mrr_from_timestamps,
         mrr_results,
@@ -56,7 +60,6 @@ if TYPE_CHECKING:
 #: Where each public name lives: a module is imported when one of its names is first used.
 _EXPORTS = {
     "trend.analysis": [
-        "METHODS",
         "SeriesTrend",
         "alert_text",
         "analyze_all",
@@ -66,8 +69,6 @@ _EXPORTS = {
     "trend.compare": ["Comparison", "compare_runs", "format_comparison", "parse_values", "read_compare_file"],
     "trend.dashboard": ["DashboardReport", "graph_figure", "write_dashboard"],
     "trend.mdl": [
-        "DIRECTIONS",
-        "MAX_SBPS",
         "MdlGroup",
         "MdlPrograms",
         "MdlResult",
@@ -80,9 +81,16 @@ _EXPORTS = {
         "trial_stats",
     ],
     "trend.state": ["STATE_FILE", "load_programs", "save_programs", "state_path"],
-    "trend.numbers": ["check_number", "finite_json"],
-    "trend.series": [
+    "trend.numbers": [
+        "DIRECTIONS",
         "IMPORT_COLUMNS",
+        "MAX_SBPS",
+        "MAX_TRIALS",
+        "METHODS",
+        "check_number",
+        "finite_json",
+    ],
+    "trend.series": [
         "RESULTS_SCHEMA",
         "Series",
         "import_results",
@@ -93,7 +101,6 @@ _EXPORTS = {
         "write_results",
     ],
     "trend.sources": [
-        "MAX_TRIALS",
         "covered_windows",
         "mrr_from_timestamps",
         "mrr_results",

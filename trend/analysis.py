@@ -24,12 +24,12 @@ from tracefmt import ParameterError, format_instant_ns, format_instants_ns
 from tracefmt.cluster import InProcess, Runner, split_evenly
 from tracefmt.display import printable
 from trend.mdl import MdlGroup, MdlPrograms, classify_mdl, resolve_unit, trial_stats
+from trend.numbers import METHODS
 from trend.series import Series
 from trend.tmm import classify_tmm
 
 __all__ = ["METHODS", "SeriesTrend", "alert_text", "analyze_all", "analyze_series", "trend_compliance"]
 
-METHODS = ("mdl", "tmm")
 WEEK_NS = 7 * 86_400 * 1_000_000_000
 QUARTER_NS = 90 * 86_400 * 1_000_000_000
 #: Groups of series per task slot of a cluster: enough that a slow group (long series)

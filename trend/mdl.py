@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from tracefmt import ParameterError
-from trend.numbers import check_number
+from trend.numbers import DIRECTIONS, MAX_SBPS, check_number
 
 __all__ = [
     "DIRECTIONS",
@@ -54,10 +54,6 @@ __all__ = [
     "trial_stats",
 ]
 
-#: A series' direction: which way is better.
-DIRECTIONS = ("bigger-is-better", "smaller-is-better")
-#: The most significant bits per sample: a float64 holds 53 (beyond, the bits overflow).
-MAX_SBPS = 52
 SBPS_WHAT = "sbps (significant bits per sample)"
 
 _LN2 = math.log(2)

@@ -15,7 +15,37 @@ from typing import Any
 
 from tracefmt import ParameterError
 
-__all__ = ["check_number", "finite_json"]
+#: The command line's constants live here, where NumPy and Arrow are not imported.
+#: Trend methods: MDL grouping (``trend.mdl``, as in jumpavg) or trimmed moving statistics.
+METHODS = ("mdl", "tmm")
+#: A series' direction: which way is better.
+DIRECTIONS = ("bigger-is-better", "smaller-is-better")
+#: The most significant bits per sample: a float64 holds 53 (beyond, the bits overflow).
+MAX_SBPS = 52
+#: The most trials of one run (CSIT runs 10): more is a typo, and would fill the memory.
+MAX_TRIALS = 1_000_000
+#: Columns of an import file: required first, then optional ones with their defaults.
+IMPORT_COLUMNS = {
+    "test": None,
+    "build": None,
+    "time": None,
+    "value": None,
+    "testbed": "default",
+    "trial": "row order within the build",
+    "unit": "",
+    "direction": "bigger-is-better",
+    "tags": "",
+}
+
+__all__ = [
+    "DIRECTIONS",
+    "IMPORT_COLUMNS",
+    "MAX_SBPS",
+    "MAX_TRIALS",
+    "METHODS",
+    "check_number",
+    "finite_json",
+]
 
 
 def _shown(x: float) -> str:

@@ -46,7 +46,7 @@ from tracefmt import (
 from tracefmt.configfile import load_json
 from trend._files import MAX_RESULTS_BYTES, read_bytes
 from trend.mdl import DIRECTIONS
-from trend.numbers import check_number
+from trend.numbers import IMPORT_COLUMNS, check_number
 
 __all__ = [
     "IMPORT_COLUMNS",
@@ -73,18 +73,6 @@ RESULTS_SCHEMA = pa.schema(
         ("tags", pa.list_(pa.string())),
     ]
 )
-#: Columns of an import file: required first, then optional ones with their defaults.
-IMPORT_COLUMNS = {
-    "test": None,
-    "build": None,
-    "time": None,
-    "value": None,
-    "testbed": "default",
-    "trial": "row order within the build",
-    "unit": "",
-    "direction": "bigger-is-better",
-    "tags": "",
-}
 _REQUIRED = [c for c, d in IMPORT_COLUMNS.items() if d is None]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The instants a timestamp[ns] column holds, less INT64_MIN: numpy and pandas read it as NaT.

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracefmt import ParameterError
-from trend.numbers import check_number
+from trend.numbers import MAX_TRIALS, check_number
 from trend.series import results_table
 
 __all__ = [
@@ -20,9 +20,6 @@ __all__ = [
     "mrr_results",
     "trial_windows",
 ]
-
-#: The most trials of one run (CSIT runs 10): more is a typo, and would fill the memory.
-MAX_TRIALS = 1_000_000
 
 
 def trial_windows(start_ns: int, duration_ns: int, trials: int, *, gap_ns: int = 0) -> np.ndarray:

@@ -24,6 +24,7 @@ import infer
 import synth
 import tracefmt
 from tracefmt import ParameterError, TraceFileError, write_atomic, write_paths
+from viz import DEMO_CONVOLUTION
 from viz.diff import PathsDiff, diff_convolution, diff_dot, diff_paths, format_change
 from viz.dot import format_s, paths_dot
 from viz.export import write_export
@@ -35,10 +36,6 @@ __all__ = ["DEMO_CONVOLUTION", "DEMO_FILES", "DemoResult", "run_demo"]
 
 _SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "synth"
 
-
-#: Convolution settings of the demo: 2 ms quanta resolve the tiers' millisecond delays,
-#: half a second covers the added 200 ms; paths start at the client.
-DEMO_CONVOLUTION: dict[str, Any] = {"quantum_s": 0.002, "max_lag_s": 0.5, "root": "client"}
 
 #: Every file the demo writes into its directory (the convolution ones only with it).
 DEMO_FILES = (

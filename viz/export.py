@@ -37,10 +37,10 @@ import pyarrow.compute as pc
 from tracefmt import ParameterError, SchemaError, atomic_output
 from tracefmt.hashing import mix64
 from tracefmt.memory import collector_paused
+from viz import EXPORT_FORMATS
 
 __all__ = ["EXPORT_FORMATS", "export_traces", "write_export"]
 
-EXPORT_FORMATS = ("otlp", "zipkin", "jaeger")
 
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 _NEED = ("pair", "caller", "callee", "t_call", "t_return", "parent", "instance", "pattern", "confidence")

@@ -21,7 +21,6 @@ import infer
 import synth
 import tracefmt
 from tracefmt import WirepathError
-from viz.paths import tree_lines
 from wirepath import __version__, cli_capture, cli_convolution, cli_trend, cli_viz
 from wirepath._cli import Parser as _Parser
 from wirepath._cli import UsageError as _UsageError
@@ -286,6 +285,8 @@ def _cmd_infer_nesting(args: argparse.Namespace) -> int:
     if args.instances:
         result.write_instances(args.instances)
     lines = infer.nesting_lines(whole, doc, wrote=[out, *([args.instances] if args.instances else [])])
+    from viz.paths import tree_lines
+
     for k, pat in enumerate(doc["patterns"][: args.show], 1):
         lines.append(infer.pattern_line(k, pat))
         lines += tree_lines(pat)

@@ -10,7 +10,6 @@ import os
 
 import capture
 import tracefmt
-from capture.naming import NODE_BY
 from wirepath import cli_live
 from wirepath._cli import Parser, add_cluster_options, add_key_options, add_verb, emit, key_options, runner
 from wirepath._cli import end_progress as _end_progress
@@ -68,7 +67,7 @@ def _register_pcap(sources: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--node-by",
-        choices=NODE_BY,
+        choices=capture.NODE_BY,
         default="address",
         help="name nodes by address (10.0.0.5) or servers by service (10.0.0.5:5432); default address",
     )

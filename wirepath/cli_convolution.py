@@ -9,7 +9,6 @@ from typing import Any
 import infer
 import tracefmt
 from infer.params import COUNT_ESTIMATES, DELAY_ESTIMATES, METHODS
-from viz.paths import format_path
 from wirepath._cli import Parser, add_cluster_options, add_verb, count, emit, runner
 
 __all__ = ["register"]
@@ -48,9 +47,11 @@ def _cmd_infer_convolution(args: argparse.Namespace) -> int:
     out = Path(args.out)
     tracefmt.write_paths(doc, out)
     lines = infer.convolution_lines(doc, wrote=[out])
+    from viz import paths as viz_paths
+
     shown = doc["paths"][: args.show]
     for k, p in enumerate(shown, 1):
-        lines.append(f"#{k:<3} {p['count']:>10,.0f}  {format_path(p)}")
+        lines.append(f"#{k:<3} {p['count']:>10,.0f}  {viz_paths.format_path(p)}")
     if any(len(p["nodes"]) > 2 for p in shown):
         lines.append(
             "(#, messages estimated on the path's last hop, the path; -[a|b]-> the delays at the node "

@@ -9,11 +9,13 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import capture
 import tracefmt
-from capture.live import DEFAULT_BUFFER_MB, DEFAULT_SNAPLEN, LiveCapture, LiveReport, Recording, capture_live
+
+if TYPE_CHECKING:
+    from capture.live import LiveCapture, LiveReport
 from wirepath._cli import (
     Progress,
     add_key_options,
@@ -82,16 +84,17 @@ def _recording_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--snaplen",
         type=count(64, 262_144),
-        default=DEFAULT_SNAPLEN,
+        default=capture.DEFAULT_SNAPLEN,
         metavar="N",
-        help=f"bytes kept per packet ({DEFAULT_SNAPLEN})",
+        help=f"bytes kept per packet ({capture.DEFAULT_SNAPLEN})",
     )
     p.add_argument(
         "--buffer-mb",
         type=count(1, 1 << 16),
-        default=DEFAULT_BUFFER_MB,
+        default=capture.DEFAULT_BUFFER_MB,
         metavar="N",
-        help=f"kernel capture buffer, MiB ({DEFAULT_BUFFER_MB}); raise it if the kernel drops packets",
+        help=f"kernel capture buffer, MiB ({capture.DEFAULT_BUFFER_MB}); raise it if the kernel drops "
+        "packets",
     )
     p.add_argument("--no-promisc", action="store_true", help="do not put the interface in promiscuous mode")
 
@@ -102,10 +105,10 @@ def _cmd_live(args: argparse.Namespace) -> int:
     watch = _Watch(args, duration)
     with _signals_to(watch.on_signal):
         try:
-            report = capture_live(
+            report = capture.capture_live(
                 args.iface,
                 args.out,
-                Recording(
+                capture.Recording(
                     bpf=args.filter,
                     rotate_mb=args.rotate_mb,
                     snaplen=args.snaplen,

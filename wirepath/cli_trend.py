@@ -17,15 +17,15 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 import capture
 import tracefmt
 import trend
-from trend.analysis import analyze_all
 from wirepath._cli import Parser, add_cluster_options, add_verb, emit, runner
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["EXIT_REGRESSION", "EXIT_UNDECIDED", "register"]
 
@@ -214,7 +214,9 @@ def _summary_of(table: Any) -> dict[str, int]:
         .aggregate([])
         .num_rows
     )
-    failed = int(np.isnan(table.column("value").to_numpy(zero_copy_only=False)).sum())
+    import pyarrow.compute as pc
+
+    failed = int(pc.sum(pc.is_nan(table.column("value"))).as_py() or 0)
     return {"series": tests, "runs": runs, "trials": table.num_rows, "failed_trials": failed}
 
 
@@ -425,7 +427,7 @@ def _cmd_from_capture(args: argparse.Namespace) -> int:
         "unit": unit,
         "trials": rates.tolist(),
         "trials_asked": args.trials,
-        "trials_left_out": [int(k) for k in np.flatnonzero(~covered)],
+        "trials_left_out": [k for k, whole in enumerate(covered.tolist()) if not whole],
     }
     text = (
         f"MRR of {tracefmt.printable(args.test)} build {tracefmt.printable(args.build)}: "
@@ -479,7 +481,7 @@ def _analyze(args: argparse.Namespace, errors: list[str] | None = None) -> list[
     if state is not None and getattr(args, "fresh", False):
         state.unlink(missing_ok=True)
     with runner(args) as run:
-        trends = analyze_all(
+        trends = trend.analyze_all(
             series,
             method=args.method,
             window=args.window,

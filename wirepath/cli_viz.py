@@ -11,14 +11,8 @@ from typing import Any
 
 import infer
 import tracefmt
+import viz
 from tracefmt import ParameterError
-from viz.demo import DEMO_CONVOLUTION, run_demo
-from viz.diff import convolution_diff_dot, diff_convolution, diff_dot, diff_paths, format_change
-from viz.dot import format_s, paths_dot
-from viz.export import EXPORT_FORMATS, write_export
-from viz.paths import collapse_replicas, confident_patterns, select_patterns, tree_lines
-from viz.render import FORMATS, write_graph
-from viz.report import build_report, write_report
 from wirepath._cli import Parser, add_verb, count, emit, probability
 
 __all__ = ["register"]
@@ -44,12 +38,12 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     out = _graph_out(args, str(Path(args.paths).with_suffix("." + (args.format or "svg"))))
     tracefmt.distinct_outputs([args.paths], [out])
     doc = tracefmt.read_paths(args.paths)
-    doc, left_patterns, left_instances = confident_patterns(doc, args.min_confidence)
-    merged = collapse_replicas(doc, args.collapse) if doc["algorithm"] == "nesting" else doc
-    text = paths_dot(merged, top=args.top, sort=args.sort, min_share=args.min_share)
-    write_graph(text, out, args.format)
+    doc, left_patterns, left_instances = viz.confident_patterns(doc, args.min_confidence)
+    merged = viz.collapse_replicas(doc, args.collapse) if doc["algorithm"] == "nesting" else doc
+    text = viz.paths_dot(merged, top=args.top, sort=args.sort, min_share=args.min_share)
+    viz.write_graph(text, out, args.format)
     if doc["algorithm"] == "nesting":
-        shown = select_patterns(merged, top=args.top, sort=args.sort, min_share=args.min_share)
+        shown = viz.select_patterns(merged, top=args.top, sort=args.sort, min_share=args.min_share)
         what = f"{len(shown)} of {len(merged['patterns']):,} patterns"
         if args.collapse:
             what += f" ({len(doc['patterns']):,} before merging replicas)"
@@ -72,8 +66,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     tables = None
     if args.instances:
         tables = (infer.read_instances(args.instances[0]), infer.read_instances(args.instances[1]))
-    diff = diff_paths(base, slow, collapse=args.collapse, min_count=args.min_count, instances=tables)
-    write_graph(diff_dot(diff, top=args.top), out, args.format)
+    diff = viz.diff_paths(base, slow, collapse=args.collapse, min_count=args.min_count, instances=tables)
+    viz.write_graph(viz.diff_dot(diff, top=args.top), out, args.format)
     lines = [diff.sentence(), "top changes (where the time was added or saved):"]
     lines += ["  " + line for line in diff.text_lines(args.changes)]
     lines.append(
@@ -89,14 +83,14 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _convolution_diff(args: argparse.Namespace, base: dict[str, Any], slow: dict[str, Any]) -> int:
-    changes = diff_convolution(base, slow, collapse=args.collapse)
+    changes = viz.diff_convolution(base, slow, collapse=args.collapse)
     out = _graph_out(args, "diff.svg")
-    write_graph(convolution_diff_dot(changes, top=args.top), out, args.format)
+    viz.write_graph(viz.convolution_diff_dot(changes, top=args.top), out, args.format)
     lines = ["delay changes at the middle node of each hop pair (convolution paths):"]
     shown = tracefmt.printable  # node names come from the data: escaped, \n included
     lines += [
-        f"  {format_change(c['change_s']):>9}  {shown(c['label']):<28} {format_s(c['base_s'])} -> "
-        f"{format_s(c['slow_s'])}, about {c['messages']:,} messages"
+        f"  {viz.format_change(c['change_s']):>9}  {shown(c['label']):<28} {viz.format_s(c['base_s'])} -> "
+        f"{viz.format_s(c['slow_s'])}, about {c['messages']:,} messages"
         for c in changes[: args.changes]
     ]
     if not changes:
@@ -129,8 +123,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         evaluation = infer.evaluate_paths(
             doc, tracefmt.read_trace(args.truth), instances=infer.read_instances(args.instances)
         )
-    doc, left_patterns, left_instances = confident_patterns(doc, args.min_confidence)
-    page = build_report(
+    doc, left_patterns, left_instances = viz.confident_patterns(doc, args.min_confidence)
+    page = viz.build_report(
         doc,
         base=base,
         top=args.top,
@@ -141,7 +135,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         evaluation=evaluation,
         instances=tables,
     )
-    out = write_report(page, args.out)
+    out = viz.write_report(page, args.out)
     text = f"wrote {out} ({len(page.encode('utf-8')) / 1024:,.0f} KiB, self-contained)"
     text += _left_out(left_patterns, left_instances, args.min_confidence)
     emit(args, {"out": str(out), "bytes": len(page.encode("utf-8"))}, text)
@@ -158,7 +152,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             f"; left out {instances:,} requests holding {links:,} links of confidence "
             f"below {args.min_confidence:g}"
         )
-    counts = write_export(table, args.format, args.out, max_traces=args.max_traces)
+    counts = viz.write_export(table, args.format, args.out, max_traces=args.max_traces)
     text = f"wrote {counts['traces']:,} traces ({counts['spans']:,} spans) as {args.format} to {args.out}"
     text += left
     emit(args, {"out": args.out, "format": args.format, **counts}, text)
@@ -172,7 +166,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"... {text}", file=sys.stderr, flush=True)
 
-    result = run_demo(
+    result = viz.run_demo(
         args.out,
         messages=args.messages,
         parallelism=args.parallelism,
@@ -190,7 +184,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         f"{base['instances']:,} and {slow['instances']:,} requests; the slow run adds a delay somewhere",
         "nesting (default preset)"
         + (
-            f" and convolution ({', '.join(f'{k}={v}' for k, v in DEMO_CONVOLUTION.items())})"
+            f" and convolution ({', '.join(f'{k}={v}' for k, v in viz.DEMO_CONVOLUTION.items())})"
             if result.convolution
             else ""
         )
@@ -201,7 +195,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     ]
     for k, pat in enumerate(result.top_patterns, 1):
         lines.append(f"#{k} {pat['id']}  {pat['count']:,} instances, total {pat['total_latency_s']:.3f} s")
-        lines += tree_lines(pat)
+        lines += viz.tree_lines(pat)
     lines += ["", "where the time went:", f"  {result.sentence}"]
     if result.diff.changes:
         lines.append(f"  ({result.diff.changes[0]['where']})")
@@ -300,7 +294,7 @@ def _register_draw(sub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("paths", help="paths file (JSON) from wirepath infer")
     d.add_argument("--out", help="picture to write (default: PATHS with .svg)")
-    d.add_argument("--format", choices=list(FORMATS), help="picture format (default: from --out)")
+    d.add_argument("--format", choices=list(viz.FORMATS), help="picture format (default: from --out)")
     _view_options(d, 5)
 
 
@@ -323,7 +317,7 @@ def _register_diff(sub: argparse._SubParsersAction) -> None:
     d.add_argument("base", help="paths file of the base (normal) run")
     d.add_argument("slow", help="paths file of the run to explain")
     d.add_argument("--out", help="diff picture to write (default diff.svg)")
-    d.add_argument("--format", choices=list(FORMATS), help="picture format (default: from --out)")
+    d.add_argument("--format", choices=list(viz.FORMATS), help="picture format (default: from --out)")
     d.add_argument(
         "--top",
         type=count(1),
@@ -395,7 +389,7 @@ def _register_export(verbs: argparse._SubParsersAction) -> None:
         "example: wirepath export inst.parquet --format jaeger --out traces.json --max-traces 500",
     )
     p.add_argument("instances", help="instances table (.parquet) from wirepath infer nesting --instances")
-    p.add_argument("--format", choices=list(EXPORT_FORMATS), required=True, help="trace format")
+    p.add_argument("--format", choices=list(viz.EXPORT_FORMATS), required=True, help="trace format")
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--max-traces", type=count(1), metavar="N", help="export only the first N requests")
     _min_confidence_option(
