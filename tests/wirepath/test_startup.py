@@ -35,6 +35,26 @@ def test_capture_pcap_converts_without_pandas_or_other_verbs(tmp_path: Path) -> 
         assert other not in mods, other
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["infer", "nesting", "--help"],
+        ["capture", "pcap", "--help"],
+        ["capture", "live", "--help"],
+        ["trend", "from-paths", "--help"],
+        ["viz", "diff", "--help"],
+        ["export", "--help"],
+        ["convert", "--help"],
+    ],
+    ids=lambda a: " ".join(a[:-1]) or "wirepath",
+)
+def test_help_loads_neither_numpy_nor_arrow(argv: list[str]) -> None:
+    mods = _imported(argv)
+    assert "wirepath.cli" in mods
+    assert not {m for m in mods if m.split(".")[0] in ("numpy", "pyarrow", "scipy", "pandas")}
+
+
 def test_info_reads_a_trace_without_pandas(tmp_path: Path) -> None:
     trace = tmp_path / "t.parquet"
     subprocess.run(
