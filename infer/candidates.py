@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.ndimage import gaussian_filter1d
 
 from infer.callpairs import CallPairs
 from infer.params import NestingParams
@@ -276,6 +275,9 @@ class Scoreboard:
             dense = np.zeros((rows.size, nb))
             dense[row.ravel(), self.keys % nb] = values
             half = self.params.n_bins
+            # SciPy's filters only here: a run that smooths nothing does not load them.
+            from scipy.ndimage import gaussian_filter1d
+
             for side in (slice(0, half), slice(half, nb)):  # positive and negative delays apart
                 dense[:, side] = gaussian_filter1d(
                     dense[:, side], self.params.smooth_bins, axis=1, mode="constant"

@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -58,6 +59,7 @@ from infer.params import NestingParams
 from infer.windows import Homes, Window, Windows
 from tracefmt import ParameterError
 from tracefmt.cluster import Runner, side_by_side
+from tracefmt.compiled import python_twin
 from tracefmt.patterns import sibling_groups
 from tracefmt.units import shifted_ns
 
@@ -198,12 +200,27 @@ def _smooth(keys: np.ndarray, prob: np.ndarray, nb: int) -> tuple[np.ndarray, np
     return spread, np.bincount(inv.ravel(), weights=(prob[:, None] * weights)[inside], minlength=spread.size)
 
 
+#: Below this many call pairs the chain rounds' loops run as plain Python
+#: (``tracefmt.compiled.python_twin``): loading numba, about a second, costs more than
+#: they take there (docs/nesting-reference.md, "Small traces").
+PLAIN_BELOW = 1_500
+
+
+def _kernels(n_pairs: int) -> ModuleType:
+    """The chain rounds' loops (``infer._chainjit``) for a trace of ``n_pairs`` call pairs:
+    compiled, or below ``PLAIN_BELOW`` as Python."""
+    if n_pairs < PLAIN_BELOW:
+        return python_twin("infer._chainjit")
+    import infer._chainjit as kernels  # numba is imported when chain rounds run
+
+    return kernels
+
+
 @functools.lru_cache(maxsize=8)
 def _bin_edges(params: NestingParams) -> np.ndarray:
-    """The delay bins' lower edges (``infer._chainjit.bin_edges``), once per setting."""
-    from infer._chainjit import bin_edges  # numba is imported when chain rounds run
-
-    return bin_edges(lambda d: delay_bins(d, params), params.n_bins)
+    """The delay bins' lower edges (``infer._chainjit.bin_edges``, a plain function),
+    once per setting."""
+    return python_twin("infer._chainjit").bin_edges(lambda d: delay_bins(d, params), params.n_bins)
 
 
 def _fan_out_choice(heads: np.ndarray, count: np.ndarray, n_nodes: int) -> np.ndarray:
@@ -406,8 +423,7 @@ class ChainModel:
     ) -> np.ndarray:
         """``chain_likelihood`` of the chains ``members.spliced`` describes (the members
         of each ``group`` less one, with one candidate put in), by the compiled loop."""
-        from infer._chainjit import spliced_likelihood
-
+        spliced_likelihood = _kernels(self.n_pairs).spliced_likelihood
         s = owner.size
         none = np.full(s, -1, np.int64)
         i64 = np.int64
@@ -656,8 +672,7 @@ def _run_moves(
             props.append((parent[order[i]], q[i], i, np.full(i.size, length)))
     if not props:
         return none
-    from infer._chainjit import run_move_gains
-
+    run_move_gains = _kernels(model.n_pairs).run_move_gains
     src, dst, first, length = (np.concatenate(a) for a in zip(*props, strict=True))
     i64 = np.int64
     gain = side_by_side(
@@ -789,8 +804,7 @@ def _score_chunk(
     # node that it overlaps, the nearest in call time. In a chain of calls made one at
     # a time that is the one member it overlaps; among calls made at once (fan-out) it
     # overlaps them all, and the occupant is its counterpart.
-    from infer._chainjit import occupants
-
+    occupants = _kernels(model.n_pairs).occupants
     k, o = occupants(
         c,
         member,

@@ -35,8 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from infer.callpairs import CallPairs
 from tracefmt import KEY_COLUMNS
@@ -103,6 +101,9 @@ def call_keys(trace: pa.Table, pairs: CallPairs) -> tuple[np.ndarray, dict[str, 
     src, val = np.concatenate(rows_src), np.concatenate(rows_val)
     n = len(pairs)
     # Pairs and values as one graph: a pair joins each value it carries.
+    from scipy.sparse import coo_matrix  # a trace without keys never loads it
+    from scipy.sparse.csgraph import connected_components
+
     graph = coo_matrix((np.ones(src.size, np.int8), (src, n + val)), shape=(n + base, n + base))
     _, comp = connected_components(graph, directed=False)
     keyed = np.zeros(n, bool)

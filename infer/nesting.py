@@ -58,7 +58,6 @@ from infer.keys import KeyEvidence, agree_keys, call_keys, close_keys, held_out_
 from infer.operations import operation_codes, value_codes
 from infer.params import BOARDS, PRESETS, NestingParams
 from infer.patterns import log_confidence_by
-from infer.request_model import request_rounds
 from infer.windows import Homes, Window, Windows
 from tracefmt import (
     ParameterError,
@@ -882,6 +881,8 @@ def _request_rounds(scoring: _Scoring, last: Stage, labels: np.ndarray | None) -
     cand_c, cand_p, cand_s = (np.concatenate(part) for part in zip(*kept, strict=True))
     del kept
     before = last.parent
+    from infer.request_model import request_rounds  # SciPy's solver only where asked for
+
     rounds = request_rounds(
         pairs,
         cand_c,

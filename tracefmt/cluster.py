@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import os
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -272,9 +273,15 @@ def local_threads() -> int:
     >>> local_threads() >= 1
     True
     """
-    import numba
-
-    return max(1, int(numba.config.NUMBA_NUM_THREADS))
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        return max(1, int(numba.config.NUMBA_NUM_THREADS))
+    # As numba would count them, without loading it (about a second) for a run that
+    # compiles nothing.
+    given = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    if given.isdigit():
+        return max(1, int(given))
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 #: Fewer entries than this a thread are not worth handing to another thread.

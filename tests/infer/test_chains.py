@@ -570,3 +570,18 @@ def test_rounds_with_models_counted_again_give_the_answer_of_models_learnt_whole
         assert np.array_equal(pa, pb)
         assert np.array_equal(la, lb)
         assert (ma, ga) == (mb, gb)
+
+
+def test_chain_rounds_in_python_give_the_compiled_answer_to_the_last_bit(monkeypatch) -> None:
+    from infer import chains
+
+    cfg = synth.load_config(Path(__file__).resolve().parents[2] / "samples" / "synth" / "multitier.toml")
+    t = synth.generate_table(replace(cfg, messages=3_000, parallelism=10.0, seed=9))[0]
+    monkeypatch.setattr(chains, "PLAIN_BELOW", 0)
+    compiled = infer_nesting(t)
+    monkeypatch.setattr(chains, "PLAIN_BELOW", 10**9)
+    plain = infer_nesting(t)
+    assert compiled.to_json()["stats"]["chain_rounds_run"] > 0
+    assert np.array_equal(compiled.parent, plain.parent)
+    assert np.array_equal(compiled.confidence, plain.confidence)
+    assert compiled.to_json() == plain.to_json()

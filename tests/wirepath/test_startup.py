@@ -55,6 +55,14 @@ def test_help_loads_neither_numpy_nor_arrow(argv: list[str]) -> None:
     assert not {m for m in mods if m.split(".")[0] in ("numpy", "pyarrow", "scipy", "pandas")}
 
 
+def test_a_small_inference_loads_neither_numba_nor_scipy(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    mods = _imported(["infer", "nesting", str(ROOT / "samples" / "sw1.txt"), "--out", str(out), "--quiet"])
+    assert out.stat().st_size > 0
+    assert "infer.chains" in mods  # chain rounds ran
+    assert not {m for m in mods if m.split(".")[0] in ("numba", "scipy", "pandas")}
+
+
 def test_info_reads_a_trace_without_pandas(tmp_path: Path) -> None:
     trace = tmp_path / "t.parquet"
     subprocess.run(
