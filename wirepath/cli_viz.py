@@ -25,6 +25,17 @@ def _graph_out(args: argparse.Namespace, default: str) -> Path:
     return out
 
 
+def beside(source: str, suffix: str) -> str:
+    """Where a verb writes without ``--out``: beside the input it is made from, named
+    after it (``run/slow.json`` -> ``run/slow-diff.svg`` for ``-diff.svg``).
+
+    >>> beside("run/slow.json", "-diff.svg"), beside("paths.json", ".html")
+    ('run/slow-diff.svg', 'paths.html')
+    """
+    path = Path(source)
+    return str(path.with_name(path.stem + suffix))
+
+
 def _left_out(patterns: int, instances: int, min_confidence: float) -> str:
     if not min_confidence:
         return ""
@@ -35,7 +46,7 @@ def _left_out(patterns: int, instances: int, min_confidence: float) -> str:
 
 def _cmd_draw(args: argparse.Namespace) -> int:
     # The default output is named after the input: checked once filled in.
-    out = _graph_out(args, str(Path(args.paths).with_suffix("." + (args.format or "svg"))))
+    out = _graph_out(args, beside(args.paths, "." + (args.format or "svg")))
     tracefmt.distinct_outputs([args.paths], [out])
     doc = tracefmt.read_paths(args.paths)
     doc, left_patterns, left_instances = viz.confident_patterns(doc, args.min_confidence)
@@ -56,7 +67,7 @@ def _cmd_draw(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    out = _graph_out(args, "diff.svg")
+    out = _graph_out(args, beside(args.slow, "-diff." + (args.format or "svg")))
     tracefmt.distinct_outputs([args.base, args.slow, *(args.instances or [])], [out], what="an input")
     base, slow = tracefmt.read_paths(args.base), tracefmt.read_paths(args.slow)
     if base["algorithm"] == slow["algorithm"] == "convolution":
@@ -84,7 +95,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 def _convolution_diff(args: argparse.Namespace, base: dict[str, Any], slow: dict[str, Any]) -> int:
     changes = viz.diff_convolution(base, slow, collapse=args.collapse)
-    out = _graph_out(args, "diff.svg")
+    out = _graph_out(args, beside(args.slow, "-diff." + (args.format or "svg")))
     viz.write_graph(viz.convolution_diff_dot(changes, top=args.top), out, args.format)
     lines = ["delay changes at the middle node of each hop pair (convolution paths):"]
     shown = tracefmt.printable  # node names come from the data: escaped, \n included
@@ -101,6 +112,7 @@ def _convolution_diff(args: argparse.Namespace, base: dict[str, Any], slow: dict
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    args.out = args.out or beside(args.paths, ".html")
     tracefmt.distinct_outputs(
         [args.paths, args.diff, args.truth, args.instances, args.diff_instances], [args.out], what="an input"
     )
@@ -143,6 +155,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    args.out = args.out or beside(args.instances, f"-{args.format}.json")
     tracefmt.distinct_outputs([args.instances], [args.out])
     table = infer.read_instances(args.instances)
     left = ""
@@ -270,7 +283,7 @@ def _register_viz(verbs: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Draw path patterns with graphviz.\n\n"
         "  wirepath viz draw PATHS.json [--out FILE.svg|.png|.pdf|.dot]\n"
-        "  wirepath viz diff BASE.json SLOW.json [--out diff.svg]",
+        "  wirepath viz diff BASE.json SLOW.json [--out SLOW-diff.svg]",
     )
     sub = p.add_subparsers(dest="viz_verb", metavar="WHAT", parser_class=Parser)
     sub.required = True
@@ -316,7 +329,7 @@ def _register_diff(sub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("base", help="paths file of the base (normal) run")
     d.add_argument("slow", help="paths file of the run to explain")
-    d.add_argument("--out", help="diff picture to write (default diff.svg)")
+    d.add_argument("--out", help="diff picture to write (default: beside SLOW, SLOW-diff.svg)")
     d.add_argument("--format", choices=list(viz.FORMATS), help="picture format (default: from --out)")
     d.add_argument(
         "--top",
@@ -352,7 +365,7 @@ def _register_report(verbs: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", help="paths file (JSON) from wirepath infer")
     p.add_argument("--diff", metavar="BASE.json", help="paths file of a base run to compare against")
-    p.add_argument("--out", required=True, help="HTML file to write")
+    p.add_argument("--out", help="HTML file to write (default: beside PATHS, PATHS.html)")
     p.add_argument("--title", help="page title")
     p.add_argument(
         "--truth",
@@ -390,7 +403,7 @@ def _register_export(verbs: argparse._SubParsersAction) -> None:
     )
     p.add_argument("instances", help="instances table (.parquet) from wirepath infer nesting --instances")
     p.add_argument("--format", choices=list(viz.EXPORT_FORMATS), required=True, help="trace format")
-    p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--out", help="JSON file to write (default: beside INSTANCES, INSTANCES-FORMAT.json)")
     p.add_argument("--max-traces", type=count(1), metavar="N", help="export only the first N requests")
     _min_confidence_option(
         p, "leave out the requests holding a link (a call given a parent) of confidence below P"

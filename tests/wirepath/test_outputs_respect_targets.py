@@ -149,14 +149,21 @@ def test_viz_draw_default_output_is_not_its_input(capsys, made, tmp_path) -> Non
     assert pp.read_bytes() == before
 
 
-def test_viz_diff_default_output_is_not_an_input(capsys, made, tmp_path, monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    shutil.copy(made["paths"], tmp_path / "diff.svg")
-    before = (tmp_path / "diff.svg").read_bytes()
-    rc, _, err = run(capsys, "viz", "diff", "diff.svg", made["paths"])
+def test_viz_diff_default_output_is_not_an_input(capsys, made, tmp_path) -> None:
+    # Without --out the diff goes beside SLOW, named after it: never over an input.
+    slow = tmp_path / "slow.json"
+    shutil.copy(made["paths"], slow)
+    shutil.copy(made["paths"], tmp_path / "slow-diff.svg")  # a base named as that output
+    before = (tmp_path / "slow-diff.svg").read_bytes()
+    rc, _, err = run(capsys, "viz", "diff", str(tmp_path / "slow-diff.svg"), str(slow))
     assert rc == 1
     assert "output would overwrite an input" in err
-    assert (tmp_path / "diff.svg").read_bytes() == before
+    assert (tmp_path / "slow-diff.svg").read_bytes() == before
+    shutil.copy(made["paths"], tmp_path / "base.json")
+    rc, said, _ = run(capsys, "viz", "diff", str(tmp_path / "base.json"), str(slow), "--format", "dot")
+    assert rc == 0
+    assert (tmp_path / "slow-diff.dot").stat().st_size > 0
+    assert str(tmp_path / "slow-diff.dot") in said
 
 
 def test_merge_does_not_write_over_its_names_file(capsys, made, tmp_path) -> None:
