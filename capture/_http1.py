@@ -59,6 +59,8 @@ def check_turn(stream: bytes, a: int, b: int, is_call: bool) -> tuple[bool, str 
         stream[a : a + 7] != b"HTTP/1."
         or stream[a + 9 : a + 10] in (b"1",)
         or stream[a + 9 : a + 12] in (b"204", b"304")
+        or not stream[a + 9 : a + 12].isdigit()
+        or len(stream[a + 9 : a + 12]) < 3
     ):
         return False, None
     else:
@@ -244,7 +246,11 @@ def _numpy_turns(
     resp_ok = (
         sure & ~is_call & _is(first, b"HTTP/1.") & ~_is(code, b"1") & ~_is(code, b"204") & ~_is(code, b"304")
     )
-    unsure |= resp_ok & ((lo + 12 > n) | ((code & np.uint64(0x808080)) != 0))
+    # A status code is three digits (0x30-0x39 each: high nibble 3, low nibble 9 at most).
+    digits = ((code & np.uint64(0xF0F0F0)) == 0x303030) & (
+        ((code + np.uint64(0x060606)) & np.uint64(0xF0F0F0)) == 0x303030
+    )
+    unsure |= resp_ok & ((lo + 12 > n) | ~digits)
     good = (req_ok | resp_ok) & ~unsure
     # "hunked" or "HUNKED" in the header: chunked, left to the parser.
     chunked = _first_at_or_after(_occurrences(stream, (b"hunked", b"HUNKED")), eol) + 6 <= end

@@ -44,8 +44,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from capture._http1 import check_turns, starts_with_method
 from capture._spans import join_spans
@@ -57,11 +55,14 @@ from capture.protocols import (
     NOT_DNS_PORTS,
     REQUEST_METHODS,
     WANT_HEADERS,
+    ReturnLabel,
     detect_tcp,
+    dns_rcode,
     parse_dns_datagram,
     parse_stream,
     protocol_codes,
     protocol_names,
+    protocols_with_statuses,
     request_lines_are_http,
     tls_records,
     tls_server_name,
@@ -254,21 +255,28 @@ def _at_segments(s: Segments, seg: np.ndarray | slice, **fields: np.ndarray) -> 
     return Messages(**{k: getattr(s, k)[seg] for k in ends}, **fields)
 
 
-def return_statuses(labels: np.ndarray, is_return: np.ndarray) -> np.ndarray:
-    """Per message, the status a return's own line gave (an HTTP status code: three
-    digits), else None.
+def return_statuses(labels: np.ndarray, is_return: np.ndarray, proto: np.ndarray) -> np.ndarray:
+    """Per message, its status: what the label a return's own bytes gave it says, where
+    its protocol (``proto``, numbers of :func:`capture.protocols.protocol_names`) is one
+    whose parser labels returns by their status (``Protocol.statuses``): the label itself
+    (the HTTP status code, ``OK`` or ``ERROR 42P01``, a DNS RCODE, a Redis error's prefix)
+    or, for a label that is its call's, its ``status`` (``capture.protocols.ReturnLabel``:
+    HTTP/2's ``:status``, gRPC's ``grpc-status`` by name); else None. The caller then
+    labels each return like its call.
 
     Examples
     --------
-    >>> labels = np.array(["GET /a", "200", "503", None], object)
-    >>> return_statuses(labels, np.array([False, True, True, True])).tolist()
-    [None, '200', '503', None]
+    >>> from capture.protocols import ReturnLabel
+    >>> labels = np.array(["GET /a", "200", "503", None, "getUser", ReturnLabel("POST /s.S/M", "OK")], object)
+    >>> proto = np.array([0, 0, 0, 0, 6, 7], np.int8)  # http, a Thrift reply (no status), http2
+    >>> return_statuses(labels, np.array([False, True, True, True, True, True]), proto).tolist()
+    [None, '200', '503', None, None, 'OK']
     """
-    if not len(labels):
-        return np.full(0, None, object)
-    three_digits = pc.match_substring_regex(pa.array(labels, pa.string()), "^[0-9]{3}$")
-    keep = np.asarray(three_digits.fill_null(False).to_numpy(zero_copy_only=False), bool) & is_return
-    return np.where(keep, labels, None)
+    keep = is_return & np.array(protocols_with_statuses(), bool)[proto]
+    out = np.where(keep, labels, None)
+    at = np.flatnonzero(keep)
+    out[at] = [label.status if type(label) is ReturnLabel else label for label in out[at].tolist()]
+    return out
 
 
 def _empty_messages() -> Messages:
@@ -863,6 +871,7 @@ class FlowAssembler:
         has = np.zeros(n, bool)
         proto = np.full(n, protocol_codes()["udp"], np.int8)
         label = np.full(n, None, object)
+        own = np.full(n, None, object)  # what a response's own header says: its status
         server_is_dst = s.dport <= s.sport
         known = np.isin(s.sport, DNS_PORTS) | np.isin(s.dport, DNS_PORTS)
         other = np.isin(s.sport, NOT_DNS_PORTS) | np.isin(s.dport, NOT_DNS_PORTS)
@@ -875,6 +884,8 @@ class FlowAssembler:
             is_resp, txid, lab = parsed
             proto[i] = protocol_codes()["dns"]
             label[i] = lab
+            if is_resp:
+                own[i] = dns_rcode(s.payload(i))
             if s.sport[i] == s.dport[i] == _MDNS_PORT:
                 continue  # multicast DNS: queries and announcements to the group, sends
             op[i] = 1 if is_resp else 0
@@ -897,6 +908,7 @@ class FlowAssembler:
             if self.keep_payload
             else np.full(n, None, object),
             server_is_dst=server_is_dst,
+            status=return_statuses(own, op == 1, proto),
         )
 
     # ---- TCP --------------------------------------------------------------------------------
@@ -1482,7 +1494,8 @@ class FlowAssembler:
         mid = (cb.flow_ids[tp] << np.uint64(24)) | (call_no.astype(np.uint64) & np.uint64(0xFFFFFF))
         # A return is labelled like the call it answers (the last call turn before it);
         # what its own line said, its status, is kept apart.
-        status = return_statuses(labels, ~is_call)
+        http_code = np.full(len(tix), protocol_codes()["http"], np.int8)
+        status = return_statuses(labels, ~is_call, http_code)
         idx = np.arange(len(tp))
         last_call = np.maximum.accumulate(np.where(is_call, idx, -1))
         first_of_piece = np.maximum.accumulate(np.where(pst, idx, 0))
@@ -1491,7 +1504,7 @@ class FlowAssembler:
         msgs = _at_segments(
             cb.s, k.di[o[tix]], op=np.where(is_call, 0, 1).astype(np.int8),
             id=np.where(call_no > 0, mid, 0).astype(np.uint64), has_id=call_no > 0, nbytes=span,
-            flow=cb.flow_ids[tp], proto=np.full(len(tix), protocol_codes()["http"], np.int8), label=labels,
+            flow=cb.flow_ids[tp], proto=http_code, label=labels,
             payload=np.full(len(tix), None, object), server_is_dst=is_call, status=status,
         )  # fmt: skip
         if self.keys is not None:
@@ -1749,7 +1762,7 @@ class FlowAssembler:
             label=pairs.labels,
             payload=payload,
             server_is_dst=from_client,
-            status=return_statuses(rows.label, pairs.op == 1),
+            status=return_statuses(rows.label, pairs.op == 1, piece_codes[p]),
         )
         return msgs if self.keys is None else msgs.with_keys(self._parsed_keys(cb, rows, protos))
 

@@ -315,8 +315,9 @@ one_turn(const unsigned char *s, Py_ssize_t n, Py_ssize_t a, Py_ssize_t b, int c
         if (memcmp(s + a, "HTTP/1.", 7) != 0 || s[a + 9] == '1' || memcmp(s + a + 9, "204", 3) == 0
             || memcmp(s + a + 9, "304", 3) == 0)
             return TURN_NO;
-        if (s[a + 9] >= 0x80 || s[a + 10] >= 0x80 || s[a + 11] >= 0x80)
-            return TURN_UNSURE;
+        for (int k = 9; k < 12; k++)
+            if (s[a + k] < '0' || s[a + k] > '9')
+                return TURN_NO;  /* a status code is three digits (the parser's rule too) */
         *la = a + 9;
         *lb = a + 12;
     }

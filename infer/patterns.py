@@ -19,6 +19,7 @@ import numpy as np
 from infer.callpairs import CallPairs
 from tracefmt.hashing import mix64
 from tracefmt.memory import collector_paused
+from tracefmt.pathsfile import is_server_error
 from tracefmt.patterns import Shape, join_text, shape_text, sibling_groups, text_id
 
 __all__ = ["Pattern", "build_patterns", "group_stats"]
@@ -102,8 +103,8 @@ class Pattern:
     operations: list[list[tuple[str, float]]] = field(default_factory=list)
     #: Per visit in preorder: its returns' most frequent statuses and their shares.
     statuses: list[list[tuple[str, float]]] = field(default_factory=list)
-    #: Per visit in preorder: the share of its returns with a server error (5xx); empty:
-    #: no statuses.
+    #: Per visit in preorder: the share of its returns with a server error
+    #: (:func:`tracefmt.pathsfile.is_server_error`); empty: no statuses.
     errors: list[float] = field(default_factory=list)
 
     @property
@@ -466,15 +467,20 @@ TOP_PER_VISIT = 3
 
 
 def error_shares(group: np.ndarray, codes: np.ndarray, n_groups: int, names: list[str]) -> np.ndarray:
-    """Per group, the share of its calls whose return's status is a server error (an
-    HTTP 5xx; ``codes`` index ``names``, -1 for none).
+    """Per group, the share of its calls whose return's status is a server error
+    (:func:`tracefmt.pathsfile.is_server_error`: an HTTP 5xx, a gRPC code of the server's
+    failing, a database's ``ERROR``, a DNS ``SERVFAIL``, a Redis error; ``codes`` index
+    ``names``, -1 for none).
 
     Examples
     --------
     >>> error_shares(np.array([0, 0, 0, 0, 1]), np.array([0, 1, 0, -1, 0]), 2, ["200", "503"]).tolist()
     [0.25, 0.0]
+    >>> names = ["OK", "UNAVAILABLE", "NOT_FOUND", "ERROR 42P01"]
+    >>> error_shares(np.array([0, 0, 1, 1]), np.array([0, 1, 2, 3]), 2, names).tolist()
+    [0.5, 0.5]
     """
-    bad = np.array([len(n) == 3 and n.isdigit() and n >= "500" for n in names] + [False], bool)
+    bad = np.array([is_server_error(n) for n in names] + [False], bool)
     is_error = bad[np.where(codes >= 0, codes, len(names))]
     calls = np.bincount(group, minlength=n_groups)
     return np.bincount(group, weights=is_error, minlength=n_groups) / np.maximum(calls, 1)

@@ -22,12 +22,16 @@ from tracefmt.errors import ParameterError, SchemaError, TraceFileError
 from tracefmt.identify import hint
 
 __all__ = [
+    "DNS_RCODE_NAMES",
+    "GRPC_SERVER_FAILURES",
+    "GRPC_STATUS_NAMES",
     "MAX_DEPTH",
     "PATHS_FORMAT",
     "PATTERN_SORTS",
     "check_paths",
     "check_sort",
     "hop_delays_s",
+    "is_server_error",
     "read_paths",
     "write_paths",
 ]
@@ -36,6 +40,67 @@ __all__ = [
 PATHS_FORMAT = "wirepath.paths/1"
 #: How patterns are ordered: by total time (count x mean latency) or by instances.
 PATTERN_SORTS = ("total", "count")
+
+
+# ---- statuses and server errors ----------------------------------------------------------
+# A visit's ``errors`` is the share of its returns whose status says the server failed. A
+# trace's ``status`` column holds each protocol's own words, and these vocabularies do not
+# overlap where it matters, so the status alone says whether it is an error.
+
+#: gRPC's status codes by number (grpc/doc/statuscodes.md): ``grpc-status: 14`` is
+#: ``UNAVAILABLE``.
+GRPC_STATUS_NAMES = (
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+    "UNAUTHENTICATED",
+)  # fmt: skip
+#: The gRPC codes that say the server failed (the others say the client asked for
+#: something it may not have, or gave up: ``CANCELLED``, ``NOT_FOUND``,
+#: ``PERMISSION_DENIED``, ...). ``RESOURCE_EXHAUSTED`` is a quota or a rate limit, the
+#: caller's; ``DEADLINE_EXCEEDED`` is the server too slow for its caller.
+GRPC_SERVER_FAILURES = frozenset(
+    ("UNKNOWN", "DEADLINE_EXCEEDED", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS")
+)
+#: DNS response codes by number (RFC 1035 4.1.1, RFC 2136, RFC 8490); the others are
+#: ``RCODE<n>``.
+DNS_RCODE_NAMES = (
+    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "YXDOMAIN", "YXRRSET",
+    "NXRRSET", "NOTAUTH", "NOTZONE", "DSOTYPENI",
+)  # fmt: skip
+# Statuses that are no error (besides HTTP's below 500): success, DNS's other answers,
+# gRPC's codes of the client's making.
+_NOT_ERRORS = frozenset(
+    ("OK", *DNS_RCODE_NAMES[:2], *DNS_RCODE_NAMES[3:], *(set(GRPC_STATUS_NAMES) - GRPC_SERVER_FAILURES))
+)
+
+
+def is_server_error(status: str | None) -> bool:
+    """Whether a return's ``status`` says the server failed: the rule behind a visit's
+    ``errors`` in the paths file and a span's error status in exports.
+
+    One rule per protocol, told apart by the status's form:
+
+    - HTTP/1 and HTTP/2 (three digits): 500 to 599;
+    - gRPC (a code's name, ``GRPC_STATUS_NAMES``): those of ``GRPC_SERVER_FAILURES``;
+    - PostgreSQL and MySQL (``OK``, ``ERROR <SQLSTATE or code>``): every ``ERROR``;
+    - DNS (an RCODE's name, ``DNS_RCODE_NAMES``, or ``RCODE<n>``): ``SERVFAIL``;
+    - Redis (``OK``, or an error reply's prefix: ``ERR``, ``WRONGTYPE``, ``NOAUTH``, ...):
+      every error, that is every other status.
+
+    Examples
+    --------
+    >>> [is_server_error(s) for s in ("200", "404", "503", "OK", "UNAVAILABLE", "NOT_FOUND")]
+    [False, False, True, False, True, False]
+    >>> [is_server_error(s) for s in ("ERROR 42P01", "NXDOMAIN", "SERVFAIL", "WRONGTYPE", None)]
+    [True, False, True, True, False]
+    """
+    if not status or status in _NOT_ERRORS:
+        return False
+    if len(status) == 3 and status.isdigit():
+        return status[0] == "5"
+    # What is left: ERROR ..., SERVFAIL, gRPC's server failures, Redis's error prefixes.
+    return not (status.startswith("RCODE") and status[5:].isdigit())
 
 
 def hop_delays_s(path: dict[str, Any]) -> list[float]:

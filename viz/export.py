@@ -9,8 +9,12 @@ span: the two spans two instrumented services record for one RPC. The pattern id
 parent's confidence and the number of candidate parents are attributes.
 
 Ids are deterministic (hashes of the call times and pair numbers): exporting twice gives
-the same file. ``write_export`` writes it a batch of spans at a time, so its memory does
-not grow with the number of spans (only arrays of numbers, about a hundred bytes per call
+the same file. A span whose return's status is a server error
+(:func:`tracefmt.pathsfile.is_server_error`, the rule behind the paths file's ``errors``)
+has the error status of its format: OTLP's ``status.code`` 2 (``STATUS_CODE_ERROR``),
+Zipkin's ``error`` tag (the status), Jaeger's ``error`` tag (true) and
+``otel.status_code``. ``write_export`` writes it a batch of spans at a time, so its
+memory does not grow with the number of spans (only arrays of numbers, about a hundred bytes per call
 pair, are held whole); its bytes are those of the whole document dumped at once. Shapes:
 
 * ``otlp``: ``ExportTraceServiceRequest`` in OTLP/JSON (lowerCamelCase fields, hex trace
@@ -37,6 +41,7 @@ import pyarrow.compute as pc
 from tracefmt import ParameterError, SchemaError, atomic_output
 from tracefmt.hashing import mix64
 from tracefmt.memory import collector_paused
+from tracefmt.pathsfile import DNS_RCODE_NAMES, GRPC_STATUS_NAMES, is_server_error
 from viz import EXPORT_FORMATS
 
 __all__ = ["EXPORT_FORMATS", "export_traces", "write_export"]
@@ -256,6 +261,7 @@ class _Batch:
         codes = iter(s.label_codes)
         self.op = [s.labels[i] for i in next(codes)[row].tolist()] if s.has_op else [None] * len(hop)
         self.status = [s.labels[i] for i in next(codes)[row].tolist()] if s.has_status else [None] * len(hop)
+        self.error = [st != "None" and is_server_error(st) for st in self.status]
         # Spans are named by operation (an endpoint, a query, a command), as tracers name them.
         self.name = [h if op in (None, "None") else op for h, op in zip(hop, self.op, strict=True)]
         self.server = [s.names[i] for i in callee.tolist()]
@@ -296,8 +302,8 @@ def _semantic(op: str | None, status: str | None, server: str) -> list[tuple[str
     """OpenTelemetry semantic-convention attributes of a span: ``server.address`` and
     ``server.port`` (the callee's name, ``address:port`` by service), and from the
     operation, ``http.request.method`` and ``http.route`` (``GET /item/:id``) or
-    ``rpc.service`` and ``rpc.method`` (``/shop.Cart/Add``), with
-    ``http.response.status_code`` from the status.
+    ``rpc.service`` and ``rpc.method`` (``/shop.Cart/Add``), with the status's
+    (:func:`_status_attributes`).
 
     Examples
     --------
@@ -321,9 +327,43 @@ def _semantic(op: str | None, status: str | None, server: str) -> list[tuple[str
             out += [("rpc.service", "string", service), ("rpc.method", "string", name)]
         else:
             out.append(("wirepath.operation", "string", op))
-    if status not in (None, "None") and status.isdigit():
-        out.append(("http.response.status_code", "int", int(status)))
+    if status not in (None, "None"):
+        out += _status_attributes(op, status)
     return out
+
+
+_GRPC_CODES = {name: code for code, name in enumerate(GRPC_STATUS_NAMES)}
+
+
+def _status_attributes(op: str | None, status: str) -> list[tuple[str, str, Any]]:
+    """The OpenTelemetry attribute of a return's status, by its form (the capture's
+    statuses, docs/capture.md): an HTTP code's ``http.response.status_code``; a gRPC
+    code's ``rpc.grpc.status_code`` (its number; ``OK`` is gRPC's where the operation is
+    a gRPC method, ``POST /pkg.Service/Method``); a database error's
+    ``db.response.status_code`` (PostgreSQL's SQLSTATE, MySQL's error number, Redis's
+    error prefix); any other status (a DNS RCODE, a database's ``OK``) as
+    ``wirepath.status``.
+
+    Examples
+    --------
+    >>> _status_attributes("POST /greet.Greeter/Hello", "OK"), _status_attributes(None, "UNAVAILABLE")
+    ([('rpc.grpc.status_code', 'int', 0)], [('rpc.grpc.status_code', 'int', 14)])
+    >>> _status_attributes("SELECT", "ERROR 42P01"), _status_attributes("INCR", "WRONGTYPE")
+    ([('db.response.status_code', 'string', '42P01')], [('db.response.status_code', 'string', 'WRONGTYPE')])
+    >>> _status_attributes("A example.org", "NXDOMAIN")
+    [('wirepath.status', 'string', 'NXDOMAIN')]
+    """
+    if len(status) == 3 and status.isdigit():
+        return [("http.response.status_code", "int", int(status))]
+    method, _, route = (op or "").partition(" ")
+    grpc_method = method == "POST" and route.startswith("/") and route.count("/") == 2
+    if status in _GRPC_CODES and (status != "OK" or grpc_method):
+        return [("rpc.grpc.status_code", "int", _GRPC_CODES[status])]
+    if status.startswith("ERROR "):
+        return [("db.response.status_code", "string", status[6:])]
+    if is_server_error(status) and status not in DNS_RCODE_NAMES:
+        return [("db.response.status_code", "string", status)]  # a Redis error's prefix
+    return [("wirepath.status", "string", status)]
 
 
 # --- documents made batch by batch ------------------------------------------------------
@@ -426,6 +466,8 @@ def _otlp(s: _Spans) -> dict[str, Any]:
                 }
                 if b.parent[k] is not None:
                     span["parentSpanId"] = b.parent[k]
+                if b.error[k]:
+                    span["status"] = {"code": 2}  # STATUS_CODE_ERROR
                 out.append(span)
             yield out
 
@@ -471,6 +513,8 @@ def _zipkin(s: _Spans) -> _Array:
                 }
                 if b.parent[k] is not None:
                     span["parentId"] = b.parent[k]
+                if b.error[k]:
+                    span["tags"]["error"] = b.status[k]
                 out.append(span)
             yield out
 
@@ -498,6 +542,11 @@ def _jaeger(s: _Spans) -> dict[str, Any]:
             )
             tags = [{"key": "span.kind", "type": "string", "value": b.kind[k]}]
             tags += [{"key": a, "type": types[t], "value": v} for a, t, v in b.attributes(k)]
+            if b.error[k]:
+                tags += [
+                    {"key": "error", "type": "bool", "value": True},
+                    {"key": "otel.status_code", "type": "string", "value": "ERROR"},
+                ]
             out["spans"].append(
                 {
                     "traceID": tid,

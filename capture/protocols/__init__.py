@@ -19,8 +19,8 @@ parser lookup derive (docs/capture.md, "Adding a protocol").
 
 from __future__ import annotations
 
-from capture.protocols.base import FOUND_HEADERS, NO_REPLY, WANT_HEADERS, Message
-from capture.protocols.dns import DNS_PORTS, NOT_DNS_PORTS, parse_dns_datagram
+from capture.protocols.base import FOUND_HEADERS, NO_REPLY, WANT_HEADERS, Message, ReturnLabel
+from capture.protocols.dns import DNS_PORTS, NOT_DNS_PORTS, dns_rcode, parse_dns_datagram
 from capture.protocols.http1 import REQUEST_METHODS
 from capture.protocols.registry import (
     PROTOCOLS,
@@ -30,6 +30,7 @@ from capture.protocols.registry import (
     parse_stream,
     protocol_codes,
     protocol_names,
+    protocols_with_statuses,
     register,
     request_lines_are_http,
     unregister,
@@ -47,11 +48,14 @@ __all__ = [
     "Check",
     "Message",
     "Protocol",
+    "ReturnLabel",
     "detect_tcp",
+    "dns_rcode",
     "parse_dns_datagram",
     "parse_stream",
     "protocol_codes",
     "protocol_names",
+    "protocols_with_statuses",
     "register",
     "request_lines_are_http",
     "tls_records",

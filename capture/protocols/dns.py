@@ -1,12 +1,14 @@
-"""DNS over UDP and over TCP (each message after a two-byte length, RFC 1035 4.2.2)."""
+"""DNS over UDP and over TCP (each message after a two-byte length, RFC 1035 4.2.2); a
+response's status is its RCODE's name (``NOERROR``, ``NXDOMAIN``, ``SERVFAIL``)."""
 
 from __future__ import annotations
 
 import struct
 
 from capture.protocols.base import Message
+from tracefmt.pathsfile import DNS_RCODE_NAMES
 
-__all__ = ["DNS_PORTS", "NOT_DNS_PORTS", "detect_framing", "parse", "parse_dns_datagram"]
+__all__ = ["DNS_PORTS", "NOT_DNS_PORTS", "detect_framing", "dns_rcode", "parse", "parse_dns_datagram"]
 
 #: Ports DNS is known to use (unicast, multicast, link-local multicast): there a message
 #: may hold any number of questions (mDNS answers carry none) and names any bytes.
@@ -93,6 +95,21 @@ _QTYPES = {
 }
 
 
+def dns_rcode(buf: bytes) -> str | None:
+    """The name of a DNS message's response code (the header's four RCODE bits;
+    ``RCODE<n>`` for a number without a name), None when ``buf`` is too short.
+
+    Examples
+    --------
+    >>> dns_rcode(bytes.fromhex("abcd81830000000000000000")), dns_rcode(bytes.fromhex("abcd818c"))
+    ('NXDOMAIN', 'RCODE12')
+    """
+    if len(buf) < 4:
+        return None
+    code = buf[3] & 0x0F
+    return DNS_RCODE_NAMES[code] if code < len(DNS_RCODE_NAMES) else f"RCODE{code}"
+
+
 def detect_framing(client: bytes, server: bytes, sport: int, dport: int) -> bool:
     """The client's first bytes are a length-prefixed DNS query; away from DNS's ports it
     must pass :func:`parse_dns_datagram`'s stricter test (``any_port``).
@@ -115,7 +132,8 @@ def detect_framing(client: bytes, server: bytes, sport: int, dport: int) -> bool
 
 def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Message]:
     """DNS messages over TCP, each after its two-byte length: a query labelled by its
-    first question, the transaction id as key both ways.
+    first question, a response by its status (:func:`dns_rcode`), the transaction id as
+    key both ways.
 
     Examples
     --------
@@ -130,7 +148,8 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
         parsed = parse_dns_datagram(buf[pos + 2 : end], cut=end < pos + 2 + ln)
         if parsed is None:
             break
-        out.append((pos, end - pos, parsed[2] if direction == 0 else None, parsed[1]))
+        label = parsed[2] if direction == 0 else dns_rcode(buf[pos + 2 : end]) if parsed[0] else None
+        out.append((pos, end - pos, label, parsed[1]))
         pos = end
     return out
 

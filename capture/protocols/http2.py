@@ -1,10 +1,12 @@
 """HTTP/2 (and gRPC over it): a message per stream and direction, labelled from the
-HPACK-decoded request headers; the header fields a caller asks for (``WANT_HEADERS``,
+HPACK-decoded request headers, a return with its status too (``:status``, or gRPC's
+``grpc-status`` by name); the header fields a caller asks for (``WANT_HEADERS``,
 ``capture.protocols.base``) are handed back per message."""
 
 from __future__ import annotations
 
-from capture.protocols.base import FOUND_HEADERS, WANT_HEADERS, Message
+from capture.protocols.base import FOUND_HEADERS, WANT_HEADERS, Message, ReturnLabel
+from tracefmt.pathsfile import GRPC_STATUS_NAMES
 
 __all__ = ["PREFACE", "detect_framing", "detect_start", "parse"]
 
@@ -54,7 +56,12 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
     is the request's ``:method :path`` (a gRPC call's method, e.g.
     ``POST /greet.GreetService/Greet``), from the HPACK-decoded headers, for the call
     and its return; ``stream N`` where those two cannot be decoded (see
-    ``_HeaderBlocks``). With ``ctx[WANT_HEADERS]``, the fields of those names in each
+    ``_HeaderBlocks``). A return's label carries its status (``ReturnLabel``): the
+    response's ``:status`` (``200``), or where a header block of the response (its
+    trailers, or the only block of a gRPC "trailers-only" response) has a
+    ``grpc-status``, that code's name (``OK``, ``UNAVAILABLE``; a value that is not one
+    of the 17 codes is ``UNKNOWN``, as gRPC's clients read it); a plain ``str`` when
+    neither was decoded. With ``ctx[WANT_HEADERS]``, the fields of those names in each
     message's first header block go to ``ctx[FOUND_HEADERS]``, by the message's offset
     (those decoded: on a connection seen mid-way, a block may give some and not others).
 
@@ -63,6 +70,9 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
     >>> empty = b"\\x00\\x00\\x00\\x01\\x05\\x00\\x00\\x00\\x01"  # HEADERS, END_STREAM, no headers
     >>> parse(PREFACE + empty, 0, {}, [])
     [(24, 9, 'stream 1', 1)]
+    >>> status_200 = b"\\x00\\x00\\x01\\x01\\x05\\x00\\x00\\x00\\x01\\x88"  # END_STREAM, ":status: 200"
+    >>> [(label, label.status) for _, _, label, _ in parse(status_200, 1, {}, [])]
+    [('stream 1', '200')]
     """
     # Open messages grow frame by frame: they go into ``out`` at the run's end.
     started: list[list] = []
@@ -93,6 +103,11 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
                 pseudo = blocks.add(_fragment(buf[pos + 9 : end], typ, flags), bool(flags & 0x4), typ != 9)
                 if pseudo and direction == 0 and b":method" in pseudo:
                     _label_call(pseudo, sid, labels, started)
+                if direction == 1 and blocks.status is not None:
+                    # The response's status; its trailers' grpc-status over it.
+                    msg = next((m for m in reversed(started) if m[3] == sid), None)
+                    if msg is not None:
+                        msg[2] = ReturnLabel(str(msg[2]), blocks.status)
                 # A block whose label is unknown may still carry the fields wanted.
                 fields = blocks.fields
                 if fields:
@@ -171,6 +186,7 @@ class _HeaderBlocks:
     def __init__(self, want: frozenset[bytes] | None = None) -> None:
         self.want = want or frozenset()
         self.fields: list[tuple[bytes, bytes]] = []  # the wanted fields of the last block
+        self.status: str | None = None  # the status the last block gave (see ``add``)
         self.reset()
 
     def reset(self) -> None:
@@ -183,15 +199,16 @@ class _HeaderBlocks:
 
     def add(self, fragment: bytes | None, last: bool, starts: bool) -> dict[bytes, bytes] | None:
         """Add a block fragment (None: a malformed frame); at the block's end, its
-        pseudo-headers, and in ``fields`` the fields of the names wanted that were
-        decoded, in their order (else ``fields`` is empty).
+        pseudo-headers, in ``fields`` the fields of the names wanted that were decoded, in
+        their order (else ``fields`` is empty), and in ``status`` the status it gives
+        (:func:`_status`; else None).
 
         The pseudo-headers are None when the block is malformed or when a field this
         table could not decode may be one the label needs: the block was not decoded
         whole and its ``:method`` or ``:path`` is not among the fields decoded. A
         fragment that does not start a block (a CONTINUATION) with no block begun is
         the tail of one this side missed: skipped, never read as a block of its own."""
-        self.fields = []
+        self.fields, self.status = [], None
         if fragment is None:
             self.reset()
             return None
@@ -213,10 +230,32 @@ class _HeaderBlocks:
         # A wanted field is taken even after fields not decoded: one of those could
         # only shadow it by repeating its name, which request-id and trace headers do not.
         self.fields = [f for f in known if f[0] in self.want]
+        self.status = _status(known)
         pseudo = {name: value for name, value in known if name[:1] == b":"}
         if len(known) < len(headers) and not (b":method" in pseudo and b":path" in pseudo):
             return None  # the label's fields may be among those not decoded
         return pseudo
+
+
+def _status(fields: list[tuple[bytes, bytes]]) -> str | None:
+    """The status a response's header block gives: its ``grpc-status`` by name (a value
+    that is not one of gRPC's codes is ``UNKNOWN``), else its ``:status`` (three digits).
+
+    Examples
+    --------
+    >>> _status([(b":status", b"200"), (b"content-type", b"application/grpc")])
+    '200'
+    >>> _status([(b"grpc-status", b"14"), (b"grpc-message", b"down")]), _status([(b"grpc-status", b"99")])
+    ('UNAVAILABLE', 'UNKNOWN')
+    """
+    status = None
+    for name, value in fields:
+        if name == b"grpc-status":
+            code = int(value) if value.isdigit() and len(value) <= 3 else -1
+            return GRPC_STATUS_NAMES[code] if 0 <= code < len(GRPC_STATUS_NAMES) else "UNKNOWN"
+        if name == b":status" and len(value) == 3 and value.isdigit():
+            status = value.decode()
+    return status
 
 
 def _fragment(payload: bytes, typ: int, flags: int) -> bytes | None:

@@ -1,5 +1,6 @@
 """MySQL's client/server protocol: a message is a run of packets whose sequence numbers
-count up by one; the server's greeting opens the connection unasked."""
+count up by one; the server's greeting opens the connection unasked; a response is
+labelled by its status (``OK``, or ``ERROR`` and the code of its ERR packet)."""
 
 from __future__ import annotations
 
@@ -46,13 +47,19 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
     """A message is a run of packets whose sequence numbers count up by one; a command
     (sequence 0 from the client) or a number that does not follow starts the next.
 
+    A response is labelled by its status (:func:`_mysql_status`): ``ERROR <code>`` where
+    its first or last packet is an ERR packet (``ERROR 1146``), else ``OK``.
+
     Examples
     --------
     >>> parse(b"\\x09\\x00\\x00\\x00\\x03select 1\\x01\\x00\\x00\\x00\\x01", 0, {}, [])
     [(0, 13, 'SELECT', None), (13, 5, 'QUIT', -1)]
+    >>> parse(b"\\x07\\x00\\x00\\x01\\x00\\x00\\x00\\x02\\x00\\x00\\x00", 1, {}, [])  # an OK packet
+    [(0, 11, 'OK', None)]
     """
     pos, n = 0, len(buf)
     start, prev, label, key = -1, -2, None, None
+    first = last = -1  # a response's first and last packet (their offsets)
     while pos + 4 <= n:
         if is_record_header(buf, pos):
             break  # the connection went over to TLS (after an SSLRequest)
@@ -61,13 +68,18 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
         end = min(pos + 4 + ln, n)
         if seq != (prev + 1) & 0xFF or (direction == 0 and seq == 0):
             if start >= 0:
-                out.append((start, pos - start, label, key))
-            start, label, key = pos, None, None
+                out.append(
+                    (start, pos - start, _mysql_status(buf, first, last) if first >= 0 else label, key)
+                )
+            start, label, key, first = pos, None, None, -1
+            if direction == 1:
+                first = pos
             if direction == 1 and seq == 0 and buf[pos + 4 : pos + 5] in (b"\x0a", b"\xff"):
                 # The server's greeting (or its refusal instead) opens the connection
                 # unasked; the client's login and the server's answer to it are the call
                 # and its return.
                 label, key = ("greeting" if buf[pos + 4] == 0x0A else "refused"), NO_REPLY
+                first = -1  # a send: no status
             if direction == 0:
                 cmd = buf[pos + 4] if pos + 4 < n else -1
                 if seq == 0 and cmd in _MYSQL_COMMANDS:
@@ -85,11 +97,36 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
                     return out
                 else:
                     label = "login" if seq == 1 else "auth"
-        prev = seq
+        prev, last = seq, pos
         pos = end
     if start >= 0:
-        out.append((start, pos - start, label, key))
+        out.append((start, pos - start, _mysql_status(buf, first, last) if first >= 0 else label, key))
     return out
+
+
+def _mysql_status(buf: bytes, first: int, last: int) -> str | None:
+    """The status of the response whose first and last packets start at ``first`` and
+    ``last``: ``ERROR <code>`` where either is an ERR packet (0xFF and a two-byte error
+    code: an error instead of an answer, or one that ends a result set); else ``OK`` for
+    the answer to a command (sequence number 1: an OK packet, a result set, ...); in the
+    login (sequence 2 on) ``OK`` only where it ends in an OK packet (an auth switch or
+    more auth data is None).
+
+    Examples
+    --------
+    >>> _mysql_status(b"\\x09\\x00\\x00\\x01\\xff\\x7a\\x04#42S02", 0, 0)  # ERR 1146
+    'ERROR 1146'
+    >>> _mysql_status(b"\\x01\\x00\\x00\\x01\\x01", 0, 0)  # a result set of one column
+    'OK'
+    >>> _mysql_status(b"\\x02\\x00\\x00\\x02\\x01\\x03", 0, 0) is None  # more auth data, in the login
+    True
+    """
+    for at in (first, last):
+        if buf[at + 4 : at + 5] == b"\xff" and at + 7 <= len(buf):
+            return f"ERROR {int.from_bytes(buf[at + 5 : at + 7], 'little')}"
+    if buf[first + 3] == 1 or buf[last + 4 : last + 5] == b"\x00":
+        return "OK"
+    return None
 
 
 def _mysql_plausible(buf: bytes, *, client: bool) -> bool:

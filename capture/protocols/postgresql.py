@@ -1,5 +1,6 @@
 """PostgreSQL's frontend/backend protocol 3.0: a call is a startup or SSL request, a
-password, a simple query or an extended-query batch; a return runs up to ReadyForQuery."""
+password, a simple query or an extended-query batch; a return runs up to ReadyForQuery,
+labelled by its status (``OK``, or ``ERROR`` and the SQLSTATE of its first ErrorResponse)."""
 
 from __future__ import annotations
 
@@ -37,12 +38,19 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
     batch up to Sync; returns: the server's messages up to ReadyForQuery (or an
     authentication challenge, after which the server waits for the client).
 
+    A return is labelled by its status: ``ERROR <SQLSTATE>`` (the ``C`` field of its
+    first ErrorResponse, e.g. ``ERROR 42P01``), else ``OK`` where it ends in
+    ReadyForQuery; None for an authentication challenge, the one-byte answer to an SSL
+    request and a return cut short without an error.
+
     Examples
     --------
     >>> parse(b"Q\\x00\\x00\\x00\\x0dselect 1\\x00", 0, {}, [])
     [(0, 14, 'SELECT', None)]
     >>> parse(b"C\\x00\\x00\\x00\\x0dSELECT 1\\x00Z\\x00\\x00\\x00\\x05I", 1, {}, [])
-    [(0, 20, None, None)]
+    [(0, 20, 'OK', None)]
+    >>> parse(b"E\\x00\\x00\\x00\\x13SERROR\\x00C42P01\\x00\\x00Z\\x00\\x00\\x00\\x05I", 1, {}, [])
+    [(0, 26, 'ERROR 42P01', None)]
     """
     pos, n = 0, len(buf)
     turn = _PgTurn()
@@ -88,7 +96,8 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
 
 @dataclass
 class _PgTurn:
-    """The open call or return: where its first message starts (-1: none open) and its label."""
+    """The open call or return: where its first message starts (-1: none open) and its
+    label (a return's: its status once an ErrorResponse gave one)."""
 
     start: int = -1
     label: str | None = None
@@ -136,9 +145,32 @@ def _pg_server_message(buf: bytes, pos: int, end: int, turn: _PgTurn, out: list[
     auth_challenge = (
         typ == ord("R") and end - pos >= 9 and int.from_bytes(buf[pos + 5 : pos + 9], "big") in _PG_ASK
     )
+    if typ == ord("E") and turn.label is None:
+        turn.label = f"ERROR {_pg_sqlstate(buf[pos + 5 : end])}"
     if typ == ord("Z") or auth_challenge:
-        out.append((turn.start, end - turn.start, None, None))
-        turn.start = -1
+        status = turn.label or ("OK" if typ == ord("Z") else None)
+        out.append((turn.start, end - turn.start, status, None))
+        turn.start, turn.label = -1, None
+
+
+def _pg_sqlstate(fields: bytes) -> str:
+    """The SQLSTATE (the ``C`` field) of an ErrorResponse's fields (a type byte and a
+    NUL-ended string each); ``?`` when it has none.
+
+    Examples
+    --------
+    >>> _pg_sqlstate(b"SERROR\\x00VERROR\\x00C42P01\\x00Mrelation does not exist\\x00\\x00")
+    '42P01'
+    """
+    pos = 0
+    while pos < len(fields) and fields[pos]:
+        nul = fields.find(b"\0", pos + 1)
+        if nul < 0:
+            nul = len(fields)
+        if fields[pos] == ord("C"):
+            return fields[pos + 1 : nul][:16].decode("ascii", "replace") or "?"
+        pos = nul + 1
+    return "?"
 
 
 def _pg_start(client: bytes) -> bool:

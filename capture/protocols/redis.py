@@ -1,4 +1,5 @@
-"""Redis (RESP2 and RESP3, inline commands too): commands and replies paired in order."""
+"""Redis (RESP2 and RESP3, inline commands too): commands and replies paired in order, a
+reply labelled by its status (``OK``, or an error reply's prefix: ``ERR``, ``WRONGTYPE``)."""
 
 from __future__ import annotations
 
@@ -51,14 +52,15 @@ _REDIS_PUSHES = frozenset(
 
 def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Message]:
     """Commands and replies, paired in order; pub/sub traffic and the commands that
-    ``CLIENT REPLY OFF`` or ``SKIP`` silence are sends.
+    ``CLIENT REPLY OFF`` or ``SKIP`` silence are sends. A reply is labelled by its status
+    (:func:`_redis_status`).
 
     Examples
     --------
     >>> parse(b"*1\\r\\n$4\\r\\nPING\\r\\nGET k\\r\\n", 0, {}, [])
     [(0, 14, 'PING', None), (14, 7, 'GET', None)]
     >>> parse(b"+PONG\\r\\n>3\\r\\n", 1, {}, [])  # a RESP3 push is a send
-    [(0, 7, None, None), (7, 4, None, -1)]
+    [(0, 7, 'OK', None), (7, 4, None, -1)]
     """
     pos, n = 0, len(buf)
     while pos < n:
@@ -73,9 +75,39 @@ def parse(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> list[Mes
             key = _redis_client_key(buf[pos:end], label, ctx)
         elif buf[pos : pos + 1] == b">" or _redis_push(buf, pos, end):
             key = NO_REPLY
+        else:
+            label = _redis_status(buf, pos, end)
         out.append((pos, end - pos, label, key))
         pos = end
     return out
+
+
+def _redis_status(buf: bytes, pos: int, end: int) -> str:
+    """A reply's status: an error's prefix (the first word of a ``-`` simple error or a
+    RESP3 ``!`` blob error, where it is upper case as Redis writes its prefixes; else
+    ``ERR``), ``OK`` for any other reply.
+
+    Examples
+    --------
+    >>> r = b"-WRONGTYPE Operation against a key holding the wrong kind of value\\r\\n"
+    >>> _redis_status(r, 0, len(r)), _redis_status(b"-oops\\r\\n", 0, 7), _redis_status(b":1\\r\\n", 0, 4)
+    ('WRONGTYPE', 'ERR', 'OK')
+    >>> _redis_status(b"!21\\r\\nSYNTAX invalid syntax\\r\\n", 0, 28)
+    'SYNTAX'
+    """
+    kind = buf[pos : pos + 1]
+    if kind == b"-":
+        text = buf[pos + 1 : end]
+    elif kind == b"!":
+        text = buf[pos:end].split(b"\r\n", 1)[-1]
+    else:
+        return "OK"
+    word = text.split(None, 1)[0][:32] if text.strip() else b""
+    return word.decode() if _ERROR_PREFIX.fullmatch(word) else "ERR"
+
+
+# What Redis writes as an error's prefix: an upper-case word (ERR, WRONGTYPE, NOAUTH, ...).
+_ERROR_PREFIX = re.compile(rb"[A-Z][A-Z0-9_]*")
 
 
 def _redis_push(buf: bytes, pos: int, end: int) -> bool:

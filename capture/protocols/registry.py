@@ -33,6 +33,7 @@ __all__ = [
     "parse_stream",
     "protocol_codes",
     "protocol_names",
+    "protocols_with_statuses",
     "records",
     "register",
     "request_lines_are_http",
@@ -71,6 +72,10 @@ class Protocol:
     detect_on_port : Detector, optional
         Stage 3: whether bytes the content checks missed are the protocol's, on one of
         its ports. Without it a port alone never decides.
+    statuses : bool
+        Its parser labels each return by the return's status (``200``, ``OK``, ``ERROR
+        42P01``; None where it has none): that label goes to the trace's ``status``, and
+        the return is labelled like its call (``capture.flows.return_statuses``).
 
     Examples
     --------
@@ -85,6 +90,7 @@ class Protocol:
     detect_framing: Check | None = None
     ports: tuple[int, ...] = ()
     detect_on_port: Detector | None = None
+    statuses: bool = False
 
 
 #: Protocols a trace can number (its messages carry the number in an int8).
@@ -98,6 +104,7 @@ _STARTS: tuple[str, ...] = ()  # the protocols of stage 1, by rank
 _PORT_OWNER: dict[int, str] = {}
 _NAMES: tuple[str, ...] = ()
 _CODES: dict[str, int] = {}
+_WITH_STATUSES: tuple[bool, ...] = ()
 
 
 def register(protocol: Protocol, *, replace: bool = False) -> None:
@@ -149,8 +156,9 @@ def unregister(name: str) -> Protocol:
     Examples
     --------
     >>> register(Protocol("toy"))
-    >>> unregister("toy")
-    Protocol(name='toy', parse=None, detect_start=None, detect_framing=None, ports=(), detect_on_port=None)
+    >>> unregister("toy")  # doctest: +NORMALIZE_WHITESPACE
+    Protocol(name='toy', parse=None, detect_start=None, detect_framing=None, ports=(),
+             detect_on_port=None, statuses=False)
     """
     if name in PROTOCOLS:
         raise ValueError(f"{name!r} is built in: replace its record instead")
@@ -204,6 +212,18 @@ def protocol_codes() -> dict[str, int]:
     return _CODES
 
 
+def protocols_with_statuses() -> tuple[bool, ...]:
+    """Per protocol number (:func:`protocol_names`), whether its parser labels returns by
+    their status (:attr:`Protocol.statuses`).
+
+    Examples
+    --------
+    >>> [name for name, yes in zip(protocol_names(), protocols_with_statuses()) if yes]
+    ['http', 'dns', 'redis', 'mysql', 'postgresql', 'http2']
+    """
+    return _WITH_STATUSES
+
+
 def detection_order() -> dict[str, tuple[str, ...]]:
     """The protocols whose checks run in each content stage, in the order they run.
 
@@ -255,13 +275,14 @@ def _stage(stage: str) -> list[tuple[str, Detector]]:
 
 def _derive() -> None:
     """Rebuild the tables detection and parsing read from the records."""
-    global _PARSERS, _CHECKS, _STARTS, _PORT_OWNER, _NAMES, _CODES
+    global _PARSERS, _CHECKS, _STARTS, _PORT_OWNER, _NAMES, _CODES, _WITH_STATUSES
     _PARSERS = {p.name: p.parse for p in _RECORDS.values() if p.parse is not None}
     _STARTS = tuple(name for name, _ in _stage("start"))
     _CHECKS = (*_stage("start"), *_stage("framing"))
     _PORT_OWNER = {port: p.name for p in _RECORDS.values() for port in p.ports}
     _NAMES = tuple(_RECORDS)
     _CODES = {name: code for code, name in enumerate(_NAMES)}
+    _WITH_STATUSES = tuple(p.statuses for p in _RECORDS.values())
 
 
 def detect_tcp(client: bytes, server: bytes, sport: int, dport: int) -> str:
@@ -334,19 +355,28 @@ def _parse_none(buf: bytes, direction: int, ctx: dict, out: list[Message]) -> li
 # The rank steps of 10 leave room for a protocol between two others. tests/capture/
 # test_registry.py holds first bytes that more than one test takes, with the verdict.
 for _protocol in (
-    Protocol("http", http1.parse, detect_start=Check(30, http1.detect_start), ports=(80, 8080, 8000)),
-    Protocol("dns", dns.parse, detect_framing=Check(10, dns.detect_framing), ports=(53,)),
+    Protocol(
+        "http", http1.parse, detect_start=Check(30, http1.detect_start), ports=(80, 8080, 8000), statuses=True
+    ),
+    Protocol("dns", dns.parse, detect_framing=Check(10, dns.detect_framing), ports=(53,), statuses=True),
     Protocol(
         "redis",
         redis.parse,
         detect_start=Check(40, redis.detect_start),
         ports=(6379,),
         detect_on_port=redis.detect_on_port,
+        statuses=True,
     ),
     Protocol("memcached", memcached.parse, detect_start=Check(50, memcached.detect_start), ports=(11211,)),
-    Protocol("mysql", mysql.parse, detect_framing=Check(40, mysql.detect_framing), ports=(3306,)),
     Protocol(
-        "postgresql", postgresql.parse, detect_framing=Check(50, postgresql.detect_framing), ports=(5432,)
+        "mysql", mysql.parse, detect_framing=Check(40, mysql.detect_framing), ports=(3306,), statuses=True
+    ),
+    Protocol(
+        "postgresql",
+        postgresql.parse,
+        detect_framing=Check(50, postgresql.detect_framing),
+        ports=(5432,),
+        statuses=True,
     ),
     Protocol("thrift", thrift.parse, detect_framing=Check(30, thrift.detect_framing), ports=(9090,)),
     Protocol(
@@ -355,6 +385,7 @@ for _protocol in (
         detect_start=Check(10, http2.detect_start),
         detect_framing=Check(20, http2.detect_framing),
         ports=(50051,),
+        statuses=True,
     ),
     Protocol("tcp"),
     Protocol("udp"),
