@@ -64,6 +64,12 @@ OPTIONAL_FIELDS: tuple[pa.Field, ...] = (
     pa.field("trace_id", NODE_TYPE),  # 32 lowercase hex digits: W3C traceparent, B3, Jaeger, grpc-trace-bin
     pa.field("span_id", NODE_TYPE),  # 16 lowercase hex digits: the sending span's id in the same header
     pa.field("request_id", NODE_TYPE),  # an opaque request id header's value: X-Request-ID, X-Correlation-ID
+    # The connection a captured message travelled on (docs/files.md, "Back to the packets"):
+    pa.field("src_ip", NODE_TYPE),  # the sender's address as captured: "10.0.0.1", "fe80::1"
+    pa.field("src_port", pa.uint16()),
+    pa.field("dst_ip", NODE_TYPE),
+    pa.field("dst_port", pa.uint16()),
+    pa.field("stream", pa.uint32()),  # the connection's number, as tshark's tcp.stream or udp.stream
 )
 #: The optional columns that say which request a message belongs to (``infer.keys``).
 KEY_COLUMNS: tuple[str, ...] = ("trace_id", "request_id")
@@ -93,15 +99,24 @@ def _as_dictionary(name: str, col: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def _as_uint64(name: str, col: pa.ChunkedArray) -> pa.ChunkedArray:
+    return _as_unsigned(name, col, pa.uint64())
+
+
+def _as_unsigned(name: str, col: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
+    """``col`` as the unsigned integer type ``to``; a value it cannot hold is an error."""
     t = col.type
-    if t == pa.uint64():
+    if t == to:
         return col
     if not pa.types.is_integer(t):
-        raise SchemaError(f"column {name!r} has type {t} (must be uint64, or a non-negative integer)")
+        raise SchemaError(f"column {name!r} has type {t} (must be {to}, or a non-negative integer)")
     if pa.types.is_signed_integer(t) and len(col) and (pc.min(col).as_py() or 0) < 0:
         bad = pc.min(col).as_py()
         raise SchemaError(f"column {name!r} holds negative value {bad} (must be non-negative)")
-    return pc.cast(col, pa.uint64())
+    top = (1 << to.bit_width) - 1
+    if to.bit_width < 64 and len(col) and (pc.max(col).as_py() or 0) > top:
+        bad = pc.max(col).as_py()
+        raise SchemaError(f"column {name!r} holds {bad}, more than {to} holds (at most {top:,})")
+    return pc.cast(col, to)
 
 
 def _as_timestamp(col: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -184,8 +199,10 @@ def validate_trace(table: pa.Table | pa.RecordBatch) -> pa.Table:
     fields = list(TRACE_SCHEMA)
     for f in OPTIONAL_FIELDS:
         if f.name in table.column_names:
-            conv = _as_uint64 if f.type == pa.uint64() else _as_dictionary
-            cols[f.name] = conv(f.name, table[f.name])
+            if pa.types.is_unsigned_integer(f.type):
+                cols[f.name] = _as_unsigned(f.name, table[f.name], f.type)
+            else:
+                cols[f.name] = _as_dictionary(f.name, table[f.name])
             fields.append(f)
     for name in table.column_names:
         if name.startswith(_FREE_PREFIXES):

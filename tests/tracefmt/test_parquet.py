@@ -264,6 +264,11 @@ def test_optional_columns_are_typed_as_the_schema_says(tmp_path: Path, make_tabl
         request_id=pa.array(["r1", None, "r2", "r2"], pa.large_string()),
         span_id=pa.array([None, "00f067aa0ba902b7", None, None]),
         trace_id=pa.array(["4bf92f3577b34da6a3ce929d0e0e4736"] * n),
+        src_ip=pa.array(["10.0.0.1", "10.0.0.2", "::1", None]),
+        src_port=pa.array([40000, 80, 5, None], pa.int64()),
+        dst_ip=pa.array(["10.0.0.2", "10.0.0.1", "::1", None]),
+        dst_port=pa.array([80, 40000, 6, None], pa.int64()),
+        stream=pa.array([0, 0, 1, None], pa.int64()),
     )
     path = tmp_path / "t.parquet"
     write_trace(table, path)

@@ -208,6 +208,11 @@ def test_optional_columns_are_typed_and_ordered() -> None:
         request_id=pa.array(["r1", None]),
         span_id=pa.array([None, "00f067aa0ba902b7"]),
         trace_id=pa.array(["4bf92f3577b34da6a3ce929d0e0e4736", None]),
+        stream=pa.array([0, 0], pa.int64()),
+        dst_port=pa.array([80, 40000], pa.int32()),
+        dst_ip=pa.array(["10.0.0.2", "10.0.0.1"]),
+        src_port=pa.array([40000, 80], pa.int32()),
+        src_ip=pa.array(["10.0.0.1", "10.0.0.2"]),
     )
     out = validate_trace(table)
     assert out.column_names == [*CORE_COLUMNS, *(f.name for f in OPTIONAL_FIELDS)]
@@ -313,3 +318,9 @@ def test_sort_trace_shift_invariant() -> None:
     expected = [int(i) for i in np.argsort(ts, kind="stable")]
     assert order(ts) == expected
     assert order(shifted) == expected
+
+
+def test_a_port_beyond_sixteen_bits_is_refused() -> None:
+    table = _with(src_port=pa.array([70000, 1]))
+    with pytest.raises(SchemaError, match=r"src_port.*70000.*uint16"):
+        validate_trace(table)
