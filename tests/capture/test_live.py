@@ -695,7 +695,9 @@ def _record_and_infer(netns: str, out: Path, *extra: str) -> tuple[Path, Path]:
 
 @needs_root
 @root_only
-def test_your_own_services_the_slowed_endpoint_is_named_with_its_size(netns: str, tmp_path: Path) -> None:
+def test_your_own_services_the_slowed_endpoint_is_named_with_its_size(
+    netns: str, tmp_path: Path, open_page
+) -> None:
     """The README's "your own services": two recordings of services on one host, the
     second with one item in ten 40 ms slower at the back; viz diff names the endpoint,
     the delay and the share of requests it hit, with no manual step."""
@@ -729,3 +731,18 @@ def test_your_own_services_the_slowed_endpoint_is_named_with_its_size(netns: str
     assert float(m[1]) == pytest.approx(40, rel=0.1)  # within 10% of the injected delay
     assert int(m[2]) == pytest.approx(20, abs=2)  # /3, /13, ... /193: 20 of 200
     assert int(m[4]) == pytest.approx(10, abs=1)
+    # The report says the same, read in a real browser (its screenshot stays in tmp_path).
+    report = tmp_path / "report.html"
+    argv = [sys.executable, "-m", "wirepath", "report", str(sp), "--diff", str(bp), "--out", str(report)]
+    argv += ["--instances", str(si), "--diff-instances", str(bi)]
+    made = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert made.returncode == 0, made.stderr
+    page = open_page(report)
+    shown = page.driver.find_element("css selector", "p.sentence").text
+    endpoint = r"127\.0\.0\.1:8080 -> 127\.0\.0\.1:9090 \(GET /item/:id\)"
+    m = re.match(endpoint + r": \+([\d.]+) ms in (\d+) of", shown)
+    assert m, shown
+    assert float(m[1]) == pytest.approx(40, rel=0.1)
+    assert int(m[2]) == pytest.approx(20, abs=2)
+    assert page.console_errors() == []
+    assert page.screenshot(tmp_path / "report.png").stat().st_size > 20_000
