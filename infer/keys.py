@@ -237,6 +237,8 @@ def close_keys(
         "requests": int(np.unique(key[key >= 0]).size),
         "narrowed": int(np.count_nonzero(left < before)),
         "pinned": int(np.count_nonzero(decided)),
+        # The traffic's own parallelism (``stats.mean_parallelism`` is what the keys left).
+        "mean_parallelism_without_keys": float(before[before > 0].mean()) if (before > 0).any() else 0.0,
     }
     return KeyEvidence(key, strict, counts, np.asarray(given_key, np.int64), known)
 

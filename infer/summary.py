@@ -54,7 +54,7 @@ def nesting_lines(
     lines = [
         f"{len(result.pairs):,} call pairs ({st['unmatched_calls']:,} calls and {st['unmatched_returns']:,} "
         f"returns unmatched, {st['sends_ignored']:,} sends ignored); mean parallelism "
-        f"{result.mean_parallelism:.1f}",
+        f"{result.mean_parallelism:.1f}{_without_keys(st)}",
         f"{st['instances']:,} path instances in {st['patterns']:,} patterns{_wrote(wrote)}",
     ]
     left = st.get("min_confidence")
@@ -85,6 +85,13 @@ def nesting_lines(
             f"window {w['start']}: {w['instances']:,} instances, {len(w['patterns'])} patterns{top_text}"
         )
     return lines
+
+
+def _without_keys(stats: dict[str, Any]) -> str:
+    """How busy the traffic is where the keys narrowed the candidates (" (31.2 without
+    the request keys)"), else nothing."""
+    before = (stats.get("keys") or {}).get("mean_parallelism_without_keys")
+    return "" if before is None else f" ({before:.1f} without the request keys)"
 
 
 def key_lines(keys: dict[str, Any]) -> list[str]:
