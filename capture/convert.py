@@ -52,6 +52,7 @@ from capture.naming import Namer
 from capture.protocols import protocol_names
 from capture.request_keys import KeyOptions
 from capture.source import PacketBatch, PacketSource, read_packets
+from capture.streams import StreamNumbers, address_columns
 from tracefmt import (
     DEFAULT_DEDUP_WINDOW_NS,
     OPS,
@@ -172,9 +173,11 @@ def messages_table(
     point: str | None = None,
     keep_payload: bool = False,
     keys: KeyOptions | None = None,
+    streams: StreamNumbers | None = None,
 ) -> pa.Table:
     """The trace table of decoded messages (names resolved per distinct endpoint); with
-    ``keys``, the request-key columns that hold a value here, and those of the headers kept."""
+    ``keys``, the request-key columns that hold a value here, and those of the headers kept;
+    with ``streams`` (shown every packet so far), the connection columns."""
     n = len(msgs)
     # The server side of a call is its receiver; of a return, its sender.
     s_idx, s_dict = namer.names_of(msgs.src_hi, msgs.src_lo, msgs.sport, ~msgs.server_is_dst)
@@ -203,6 +206,11 @@ def messages_table(
             pa.array([point] if point is not None else [], pa.string()),
         ).cast(NODE_TYPE),
     }
+    if streams is not None:
+        cols["src_ip"], cols["dst_ip"] = address_columns(msgs.src_hi, msgs.src_lo, msgs.dst_hi, msgs.dst_lo)
+        cols["src_port"] = pa.array(msgs.sport, pa.uint16())
+        cols["dst_port"] = pa.array(msgs.dport, pa.uint16())
+        cols["stream"] = pa.array(streams.of(msgs), pa.uint32())
     if keys is not None and n:
         for name in ("trace_id", "span_id", "request_id"):
             col = getattr(msgs, name)
@@ -353,6 +361,8 @@ class StreamConverter:
         self.on_read = on_read
         self._decoder = Decoder()
         self._asm = FlowAssembler(keep_payload=keep_payload, keys=keys)
+        # tshark's connection numbers, learnt from every packet (all shards' too).
+        self._streams = StreamNumbers()
         # Runs of messages in trace order not final yet, each with its messages' points
         # (indices into ``point_names``) when there are several.
         self._held: list[tuple[Messages, np.ndarray | None]] = []
@@ -410,6 +420,7 @@ class StreamConverter:
     def _add_segments(self, segs: Segments, *, final: bool = False) -> None:
         """Reassemble decoded segments (``final``: the last, every connection ends) and
         write the messages now final."""
+        self._streams.see(segs)
         msgs = self._asm.feed(_shard_of(segs, self._shard), final=final, context=segs)
         points = self._points_of(msgs) if self._points_of is not None and len(msgs) else None
         self._emit(msgs, points, final=final)
@@ -437,7 +448,10 @@ class StreamConverter:
 
     def _table(self, msgs: Messages, points: np.ndarray | None) -> pa.Table:
         """The trace table of ``msgs``, with each one's point when there are several."""
-        t = messages_table(msgs, self.namer, point=self.point, keep_payload=self.keep_payload, keys=self.keys)
+        t = messages_table(
+            msgs, self.namer, point=self.point, keep_payload=self.keep_payload, keys=self.keys,
+            streams=self._streams,
+        )  # fmt: skip
         if self._point_dict is None:
             return t
         idx = pa.array(points if points is not None else np.zeros(len(msgs), np.int64), pa.int32())
