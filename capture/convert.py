@@ -52,7 +52,7 @@ from capture.naming import Namer
 from capture.protocols import protocol_names
 from capture.request_keys import KeyOptions
 from capture.source import PacketBatch, PacketSource, read_packets
-from capture.streams import StreamNumbers, address_columns
+from capture.streams import StreamNumbers, connection_columns
 from tracefmt import (
     DEFAULT_DEDUP_WINDOW_NS,
     OPS,
@@ -207,10 +207,7 @@ def messages_table(
         ).cast(NODE_TYPE),
     }
     if streams is not None:
-        cols["src_ip"], cols["dst_ip"] = address_columns(msgs.src_hi, msgs.src_lo, msgs.dst_hi, msgs.dst_lo)
-        cols["src_port"] = pa.array(msgs.sport, pa.uint16())
-        cols["dst_port"] = pa.array(msgs.dport, pa.uint16())
-        cols["stream"] = pa.array(streams.of(msgs), pa.uint32())
+        cols.update(connection_columns(msgs, streams))
     if keys is not None and n:
         for name in ("trace_id", "span_id", "request_id"):
             col = getattr(msgs, name)

@@ -27,7 +27,7 @@ from capture.flows import Messages
 from capture.naming import format_address
 from tracefmt.hashing import mix64
 
-__all__ = ["StreamNumbers", "address_columns", "conversation_keys"]
+__all__ = ["StreamNumbers", "address_columns", "connection_columns", "conversation_keys"]
 
 _SYN, _ACK = 0x02, 0x10
 
@@ -93,6 +93,7 @@ class StreamNumbers:
         self._proto = np.zeros(0, np.uint8)
         # Per (key, direction) of a TCP conversation: the sequence number a SYN must repeat
         # to stay in the current connection (sorted by key2 = key ^ direction).
+        self._known = np.zeros(0, np.uint64)  # sorted
         self._ref_key = np.zeros(0, np.uint64)
         self._ref_seq = np.zeros(0, np.int64)
         self._next = {PROTO_TCP: 0, PROTO_UDP: 0}
@@ -111,17 +112,24 @@ class StreamNumbers:
         sel = np.flatnonzero((s.proto == PROTO_TCP) | (s.proto == PROTO_UDP))
         if not len(sel):
             return
+        if len(sel) == len(s):
+            sel = slice(None)
         proto = s.proto[sel]
-        key, lt = conversation_keys(
+        key = _pair_keys(
             s.src_hi[sel], s.src_lo[sel], s.sport[sel], s.dst_hi[sel], s.dst_lo[sel], s.dport[sel], proto
         )
-        # Conversations not seen before start at their first packet here.
-        uk, first = np.unique(key, return_index=True)
-        new = first[~_isin_sorted(uk, np.unique(self._key))]
+        # Conversations not seen before start at their first packet here (a hash pass).
+        enc = pc.dictionary_encode(pa.array(key, pa.uint64()))
+        idx = enc.indices.to_numpy(zero_copy_only=False)
+        uniq = enc.dictionary.to_numpy(zero_copy_only=False)
+        first = np.empty(len(uniq), np.int64)
+        first[idx[::-1]] = np.arange(len(idx) - 1, -1, -1)
+        new = first[~_isin_sorted(uniq, self._known)] if len(self._known) else first
         starts = [new]
         tcp = proto == PROTO_TCP
-        if tcp.any():
-            starts.append(self._reused(s, sel, key, lt, tcp))
+        syn = tcp & ((s.flags[sel] & _SYN) != 0) & ((s.flags[sel] & _ACK) == 0)
+        if syn.any() or len(self._ref_key):
+            starts.append(self._reused(s, sel, key, syn, tcp))
         at = np.unique(np.concatenate(starts))  # in read order
         if not len(at):
             return
@@ -131,6 +139,7 @@ class StreamNumbers:
             m = p == t
             num[m] = self._next[t] + np.arange(int(m.sum()), dtype=np.uint32)
             self._next[t] += int(m.sum())
+        self._known = np.union1d(self._known, key[at])
         k = np.concatenate([self._key, key[at]])
         ts = np.concatenate([self._ts, s.ts_ns[sel][at].astype(np.int64)])
         o = np.lexsort((ts, k))
@@ -138,17 +147,25 @@ class StreamNumbers:
         self._num = np.concatenate([self._num, num])[o]
         self._proto = np.concatenate([self._proto, p.astype(np.uint8)])[o]
 
-    def _reused(
-        self, s: Segments, sel: np.ndarray, key: np.ndarray, lt: np.ndarray, tcp: np.ndarray
-    ) -> np.ndarray:
+    def _reused(self, s: Segments, sel: np.ndarray | slice, key: np.ndarray, syn: np.ndarray,
+                tcp: np.ndarray) -> np.ndarray:  # fmt: skip
         """Positions (in ``sel``) of the SYNs that start a connection again on known ports;
-        updates each direction's reference sequence number."""
-        ti = np.flatnonzero(tcp)
+        keeps each direction's reference sequence number (only directions that ever sent
+        a SYN-only packet need one, and their references are taken from then on)."""
+        src_hi, src_lo, sport = s.src_hi[sel], s.src_lo[sel], s.sport[sel]
+        way = mix64(src_hi ^ mix64(src_lo ^ sport.astype(np.uint64)))  # the sender
+        k2 = key ^ way  # (conversation, direction)
+        # The directions that matter: those with a SYN here, and those with a reference.
+        watch = np.union1d(np.unique(k2[syn]), self._ref_key)
+        ti = np.flatnonzero(tcp & _isin_sorted(k2, watch))
+        if not len(ti):
+            return ti
         flags, seq = s.flags[sel][ti], s.seq[sel][ti].astype(np.int64)
-        synonly = ((flags & _SYN) != 0) & ((flags & _ACK) == 0)
+        synonly = syn[ti]
         # A direction's reference: a SYN's sequence number, else one less than the first packet's.
         own = np.where(synonly, seq, (seq - 1) & 0xFFFFFFFF)
-        k2 = key[ti] ^ lt[ti].astype(np.uint64)  # (conversation, direction)
+        del flags
+        k2 = k2[ti]
         o = np.argsort(k2, kind="stable")  # read order within each direction
         k2o, own_o, syn_o = k2[o], own[o], synonly[o]
         n = len(o)
@@ -160,14 +177,10 @@ class StreamNumbers:
         last_syn = np.maximum.accumulate(np.where(syn_o, idx, -1))
         prev_syn = np.r_[-1, last_syn[:-1]]
         prev_syn = np.where(prev_syn >= group_start, prev_syn, -1)
-        at = np.searchsorted(self._ref_key, k2o)
-        at_c = np.minimum(at, max(len(self._ref_key) - 1, 0))
-        carried = (
-            (at < len(self._ref_key)) & (self._ref_key[at_c] == k2o)
-            if len(self._ref_key)
-            else np.zeros(n, bool)
-        )
-        carried_seq = self._ref_seq[at_c] if len(self._ref_key) else np.zeros(n, np.int64)
+        carried, carried_seq = np.zeros(n, bool), np.zeros(n, np.int64)
+        if len(self._ref_key):
+            at = np.minimum(np.searchsorted(self._ref_key, k2o), len(self._ref_key) - 1)
+            carried, carried_seq = self._ref_key[at] == k2o, self._ref_seq[at]
         ref = np.where(
             prev_syn >= 0, own_o[np.maximum(prev_syn, 0)], np.where(carried, carried_seq, own_o[group_start])
         )
@@ -190,19 +203,21 @@ class StreamNumbers:
 
     def of(self, msgs: Messages) -> np.ndarray:
         """The number of the connection each message belongs to (the latest one begun on
-        its ports at or before its first packet). A message on ports never shown gets
-        2**32 - 1."""
-        ends = (msgs.src_hi, msgs.src_lo, msgs.sport, msgs.dst_hi, msgs.dst_lo, msgs.dport)
-        ukey, _ = conversation_keys(*ends, PROTO_UDP)
-        # A UDP message's flow is its conversation key hashed (``FlowAssembler._udp``).
-        udp = (mix64(ukey) >> np.uint64(24)) == msgs.flow
-        key = ukey
-        if not udp.all():
-            key = np.where(udp, ukey, conversation_keys(*ends, PROTO_TCP)[0])
-        ts_ns = msgs.ts_ns
-        out = np.full(len(key), np.iinfo(np.uint32).max, np.uint32)
-        if not len(self._key) or not len(key):
+        its ports at or before its first packet): worked out once per flow (a connection)
+        in ``msgs``. A message on ports never shown gets 2**32 - 1."""
+        out = np.full(len(msgs), np.iinfo(np.uint32).max, np.uint32)
+        if not len(self._key) or not len(msgs):
             return out
+        enc = pc.dictionary_encode(pa.array(msgs.flow, pa.uint64()))
+        idx = enc.indices.to_numpy(zero_copy_only=False)
+        rep = np.empty(len(enc.dictionary), np.int64)
+        rep[idx[::-1]] = np.arange(len(idx) - 1, -1, -1)  # each flow's first message here
+        m = msgs.take(rep)
+        ends = (m.src_hi, m.src_lo, m.sport, m.dst_hi, m.dst_lo, m.dport)
+        # A UDP message's flow is its conversation key hashed (``FlowAssembler._udp``).
+        udp = (mix64(conversation_keys(*ends, PROTO_UDP)[0]) >> np.uint64(24)) == m.flow
+        key = _pair_keys(*ends, np.where(udp, PROTO_UDP, PROTO_TCP))
+        ts_ns = m.ts_ns
         i = np.searchsorted(self._key, key, "right") - 1
         ok = (i >= 0) & (self._key[np.maximum(i, 0)] == key)
         # Port reuse: step back to the latest start at or before the message's time.
@@ -214,8 +229,21 @@ class StreamNumbers:
             jj = j[can]
             i[jj] -= 1
             late[jj] = self._ts[i[jj]] > ts_ns[jj]
-        out[ok] = self._num[i[ok]]
-        return out
+        per_flow = np.where(ok, self._num[np.maximum(i, 0)], np.iinfo(np.uint32).max).astype(np.uint32)
+        return per_flow[idx]
+
+
+def _pair_keys(src_hi: np.ndarray, src_lo: np.ndarray, sport: np.ndarray, dst_hi: np.ndarray,
+               dst_lo: np.ndarray, dport: np.ndarray, proto: np.ndarray | int) -> np.ndarray:  # fmt: skip
+    """A conversation's key, the same both ways: the sum of its two endpoints' hashes."""
+    u = np.uint64
+
+    def end(hi: np.ndarray, lo: np.ndarray, port: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return mix64(lo ^ (hi * u(0x9E3779B97F4A7C15)) ^ (port.astype(u) << u(48)))
+
+    with np.errstate(over="ignore"):
+        return (end(src_hi, src_lo, sport) + end(dst_hi, dst_lo, dport)) ^ np.asarray(proto).astype(u)
 
 
 def _isin_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
@@ -224,6 +252,12 @@ def _isin_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
         return np.zeros(len(values), bool)
     i = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
     return sorted_set[i] == values
+
+
+def _address_codes(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """One 64-bit value per address: an IPv4 address (v4-mapped) is its low half; others hashed."""
+    v4 = (hi == 0) & ((lo >> np.uint64(32)) == np.uint64(0xFFFF))
+    return np.where(v4, lo, mix64(hi) ^ mix64(lo ^ np.uint64(0x9E3779B97F4A7C15)))
 
 
 def address_columns(
@@ -243,13 +277,9 @@ def address_columns(
     n = len(src_hi)
     hi = np.concatenate([src_hi, dst_hi])
     lo = np.concatenate([src_lo, dst_lo])
-    # One 64-bit value per address: IPv4 (v4-mapped) is its low half; others hashed.
-    v4 = (hi == 0) & ((lo >> np.uint64(32)) == np.uint64(0xFFFF))
-    code = np.where(v4, lo, mix64(hi) ^ mix64(lo ^ np.uint64(0x9E3779B97F4A7C15)))
-    enc = pc.dictionary_encode(pa.array(code, pa.uint64()))
+    enc = pc.dictionary_encode(pa.array(_address_codes(hi, lo), pa.uint64()))
     idx = enc.indices.to_numpy(zero_copy_only=False)
-    k = len(enc.dictionary)
-    where = np.empty(k, np.int64)
+    where = np.empty(len(enc.dictionary), np.int64)
     where[idx[::-1]] = np.arange(2 * n - 1, -1, -1)  # a position of each distinct address
     names = pa.array([format_address(int(hi[j]), int(lo[j])) for j in where.tolist()], pa.string())
     ix = pa.array(idx.astype(np.int32), pa.int32())
@@ -257,3 +287,35 @@ def address_columns(
         pa.DictionaryArray.from_arrays(ix.slice(0, n), names),
         pa.DictionaryArray.from_arrays(ix.slice(n), names),
     )
+
+
+def connection_columns(msgs: Messages, streams: StreamNumbers) -> dict[str, pa.Array]:
+    """The trace's connection columns of ``msgs``: ``src_ip``, ``src_port``, ``dst_ip``,
+    ``dst_port``, ``stream``. Worked out per flow (both ends of a connection, its number),
+    then spread to its messages by whether each one's sender is the flow's first sender."""
+    n = len(msgs)
+    if not n:
+        empty = pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string()))
+        return {
+            "src_ip": empty, "src_port": pa.array([], pa.uint16()), "dst_ip": empty,
+            "dst_port": pa.array([], pa.uint16()), "stream": pa.array([], pa.uint32()),
+        }  # fmt: skip
+    enc = pc.dictionary_encode(pa.array(msgs.flow, pa.uint64()))
+    idx = enc.indices.to_numpy(zero_copy_only=False)
+    rep = np.empty(len(enc.dictionary), np.int64)
+    rep[idx[::-1]] = np.arange(n - 1, -1, -1)  # each flow's first message here
+    m = msgs.take(rep)
+    a_src, b_src = address_columns(m.src_hi, m.src_lo, m.dst_hi, m.dst_lo)
+    a = np.asarray(a_src.indices.to_numpy(zero_copy_only=False))
+    b = np.asarray(b_src.indices.to_numpy(zero_copy_only=False))
+    from_a = (msgs.src_lo == m.src_lo[idx]) & (msgs.src_hi == m.src_hi[idx]) & (msgs.sport == m.sport[idx])
+    s_ix = np.where(from_a, a[idx], b[idx]).astype(np.int32)
+    d_ix = np.where(from_a, b[idx], a[idx]).astype(np.int32)
+    names = a_src.dictionary
+    return {
+        "src_ip": pa.DictionaryArray.from_arrays(pa.array(s_ix, pa.int32()), names),
+        "src_port": pa.array(msgs.sport, pa.uint16()),
+        "dst_ip": pa.DictionaryArray.from_arrays(pa.array(d_ix, pa.int32()), names),
+        "dst_port": pa.array(msgs.dport, pa.uint16()),
+        "stream": pa.array(streams.of(m)[idx], pa.uint32()),
+    }

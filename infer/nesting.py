@@ -123,6 +123,10 @@ class NestingResult:
     statuses: tuple[np.ndarray, list[str]] | None = None
     #: Patterns told apart by operation too (``infer_nesting(by_label=True)``).
     by_label: bool = False
+    #: Per pair, what finds its two messages in the trace without row positions
+    #: (:func:`message_keys`): ``call_id``, ``return_id`` and, where the trace has them,
+    #: ``flow`` and ``stream``. None for a result built without them.
+    message_keys: pa.Table | None = None
 
     @property
     def mean_parallelism(self) -> float:
@@ -189,6 +193,7 @@ class NestingResult:
         pairs, confidence = self.pairs.take(keep), self.confidence[keep]
         operations = None if self.operations is None else (self.operations[0][keep], self.operations[1])
         statuses = None if self.statuses is None else (self.statuses[0][keep], self.statuses[1])
+        keys = None if self.message_keys is None else self.message_keys.take(pa.array(keep))
         patterns, instance, pattern_index = build_patterns(
             pairs,
             parent,
@@ -211,6 +216,7 @@ class NestingResult:
             pattern_index=pattern_index,
             operations=operations,
             statuses=statuses,
+            message_keys=keys,
         )
 
     def to_json(
@@ -311,8 +317,11 @@ class NestingResult:
                     for column, values in (("op", self.operations), ("status", self.statuses))
                     if values is not None
                 },
+                **({} if self.message_keys is None else dict(zip(
+                    self.message_keys.column_names, self.message_keys.columns, strict=True
+                ))),
             }
-        )
+        )  # fmt: skip
 
 
 def _coded(codes: np.ndarray, names: list[str]) -> pa.DictionaryArray:
@@ -1157,6 +1166,7 @@ def infer_nesting(
     pairs, evidence = _keyed(trace, pairs, params, info)
     operations = call_operations(trace, pairs)
     statuses = return_statuses(trace, pairs)
+    keys = message_keys(trace, pairs)
     labels = operations[0] if operations is not None and params.request_rounds else None
     say(f"{len(pairs):,} call pairs")
     # The trace is not needed past its call pairs: its columns are freed (when the caller
@@ -1218,6 +1228,7 @@ def infer_nesting(
         statuses,
         by_label=by_label,
     )
+    result = replace(result, message_keys=keys)
     say(f"{len(result.patterns):,} patterns")
     return result
 
@@ -1279,6 +1290,28 @@ def _agreeing(pairs: CallPairs, final: Stage, info: dict[str, Any]) -> Stage:
     assert final.log_odds is not None
     log_odds = np.where(changed, np.where(parent >= 0, 0.0, np.inf), final.log_odds)
     return replace(final, parent=parent, confidence=sigmoid(log_odds), log_odds=log_odds)
+
+
+#: The trace's columns copied into the instances table beside each pair's two messages'
+#: times, so that a pair finds its messages without row positions (``message_keys``).
+MESSAGE_KEY_COLUMNS: tuple[str, ...] = ("flow", "stream")
+
+
+def message_keys(trace: pa.Table, pairs: CallPairs) -> pa.Table:
+    """Per call pair, what finds its two messages in the trace (with ``t_call`` and
+    ``t_return``, which the instances table holds): the call's and the return's ``id``
+    (``call_id``, ``return_id``), and the call's ``flow`` and ``stream`` where the trace has
+    them (a call and its return travel on one connection).
+
+    >>> t = pa.table({"id": pa.array([7, 7], pa.uint64()), "stream": pa.array([3, 3], pa.uint32())})
+    >>> p = CallPairs(*(np.zeros(1, np.int64),) * 4, np.array([0]), np.array([1]), 0, 0, 0)
+    >>> message_keys(t, p).to_pylist()
+    [{'call_id': 7, 'return_id': 7, 'stream': 3}]
+    """
+    call, ret = pa.array(pairs.call_row, pa.int64()), pa.array(pairs.return_row, pa.int64())
+    cols = {"call_id": trace["id"].take(call), "return_id": trace["id"].take(ret)}
+    cols.update({c: trace[c].take(call) for c in MESSAGE_KEY_COLUMNS if c in trace.column_names})
+    return pa.table(cols)
 
 
 def call_operations(trace: pa.Table, pairs: CallPairs) -> tuple[np.ndarray, list[str]] | None:

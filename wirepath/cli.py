@@ -21,7 +21,7 @@ import infer
 import synth
 import tracefmt
 from tracefmt import WirepathError
-from wirepath import __version__, cli_capture, cli_convolution, cli_trend, cli_viz
+from wirepath import __version__, cli_capture, cli_convolution, cli_packets, cli_trend, cli_viz
 from wirepath._cli import Parser as _Parser
 from wirepath._cli import UsageError as _UsageError
 from wirepath._cli import add_cluster_options, add_verb, count, hold_back_pandas, probability, runner
@@ -97,11 +97,12 @@ def _nesting_columns(path: str) -> tuple[str, ...]:
     """The optional columns nesting uses that the trace has: ``flow`` (a service's calls
     from its bare address given back to it, ``infer.callers``), ``label`` (each
     visit's operations; the request rounds' visit types), ``status`` (its returns'
-    statuses and errors) and the request keys (``infer.keys``)."""
+    statuses and errors), the request keys (``infer.keys``) and ``stream`` (copied into
+    the instances table, ``infer.message_keys``)."""
     if tracefmt.trace_format(path) != "parquet":
         return ()  # a text trace has the core columns only
     names = tracefmt.read_trace_metadata(path).schema.names
-    return tuple(c for c in ("flow", "label", "status", *tracefmt.KEY_COLUMNS) if c in names)
+    return tuple(c for c in ("flow", "label", "status", *tracefmt.KEY_COLUMNS, "stream") if c in names)
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
@@ -448,7 +449,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _register_synth(verbs)
     algos = _register_infer(verbs)
     _register_eval(verbs)
-    for module in (cli_convolution, cli_capture, cli_viz, cli_trend):
+    for module in (cli_convolution, cli_capture, cli_viz, cli_trend, cli_packets):
         module.register(verbs, algos)
     return parser
 

@@ -46,6 +46,7 @@ def test_capture_pcap_converts_without_pandas_or_other_verbs(tmp_path: Path) -> 
         ["viz", "diff", "--help"],
         ["export", "--help"],
         ["convert", "--help"],
+        ["packets", "--help"],
     ],
     ids=lambda a: " ".join(a[:-1]) or "wirepath",
 )
