@@ -358,8 +358,8 @@ class StreamConverter:
         self.on_read = on_read
         self._decoder = Decoder()
         self._asm = FlowAssembler(keep_payload=keep_payload, keys=keys)
-        # tshark's connection numbers, learnt from every packet (all shards' too).
-        self._streams = StreamNumbers()
+        # tshark's connection numbers, learnt from every packet (all shards' too), when asked.
+        self._streams = StreamNumbers() if keys is not None and keys.connections else None
         # Runs of messages in trace order not final yet, each with its messages' points
         # (indices into ``point_names``) when there are several.
         self._held: list[tuple[Messages, np.ndarray | None]] = []
@@ -417,7 +417,8 @@ class StreamConverter:
     def _add_segments(self, segs: Segments, *, final: bool = False) -> None:
         """Reassemble decoded segments (``final``: the last, every connection ends) and
         write the messages now final."""
-        self._streams.see(segs)
+        if self._streams is not None:
+            self._streams.see(segs)
         msgs = self._asm.feed(_shard_of(segs, self._shard), final=final, context=segs)
         points = self._points_of(msgs) if self._points_of is not None and len(msgs) else None
         self._emit(msgs, points, final=final)

@@ -48,7 +48,8 @@ __all__ = [
 #: The trace columns a request's packets are found by.
 CONNECTION_COLUMNS = ("src_ip", "src_port", "dst_ip", "dst_port", "stream")
 NO_COLUMNS = (
-    "this trace has no connection columns: capture it again with this version of wirepath capture pcap"
+    "this trace has no connection columns: convert its capture again with "
+    "'wirepath capture pcap CAPTURE --connections --out TRACE' (capture live keeps its pcap files)"
 )
 
 

@@ -96,6 +96,11 @@ class KeyOptions:
     keep_headers : sequence of str
         Headers whose value each message keeps in a column ``x_header_<name>`` (lower
         case, ``-`` as ``_``). None by default: nothing else of a header is stored.
+    connections : bool
+        Also keep each message's connection: ``src_ip``, ``src_port``, ``dst_ip``,
+        ``dst_port`` and ``stream`` (tshark's ``tcp.stream``/``udp.stream``; what
+        ``wirepath packets`` needs). Off by default: numbering every packet's connection
+        costs about a quarter more CPU and half again the file (BENCHMARKS.md).
 
     Examples
     --------
@@ -109,6 +114,7 @@ class KeyOptions:
 
     request_id_headers: tuple[str, ...] = DEFAULT_REQUEST_ID_HEADERS
     keep_headers: tuple[str, ...] = ()
+    connections: bool = False
     #: Every header read, lower case, each once: the trace headers first.
     names: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
 

@@ -83,7 +83,7 @@ def test_connection_columns_agree_with_tshark(name: str, chunk_bytes: int, tmp_p
     # addresses, ports and the tcp.stream / udp.stream number the trace gives the message.
     path = _real(name)
     out = tmp_path / "t.parquet"
-    capture.convert_pcaps([path], out, chunk_bytes=chunk_bytes)
+    capture.convert_pcaps([path], out, chunk_bytes=chunk_bytes, keys=capture.KeyOptions(connections=True))
     t = tracefmt.read_trace(out)
     rows = t.to_pylist()
     theirs = _tshark_packets(path)
@@ -159,7 +159,7 @@ def _bridge_run(tmp_path: Path) -> tuple[Path, Path, Path]:
     """The testbed's bridge capture by service, inferred: trace, instances, capture."""
     pcap = ROOT / "samples" / "testbed" / "bridge.pcap"
     trace, inst = tmp_path / "t.parquet", tmp_path / "i.parquet"
-    capture.convert_pcaps([pcap], trace, node_by="service")
+    capture.convert_pcaps([pcap], trace, node_by="service", keys=capture.KeyOptions(connections=True))
     infer.infer_nesting(tracefmt.read_trace(trace)).write_instances(inst)
     return trace, inst, pcap
 
@@ -215,8 +215,8 @@ def test_packets_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["packets", str(inst), str(bare), "--request", "0"]) == 1
     err = capsys.readouterr().err
     assert (
-        "this trace has no connection columns: capture it again with this version of wirepath capture pcap"
-        in err
+        "this trace has no connection columns: convert its capture again with "
+        "'wirepath capture pcap CAPTURE --connections --out TRACE'" in err
     )
     assert err.count("\n") == 1
     other = ROOT / "samples" / "testbed" / "db.pcap"
@@ -337,7 +337,8 @@ def test_packets_filter_selects_exactly_the_requests_packets(
 ) -> None:
     trace, inst_path = tmp_path / "t.parquet", tmp_path / "i.parquet"
     assert (
-        main(["capture", "pcap", str(recorded), "--node-by", "service", "--out", str(trace), "--quiet"]) == 0
+        main(["capture", "pcap", str(recorded), "--node-by", "service", "--connections", "--out", str(trace)])
+        == 0
     )
     assert (
         main(
@@ -406,3 +407,14 @@ def test_packets_filter_selects_exactly_the_requests_packets(
     assert f"wrote {len(expected)} packets" in capsys.readouterr().out
     written = _tshark_rows(out)
     assert sorted(r["frame.time_epoch"] for r in written) == sorted(r["frame.time_epoch"] for r in chosen)
+
+
+def test_connection_columns_only_when_asked(tmp_path: Path) -> None:
+    pcap = ROOT / "samples" / "testbed" / "bridge.pcap"
+    plain, asked = tmp_path / "plain.parquet", tmp_path / "asked.parquet"
+    capture.convert_pcaps([pcap], plain)
+    capture.convert_pcaps([pcap], asked, keys=capture.KeyOptions(connections=True))
+    assert not set(packets.CONNECTION_COLUMNS) & set(tracefmt.read_trace(plain).column_names)
+    both = tracefmt.read_trace(asked)
+    assert set(packets.CONNECTION_COLUMNS) <= set(both.column_names)
+    assert both.drop_columns(list(packets.CONNECTION_COLUMNS)).equals(tracefmt.read_trace(plain))
