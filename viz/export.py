@@ -311,6 +311,10 @@ def _semantic(op: str | None, status: str | None, server: str) -> list[tuple[str
     [('server.address', 'string', '10.0.0.5'), ('server.port', 'int', 8080),
      ('http.request.method', 'string', 'GET'), ('http.route', 'string', '/item/:id'),
      ('http.response.status_code', 'int', 503)]
+    >>> _semantic("POST /shop.Shop/Quote", "UNAVAILABLE", "grpc")  # doctest: +NORMALIZE_WHITESPACE
+    [('server.address', 'string', 'grpc'), ('rpc.system', 'string', 'grpc'),
+     ('rpc.service', 'string', 'shop.Shop'), ('rpc.method', 'string', 'Quote'),
+     ('rpc.grpc.status_code', 'int', 14)]
     """
     out: list[tuple[str, str, Any]] = []
     host, sep, port = server.rpartition(":")
@@ -320,7 +324,12 @@ def _semantic(op: str | None, status: str | None, server: str) -> list[tuple[str
         out.append(("server.address", "string", server))
     if op not in (None, "None"):
         method, _, route = op.partition(" ")
-        if route.startswith("/") and method.isupper():
+        if method == "POST" and _grpc_path(route):
+            # gRPC rides on HTTP/2 POSTs to /package.Service/Method: said as an RPC.
+            service, _, name = route[1:].partition("/")
+            out += [("rpc.system", "string", "grpc"), ("rpc.service", "string", service)]
+            out.append(("rpc.method", "string", name))
+        elif route.startswith("/") and method.isupper():
             out += [("http.request.method", "string", method), ("http.route", "string", route)]
         elif op.startswith("/") and op.count("/") == 2:
             service, _, name = op[1:].partition("/")
@@ -330,6 +339,16 @@ def _semantic(op: str | None, status: str | None, server: str) -> list[tuple[str
     if status not in (None, "None"):
         out += _status_attributes(op, status)
     return out
+
+
+def _grpc_path(route: str) -> bool:
+    """Whether ``route`` is a gRPC method's path, ``/package.Service/Method``.
+
+    >>> _grpc_path("/shop.Shop/Quote"), _grpc_path("/item/:id"), _grpc_path("/a.b")
+    (True, False, False)
+    """
+    parts = route.split("/")
+    return len(parts) == 3 and parts[0] == "" and "." in parts[1] and bool(parts[2]) and ":" not in route
 
 
 _GRPC_CODES = {name: code for code, name in enumerate(GRPC_STATUS_NAMES)}
