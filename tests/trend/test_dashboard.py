@@ -42,7 +42,7 @@ def _cells(d):
 def test_dashboard_renders_in_chromium(site, open_page, tmp_path):
     page = open_page(site / "index.html")
     d = page.driver
-    assert d.execute_script("return document.body.dataset.ready") == "1"
+    _wait_ready(d)
     # Every series in one table, those in a regression now first (then by name).
     order = [a.text for a in d.find_elements("css selector", "#series tbody td:first-child a")]
     assert order == [
@@ -209,7 +209,7 @@ def test_an_index_of_ten_thousand_series_opens_and_filters(tmp_path, open_page):
     assert len(report.data) == 101  # the index and 100 files of 100 series
     page = open_page(report.index)
     d = page.driver
-    assert d.execute_script("return document.body.dataset.ready") == "1"
+    _wait_ready(d)
     assert d.find_element("id", "shown").text == "100 of 10,000 series"
     first = [a.text for a in d.find_elements("css selector", "#series tbody td:first-child a")][:3]
     assert first == ["t00000-64b-2t1c-mrr", "t00097-64b-2t1c-mrr", "t00194-64b-2t1c-mrr"]
@@ -233,3 +233,11 @@ def test_a_unit_is_text_in_the_graph_too():
     fig = figure_data(analyze_series(s))
     assert "<a " not in fig["data"][0]["text"][0]
     assert "<a " not in fig["layout"]["yaxis"]["title"]["text"]
+
+
+def _wait_ready(driver) -> None:
+    """Wait until the page says it has drawn (``body[data-ready=1]``): a busy machine may
+    take seconds over an index of ten thousand series."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
