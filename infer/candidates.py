@@ -37,6 +37,7 @@ __all__ = [
     "Offer",
     "Scoreboard",
     "Siblings",
+    "all_candidates",
     "best_parents",
     "bin_widths",
     "candidates_by_parent",
@@ -614,6 +615,21 @@ def candidates_by_parent(
     (widened by the tolerance)."""
     for _, c, par in CandidatePlan(p, tol_ns, max_pairs).chunks():
         yield c, par
+
+
+def all_candidates(p: CallPairs, tol_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every (child, parent) candidate pair at once, in the chunks' order (pair indices
+    in 32 bits where they fit): for passes that filter them all again and again.
+
+    >>> p = CallPairs(np.array([0, 1]), np.array([1, 2]), np.array([0, 1]), np.array([9, 5]),
+    ...     *(np.zeros(2, np.int64),) * 2, 0, 0, 0)
+    >>> [a.tolist() for a in all_candidates(p, 0)]
+    [[1], [0]]
+    """
+    parts = [(c, par) for _, c, par in CandidatePlan(p, tol_ns).chunks()]
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate([c for c, _ in parts]), np.concatenate([par for _, par in parts])
 
 
 def best_parents(

@@ -127,7 +127,7 @@ def error_sources(result: Any, trace: pa.Table) -> dict[str, Any]:
     the answer falling short is *search error*. ``verdict`` says which (``"model"``,
     ``"search"``, or ``"neither"``).
     """
-    from infer.candidates import candidates_by_parent
+    from infer.candidates import all_candidates
     from infer.chains import ChainModel
     from infer.nesting import call_operations, nesting_stages
     from infer.request_model import Grammar, call_kinds, request_log_likelihood, sure_visits
@@ -136,9 +136,7 @@ def error_sources(result: Any, trace: pa.Table) -> dict[str, Any]:
     truth = true_parents(pairs, trace)
     tolerance = result.trace_info.get("tolerance_s", params.tolerance_s)
     tol_ns = round(tolerance * 1e9)
-    parts = list(candidates_by_parent(pairs, tol_ns))
-    cand_c = np.concatenate([c for c, _ in parts]) if parts else np.zeros(0, np.int64)
-    cand_p = np.concatenate([p for _, p in parts]) if parts else np.zeros(0, np.int64)
+    cand_c, cand_p = all_candidates(pairs, tol_ns)
     operations = call_operations(trace, pairs)
     labels = None if operations is None else operations[0]
     vtype, klass = call_kinds(pairs, labels)

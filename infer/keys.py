@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from infer.callpairs import CallPairs
 from tracefmt import KEY_COLUMNS
+from tracefmt.patterns import tree_depths
 
 if TYPE_CHECKING:
     from infer.calibration import Calibration
@@ -198,18 +199,13 @@ def close_keys(
     >>> ev.key.tolist(), ev.counts["pinned"]
     ([7, 8, 7, 7, 8], 2)
     """
-    from infer.candidates import CandidatePlan
+    from infer.candidates import all_candidates
 
     n = len(pairs)
     given_key = key
     key = np.asarray(key, np.int64).copy()
     given = int(np.count_nonzero(key >= 0))
-    # Every candidate at once (in 32 bits where pair indices fit, as CandidatePlan
-    # gives them): the rounds filter them again and again.
-    parts = list(CandidatePlan(pairs, tol_ns).chunks())
-    c = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
-    par = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
-    del parts
+    c, par = all_candidates(pairs, tol_ns)  # the rounds filter them again and again
     before = np.bincount(c, minlength=n)
     for _ in range(CLOSE_ROUNDS):
         strict = _strict(key, c, par)
@@ -359,15 +355,11 @@ def _through_unkeyed(key: np.ndarray, c: np.ndarray, par: np.ndarray) -> bool:
     pin = fits & test & (left[c] == 1)
     if not pin.any():
         return False
-    tgt, val = par[pin], kc[pin]
-    lo_k = np.full(n, np.iinfo(np.int64).max)
-    hi_k = np.full(n, -2, np.int64)
-    np.minimum.at(lo_k, tgt, val)
-    np.maximum.at(hi_k, tgt, val)
-    agree = np.flatnonzero((lo_k == hi_k) & (hi_k >= 0) & (key < 0))
+    agreed = _agreed(n, par[pin], kc[pin])
+    agree = np.flatnonzero((agreed >= 0) & (key < 0))
     if not agree.size:
         return False
-    key[agree] = lo_k[agree]
+    key[agree] = agreed[agree]
     return True
 
 
@@ -377,30 +369,36 @@ def _spread(key: np.ndarray, c: np.ndarray, par: np.ndarray, left: np.ndarray) -
     n = key.size
     changed = False
     # A child whose candidates all carry one key is of that request.
-    kp = key[par]
-    lo = np.full(n, np.iinfo(np.int64).max)
-    hi = np.full(n, -2, np.int64)
-    np.minimum.at(lo, c, kp)
-    np.maximum.at(hi, c, kp)
-    take = (key < 0) & (left > 0) & (lo == hi) & (lo >= 0)
+    agreed = _agreed(n, c, key[par])
+    take = (key < 0) & (left > 0) & (agreed >= 0)
     if take.any():
-        key[take] = lo[take]
+        key[take] = agreed[take]
         changed = True
     # A child pinned to an unkeyed parent gives it its key, unless two pinned children
     # of that parent disagree (the data contradict each other: nothing is spread).
     only = left[c] == 1
     up = only & (key[c] >= 0) & (key[par] < 0)
     if up.any():
-        tgt, val = par[up], key[c[up]]
-        lo = np.full(n, np.iinfo(np.int64).max)
-        hi = np.full(n, -2, np.int64)
-        np.minimum.at(lo, tgt, val)
-        np.maximum.at(hi, tgt, val)
-        agree = np.flatnonzero((lo == hi) & (hi >= 0))
+        agreed = _agreed(n, par[up], key[c[up]])
+        agree = np.flatnonzero(agreed >= 0)
         if agree.size:
-            key[agree] = lo[agree]
+            key[agree] = agreed[agree]
             changed = True
     return changed
+
+
+def _agreed(n: int, at: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per index below ``n``, the one value ``values`` give it at ``at``: -1 where none
+    is given, -2 where two differ (``values`` are keys: -1 or more).
+
+    >>> _agreed(4, np.array([0, 0, 1, 1, 3]), np.array([5, 5, 5, 6, -1])).tolist()
+    [5, -2, -1, -1]
+    """
+    lo = np.full(n, np.iinfo(np.int64).max)
+    hi = np.full(n, -2, np.int64)
+    np.minimum.at(lo, at, values)
+    np.maximum.at(hi, at, values)
+    return np.where(hi == -2, -1, np.where(lo == hi, hi, -2))
 
 
 def agree_keys(pairs: CallPairs, parent: np.ndarray, tol_ns: int) -> tuple[np.ndarray, int]:
@@ -423,15 +421,13 @@ def agree_keys(pairs: CallPairs, parent: np.ndarray, tol_ns: int) -> tuple[np.nd
     >>> agree_keys(p, np.array([-1, -1, 0, 0]), 0)
     (array([-1, -1,  0,  1]), 1)
     """
-    from infer.candidates import CandidatePlan
+    from infer.candidates import all_candidates
 
     key = pairs.key
     parent = parent.copy()
     if key is None or not (key >= 0).any():
         return parent, 0
-    parts = list(CandidatePlan(pairs, tol_ns).chunks())
-    c = np.concatenate([p[1] for p in parts]).astype(np.int64) if parts else np.zeros(0, np.int64)
-    par = np.concatenate([p[2] for p in parts]).astype(np.int64) if parts else np.zeros(0, np.int64)
+    c, par = (a.astype(np.int64) for a in all_candidates(pairs, tol_ns))
     moved = np.zeros(parent.size, bool)
     for _ in range(CLOSE_ROUNDS):
         cut = _disagreeing(pairs, parent, key)
@@ -460,32 +456,19 @@ def agree_keys(pairs: CallPairs, parent: np.ndarray, tol_ns: int) -> tuple[np.nd
     return parent, int(np.count_nonzero(moved))
 
 
-def _depths(parent: np.ndarray) -> np.ndarray:
-    depth = np.zeros(parent.size, np.int64)
-    at = parent.copy()
-    while (live := at >= 0).any():
-        depth[live] += 1
-        at[live] = parent[at[live]]
-    return depth
-
-
 def _tree_keys(parent: np.ndarray, key: np.ndarray) -> np.ndarray:
     """Per pair, the key its tree holds (-1: none, -2: several)."""
-    root = np.arange(parent.size)
-    while (up := parent[root] >= 0).any():
-        root[up] = parent[root[up]]
+    root = tree_depths(parent)[1]
     has = key >= 0
-    lo = np.full(parent.size, np.iinfo(np.int64).max)
-    hi = np.full(parent.size, -1, np.int64)
-    np.minimum.at(lo, root[has], key[has])
-    np.maximum.at(hi, root[has], key[has])
-    tk = np.where(hi < 0, -1, np.where(lo == hi, hi, -2))
-    return tk[root]
+    return _agreed(parent.size, root[has], key[has])[root]
 
 
 def _disagreeing(pairs: CallPairs, parent: np.ndarray, key: np.ndarray) -> np.ndarray:
     """The calls to cut from their parents so that no tree holds two keys."""
-    depth = _depths(parent)
+    # A call under a loop of links (a move may close one; nesting cuts them after)
+    # has no depth: it is left as it is.
+    depth, _, in_loop = tree_depths(parent)
+    depth = np.where(in_loop, -1, depth)
     top = int(depth.max(initial=0))
     levels = [np.flatnonzero(depth == d) for d in range(top + 1)]
     # Down: the key each call holds from itself or above.

@@ -20,7 +20,7 @@ from infer.callpairs import CallPairs
 from tracefmt.hashing import mix64
 from tracefmt.memory import collector_paused
 from tracefmt.pathsfile import is_server_error
-from tracefmt.patterns import Shape, join_text, shape_text, sibling_groups, text_id
+from tracefmt.patterns import Shape, join_text, shape_text, sibling_groups, text_id, tree_depths
 
 __all__ = ["Pattern", "build_patterns", "group_stats"]
 
@@ -176,20 +176,8 @@ def depths(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     >>> [a.tolist() for a in depths(np.array([-1, 0, 1, -1]))]
     [[0, 1, 2, 0], [0, 0, 0, 3]]
     """
-    n = parent.size
-    idx = np.arange(n)
-    up = np.where(parent >= 0, parent, idx)
-    depth = (parent >= 0).astype(np.int64)
-    # Depth at most n - 1 needs at most bit_length(n) doublings; a loop never reaches
-    # a root (it may settle on a call of the loop).
-    for _ in range(n.bit_length() + 1):
-        nxt = up[up]
-        moved = nxt != up
-        if not moved.any():
-            break
-        depth = depth + np.where(moved, depth[up], 0)
-        up = nxt
-    if n and not np.all(parent[up] < 0):
+    depth, up, in_loop = tree_depths(parent)
+    if in_loop.any():
         raise ValueError("parent links form a loop: every call must have a root above it")
     return depth, up
 

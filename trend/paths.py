@@ -57,7 +57,7 @@ import pyarrow.compute as pc
 
 from tracefmt import ParameterError, ParseError, SchemaError, check_paths, hop_delays_s, read_paths
 from tracefmt.hashing import mix64
-from tracefmt.patterns import join_text, path_id, sibling_groups
+from tracefmt.patterns import join_text, path_id, sibling_groups, tree_depths
 from trend.numbers import check_number
 from trend.series import RESULTS_SCHEMA, parse_time_ns
 from trend.sources import MAX_TRIALS
@@ -299,21 +299,9 @@ def path_series(doc: dict[str, Any], *, prefix: str = "path:", source: str = "<p
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:
-    """Depth of every row under its root (parent -1), by pointer jumping; rows under a
-    loop get -1."""
-    n = parent.size
-    up = np.where(parent >= 0, parent, np.arange(n))
-    depth = (parent >= 0).astype(np.int64)
-    for _ in range(max(n, 1).bit_length() + 1):
-        nxt = up[up]
-        moved = nxt != up
-        if not moved.any():
-            break
-        depth = depth + np.where(moved, depth[up], 0)
-        up = nxt
-    if n:
-        depth[parent[up] >= 0] = -1
-    return depth
+    """Depth of every row under its root (parent -1); rows under a loop get -1."""
+    depth, _, in_loop = tree_depths(parent)
+    return np.where(in_loop, -1, depth)
 
 
 def _subtree_hashes(
