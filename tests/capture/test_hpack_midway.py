@@ -12,18 +12,15 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import time
 from collections import deque
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hpack import Encoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testkit.pcap import loopback_recording
 
 import tracefmt
 from capture.hpack_midway import UNSEEN_MAX_SIZE, HeaderBlockError, MidwayDecoder
@@ -336,22 +333,9 @@ def _free_server_port() -> int:
     pytest.skip("no free port below 32000")
 
 
-@contextlib.contextmanager
-def _tcpdump(pcap: Path, port: int) -> Iterator[None]:
-    proc = subprocess.Popen(
-        ["tcpdump", "-i", "lo", "-U", "--immediate-mode", "-w", str(pcap), f"tcp port {port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    line = proc.stderr.readline()  # "listening on lo, ..." once the capture runs
-    assert "listening" in line, line
-    try:
-        yield
-    finally:
-        time.sleep(0.3)  # the last packets' trip through the ring
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=10)
-        proc.stderr.close()
+def _tcpdump(pcap: Path, port: int) -> contextlib.AbstractContextManager[None]:
+    """Record the loopback's traffic to and from ``port`` while the block runs."""
+    return loopback_recording(pcap, f"tcp port {port}")
 
 
 @pytest.mark.needs_root

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from testkit.pcap import tshark_rows
 
 import capture
 import infer
@@ -42,13 +43,8 @@ _FIELDS = ("frame.time_epoch", "ip.src", "ipv6.src", "tcp.srcport", "udp.srcport
 def _tshark_packets(path: Path) -> dict[tuple, set[tuple[str, int]]]:
     """(time ns, src, sport, dst, dport) -> {(transport, stream)} of each TCP/UDP packet,
     by tshark's dissectors (the innermost header of a tunnel)."""
-    cmd = ["tshark", "-r", str(path), "-T", "fields", "-E", "occurrence=l"]
-    for f in _FIELDS:
-        cmd += ["-e", f]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     got: dict[tuple, set[tuple[str, int]]] = collections.defaultdict(set)
-    for line in out.splitlines():
-        f = line.split("\t")
+    for f in tshark_rows(path, "frame", *_FIELDS, options=("-E", "occurrence=l")):
         if len(f) < len(_FIELDS) or not (f[9] or f[10]) or not (f[3] or f[4]):
             continue
         ts = int(f[0].replace(".", ""))
@@ -323,11 +319,8 @@ def _tshark_rows(pcap: Path, display_filter: str | None = None) -> list[dict[str
         "http.request.uri",
         "http.response.code",
     ]
-    cmd = ["tshark", "-r", str(pcap), "-T", "fields", *(x for f in fields for x in ("-e", f))]
-    if display_filter is not None:
-        cmd += ["-Y", display_filter]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return [dict(zip(fields, line.split("\t"), strict=True)) for line in out.splitlines()]
+    rows = tshark_rows(pcap, display_filter or "frame", *fields)
+    return [dict(zip(fields, row, strict=True)) for row in rows]
 
 
 @needs_tshark

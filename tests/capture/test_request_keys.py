@@ -10,17 +10,14 @@ import contextlib
 import http.server
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from testkit.pcap import write_pcap
+from testkit.pcap import free_port, loopback_recording, write_pcap
 
 import capture
 import tracefmt
@@ -371,29 +368,9 @@ recorded = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _tcpdump(pcap: Path, port: int) -> Iterator[None]:
+def _tcpdump(pcap: Path, port: int) -> contextlib.AbstractContextManager[None]:
     """Record the loopback's traffic to and from ``port`` while the block runs."""
-    proc = subprocess.Popen(
-        ["tcpdump", "-i", "lo", "-U", "--immediate-mode", "-w", str(pcap), f"tcp port {port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    line = proc.stderr.readline()  # "listening on lo, ..." once the capture runs
-    assert "listening" in line, line
-    try:
-        yield
-    finally:
-        time.sleep(0.3)  # the last packets' trip through the ring
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=10)
-        proc.stderr.close()
+    return loopback_recording(pcap, f"tcp port {port}")
 
 
 class _Echo(http.server.BaseHTTPRequestHandler):
@@ -427,7 +404,7 @@ def _server(port: int) -> Iterator[None]:
 @recorded
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
 def test_curl_headers_reach_the_trace(tmp_path: Path) -> None:
-    port, pcap = _free_port(), tmp_path / "curl.pcap"
+    port, pcap = free_port(), tmp_path / "curl.pcap"
     sent = [
         {"traceparent": TP, "b3": "80f198ee56343ba8-e457b5a2e4d86bd1-1", "X-Request-ID": "curl-1"},
         {"b3": "80f198ee56343ba864fe8b2a57d3eff7-e457b5a2e4d86bd1-1", "X-Request-ID": "curl-2"},
@@ -462,7 +439,7 @@ def test_opentelemetry_client_ids_reach_the_trace(tmp_path: Path) -> None:
     from opentelemetry.sdk.trace import TracerProvider
 
     tracer = TracerProvider().get_tracer("wirepath-test")
-    port, pcap = _free_port(), tmp_path / "otel.pcap"
+    port, pcap = free_port(), tmp_path / "otel.pcap"
     spans = []
     with _server(port), _tcpdump(pcap, port):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -487,7 +464,7 @@ def test_grpc_metadata_reaches_the_trace(tmp_path: Path) -> None:
     grpc = pytest.importorskip("grpc")
     from concurrent import futures
 
-    port, pcap = _free_port(), tmp_path / "grpc.pcap"
+    port, pcap = free_port(), tmp_path / "grpc.pcap"
     handler = grpc.method_handlers_generic_handler(
         "keys.Echo", {"Say": grpc.unary_unary_rpc_method_handler(lambda request, context: request)}
     )

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from testkit.pcap import tshark_rows, write_pcap
+from testkit.pcap import free_port, loopback_recording, tshark_rows, write_pcap
 
 import capture
 import infer
@@ -367,29 +367,9 @@ recorded = pytest.mark.skipif(
 with_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="needs tshark")
 
 
-def _free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _tcpdump(pcap: Path, port: int) -> Iterator[None]:
+def _tcpdump(pcap: Path, port: int) -> contextlib.AbstractContextManager[None]:
     """Record the loopback's traffic to and from ``port`` while the block runs."""
-    proc = subprocess.Popen(
-        ["tcpdump", "-i", "lo", "-U", "--immediate-mode", "-w", str(pcap), f"port {port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    line = proc.stderr.readline()  # "listening on lo, ..." once the capture runs
-    assert "listening" in line, line
-    try:
-        yield
-    finally:
-        time.sleep(0.3)  # the last packets' trip through the ring
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=10)
-        proc.stderr.close()
+    return loopback_recording(pcap, f"port {port}")
 
 
 def _returns(cols: dict[str, list], proto: str) -> list[tuple[str, str]]:
@@ -445,7 +425,7 @@ def _postgres(port: int) -> Iterator[None]:
     reason="needs PostgreSQL's server (initdb, postgres) and psql",
 )
 def test_postgresql_statuses_recorded(tmp_path: Path) -> None:
-    port, pcap = _free_port(), tmp_path / "pg.pcap"
+    port, pcap = free_port(), tmp_path / "pg.pcap"
     env = {**os.environ, "PGSSLMODE": "disable", "PGGSSENCMODE": "disable", "PGCONNECT_TIMEOUT": "10"}
     with _postgres(port), _tcpdump(pcap, port):
         done = subprocess.run(
@@ -476,7 +456,7 @@ def test_grpc_statuses_recorded(tmp_path: Path) -> None:
     def fail(request: bytes, context: grpc.ServicerContext) -> bytes:
         context.abort(grpc.StatusCode.UNAVAILABLE, "down for maintenance")
 
-    port, pcap = _free_port(), tmp_path / "grpc.pcap"
+    port, pcap = free_port(), tmp_path / "grpc.pcap"
     handler = grpc.method_handlers_generic_handler(
         "st.S",
         {
@@ -528,7 +508,7 @@ def test_grpc_statuses_recorded(tmp_path: Path) -> None:
     reason="needs redis-server and redis-cli",
 )
 def test_redis_statuses_recorded_and_errors_in_paths(tmp_path: Path) -> None:
-    port, pcap = _free_port(), tmp_path / "redis.pcap"
+    port, pcap = free_port(), tmp_path / "redis.pcap"
     server = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -610,7 +590,7 @@ def _nxdomain_responder(port: int) -> Iterator[None]:
 @recorded
 @with_tshark
 def test_dns_statuses_recorded(tmp_path: Path) -> None:
-    port, pcap = _free_port(socket.SOCK_DGRAM), tmp_path / "dns.pcap"
+    port, pcap = free_port(socket.SOCK_DGRAM), tmp_path / "dns.pcap"
     client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     with _nxdomain_responder(port), _tcpdump(pcap, port), client:
         client.settimeout(5)

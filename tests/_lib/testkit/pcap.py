@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import socket
 import struct
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parents[3]
@@ -56,3 +61,30 @@ def epoch_ns(epoch: str) -> int:
     """
     sec, _, frac = epoch.partition(".")
     return int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A port of the loopback no socket of ``kind`` holds now."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def loopback_recording(pcap: Path, bpf: str) -> Iterator[None]:
+    """Record the loopback's traffic that ``bpf`` selects (tcpdump) into ``pcap`` while
+    the block runs; the capture is running when the block starts."""
+    proc = subprocess.Popen(
+        ["tcpdump", "-i", "lo", "-U", "--immediate-mode", "-w", str(pcap), bpf],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    line = proc.stderr.readline()  # "listening on lo, ..." once the capture runs
+    assert "listening" in line, line
+    try:
+        yield
+    finally:
+        time.sleep(0.3)  # the last packets' trip through the ring
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+        proc.stderr.close()
