@@ -347,6 +347,17 @@ PyDoc_STRVAR(http_turns_doc,
 "``label_hi`` (int64) the label's bytes (-1 when none). ``lo``, ``hi`` int64, ``is_call``\n"
 "uint8 (bool), all as many.");
 
+/* The buffers of objs (counted in *got, for release on failure too). */
+static int
+get_buffers(PyObject **objs, int nobj, Py_buffer *v, const char *const *names, const int *writable,
+            const Py_ssize_t *item, int *got)
+{
+    for (*got = 0; *got < nobj; (*got)++)
+        if (get_buffer_aligned(objs[*got], &v[*got], writable[*got], names[*got], (int)item[*got]) < 0)
+            return -1;
+    return 0;
+}
+
 static PyObject *
 http_turns(PyObject *self, PyObject *args)
 {
@@ -354,15 +365,14 @@ http_turns(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOOOO:http_turns", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
                           &objs[5], &objs[6]))
         return NULL;
-    static const char *names[7] = {"stream", "lo", "hi", "is_call", "verdict", "label_lo", "label_hi"};
+    static const char *const names[7] = {"stream", "lo", "hi", "is_call", "verdict", "label_lo", "label_hi"};
     static const int writable[7] = {0, 0, 0, 0, 1, 1, 1};
     static const Py_ssize_t item[7] = {1, 8, 8, 1, 1, 8, 8};
     Py_buffer v[7];
     int got = 0;
     PyObject *result = NULL;
-    for (; got < 7; got++)
-        if (get_buffer_aligned(objs[got], &v[got], writable[got], names[got], (int)item[got]) < 0)
-            goto done;
+    if (get_buffers(objs, 7, v, names, writable, item, &got) < 0)
+        goto done;
     Py_ssize_t turns = v[1].len / 8;
     for (int k = 1; k < 7; k++)
         if (v[k].len != turns * item[k]) {
@@ -416,15 +426,14 @@ http_headers(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOOO:http_headers", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
                           &objs[5]))
         return NULL;
-    static const char *names[6] = {"stream", "lo", "hi", "names", "vlo", "vhi"};
+    static const char *const names[6] = {"stream", "lo", "hi", "names", "vlo", "vhi"};
     static const int writable[6] = {0, 0, 0, 0, 1, 1};
     static const Py_ssize_t item[6] = {1, 8, 8, 1, 8, 8};
     Py_buffer v[6];
     int got = 0;
     PyObject *result = NULL;
-    for (; got < 6; got++)
-        if (get_buffer_aligned(objs[got], &v[got], writable[got], names[got], (int)item[got]) < 0)
-            goto done;
+    if (get_buffers(objs, 6, v, names, writable, item, &got) < 0)
+        goto done;
     /* The names: up to 32, each ending with a line feed. */
     const unsigned char *nb = (const unsigned char *)v[3].buf;
     Py_ssize_t name_at[32], name_len[32];
@@ -503,17 +512,6 @@ done:
     for (int i = 0; i < got; i++)
         PyBuffer_Release(&v[i]);
     return result;
-}
-
-/* The buffers of objs (counted in *got, for release on failure too). */
-static int
-get_buffers(PyObject **objs, int nobj, Py_buffer *v, const char *const *names, const int *writable,
-            const Py_ssize_t *item, int *got)
-{
-    for (*got = 0; *got < nobj; (*got)++)
-        if (get_buffer_aligned(objs[*got], &v[*got], writable[*got], names[*got], (int)item[*got]) < 0)
-            return -1;
-    return 0;
 }
 
 /* Whether p[0:n] are all lower-case hex digits, and (in *nonzero) not all '0'; without a
