@@ -42,6 +42,7 @@ import infer  # noqa: E402
 import synth  # noqa: E402
 import tracefmt  # noqa: E402
 from synth.keys import key_column  # noqa: E402
+from tracefmt.patterns import tree_depths  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data" / "traceweaver"
@@ -68,11 +69,7 @@ def _calls(trace: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     has = tparent[rows] >= 0
     at = np.searchsorted(ids, tparent[rows][has])
     par_row[has] = order[np.minimum(at, ids.size - 1)]
-    depth = np.zeros(rows.size, np.int64)
-    up = par_row.copy()
-    while (live := up >= 0).any():
-        depth[live] += 1
-        up[live] = par_row[up[live]]
+    depth = tree_depths(par_row)[0]
     out = np.full(trace.num_rows, -1, np.int64)
     out[rows] = depth
     return is_call, sender, out

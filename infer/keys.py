@@ -165,19 +165,7 @@ def with_keys(pairs: CallPairs, evidence: KeyEvidence | None) -> CallPairs:
     """``pairs`` whose candidates are those ``evidence`` leaves (unchanged for None)."""
     if evidence is None:
         return pairs
-    return CallPairs(
-        pairs.caller,
-        pairs.callee,
-        pairs.t_call,
-        pairs.t_return,
-        pairs.call_row,
-        pairs.return_row,
-        pairs.unmatched_calls,
-        pairs.unmatched_returns,
-        pairs.sends,
-        key=evidence.key,
-        strict=evidence.strict,
-    )
+    return replace(pairs, key=evidence.key, strict=evidence.strict)
 
 
 def close_keys(
