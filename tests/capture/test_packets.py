@@ -411,3 +411,22 @@ def test_connection_columns_only_when_asked(tmp_path: Path) -> None:
     both = tracefmt.read_trace(asked)
     assert set(packets.CONNECTION_COLUMNS) <= set(both.column_names)
     assert both.drop_columns(list(packets.CONNECTION_COLUMNS)).equals(tracefmt.read_trace(plain))
+
+
+def test_packets_never_writes_over_an_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace, inst, bridge = _bridge_run(tmp_path)
+    pcap = tmp_path / "bridge.pcap"
+    shutil.copy(bridge, pcap)
+    before = pcap.read_bytes()
+    link = tmp_path / "link.pcap"
+    link.symlink_to(pcap)
+    for out in (pcap, link, trace):
+        argv = ["packets", str(inst), str(trace), "--request", "0", "--pcap", str(pcap), "--out", str(out)]
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert "overwrite an input" in err
+    assert pcap.read_bytes() == before
+    assert main(["packets", str(inst), str(trace), "--request", "0", "--pcap", str(pcap)]) == 1
+    assert "--pcap and --out go together" in capsys.readouterr().err
+    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]

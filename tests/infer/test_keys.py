@@ -255,3 +255,17 @@ def test_calibration_from_the_keys_is_learnt_on_held_out_calls(busy: pa.Table) -
     )
     twin = infer_nesting(keyed).to_json()["stats"]["confidence"]["calibration"]
     assert twin == "twin"
+
+
+@pytest.mark.parametrize(
+    ("keys", "said"),
+    [
+        ('callers = ["NOPE"]', r"keys.*unknown node 'NOPE'"),
+        ("share = 1.5", r"keys.*share"),
+        ("color = 1", r"keys.*unknown field"),
+    ],
+)
+def test_synth_keys_section_refuses_what_it_cannot_do(keys: str, said: str) -> None:
+    text = (SAMPLES / "multitier.toml").read_text()
+    with pytest.raises(synth.ConfigError, match=said):
+        synth.parse_config(text + f"\n[keys]\n{keys}\n")

@@ -533,3 +533,17 @@ def test_check_number_messages():
     ]:
         with pytest.raises(ParameterError, match=message):
             check_number(value, "n", low=1, high=5, integer=True)
+
+
+@pytest.mark.parametrize(
+    ("trials", "message"),
+    [
+        ("0", "--trials must be an integer from 1 to 1,000,000, not 0"),
+        ("some", "--trials must be an integer, not 'some'"),
+    ],
+    ids=["zero", "a-word"],
+)
+def test_from_paths_trials_neither_a_count_nor_all_is_a_usage_error(trials, message, tmp_path, capsys):
+    argv = ["trend", "from-paths", "p.json", "--instances", "i.parquet", "--store", str(tmp_path)]
+    assert main([*argv, "--build", "1", "--trials", trials]) == 2
+    _usage_error(capsys, message)
