@@ -52,6 +52,14 @@ def commands(work: Path, pcaps: list[Path]) -> dict[str, list[str]]:
             str(work / "b.parquet"),
             "--quiet",
         ],
+        "--help": ["--help"],
+        "infer nesting, the defaults (480 messages)": [
+            "infer",
+            "nesting",
+            str(trace),
+            "--out",
+            str(work / "d.json"),
+        ],
         "infer nesting --preset paper (480 messages)": [
             "infer",
             "nesting",
