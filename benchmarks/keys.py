@@ -14,7 +14,10 @@ no key; the expected calibration error (ECE) of the confidences of the unkeyed c
 (``infer.reliability``); the held-out check the run made on its own keys
 (``stats.keys``: the share of hidden keyed calls it found the parent of, which
 ``wirepath eval --truth keys`` reports); and the run time. ``--calibrate-from keys``
-learns the calibration from those held-out calls instead of the keyed twin.
+learns the calibration from those held-out calls instead of the keyed twin. The last
+columns say whether a wrong answer is the model's error or the search's: the answer's
+and the truth's log-likelihood per call under the run's model (``infer.error_sources``),
+and ``model`` where the model prefers the answer, ``search`` where it prefers the truth.
 
 Settings: ``none`` (no keys, today's answer), ``share 20%`` (a fifth of the calls),
 ``front tier`` (the calls the entry service makes: nginx's X-Request-ID), ``every other
@@ -91,7 +94,9 @@ def settings(trace: pa.Table) -> dict[str, np.ndarray | None]:
     }
 
 
-def measure(trace: pa.Table, keyed: np.ndarray | None, calibrate: bool, **settings: Any) -> dict[str, Any]:
+def measure(
+    trace: pa.Table, keyed: np.ndarray | None, calibrate: bool, diagnose: bool = True, **settings: Any
+) -> dict[str, Any]:
     if keyed is not None:
         inst = trace["true_instance"].to_numpy().astype(np.uint64)
         trace = trace.append_column("trace_id", key_column(inst, keyed))
@@ -111,7 +116,10 @@ def measure(trace: pa.Table, keyed: np.ndarray | None, calibrate: bool, **settin
     ece = infer.reliability(result.confidence[linked], right[linked])["ece"] if linked.any() else None
     keys = result.to_json()["stats"].get("keys", {})
     held = keys.get("held_out_right", 0) / keys["held_out_calls"] if keys.get("held_out_calls") else None
+    # Model or search error: the truth's and the answer's likelihood under the run's model.
+    sources = infer.error_sources(result, trace) if diagnose else {}
     return {
+        **{k: sources[k] for k in ("answer_ll", "truth_ll", "verdict") if k in sources},
         "keyed": 0.0 if keyed is None else float(keyed[pairs.call_row].mean()),
         "requests": report["instances"]["fully_right_rate"],
         "calls": float(right.mean()),
@@ -131,15 +139,17 @@ def table(title: str, rows: list[tuple[str, dict[str, Any]]]) -> None:
     print(f"\n{title}\n")
     print(
         "| keys | calls keyed | requests fully right | calls right | unkeyed calls right "
-        "| ECE, unkeyed | held-out keyed calls right | calibration | time |"
+        "| ECE, unkeyed | held-out keyed calls right | calibration | time "
+        "| log-likelihood: answer / truth | error |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
     for name, r in rows:
         ece = "" if r["ece"] is None else f"{r['ece']:.3f}"
+        ll = f"{r['answer_ll']:.3f} / {r['truth_ll']:.3f}" if "answer_ll" in r else ""
         print(
             f"| {name} | {_pct(r['keyed'])} | {_pct(r['requests'])} | {_pct(r['calls'])} "
             f"| {_pct(r['unkeyed_calls'])} | {ece} | {_pct(r['held_out'])} | {r['calibration']} "
-            f"| {r['seconds']:.1f} s |"
+            f"| {r['seconds']:.1f} s | {ll} | {r.get('verdict', '')} |"
         )
     sys.stdout.flush()
 
@@ -156,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--settings", default="", help="only these settings (comma-separated)")
     parser.add_argument("--no-calibrate", action="store_true", help="skip calibration (faster; no ECE)")
+    parser.add_argument(
+        "--no-diagnosis", action="store_true", help="skip the truth's and the answer's likelihood (faster)"
+    )
     parser.add_argument(
         "--calibrate-from", choices=("twin", "keys"), default="twin", help="NestingParams.calibrate_from"
     )
@@ -180,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             if only and setting not in only:
                 continue
             calibrate_from = {} if keyed is None else {"calibrate_from": args.calibrate_from}
-            rows.append((setting, measure(trace, keyed, not args.no_calibrate, **calibrate_from)))
+            row = measure(trace, keyed, not args.no_calibrate, not args.no_diagnosis, **calibrate_from)
+            rows.append((setting, row))
             print(f"{title}: {setting} done", file=sys.stderr)
         table(title, rows)
     return 0
