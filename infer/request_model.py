@@ -48,6 +48,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from types import ModuleType
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
@@ -55,9 +56,10 @@ from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from infer.callpairs import CallPairs
-from infer.chains import ChainModel, chain_edges
+from infer.chains import PLAIN_BELOW, ChainModel, chain_edges
 from infer.params import NestingParams
 from infer.patterns import depths
+from tracefmt.compiled import python_twin
 
 __all__ = [
     "MIN_SURE",
@@ -70,6 +72,7 @@ __all__ = [
     "request_log_likelihood",
     "request_rounds",
     "solve_window",
+    "solve_windows",
     "sure_visits",
     "window_objective",
 ]
@@ -87,6 +90,7 @@ _ANSWER_SHARE = 0.01
 _MAX_COMBINATIONS = 64
 #: The solver's time per window, in seconds: past it the window keeps its parents.
 _TIME_LIMIT = 0.25
+_PRESOLVE = False
 
 
 def call_kinds(pairs: CallPairs, labels: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -236,6 +240,7 @@ class _Requests:
     root: np.ndarray
     count: dict[tuple[int, int], int]
     log_p: dict[tuple[int, int], np.ndarray]
+    vee: dict[tuple[int, int], tuple[int, float, float]]
 
     @classmethod
     def learn(cls, vtype: np.ndarray, klass: np.ndarray, parent: np.ndarray) -> _Requests:
@@ -260,7 +265,7 @@ class _Requests:
             top = max(h) + 2
             seen_m = np.array([h.get(m, 0) for m in range(top + 1)])
             log_p[key] = np.log((seen_m + 0.1) / (total + 0.1 * (top + 1)))
-        return cls(root, count, log_p)
+        return cls(root, count, log_p, {key: RequestTerm.vee(lp) for key, lp in log_p.items()})
 
 
 @dataclass(frozen=True)
@@ -279,10 +284,20 @@ class RequestTerm:
     @classmethod
     def of(cls, tuples: np.ndarray, counts: np.ndarray, outside: int, log_p: np.ndarray) -> RequestTerm:
         """The term whose totals have the log-probabilities ``log_p`` (0, 1, ...)."""
+        return cls(tuples, counts, outside, *cls.vee(log_p))
+
+    @staticmethod
+    def vee(log_p: np.ndarray) -> tuple[int, float, float]:
+        """The most likely total of ``log_p`` and the cost of a call above and below it.
+
+        >>> mode, up, down = RequestTerm.vee(np.log(np.array([0.1, 0.6, 0.3])))
+        >>> mode, round(up, 6), round(down, 6)  # log 2 and log 6
+        (1, 0.693147, 1.791759)
+        """
         mode = int(np.argmax(log_p))
         up = float(log_p[mode] - log_p[mode + 1]) if mode + 1 < log_p.size else 1.0
         down = float(log_p[mode] - log_p[mode - 1]) if mode > 0 else 0.0
-        return cls(tuples, counts, outside, mode, up, down)
+        return mode, up, down
 
 
 @dataclass
@@ -302,6 +317,61 @@ class Window:
     req_terms: list[RequestTerm]
 
 
+@dataclass
+class _Program:
+    """A window's program as sparse entries: ``a @ x == b``, minimise ``c @ x``, the first
+    ``n_t`` columns (the tuples) binary and the rest (the request terms' slacks) >= 0."""
+
+    rows: np.ndarray
+    cols: np.ndarray
+    vals: np.ndarray
+    b: np.ndarray
+    c: np.ndarray
+    n_t: int
+    vpos: np.ndarray
+
+    @classmethod
+    def of(cls, w: Window) -> _Program:
+        n_t = w.owner.size
+        vpos = np.searchsorted(w.visits, w.owner)
+        seq = np.repeat(np.arange(n_t), np.diff(w.start))
+        fpos = np.searchsorted(w.free, w.kids)
+        is_free = (fpos < w.free.size) & (w.free[np.minimum(fpos, w.free.size - 1)] == w.kids)
+        rows = [vpos, w.visits.size + fpos[is_free]]
+        cols = [np.arange(n_t), seq[is_free]]
+        vals = [np.ones(n_t), np.ones(int(is_free.sum()))]
+        n_rows = w.visits.size + w.free.size
+        lo = [np.ones(n_rows)]
+        cost = [-w.score]
+        n_cols = n_t
+        for term in w.req_terms:
+            # The chosen tuples' count, less a slack above plus one below, is the most
+            # likely total; each slack costs the fall of the log-probability a call away
+            # (a V about the mode: convex, so the relaxation stays tight).
+            rows += [np.full(term.tuples.size + 2, n_rows)]
+            cols += [np.concatenate([term.tuples, [n_cols, n_cols + 1]])]
+            vals += [np.concatenate([term.counts.astype(float), [-1.0, 1.0]])]
+            lo.append(np.array([float(term.mode - term.outside)]))
+            cost.append(np.array([term.up, term.down]))
+            n_rows += 1
+            n_cols += 2
+        cat = np.concatenate
+        return cls(cat(rows), cat(cols), cat(vals), cat(lo), cat(cost), n_t, vpos)
+
+    def chosen(self, x: np.ndarray) -> np.ndarray:
+        """The tuples a solution picks, in the order of the window's visits."""
+        chosen = np.flatnonzero(x[: self.n_t] > 0.5)
+        return chosen[np.argsort(self.vpos[chosen], kind="stable")]
+
+    def upper(self) -> np.ndarray:
+        upper = np.full(self.c.size, np.inf)
+        upper[: self.n_t] = 1.0
+        return upper
+
+    def matrix(self) -> csr_matrix:
+        return csr_matrix((self.vals, (self.rows, self.cols)), shape=(self.b.size, self.c.size))
+
+
 def solve_window(w: Window) -> np.ndarray | None:
     """The tuple chosen for each visit of window ``w`` (indices into its tuples, one
     per visit, in the order of ``w.visits``), maximising the tuples' scores plus the
@@ -314,51 +384,57 @@ def solve_window(w: Window) -> np.ndarray | None:
     >>> solve_window(w).tolist()
     [1, 3]
     """
-    n_t = w.owner.size
-    vpos = np.searchsorted(w.visits, w.owner)
-    seq = np.repeat(np.arange(n_t), np.diff(w.start))
-    fpos = np.searchsorted(w.free, w.kids)
-    is_free = (fpos < w.free.size) & (w.free[np.minimum(fpos, w.free.size - 1)] == w.kids)
-    rows = [vpos, w.visits.size + fpos[is_free]]
-    cols = [np.arange(n_t), seq[is_free]]
-    vals = [np.ones(n_t), np.ones(int(is_free.sum()))]
-    n_rows = w.visits.size + w.free.size
-    lo = [np.ones(n_rows)]
-    cost = [-w.score]
-    n_cols = n_t
-    for term in w.req_terms:
-        # The chosen tuples' count, less a slack above plus one below, is the most
-        # likely total; each slack costs the fall of the log-probability a call away
-        # (a V about the mode: convex, so the relaxation stays tight).
-        rows += [np.full(term.tuples.size + 2, n_rows)]
-        cols += [np.concatenate([term.tuples, [n_cols, n_cols + 1]])]
-        vals += [np.concatenate([term.counts.astype(float), [-1.0, 1.0]])]
-        lo.append(np.array([float(term.mode - term.outside)]))
-        cost.append(np.array([term.up, term.down]))
-        n_rows += 1
-        n_cols += 2
-    entries = (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols)))
-    a = csr_matrix(entries, shape=(n_rows, n_cols))
-    b = np.concatenate(lo)
-    c = np.concatenate(cost)
-    upper = np.full(n_cols, np.inf)
-    upper[:n_t] = 1.0
+    return solve_windows([w])[0]
+
+
+def solve_windows(windows: list[Window]) -> list[np.ndarray | None]:
+    """``solve_window`` for each of ``windows``, their linear relaxations solved as one
+    program (the windows share no variable, so its optimum is each one's): one call to
+    the solver instead of one a window, whose set-up cost more than the solving. A
+    window whose relaxation is not whole gets its own integer program.
+
+    >>> w = Window(np.array([0, 1]), np.array([5, 6]), np.array([0, 0, 1, 1]),
+    ...     np.array([5, 6, 6, 5]), np.array([0, 1, 2, 3, 4]), np.array([1.0, 3.0, 1.0, 0.5]),
+    ...     np.array([0, 2]), [])
+    >>> [c.tolist() for c in solve_windows([w, w])]
+    [[1, 3], [1, 3]]
+    """
+    if not windows:
+        return []
+    progs = [_Program.of(w) for w in windows]
+    row_at = np.cumsum([0] + [p.b.size for p in progs])
+    col_at = np.cumsum([0] + [p.c.size for p in progs])
+    rows = np.concatenate([p.rows + r for p, r in zip(progs, row_at, strict=False)])
+    cols = np.concatenate([p.cols + c for p, c in zip(progs, col_at, strict=False)])
+    a = csr_matrix((np.concatenate([p.vals for p in progs]), (rows, cols)), shape=(row_at[-1], col_at[-1]))
+    b = np.concatenate([p.b for p in progs])
+    c = np.concatenate([p.c for p in progs])
+    upper = np.concatenate([p.upper() for p in progs])
     # The linear relaxation first: for most windows its optimum is already whole.
-    lp = linprog(c, A_eq=a, b_eq=b, bounds=np.column_stack([np.zeros(n_cols), upper]), method="highs")
-    if lp.x is not None and np.all(np.minimum(lp.x[:n_t], 1 - lp.x[:n_t]) < 1e-9):
-        chosen = np.flatnonzero(lp.x[:n_t] > 0.5)
-        return chosen[np.argsort(vpos[chosen], kind="stable")]
+    lp = linprog(c, A_eq=a, b_eq=b, bounds=np.column_stack([np.zeros(c.size), upper]), method="highs")
+    out: list[np.ndarray | None] = []
+    for w, prog, at in zip(windows, progs, col_at, strict=False):
+        x = None if lp.x is None else lp.x[at : at + prog.n_t]
+        if x is not None and np.all(np.minimum(x, 1 - x) < 1e-9):
+            out.append(prog.chosen(x))
+        else:
+            out.append(_solve_integer(w, prog))
+    return out
+
+
+def _solve_integer(w: Window, prog: _Program) -> np.ndarray | None:
+    """The integer program of one window, within the solver's time for it."""
+    upper = prog.upper()
     res = milp(
-        c,
-        constraints=LinearConstraint(a, b, b),
+        prog.c,
+        constraints=LinearConstraint(prog.matrix(), prog.b, prog.b),
         integrality=(upper == 1.0).astype(int),
         bounds=Bounds(0, upper),
-        options={"time_limit": _TIME_LIMIT, "presolve": False},
+        options={"time_limit": _TIME_LIMIT, "presolve": _PRESOLVE},
     )
     if res.x is None:
         return None
-    chosen = np.flatnonzero(res.x[:n_t] > 0.5)
-    chosen = chosen[np.argsort(vpos[chosen], kind="stable")]
+    chosen = prog.chosen(res.x)
     # Out of time, the solver's best may be worse than what the window holds.
     if not res.success and window_objective(w, chosen) < window_objective(w, w.current):
         return None
@@ -448,76 +524,173 @@ def request_round(
 ) -> RequestRound:
     """One request round from ``parent``: every window's integer program solved."""
     tc = pairs.t_call
-    kids_of: dict[int, list[int]] = defaultdict(list)
-    kid = np.flatnonzero(parent >= 0)
-    for c, v in zip(kid.tolist(), parent[kid].tolist(), strict=True):
-        kids_of[v].append(c)
     reqs = _Requests.learn(vtype, klass, parent) if requests else None
-    # Every window's tuples first, so that the chain model scores them in one pass.
-    built = []
-    all_owner, all_kids, all_len, all_prior = [], [], [], []
-    for visits, free, cs, ps, ss in _windows(pairs, cand_c, cand_p, cand_s, parent, window, shift):
-        is_free = set(free.tolist())
-        cands: dict[int, list[tuple[float, int]]] = defaultdict(list)
-        for c, v, sc in zip(cs.tolist(), ps.tolist(), ss.tolist(), strict=True):
-            cands[v].append((sc, c))
-        owners, members, current, priors = [], [], [], []
-        for v in visits.tolist():
-            mine = kids_of.get(v, [])
-            fixed = [c for c in mine if c not in is_free]
-            t_v = int(vtype[v])
-            current.append(len(owners))
-            owners.append(v)
-            members.append(tuple(mine))
-            priors.append(grammar.score(t_v, _shape(klass[mine].tolist())))
-            for t, shape in _visit_tuples(fixed, mine, cands[v], grammar.shapes.get(t_v, {}), klass):
-                owners.append(v)
-                members.append(t)
-                priors.append(grammar.shapes[t_v][shape])
-        built.append((visits, free, owners, current))
-        all_owner += owners
-        all_kids += [c for t in members for c in t]
-        all_len += [len(t) for t in members]
-        all_prior += priors
-    if not built:
+    wins = list(_windows(pairs, cand_c, cand_p, cand_s, parent, window, shift))
+    if not wins:
         return RequestRound(parent.copy(), 0, 0.0, 0, 0, 0)
-    owner = np.array(all_owner, np.int64)
-    lengths = np.array(all_len, np.int64)
+    # Every window's tuples first, so that the chain model scores them in one pass.
+    offers = _offers(pairs, wins, parent, grammar, vtype, klass)
+    owner, lengths, kids, prior = offers.owner, offers.lengths, offers.kids, offers.prior
+    built = [
+        (w[0], w[1], int(offers.per_window[i]), offers.current[offers.visit_at[i] : offers.visit_at[i + 1]])
+        for i, w in enumerate(wins)
+    ]
     seq = np.repeat(np.arange(owner.size), lengths)
-    kids = np.array(all_kids, np.int64)
     # Each tuple's children in call order, as chains are read.
     order = np.lexsort((kids, tc[kids], seq))
     kids = kids[order]
-    score = model.chain_likelihood(pairs, owner, kids, seq) + np.array(all_prior)
+    score = model.chain_likelihood(pairs, owner, kids, seq) + prior
     starts = np.concatenate([[0], np.cumsum(lengths)])
     out = parent.copy()
     gain, n_tuples, timed_out, at = 0.0, 0, 0, 0
-    for visits, free, owners, current in built:
-        j = np.arange(at, at + len(owners))
-        at += len(owners)
+    open_: list[Window] = []
+    for visits, free, count, current in built:
+        j = np.arange(at, at + count)
+        at += count
+        current = current - j[0]
         w_score = score[j]
         w_owner = owner[j]
         # The best ``tuples`` of each visit, and the one it holds now.
-        keep = _top_per_visit(w_owner, w_score, np.array(current), tuples)
+        keep = _top_per_visit(w_owner, w_score, current, tuples)
         j, w_owner, w_score = j[keep], w_owner[keep], w_score[keep]
         cur = np.searchsorted(keep, current)
-        w_kids = [kids[starts[i] : starts[i + 1]] for i in j]
-        w_start = np.concatenate([[0], np.cumsum([k.size for k in w_kids])])
-        flat = np.concatenate(w_kids) if w_kids else np.zeros(0, np.int64)
-        terms = _request_terms(reqs, visits, w_owner, flat, w_start, klass, vtype, kids_of) if reqs else []
+        flat = kids[_runs(starts[j], lengths[j])]
+        w_start = np.concatenate([[0], np.cumsum(lengths[j])])
+        terms = _request_terms(reqs, w_owner, flat, w_start, cur, klass, vtype) if reqs else []
         win = Window(visits, free, w_owner, flat, w_start, w_score, cur, terms)
         n_tuples += w_owner.size
-        if _held_is_best(win):
-            continue
-        chosen = solve_window(win)
+        if not _held_is_best(win):
+            open_.append(win)
+    for win, chosen in zip(open_, solve_windows(open_), strict=True):
         if chosen is None:
             timed_out += 1
             continue
-        gain += float(w_score[chosen].sum() - w_score[cur].sum())
+        gain += float(win.score[chosen].sum() - win.score[win.current].sum())
         for t in chosen.tolist():
-            out[flat[w_start[t] : w_start[t + 1]]] = w_owner[t]
+            out[win.kids[win.start[t] : win.start[t + 1]]] = win.owner[t]
     moved = int(np.count_nonzero(out != parent))
     return RequestRound(out, moved, gain, len(built), n_tuples, timed_out)
+
+
+@dataclass
+class _Offers:
+    """The tuples a round offers, flat: per tuple its visit, length and prior (its
+    shape's log-share), the members of all in order; each visit's own tuple first
+    among its tuples (``current``, an index into the tuples), and per window its
+    tuples and the range of its visits (``visit_at``)."""
+
+    owner: np.ndarray
+    lengths: np.ndarray
+    kids: np.ndarray
+    prior: np.ndarray
+    current: np.ndarray
+    per_window: np.ndarray
+    visit_at: np.ndarray
+
+
+def _offers(
+    pairs: CallPairs,
+    wins: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    parent: np.ndarray,
+    grammar: Grammar,
+    vtype: np.ndarray,
+    klass: np.ndarray,
+) -> _Offers:
+    """Every window's tuples (``_windows``), enumerated by ``infer._requestjit`` as
+    ``_visit_tuples`` would, visit by visit."""
+    n = len(pairs)
+    visits = np.concatenate([w[0] for w in wins])
+    visit_at = np.concatenate([[0], np.cumsum([w[0].size for w in wins])])
+    free = np.zeros(n, bool)
+    free[np.concatenate([w[1] for w in wins])] = True
+    # Each visit's children now, in call-pair order.
+    kid = np.flatnonzero(parent >= 0)
+    kid = kid[np.argsort(parent[kid], kind="stable")]
+    lo = np.searchsorted(parent[kid], visits, side="left")
+    n_mine = np.searchsorted(parent[kid], visits, side="right") - lo
+    mine_ptr = np.concatenate([[0], np.cumsum(n_mine)])
+    mine_call = kid[_runs(lo, n_mine)]
+    # Each visit's candidates, by class, its own children first, then by score.
+    vindex = np.full(n, -1, np.int64)
+    vindex[visits] = np.arange(visits.size)
+    cs = np.concatenate([w[2] for w in wins])
+    cv = vindex[np.concatenate([w[3] for w in wins])]
+    cscore = np.concatenate([w[4] for w in wins])
+    own = parent[cs] == visits[cv]
+    order = np.lexsort((np.arange(cs.size), -cscore, ~own, klass[cs], cv))
+    cs, cv, own = cs[order], cv[order], own[order]
+    cand_ptr = np.searchsorted(cv, np.arange(visits.size + 1))
+    # The grammar as arrays, each type's shapes in their order.
+    n_types = int(vtype.max(initial=0)) + 1
+    type_ptr = np.zeros(n_types + 1, np.int64)
+    shape_ptr, shape_class, shape_count, shape_logp = [0], [], [], []
+    for t in range(n_types):
+        for shape, logp in grammar.shapes.get(t, {}).items():
+            shape_class += [k for k, _ in shape]
+            shape_count += [m for _, m in shape]
+            shape_ptr.append(len(shape_class))
+            shape_logp.append(logp)
+        type_ptr[t + 1] = len(shape_logp)
+    kernels = _kernels(n)
+    t_visit, t_shape, t_len, members = kernels.visit_tuples(
+        vtype[visits],
+        mine_ptr,
+        mine_call,
+        klass[mine_call],
+        ~free[mine_call],
+        cand_ptr,
+        cs,
+        klass[cs],
+        own,
+        type_ptr,
+        np.array(shape_ptr, np.int64),
+        np.array(shape_class, np.int64),
+        np.array(shape_count, np.int64),
+        int(klass.max(initial=0)) + 1,
+        _MAX_COMBINATIONS,
+    )
+    ends = zip(mine_ptr[:-1].tolist(), mine_ptr[1:].tolist(), strict=True)
+    own_prior = np.array(
+        [
+            grammar.score(t, _shape(klass[mine_call[a:b]].tolist()))
+            for t, (a, b) in zip(vtype[visits].tolist(), ends, strict=True)
+        ],
+        float,
+    )
+    # Each visit's own tuple, then its others: a stable sort puts the own ones first.
+    t_owner = np.concatenate([np.arange(visits.size), t_visit])
+    t_lengths = np.concatenate([n_mine, t_len])
+    flat = np.concatenate([mine_call, members])
+    t_start = np.concatenate([[0], np.cumsum(t_lengths)])[:-1]
+    pick = np.argsort(t_owner, kind="stable")
+    lengths = t_lengths[pick]
+    kids = flat[_runs(t_start[pick], lengths)]
+    prior = np.concatenate([own_prior, np.array(shape_logp, float)[t_shape]])[pick]
+    rank = np.empty(pick.size, np.int64)
+    rank[pick] = np.arange(pick.size)
+    current = rank[: visits.size]
+    tuple_at = np.searchsorted(t_owner[pick], visit_at)
+    return _Offers(visits[t_owner[pick]], lengths, kids, prior, current, np.diff(tuple_at), visit_at)
+
+
+def _runs(start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The indices ``start[i], ..., start[i] + length[i] - 1`` for each i, end to end.
+
+    >>> _runs(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist()
+    [5, 6, 9, 10, 11]
+    """
+    ends = np.cumsum(length)
+    return np.repeat(start - (ends - length), length) + np.arange(int(ends[-1]) if ends.size else 0)
+
+
+def _kernels(n_pairs: int) -> ModuleType:
+    """The tuples' loop (``infer._requestjit``), compiled, or as Python for a trace
+    small enough that loading numba would cost more (``infer.chains.PLAIN_BELOW``)."""
+    if n_pairs < PLAIN_BELOW:
+        return python_twin("infer._requestjit")
+    import infer._requestjit as kernels  # numba is imported when request rounds run
+
+    return kernels
 
 
 def _visit_tuples(
@@ -582,37 +755,40 @@ def _top_per_visit(owner: np.ndarray, score: np.ndarray, current: np.ndarray, k:
 
 def _request_terms(
     reqs: _Requests,
-    visits: np.ndarray,
     owner: np.ndarray,
     kids: np.ndarray,
     start: np.ndarray,
+    current: np.ndarray,
     klass: np.ndarray,
     vtype: np.ndarray,
-    kids_of: dict[int, list[int]],
 ) -> list[RequestTerm]:
-    """Per (request, class) met in the window: the tuples that add such calls to the
-    request and how many, the count the request holds outside the window, and the
-    log-probabilities of each total."""
-    root = reqs.root
-    inside: Counter = Counter()
-    for v in visits.tolist():
-        for c in kids_of.get(v, []):
-            inside[(int(root[v]), int(klass[c]))] += 1
-    adds: dict[tuple[int, int], Counter] = defaultdict(Counter)
-    for j, v in enumerate(owner.tolist()):
-        r = int(root[v])
-        for k, m in Counter(klass[kids[start[j] : start[j + 1]]].tolist()).items():
-            adds[(r, int(k))][j] += m
+    """Per (request, class) met in the window's tuples, in the order first met: the
+    tuples that add such calls to the request and how many, the count the request
+    holds outside the window (its count less what the visits' own tuples, ``current``,
+    hold), and the cost of totals about the most likely one."""
+    lengths = np.diff(start)
+    seq = np.repeat(np.arange(owner.size), lengths)
+    root = reqs.root[owner]
+    width = np.int64(klass.max(initial=0) + 1)
+    key = root[seq] * width + klass[kids]
+    keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    # Per key, the tuples that add its calls (ascending) and how many each adds.
+    pair, counts = np.unique(inverse * np.int64(owner.size) + seq, return_counts=True)
+    pair_key, pair_tuple = pair // owner.size, pair % owner.size
+    bounds = np.searchsorted(pair_key, np.arange(keys.size + 1))
+    held = np.zeros(owner.size, bool)
+    held[current] = True
+    inside = np.bincount(inverse, weights=held[seq], minlength=keys.size)
     terms = []
-    for (r, k), per in adds.items():
-        logp = reqs.log_p.get((int(vtype[r]), k))
-        if logp is None:
+    for q in np.argsort(first, kind="stable").tolist():
+        r, k = divmod(int(keys[q]), int(width))
+        vee = reqs.vee.get((int(vtype[r]), k))
+        if vee is None:
             continue
-        outside = reqs.count.get((r, k), 0) - inside[(r, k)]
-        tuples = np.fromiter(per.keys(), np.int64)
-        counts = np.fromiter(per.values(), np.int64)
-        # Totals past the learnt ones keep the last one's log-probability less a nat each.
-        terms.append(RequestTerm.of(tuples, counts, outside, logp))
+        outside = reqs.count.get((r, k), 0) - int(inside[q])
+        a, b = bounds[q], bounds[q + 1]
+        terms.append(RequestTerm(pair_tuple[a:b], counts[a:b], outside, *vee))
     return terms
 
 

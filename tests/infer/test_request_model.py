@@ -28,11 +28,15 @@ from infer.request_model import (
     Grammar,
     RequestTerm,
     Window,
+    _offers,
+    _visit_tuples,
     solve_window,
+    solve_windows,
     sure_visits,
     window_objective,
 )
 from tracefmt import ParameterError
+from tracefmt.compiled import python_twin
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "synth"
 
@@ -136,6 +140,147 @@ def test_the_solver_finds_the_brute_force_optimum(seed: int) -> None:
     # One tuple per visit, in the visits' order.
     assert np.array_equal(w.owner[chosen], w.visits)
     assert window_objective(w, chosen) == pytest.approx(_brute_force(w), abs=1e-7)
+
+
+def test_windows_solved_together_each_get_their_own_optimum() -> None:
+    # One program for all windows' relaxations: each window's answer must still be its
+    # own optimum, whatever the others hold (the offsets of rows and columns).
+    windows = [_random_window(np.random.default_rng(seed)) for seed in range(60)]
+    for w, chosen in zip(windows, solve_windows(windows), strict=True):
+        assert chosen is not None
+        assert np.array_equal(w.owner[chosen], w.visits)
+        assert window_objective(w, chosen) == pytest.approx(_brute_force(w), abs=1e-7)
+    assert solve_windows([]) == []
+
+
+def _reference_offers(pairs, wins, parent, grammar, vtype, klass):
+    """The tuples of a round as the definition gives them, one visit at a time with
+    ``_visit_tuples``: per tuple its visit, its sorted members and its prior."""
+    kids_of: dict[int, list[int]] = {}
+    for c in np.flatnonzero(parent >= 0).tolist():
+        kids_of.setdefault(int(parent[c]), []).append(c)
+    out = []
+    for visits, free, cs, ps, ss in wins:
+        is_free = set(free.tolist())
+        cands: dict[int, list[tuple[float, int]]] = {}
+        for c, v, sc in zip(cs.tolist(), ps.tolist(), ss.tolist(), strict=True):
+            cands.setdefault(v, []).append((sc, c))
+        for v in visits.tolist():
+            mine = kids_of.get(v, [])
+            fixed = [c for c in mine if c not in is_free]
+            t_v = int(vtype[v])
+            out.append(
+                (
+                    v,
+                    tuple(sorted(mine)),
+                    grammar.score(t_v, tuple(sorted(Counter(klass[mine].tolist()).items()))),
+                )
+            )
+            for t, shape in _visit_tuples(fixed, mine, cands.get(v, []), grammar.shapes.get(t_v, {}), klass):
+                out.append((v, tuple(sorted(t)), grammar.shapes[t_v][shape]))
+    return out
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_compiled_tuples_are_the_definitions_in_its_order(compiled: bool, monkeypatch) -> None:
+    # Every round of a busy fan-out's request rounds: the tuples offered, compiled and
+    # as Python, against the definition visit by visit: the same tuples, priors and
+    # order (the order decides ties when the best are kept).
+    import infer.request_model as rm
+
+    if not compiled:
+        monkeypatch.setattr(rm, "_kernels", lambda n: python_twin("infer._requestjit"))
+    seen = []
+
+    def spy(*args):
+        got = _offers(*args)
+        seen.append((args, got))
+        return got
+
+    monkeypatch.setattr(rm, "_offers", spy)
+    cfg = synth.load_config(SAMPLES / "gateway-fanout.toml")
+    trace = synth.generate_table(replace(cfg, messages=4_000, parallelism=10.0))[0]
+    infer_nesting(trace, "requests", calibrate=False)
+    assert seen
+    for (pairs, wins, parent, grammar, vtype, klass), got in seen:
+        starts = np.concatenate([[0], np.cumsum(got.lengths)])
+        mine = [
+            (int(v), tuple(sorted(got.kids[a:b].tolist())), float(pr))
+            for v, a, b, pr in zip(got.owner, starts[:-1], starts[1:], got.prior, strict=True)
+        ]
+        want = _reference_offers(pairs, wins, parent, grammar, vtype, klass)
+        assert len(want) > 500
+        assert mine == want
+        # ``current`` points at each visit's own tuple, one per visit.
+        own = [mine[i] for i in got.current.tolist()]
+        assert [v for v, _, _ in own] == np.concatenate([w[0] for w in wins]).tolist()
+        assert all(t == tuple(np.flatnonzero(parent == v).tolist()) for v, t, _ in own)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_tuples_loop_cuts_big_pools_as_the_definition_does(seed: int) -> None:
+    # Visits with many candidates of a class, so that most shapes' choices pass the
+    # bound and pools are cut (ties between classes included): the loop, compiled and
+    # as Python, against ``_visit_tuples``.
+    from infer._requestjit import visit_tuples
+
+    rng = np.random.default_rng(seed)
+    n_classes = int(rng.integers(1, 4))
+    klass = rng.integers(0, n_classes, 200)
+    shapes = {}
+    for _ in range(int(rng.integers(1, 6))):
+        counts = Counter(rng.integers(0, n_classes, int(rng.integers(0, 6))).tolist())
+        shapes[tuple(sorted(counts.items()))] = float(rng.normal())
+    want, v_type, mine_ptr, mine, fixed, cand_ptr, cand = [], [], [0], [], [], [0], []
+    own_flags = []
+    for v in range(int(rng.integers(1, 6))):
+        calls = rng.choice(200, int(rng.integers(0, 25)), replace=False)
+        n_mine = int(rng.integers(0, min(5, calls.size) + 1))
+        my = sorted(calls[:n_mine].tolist())
+        is_fixed = rng.random(len(my)) < 0.4
+        free_mine = [c for c, f in zip(my, is_fixed, strict=True) if not f]
+        pool = free_mine + calls[n_mine:].tolist()
+        scores = rng.normal(size=len(pool)).round(1)  # ties in score too
+        cands = list(zip(scores.tolist(), pool, strict=True))
+        fx = [c for c, f in zip(my, is_fixed, strict=True) if f]
+        want += [(v, tuple(t), shapes[sh]) for t, sh in _visit_tuples(fx, my, cands, shapes, klass)]
+        # The loop's input: candidates by class, own first, then by score, then as given.
+        order = sorted(range(len(pool)), key=lambda i: (klass[pool[i]], pool[i] not in my, -scores[i], i))
+        cand += [pool[i] for i in order]
+        own_flags += [pool[i] in my for i in order]
+        cand_ptr.append(len(cand))
+        mine += my
+        fixed += is_fixed.tolist()
+        mine_ptr.append(len(mine))
+        v_type.append(0)
+    i64 = lambda x: np.array(x, np.int64)  # noqa: E731
+    shape_ptr = i64([0, *np.cumsum([len(sh) for sh in shapes]).tolist()])
+    args = (
+        i64(v_type),
+        i64(mine_ptr),
+        i64(mine),
+        klass[i64(mine)],
+        np.array(fixed, bool),
+        i64(cand_ptr),
+        i64(cand),
+        klass[i64(cand)],
+        np.array(own_flags, bool),
+        i64([0, len(shapes)]),
+        shape_ptr,
+        i64([k for sh in shapes for k, _ in sh]),
+        i64([m for sh in shapes for _, m in sh]),
+        n_classes,
+        64,
+    )
+    logp = list(shapes.values())
+    for loop in (visit_tuples, python_twin("infer._requestjit").visit_tuples):
+        t_visit, t_shape, t_len, members = loop(*args)
+        starts = np.concatenate([[0], np.cumsum(t_len)])
+        got = [
+            (int(v), tuple(members[a:b].tolist()), logp[s])
+            for v, s, a, b in zip(t_visit, t_shape, starts[:-1], starts[1:], strict=True)
+        ]
+        assert got == want
 
 
 def test_request_terms_cost_a_v_about_the_most_likely_total() -> None:
