@@ -90,7 +90,11 @@ _ANSWER_SHARE = 0.01
 _MAX_COMBINATIONS = 64
 #: The solver's time per window, in seconds: past it the window keeps its parents.
 _TIME_LIMIT = 0.25
-_PRESOLVE = False
+#: Tuples whose windows' relaxations are solved as one program: measured on the
+#: request rounds' own windows, the busy gateway's (~930 tuples each) took 5.6 s at
+#: 5,000 against 6.5 s one window at a time and 12.5 s all at once; media's (~50
+#: each) 0.74 s against 1.96 s and 0.93 s.
+_BATCH_TUPLES = 5_000
 
 
 def call_kinds(pairs: CallPairs, labels: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -388,10 +392,11 @@ def solve_window(w: Window) -> np.ndarray | None:
 
 
 def solve_windows(windows: list[Window]) -> list[np.ndarray | None]:
-    """``solve_window`` for each of ``windows``, their linear relaxations solved as one
-    program (the windows share no variable, so its optimum is each one's): one call to
-    the solver instead of one a window, whose set-up cost more than the solving. A
-    window whose relaxation is not whole gets its own integer program.
+    """``solve_window`` for each of ``windows``, their linear relaxations solved a few
+    thousand tuples at a time as one program (the windows share no variable, so its
+    optimum is each one's): fewer calls to the solver, whose set-up cost more than the
+    solving of small windows, while each program stays small enough to solve quickly.
+    A window whose relaxation is not whole gets its own integer program.
 
     >>> w = Window(np.array([0, 1]), np.array([5, 6]), np.array([0, 0, 1, 1]),
     ...     np.array([5, 6, 6, 5]), np.array([0, 1, 2, 3, 4]), np.array([1.0, 3.0, 1.0, 0.5]),
@@ -399,6 +404,20 @@ def solve_windows(windows: list[Window]) -> list[np.ndarray | None]:
     >>> [c.tolist() for c in solve_windows([w, w])]
     [[1, 3], [1, 3]]
     """
+    out: list[np.ndarray | None] = []
+    batch: list[Window] = []
+    size = 0
+    for w in windows:
+        batch.append(w)
+        size += w.owner.size
+        if size >= _BATCH_TUPLES:
+            out += _solve_batch(batch)
+            batch, size = [], 0
+    return out + _solve_batch(batch)
+
+
+def _solve_batch(windows: list[Window]) -> list[np.ndarray | None]:
+    """``solve_windows`` for one batch: the relaxations as one program."""
     if not windows:
         return []
     progs = [_Program.of(w) for w in windows]
@@ -430,7 +449,7 @@ def _solve_integer(w: Window, prog: _Program) -> np.ndarray | None:
         constraints=LinearConstraint(prog.matrix(), prog.b, prog.b),
         integrality=(upper == 1.0).astype(int),
         bounds=Bounds(0, upper),
-        options={"time_limit": _TIME_LIMIT, "presolve": _PRESOLVE},
+        options={"time_limit": _TIME_LIMIT, "presolve": False},
     )
     if res.x is None:
         return None

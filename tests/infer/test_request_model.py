@@ -142,9 +142,14 @@ def test_the_solver_finds_the_brute_force_optimum(seed: int) -> None:
     assert window_objective(w, chosen) == pytest.approx(_brute_force(w), abs=1e-7)
 
 
-def test_windows_solved_together_each_get_their_own_optimum() -> None:
-    # One program for all windows' relaxations: each window's answer must still be its
-    # own optimum, whatever the others hold (the offsets of rows and columns).
+@pytest.mark.parametrize("batch", [1, 40, 100_000])
+def test_windows_solved_together_each_get_their_own_optimum(batch: int, monkeypatch) -> None:
+    # Windows' relaxations solved as one program (one window a program, several, all):
+    # each window's answer must still be its own optimum, whatever the others hold
+    # (the offsets of rows and columns).
+    import infer.request_model as rm
+
+    monkeypatch.setattr(rm, "_BATCH_TUPLES", batch)
     windows = [_random_window(np.random.default_rng(seed)) for seed in range(60)]
     for w, chosen in zip(windows, solve_windows(windows), strict=True):
         assert chosen is not None
