@@ -15,7 +15,7 @@ import numpy as np
 
 from tracefmt.compiled import compiled
 
-__all__ = ["bin_edges", "run_move_gains", "spliced_likelihood"]
+__all__ = ["bin_edges", "run_move_gains", "spliced_likelihood", "tuples_likelihood"]
 
 _CALL, _RETURN, _SENT = 0, 1, 2
 
@@ -173,6 +173,38 @@ def _chain(
         t_call, t_return, caller, callee, n_nodes, edges, n_bins,
         table, slot, keys, values, unseen, choice,
     )  # fmt: skip
+
+
+@compiled()
+def tuples_likelihood(
+    owner: np.ndarray,
+    kids: np.ndarray,
+    start: np.ndarray,
+    t_call: np.ndarray,
+    t_return: np.ndarray,
+    caller: np.ndarray,
+    callee: np.ndarray,
+    n_nodes: np.int64,
+    edges: np.ndarray,
+    n_bins: np.int64,
+    table: np.ndarray,
+    slot: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    unseen: np.float64,
+    choice: np.ndarray,
+) -> np.ndarray:
+    """Per tuple s: the log-likelihood of the chain of call ``owner[s]`` with the
+    children ``kids[start[s]:start[s + 1]]`` (in call order): what request rounds score
+    each visit's offered children by."""
+    out = np.zeros(owner.size)
+    for s in range(owner.size):
+        out[s] = _chain(
+            owner[s], kids[start[s] : start[s + 1]], start[s + 1] - start[s],
+            t_call, t_return, caller, callee, n_nodes, edges, n_bins,
+            table, slot, keys, values, unseen, choice,
+        )  # fmt: skip
+    return out
 
 
 # Long on purpose: a compiled loop kernel, whose steps as functions cost a call each inside numba.

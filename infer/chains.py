@@ -444,6 +444,20 @@ class ChainModel:
             *self.kernel_arguments(pairs),
         )
 
+    def tuples_likelihood(
+        self, pairs: CallPairs, owner: np.ndarray, kids: np.ndarray, start: np.ndarray
+    ) -> np.ndarray:
+        """``chain_likelihood`` of each call ``owner[s]`` with the children
+        ``kids[start[s]:start[s + 1]]`` (in call order), by the compiled loop."""
+        tuples_likelihood = _kernels(self.n_pairs).tuples_likelihood
+        i64 = np.int64
+        return tuples_likelihood(
+            owner.astype(i64, copy=False),
+            kids.astype(i64, copy=False),
+            start.astype(i64, copy=False),
+            *self.kernel_arguments(pairs),
+        )
+
     def kernel_arguments(self, pairs: CallPairs) -> tuple:
         """The pairs' fields and the model's tables, as the compiled loops take them
         (made here, on first use: a model learnt only for a likelihood needs none)."""

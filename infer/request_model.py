@@ -558,8 +558,8 @@ def request_round(
     # Each tuple's children in call order, as chains are read.
     order = np.lexsort((kids, tc[kids], seq))
     kids = kids[order]
-    score = model.chain_likelihood(pairs, owner, kids, seq) + prior
     starts = np.concatenate([[0], np.cumsum(lengths)])
+    score = model.tuples_likelihood(pairs, owner, kids, starts) + prior
     out = parent.copy()
     gain, n_tuples, timed_out, at = 0.0, 0, 0, 0
     open_: list[Window] = []

@@ -384,6 +384,30 @@ def test_the_compiled_chains_are_the_numpy_chains() -> None:
         assert compiled == pytest.approx(model.chain_likelihood(pairs, par, *spliced), abs=1e-9)
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_whole_tuples_scored_by_the_loop_are_the_numpy_chains(compiled: bool, monkeypatch) -> None:
+    # Random tuples of children (empty ones, calls made at once, joins): each visit's
+    # chain with exactly those children, by the loop request rounds use (compiled and
+    # as Python) and by the model in numpy.
+    import infer.chains as chains
+    from tracefmt.compiled import python_twin
+
+    if not compiled:
+        monkeypatch.setattr(chains, "_kernels", lambda n: python_twin("infer._chainjit"))
+    pairs, _, _, model = _gateway(4)
+    rng = np.random.default_rng(4)
+    owner = rng.integers(0, len(pairs), 3_000)
+    lengths = rng.integers(0, 6, owner.size)
+    seq = np.repeat(np.arange(owner.size), lengths)
+    kids = rng.integers(0, len(pairs), seq.size)
+    kids = kids[np.lexsort((kids, pairs.t_call[kids], seq))]
+    start = np.concatenate([[0], np.cumsum(lengths)])
+    got = model.tuples_likelihood(pairs, owner, kids, start)
+    assert (lengths == 0).any()
+    assert (lengths >= 4).any()
+    assert got == pytest.approx(model.chain_likelihood(pairs, owner, kids, seq), abs=1e-9)
+
+
 #: How each lookup form is forced: the chain module's thresholds.
 _LOOKUP_FORMS = {
     "every cell": {"_FLAT_CELLS": 1 << 30},
