@@ -59,6 +59,7 @@ from infer.callpairs import CallPairs
 from infer.chains import PLAIN_BELOW, ChainModel, chain_edges
 from infer.params import NestingParams
 from infer.patterns import depths
+from tracefmt.cluster import at_once
 from tracefmt.compiled import python_twin
 
 __all__ = [
@@ -396,7 +397,8 @@ def solve_windows(windows: list[Window]) -> list[np.ndarray | None]:
     thousand tuples at a time as one program (the windows share no variable, so its
     optimum is each one's): fewer calls to the solver, whose set-up cost more than the
     solving of small windows, while each program stays small enough to solve quickly.
-    A window whose relaxation is not whole gets its own integer program.
+    A window whose relaxation is not whole gets its own integer program; those run on
+    every core at once (the solver lets go of the interpreter while it works).
 
     >>> w = Window(np.array([0, 1]), np.array([5, 6]), np.array([0, 0, 1, 1]),
     ...     np.array([5, 6, 6, 5]), np.array([0, 1, 2, 3, 4]), np.array([1.0, 3.0, 1.0, 0.5]),
@@ -404,20 +406,26 @@ def solve_windows(windows: list[Window]) -> list[np.ndarray | None]:
     >>> [c.tolist() for c in solve_windows([w, w])]
     [[1, 3], [1, 3]]
     """
-    out: list[np.ndarray | None] = []
+    out: list[np.ndarray | _Program | None] = []
     batch: list[Window] = []
     size = 0
     for w in windows:
         batch.append(w)
         size += w.owner.size
         if size >= _BATCH_TUPLES:
-            out += _solve_batch(batch)
+            out += _relaxed(batch)
             batch, size = [], 0
-    return out + _solve_batch(batch)
+    out += _relaxed(batch)
+    pending = [i for i, x in enumerate(out) if isinstance(x, _Program)]
+    solved = at_once(lambda i: _solve_integer(windows[i], out[i]), pending)
+    for i, chosen in zip(pending, solved, strict=True):
+        out[i] = chosen
+    return out  # type: ignore[return-value]
 
 
-def _solve_batch(windows: list[Window]) -> list[np.ndarray | None]:
-    """``solve_windows`` for one batch: the relaxations as one program."""
+def _relaxed(windows: list[Window]) -> list[np.ndarray | _Program]:
+    """The relaxations of a batch of windows solved as one program: per window the
+    tuples chosen where its optimum is whole, else its program."""
     if not windows:
         return []
     progs = [_Program.of(w) for w in windows]
@@ -431,13 +439,11 @@ def _solve_batch(windows: list[Window]) -> list[np.ndarray | None]:
     upper = np.concatenate([p.upper() for p in progs])
     # The linear relaxation first: for most windows its optimum is already whole.
     lp = linprog(c, A_eq=a, b_eq=b, bounds=np.column_stack([np.zeros(c.size), upper]), method="highs")
-    out: list[np.ndarray | None] = []
-    for w, prog, at in zip(windows, progs, col_at, strict=False):
+    out: list[np.ndarray | _Program] = []
+    for prog, at in zip(progs, col_at, strict=False):
         x = None if lp.x is None else lp.x[at : at + prog.n_t]
-        if x is not None and np.all(np.minimum(x, 1 - x) < 1e-9):
-            out.append(prog.chosen(x))
-        else:
-            out.append(_solve_integer(w, prog))
+        whole = x is not None and np.all(np.minimum(x, 1 - x) < 1e-9)
+        out.append(prog.chosen(x) if whole else prog)
     return out
 
 
