@@ -68,6 +68,7 @@ __all__ = [
     "Grammar",
     "RequestRound",
     "RequestTerm",
+    "RequestTerms",
     "Window",
     "call_kinds",
     "request_log_likelihood",
@@ -245,7 +246,14 @@ class _Requests:
     root: np.ndarray
     count: dict[tuple[int, int], int]
     log_p: dict[tuple[int, int], np.ndarray]
-    vee: dict[tuple[int, int], tuple[int, float, float]]
+    #: ``count`` as sorted codes (request * width + class) and their counts.
+    width: int
+    count_codes: np.ndarray
+    count_values: np.ndarray
+    #: Per (request type, class) as sorted codes (type * width + class): the most
+    #: likely count and the cost of a call above and below it (``RequestTerm.vee``).
+    vee_codes: np.ndarray
+    vee: np.ndarray
 
     @classmethod
     def learn(cls, vtype: np.ndarray, klass: np.ndarray, parent: np.ndarray) -> _Requests:
@@ -270,7 +278,10 @@ class _Requests:
             top = max(h) + 2
             seen_m = np.array([h.get(m, 0) for m in range(top + 1)])
             log_p[key] = np.log((seen_m + 0.1) / (total + 0.1 * (top + 1)))
-        return cls(root, count, log_p, {key: RequestTerm.vee(lp) for key, lp in log_p.items()})
+        codes = np.array([t * width + k for t, k in log_p], np.int64)
+        vees = np.array([RequestTerm.vee(lp) for lp in log_p.values()], float).reshape(-1, 3)
+        order = np.argsort(codes)
+        return cls(root, count, log_p, width, keys, counts, codes[order], vees[order])
 
 
 @dataclass(frozen=True)
@@ -305,6 +316,55 @@ class RequestTerm:
         return mode, up, down
 
 
+@dataclass(frozen=True)
+class RequestTerms:
+    """A window's request terms, flat: term k's tuples are ``tuples[ptr[k]:ptr[k + 1]]``
+    adding ``counts`` calls each, with ``outside``, ``mode``, ``up`` and ``down`` as
+    ``RequestTerm``'s.
+
+    >>> t = RequestTerms.of([RequestTerm(np.array([0, 2]), np.array([1, 1]), 0, 1, 2.0, 3.0)])
+    >>> t.totals(np.array([True, False, True])).tolist(), t.cost(np.array([True, False, True]))
+    ([2], 2.0)
+    """
+
+    ptr: np.ndarray
+    tuples: np.ndarray
+    counts: np.ndarray
+    outside: np.ndarray
+    mode: np.ndarray
+    up: np.ndarray
+    down: np.ndarray
+
+    @classmethod
+    def of(cls, terms: list[RequestTerm]) -> RequestTerms:
+        """The terms of a list of ``RequestTerm``."""
+        cat = np.concatenate
+        return cls(
+            np.cumsum([0] + [t.tuples.size for t in terms]).astype(np.int64),
+            cat([t.tuples for t in terms] + [np.zeros(0, np.int64)]).astype(np.int64),
+            cat([t.counts for t in terms] + [np.zeros(0, np.int64)]).astype(np.int64),
+            np.array([t.outside for t in terms], np.int64),
+            np.array([t.mode for t in terms], np.int64),
+            np.array([t.up for t in terms], float),
+            np.array([t.down for t in terms], float),
+        )
+
+    def __len__(self) -> int:
+        return self.mode.size
+
+    def totals(self, picked: np.ndarray) -> np.ndarray:
+        """Each term's total when the tuples ``picked`` (a mask) are chosen."""
+        term = np.repeat(np.arange(len(self)), np.diff(self.ptr))
+        return self.outside + np.bincount(
+            term, weights=self.counts * picked[self.tuples], minlength=len(self)
+        ).astype(np.int64)
+
+    def cost(self, picked: np.ndarray) -> float:
+        """What the totals of the tuples ``picked`` cost: a V about each term's mode."""
+        off = self.totals(picked) - self.mode
+        return float(np.sum(np.where(off > 0, self.up * off, -self.down * off)))
+
+
 @dataclass
 class Window:
     """A window's integer program: tuples (``owner``: its visit; members in ``kids``
@@ -319,7 +379,11 @@ class Window:
     start: np.ndarray
     score: np.ndarray
     current: np.ndarray
-    req_terms: list[RequestTerm]
+    req_terms: RequestTerms | list[RequestTerm]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.req_terms, RequestTerms):
+            self.req_terms = RequestTerms.of(self.req_terms)
 
 
 @dataclass
@@ -346,22 +410,19 @@ class _Program:
         cols = [np.arange(n_t), seq[is_free]]
         vals = [np.ones(n_t), np.ones(int(is_free.sum()))]
         n_rows = w.visits.size + w.free.size
-        lo = [np.ones(n_rows)]
-        cost = [-w.score]
-        n_cols = n_t
-        for term in w.req_terms:
-            # The chosen tuples' count, less a slack above plus one below, is the most
-            # likely total; each slack costs the fall of the log-probability a call away
-            # (a V about the mode: convex, so the relaxation stays tight).
-            rows += [np.full(term.tuples.size + 2, n_rows)]
-            cols += [np.concatenate([term.tuples, [n_cols, n_cols + 1]])]
-            vals += [np.concatenate([term.counts.astype(float), [-1.0, 1.0]])]
-            lo.append(np.array([float(term.mode - term.outside)]))
-            cost.append(np.array([term.up, term.down]))
-            n_rows += 1
-            n_cols += 2
+        # Per request term: the chosen tuples' count, less a slack above plus one
+        # below, is the most likely total; each slack costs the fall of the
+        # log-probability a call away (a V about the mode: convex, so the relaxation
+        # stays tight).
+        terms = w.req_terms
+        k = len(terms)
+        rows += [n_rows + np.repeat(np.arange(k), np.diff(terms.ptr)), n_rows + np.repeat(np.arange(k), 2)]
+        cols += [terms.tuples, n_t + np.arange(2 * k)]
+        vals += [terms.counts.astype(float), np.tile([-1.0, 1.0], k)]
+        lo = np.concatenate([np.ones(n_rows), (terms.mode - terms.outside).astype(float)])
+        cost = np.concatenate([-w.score, np.column_stack([terms.up, terms.down]).ravel()])
         cat = np.concatenate
-        return cls(cat(rows), cat(cols), cat(vals), cat(lo), cat(cost), n_t, vpos)
+        return cls(cat(rows), cat(cols), cat(vals), lo, cost, n_t, vpos)
 
     def chosen(self, x: np.ndarray) -> np.ndarray:
         """The tuples a solution picks, in the order of the window's visits."""
@@ -471,11 +532,7 @@ def window_objective(w: Window, chosen: np.ndarray) -> float:
     less each request term's cost at the totals they make."""
     picked = np.zeros(w.owner.size, bool)
     picked[chosen] = True
-    total = float(w.score[chosen].sum())
-    for term in w.req_terms:
-        off = term.outside + int(term.counts[picked[term.tuples]].sum()) - term.mode
-        total -= term.up * off if off > 0 else -term.down * off
-    return total
+    return float(w.score[chosen].sum()) - w.req_terms.cost(picked)
 
 
 @dataclass(frozen=True)
@@ -764,7 +821,7 @@ def _held_is_best(w: Window) -> bool:
         return False
     held = np.zeros(w.owner.size, bool)
     held[w.current] = True
-    return all(t.outside + int(t.counts[held[t.tuples]].sum()) == t.mode for t in w.req_terms)
+    return bool(np.all(w.req_terms.totals(held) == w.req_terms.mode))
 
 
 def _top_per_visit(owner: np.ndarray, score: np.ndarray, current: np.ndarray, k: int) -> np.ndarray:
@@ -786,35 +843,58 @@ def _request_terms(
     current: np.ndarray,
     klass: np.ndarray,
     vtype: np.ndarray,
-) -> list[RequestTerm]:
+) -> RequestTerms:
     """Per (request, class) met in the window's tuples, in the order first met: the
     tuples that add such calls to the request and how many, the count the request
     holds outside the window (its count less what the visits' own tuples, ``current``,
     hold), and the cost of totals about the most likely one."""
     lengths = np.diff(start)
     seq = np.repeat(np.arange(owner.size), lengths)
-    root = reqs.root[owner]
-    width = np.int64(klass.max(initial=0) + 1)
-    key = root[seq] * width + klass[kids]
+    width = np.int64(reqs.width)
+    key = reqs.root[owner][seq] * width + klass[kids]
     keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     inverse = inverse.ravel()
     # Per key, the tuples that add its calls (ascending) and how many each adds.
     pair, counts = np.unique(inverse * np.int64(owner.size) + seq, return_counts=True)
     pair_key, pair_tuple = pair // owner.size, pair % owner.size
-    bounds = np.searchsorted(pair_key, np.arange(keys.size + 1))
     held = np.zeros(owner.size, bool)
     held[current] = True
-    inside = np.bincount(inverse, weights=held[seq], minlength=keys.size)
-    terms = []
-    for q in np.argsort(first, kind="stable").tolist():
-        r, k = divmod(int(keys[q]), int(width))
-        vee = reqs.vee.get((int(vtype[r]), k))
-        if vee is None:
-            continue
-        outside = reqs.count.get((r, k), 0) - int(inside[q])
-        a, b = bounds[q], bounds[q + 1]
-        terms.append(RequestTerm(pair_tuple[a:b], counts[a:b], outside, *vee))
-    return terms
+    inside = np.bincount(inverse, weights=held[seq], minlength=keys.size).astype(np.int64)
+    # Each key's request type's learnt counts, and the request's count now.
+    at = _find(reqs.vee_codes, vtype[keys // width] * width + keys % width)
+    now = _find(reqs.count_codes, keys)
+    learnt = at >= 0
+    # The learnt keys, in the order first met; their tuples in that order.
+    order = np.argsort(first, kind="stable")
+    order = order[learnt[order]]
+    rank = np.full(keys.size, -1, np.int64)
+    rank[order] = np.arange(order.size)
+    sel = np.flatnonzero(rank[pair_key] >= 0)
+    sel = sel[np.argsort(rank[pair_key[sel]], kind="stable")]
+    sizes = np.bincount(rank[pair_key[sel]], minlength=order.size)
+    vee = reqs.vee[at[order]]
+    outside = np.where(now >= 0, reqs.count_values[now], 0) - inside
+    return RequestTerms(
+        np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        pair_tuple[sel],
+        counts[sel].astype(np.int64),
+        outside[order],
+        vee[:, 0].astype(np.int64),
+        vee[:, 1],
+        vee[:, 2],
+    )
+
+
+def _find(codes: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """The position of each query in the sorted ``codes``, -1 where it is not there.
+
+    >>> _find(np.array([2, 5, 9]), np.array([5, 3, 9, 10])).tolist()
+    [1, -1, 2, -1]
+    """
+    if codes.size == 0:
+        return np.full(queries.size, -1, np.int64)
+    at = np.minimum(np.searchsorted(codes, queries), codes.size - 1)
+    return np.where(codes[at] == queries, at, -1)
 
 
 def request_rounds(

@@ -288,6 +288,54 @@ def test_the_tuples_loop_cuts_big_pools_as_the_definition_does(seed: int) -> Non
         assert got == want
 
 
+def test_the_request_terms_of_a_round_are_their_definition(monkeypatch) -> None:
+    # Every window of a busy gateway's request rounds: per (request, class)
+    # met in the tuples, in the order first met, the tuples adding such calls and how
+    # many, the count held outside, and the V of the request type's learnt counts.
+    import infer.request_model as rm
+
+    seen = []
+
+    def spy(reqs, owner, kids, start, current, klass, vtype):
+        got = rm_request_terms(reqs, owner, kids, start, current, klass, vtype)
+        seen.append(((reqs, owner, kids, start, current, klass, vtype), got))
+        return got
+
+    rm_request_terms = rm._request_terms
+    monkeypatch.setattr(rm, "_request_terms", spy)
+    cfg = synth.load_config(SAMPLES / "gateway-fanout.toml")
+    trace = synth.generate_table(replace(cfg, messages=3_000, parallelism=10.0))[0]
+    infer_nesting(trace, "requests", calibrate=False)
+    assert len(seen) > 5
+    n_terms = 0
+    for (reqs, owner, kids, start, current, klass, vtype), got in seen:
+        inside: Counter = Counter()
+        adds: dict[tuple[int, int], Counter] = {}
+        for j, v in enumerate(owner.tolist()):
+            r = int(reqs.root[v])
+            for k, m in Counter(klass[kids[start[j] : start[j + 1]]].tolist()).items():
+                adds.setdefault((r, int(k)), Counter())[j] += m
+                if j in set(current.tolist()):
+                    inside[(r, int(k))] += m
+        want = []
+        for (r, k), per in adds.items():
+            log_p = reqs.log_p.get((int(vtype[r]), k))
+            if log_p is not None:
+                out = reqs.count.get((r, k), 0) - inside[(r, k)]
+                want.append(
+                    RequestTerm.of(np.array(sorted(per)), np.array([per[j] for j in sorted(per)]), out, log_p)
+                )
+        n_terms += len(want)
+        assert len(got) == len(want)
+        for i, t in enumerate(want):
+            a, b = got.ptr[i], got.ptr[i + 1]
+            assert got.tuples[a:b].tolist() == t.tuples.tolist()
+            assert got.counts[a:b].tolist() == t.counts.tolist()
+            assert (got.outside[i], got.mode[i]) == (t.outside, t.mode)
+            assert (got.up[i], got.down[i]) == pytest.approx((t.up, t.down))
+    assert n_terms > 100
+
+
 def test_request_terms_cost_a_v_about_the_most_likely_total() -> None:
     log_p = np.log(np.array([0.1, 0.7, 0.15, 0.05]))
     term = RequestTerm.of(np.array([0]), np.array([1]), 0, log_p)
