@@ -2,6 +2,10 @@
 
     python benchmarks/accuracy.py [--messages 50000] [--workloads multitier,gateway-fanout]
                                   [--presets paper,fast,accurate] [--parallelism own,5,10]
+                                  [--no-diagnosis]
+
+A preset may carry settings of its own, ``NAME:FIELD=VALUE+FIELD=VALUE`` (say
+``requests:request_window=64``), so a setting and its preset are compared in one run.
 
 Each ``samples/synth/*.toml`` with RPC calls (not the one-way ``mail.toml``) is generated
 at ``--messages`` messages, at its own parallelism and at parallelism 5 and 10 (one
@@ -32,6 +36,7 @@ Progress goes to stderr; about a minute and a half with the defaults (80 s on th
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -129,7 +134,8 @@ def run_preset(
     """``preset`` on ``trace`` scored against the truth (``truth``: the true patterns'
     ids, by count, with their visits)."""
     t0 = time.perf_counter()
-    result = infer.infer_nesting(trace, preset)
+    name, overrides = preset_settings(preset)
+    result = infer.infer_nesting(trace, name, **overrides)
     seconds = time.perf_counter() - t0
     paths = result.to_json()
     report = infer.evaluate_paths(
@@ -149,6 +155,25 @@ def run_preset(
         variants,
     )
     return run, result
+
+
+def preset_settings(spec: str) -> tuple[str, dict[str, Any]]:
+    """A preset's name and the settings it carries (``NAME:FIELD=VALUE+FIELD=VALUE``).
+
+    >>> preset_settings("requests:request_window=64+request_tuples=16")
+    ('requests', {'request_window': 64, 'request_tuples': 16})
+    >>> preset_settings("accurate")
+    ('accurate', {})
+    """
+    name, _, rest = spec.partition(":")
+    overrides: dict[str, Any] = {}
+    for item in filter(None, rest.split("+")):
+        key, _, value = item.partition("=")
+        try:  # numbers and true/false as JSON says them, the rest as text
+            overrides[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key.strip()] = value
+    return name, overrides
 
 
 def _pct(x: float | None) -> str:
@@ -201,6 +226,9 @@ def main() -> None:
     ap.add_argument(
         "--parallelism", default="own,5,10", help="comma-separated levels; own: the workload's setting"
     )
+    ap.add_argument(
+        "--no-diagnosis", action="store_true", help="leave out the model and search error table (faster)"
+    )
     args = ap.parse_args()
     known = rpc_workloads()
     workloads = args.workloads.split(",") if args.workloads else known
@@ -208,7 +236,7 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown workload {unknown[0]!r} (must be one of {', '.join(known)})")
     presets = args.presets.split(",")
-    bad = [p for p in presets if p not in infer.PRESETS]
+    bad = [p for p in presets if preset_settings(p)[0] not in infer.PRESETS]
     if bad:
         ap.error(f"unknown preset {bad[0]!r} (must be one of {', '.join(infer.PRESETS)})")
     asked = args.parallelism.split(",")
@@ -228,6 +256,8 @@ def main() -> None:
                 runs.append(run)
                 if preset == infer.PRESETS[0]:
                     default = result
+            if args.no_diagnosis:
+                continue
             if default is None:  # the ceiling starts from the default's answer
                 default = infer.infer_nesting(trace)
             c = ceiling(default, trace)
