@@ -105,8 +105,9 @@ class NestingParams:
         type makes. They stop when nothing moves.
     request_window : int
         Most visits in one window of a request round (a larger set of overlapping visits
-        is cut by call time). 64 measured better than 48 on every synthetic row of
-        ``benchmarks/accuracy.py`` and the same on TraceWeaver's recordings.
+        is cut by call time). 64 right more requests on an idle machine, but its
+        larger programs run out of their time more often on a loaded one
+        (docs/inference.md, "Why it is not the default").
     request_tuples : int
         Tuples of children each visit offers a request round's solver at most (its best
         by score, and the one it has).
@@ -150,7 +151,7 @@ class NestingParams:
     chains: int = 10
     chain_min_gain: float = 3e-3
     request_rounds: int = 0
-    request_window: int = 64
+    request_window: int = 48
     request_tuples: int = 32
     calibrate_from: str = "twin"
     calibrate: bool = True

@@ -342,24 +342,6 @@ def side_by_side(
     return np.concatenate(list(parts))
 
 
-def at_once(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-    """``[fn(x) for x in items]``, the calls run on the process's threads
-    (``local_threads``) at once: for calls that spend their time where the interpreter
-    is let go (a solver, a compiled loop). The results are in the items' order. ``fn``
-    must not call ``at_once`` or ``side_by_side`` itself (it runs on the pool they
-    would wait for).
-
-    Examples
-    --------
-    >>> at_once(lambda x: x * x, [1, 2, 3])
-    [1, 4, 9]
-    """
-    size = local_threads()
-    if size <= 1 or len(items) <= 1:
-        return [fn(x) for x in items]
-    return list(_pool(size).map(fn, items))
-
-
 # One pool for the process, of ``local_threads`` threads: a pool started for every call
 # cost about 0.5 ms, a few percent of an inference that makes hundreds of calls.
 _POOL: dict[int, ThreadPoolExecutor] = {}  # its size -> the pool (one at most)

@@ -46,7 +46,7 @@ PAPER = {
     "chains": 0,
     "chain_min_gain": 3e-3,
     "request_rounds": 0,
-    "request_window": 64,
+    "request_window": 48,
     "request_tuples": 32,
     "calibrate": True,
 }

@@ -158,27 +158,6 @@ def test_per_entry_arrays_of_different_lengths_are_refused() -> None:
         side_by_side(lambda x, y: x + y, (np.arange(3), np.arange(4)))
 
 
-def test_calls_at_once_run_on_the_pool_and_keep_their_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``at_once`` runs its calls on the process's threads, results in the items' order;
-    with one thread it runs them here."""
-    import threading
-    import time
-
-    from tracefmt import cluster
-
-    def slow(i: int) -> tuple[int, str]:
-        time.sleep(0.01 * (5 - i))  # the first items finish last
-        return i * i, threading.current_thread().name
-
-    monkeypatch.setattr(cluster, "local_threads", lambda: 2)
-    got = cluster.at_once(slow, list(range(5)))
-    assert [v for v, _ in got] == [0, 1, 4, 9, 16]
-    assert all(name.startswith("wirepath") for _, name in got)
-    monkeypatch.setattr(cluster, "local_threads", lambda: 1)
-    here = threading.current_thread().name
-    assert [name for _, name in cluster.at_once(slow, [1, 2])] == [here, here]
-
-
 @pytest.mark.slow
 def test_a_worker_holds_a_few_items_of_a_map_not_its_share() -> None:
     """Items go to a worker a few at a time and are let go with their results: what a
