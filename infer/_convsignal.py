@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.fft as sfft
 
+from infer.candidates import concat_ranges
 from tracefmt import ParameterError
 
 __all__ = ["Correlator", "Spike", "find_spikes", "local_background", "moving_mean"]
@@ -187,8 +188,7 @@ def _delays(
     if total > limit:
         return None
     out = np.repeat(np.arange(k.size), k)
-    starts = np.repeat(lo - np.cumsum(k) + k, k)
-    return t_out[out] - t_in[starts + np.arange(total)]
+    return t_out[out] - t_in[concat_ranges(lo, k)]
 
 
 class Correlator:
@@ -317,9 +317,8 @@ class Correlator:
             if end <= start:
                 continue
             k = counts[start:end]
-            total = int(k.sum())
             i = np.repeat(np.arange(start, end), k)
-            j = np.repeat(lo[start:end] - np.cumsum(k) + k, k) + np.arange(total)
+            j = concat_ranges(lo[start:end], k)
             lag = u2[j] - u1[i] + self.neg
             raw += np.bincount(lag, weights=c1[i] * c2[j], minlength=width)
             sq += np.bincount(lag, weights=np.sqrt(c1[i] * c2[j]), minlength=width)

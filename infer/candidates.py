@@ -42,6 +42,7 @@ __all__ = [
     "bin_widths",
     "candidates_by_parent",
     "cell_sums",
+    "concat_ranges",
     "delay_bins",
     "keep_budget",
     "skew_tolerance",
@@ -571,9 +572,8 @@ class CandidatePlan:
         p, tol_ns = self.p, self.tol_ns
         par_idx = np.arange(start, end)
         counts = self.sizes[start:end]
-        total = int(counts.sum())
         rep = np.repeat(par_idx, counts)
-        pos = np.repeat(self.lo[par_idx] - np.cumsum(counts) + counts, counts) + np.arange(total)
+        pos = concat_ranges(self.lo[par_idx], counts)
         c = self.corder[pos]
         ok = (
             (self.c_call[pos] >= np.repeat(shifted_ns(p.t_call[par_idx], -tol_ns), counts))
@@ -615,6 +615,17 @@ def candidates_by_parent(
     (widened by the tolerance)."""
     for _, c, par in CandidatePlan(p, tol_ns, max_pairs).chunks():
         yield c, par
+
+
+def concat_ranges(start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The indices ``start[i], ..., start[i] + length[i] - 1`` for each i, end to end:
+    the positions of many runs of a sorted array at once.
+
+    >>> concat_ranges(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist()
+    [5, 6, 9, 10, 11]
+    """
+    ends = np.cumsum(length)
+    return np.repeat(start - (ends - length), length) + np.arange(int(ends[-1]) if ends.size else 0)
 
 
 def all_candidates(p: CallPairs, tol_ns: int) -> tuple[np.ndarray, np.ndarray]:

@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from infer.callpairs import CallPairs
+from infer.candidates import concat_ranges
 from tracefmt import KEY_COLUMNS
 from tracefmt.patterns import tree_depths
 
@@ -327,7 +328,7 @@ def _through_unkeyed(key: np.ndarray, c: np.ndarray, par: np.ndarray) -> bool:
         if int(counts.sum()) + possible.size > _POSSIBLE_BUDGET:
             return False
         rep = np.repeat(np.arange(counts.size), counts)
-        at = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        at = concat_ranges(lo, counts)
         got = c[via][rep] * span + possible[order][at] % span
         grown = _distinct(np.concatenate([possible, got]))
         if grown.size == possible.size and np.array_equal(free_next, free):

@@ -56,6 +56,7 @@ from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from infer.callpairs import CallPairs
+from infer.candidates import concat_ranges
 from infer.chains import PLAIN_BELOW, ChainModel, chain_edges
 from infer.params import NestingParams
 from infer.patterns import depths
@@ -636,7 +637,7 @@ def request_round(
         keep = _top_per_visit(w_owner, w_score, current, tuples)
         j, w_owner, w_score = j[keep], w_owner[keep], w_score[keep]
         cur = np.searchsorted(keep, current)
-        flat = kids[_runs(starts[j], lengths[j])]
+        flat = kids[concat_ranges(starts[j], lengths[j])]
         w_start = np.concatenate([[0], np.cumsum(lengths[j])])
         terms = _request_terms(reqs, w_owner, flat, w_start, cur, klass, vtype) if reqs else []
         win = Window(visits, free, w_owner, flat, w_start, w_score, cur, terms)
@@ -691,7 +692,7 @@ def _offers(
     lo = np.searchsorted(parent[kid], visits, side="left")
     n_mine = np.searchsorted(parent[kid], visits, side="right") - lo
     mine_ptr = np.concatenate([[0], np.cumsum(n_mine)])
-    mine_call = kid[_runs(lo, n_mine)]
+    mine_call = kid[concat_ranges(lo, n_mine)]
     # Each visit's candidates, by class, its own children first, then by score.
     vindex = np.full(n, -1, np.int64)
     vindex[visits] = np.arange(visits.size)
@@ -746,23 +747,13 @@ def _offers(
     t_start = np.concatenate([[0], np.cumsum(t_lengths)])[:-1]
     pick = np.argsort(t_owner, kind="stable")
     lengths = t_lengths[pick]
-    kids = flat[_runs(t_start[pick], lengths)]
+    kids = flat[concat_ranges(t_start[pick], lengths)]
     prior = np.concatenate([own_prior, np.array(shape_logp, float)[t_shape]])[pick]
     rank = np.empty(pick.size, np.int64)
     rank[pick] = np.arange(pick.size)
     current = rank[: visits.size]
     tuple_at = np.searchsorted(t_owner[pick], visit_at)
     return _Offers(visits[t_owner[pick]], lengths, kids, prior, current, np.diff(tuple_at), visit_at)
-
-
-def _runs(start: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """The indices ``start[i], ..., start[i] + length[i] - 1`` for each i, end to end.
-
-    >>> _runs(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist()
-    [5, 6, 9, 10, 11]
-    """
-    ends = np.cumsum(length)
-    return np.repeat(start - (ends - length), length) + np.arange(int(ends[-1]) if ends.size else 0)
 
 
 def _kernels(n_pairs: int) -> ModuleType:
